@@ -1,0 +1,33 @@
+// Runtime configuration from ACCORD_* environment variables, parsed once at init.
+//
+// A bad value throws InvalidArgument naming the variable, the value and the accepted
+// range, e.g. "ACCORD_FUSION_THRESHOLD='abc': expected bytes >= 0 (suffixes K, M, G)".
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace accord {
+
+struct Config {
+  // How long a busy cycle waits to batch more work before negotiating (ACCORD_CYCLE_TIME,
+  // milliseconds, fractional allowed).
+  std::chrono::microseconds cycle_time{0};
+  std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
+  std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
+  std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
+  std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
+  std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off
+  std::string log_level = "warn";  // ACCORD_LOG_LEVEL: trace debug info warn error off
+  std::string timeline;            // ACCORD_TIMELINE: path of a Chrome-trace file, empty = off
+
+  using Getenv = std::function<const char*(const char*)>;
+  static Config parse(const Getenv& getenv);
+  static Config fromEnvironment();
+  // "ACCORD_CYCLE_TIME=0.1 ms\n..." for logs and --help texts.
+  std::string describe() const;
+};
+
+}  // namespace accord

@@ -1,0 +1,156 @@
+// Accord's public C++ API: init, topology, asynchronous collectives and handles.
+//
+// Every collective is asynchronous: it records the request, wakes the background
+// thread and returns a Handle at once. The background thread negotiates a global
+// order with the other ranks, fuses small tensors and runs the collective; wait()
+// blocks on the handle and rethrows any failure in the caller's thread.
+//
+// Ranks passed to or returned by a collective (root, splits, join's last rank) are
+// ranks within the collective's process set; the global set's ranks are MPI ranks.
+#pragma once
+
+#include <accord/error.h>
+#include <accord/tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+namespace detail {
+struct HandleState;
+}
+
+enum class ReduceOp : std::uint8_t { Sum, Average, Min, Max, Product };
+const char* reduceOpName(ReduceOp op);
+
+using ProcessSetId = std::int32_t;
+inline constexpr ProcessSetId kGlobalProcessSet = 0;
+
+// ---- lifetime and topology ------------------------------------------------------
+
+// Starts the runtime on every rank. Calls MPI_Init_thread if the application has not
+// initialized MPI itself; either way Accord works on its own duplicate of
+// MPI_COMM_WORLD. Reads and validates every ACCORD_* environment variable.
+void init();
+// Negotiated with all ranks: every rank leaves the background loop in the same cycle;
+// collectives still pending complete with ShutDown. Safe to call more than once.
+void shutdown();
+bool is_initialized();
+
+int rank();
+int size();
+int local_rank();  // rank among the processes on this host
+int local_size();
+int cross_rank();  // index of this host among hosts
+int cross_size();
+
+// ---- handles ----------------------------------------------------------------------
+
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<detail::HandleState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  bool poll() const;  // true once the collective finished (successfully or not)
+  void wait() const;  // blocks; rethrows the failure in the caller's thread
+
+  // Results of particular collectives, valid after wait():
+  const std::vector<std::int64_t>& receivedSplits() const;  // alltoall: rows from each rank
+  int lastJoinedRank() const;                               // join
+  ProcessSetId processSet() const;                          // add_process_set_async
+
+ private:
+  std::shared_ptr<detail::HandleState> state_;
+};
+
+// Returns the output view for a collective whose output shape is known only after
+// negotiation (allgather, alltoall, reducescatter). Called on the background thread.
+using Allocator = std::function<TensorView(const Shape& shape)>;
+
+// ---- collectives ------------------------------------------------------------------
+// An empty name gets a generated one ("allreduce.7") that is the same on every rank
+// as long as every rank issues its unnamed collectives in the same order.
+
+struct AllreduceOptions {
+  std::string name;
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;   // applied to the input before reduction
+  double postscale = 1.0;  // applied to the result (after Average's division)
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+// Reduces `tensor` in place.
+Handle allreduce_async(TensorView tensor, const AllreduceOptions& options = {});
+void allreduce(TensorView tensor, const AllreduceOptions& options = {});
+
+// All tensors are negotiated, fused and completed as one unit; tensor i is named
+// "<name>.<i>". One handle for the whole group.
+Handle grouped_allreduce_async(std::vector<TensorView> tensors,
+                               const AllreduceOptions& options = {});
+
+struct AllgatherOptions {
+  std::string name;
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+// Concatenates every rank's input along the first dimension, which may differ per
+// rank; the other dimensions must agree. The output comes from `output`.
+Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options = {});
+
+struct BroadcastOptions {
+  std::string name;
+  int root = 0;
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+// Overwrites `tensor` on every rank with root's `tensor`.
+Handle broadcast_async(TensorView tensor, const BroadcastOptions& options = {});
+void broadcast(TensorView tensor, const BroadcastOptions& options = {});
+
+struct AlltoallOptions {
+  std::string name;
+  // splits[r] = rows of the first dimension sent to rank r; empty = equal parts
+  // (the first dimension must then divide evenly).
+  std::vector<std::int64_t> splits;
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options = {});
+
+struct ReducescatterOptions {
+  std::string name;
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+// Reduces `input` (same shape on every rank) and gives rank r the r-th block of rows;
+// the first ranks get one row more when the first dimension does not divide evenly.
+Handle reducescatter_async(TensorView input, Allocator output,
+                           const ReducescatterOptions& options = {});
+// Rows of the first dimension that `rank` of `set_size` receives from reducescatter.
+std::int64_t reducescatterRows(std::int64_t rows, int rank, int set_size);
+
+Handle barrier_async(ProcessSetId process_set = kGlobalProcessSet);
+void barrier(ProcessSetId process_set = kGlobalProcessSet);
+
+// A rank that has run out of data joins: until every rank has joined, the other
+// ranks' collectives go on and the joined rank contributes zeros (the neutral
+// element for Min, Max and Product). Completes when all ranks have joined; the handle
+// gives the last rank to join.
+Handle join_async(ProcessSetId process_set = kGlobalProcessSet);
+int join(ProcessSetId process_set = kGlobalProcessSet);
+
+// ---- process sets -----------------------------------------------------------------
+// Adding and removing is collective over all ranks (every rank calls it with the same
+// ranks, in the same order relative to other process-set calls).
+
+ProcessSetId add_process_set(std::vector<int> ranks);
+void remove_process_set(ProcessSetId id);
+std::vector<int> process_set_ranks(ProcessSetId id);  // global ranks, ascending
+bool process_set_included(ProcessSetId id);           // is this rank a member?
+int process_set_rank(ProcessSetId id);                // this rank's rank in the set
+int process_set_size(ProcessSetId id);
+
+}  // namespace accord

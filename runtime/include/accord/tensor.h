@@ -1,0 +1,58 @@
+// Non-owning tensor views: what the application hands to a collective.
+//
+// Accord never owns application memory. A TensorView names a buffer, its element
+// type, its shape and the device it lives on; the caller keeps the buffer alive until
+// the collective's handle completes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+enum class DType : std::uint8_t {
+  UInt8,
+  Int8,
+  Int32,
+  Int64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64,
+};
+inline constexpr int kNumDTypes = 8;
+
+std::size_t dtypeSize(DType dtype);
+const char* dtypeName(DType dtype);
+bool isFloatingPoint(DType dtype);
+
+enum class DeviceType : std::uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;  // GPU ordinal; 0 for CPU
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index) { return {DeviceType::CUDA, index}; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:1"
+};
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t numElements(const Shape& shape);
+std::string shapeString(const Shape& shape);  // "[4,3]"
+
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  Shape shape;
+  Device device;
+
+  std::int64_t numel() const { return numElements(shape); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtypeSize(dtype); }
+};
+
+}  // namespace accord

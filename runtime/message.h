@@ -1,0 +1,99 @@
+// The values ranks exchange during negotiation.
+//
+// A Request is one rank's wish to run one named collective; a Response is what every
+// rank executes once rank 0 has seen matching requests from all ranks of the process
+// set. A fused Response carries several tensors (names[i], shapes[i]). These are plain
+// values: wire.h turns them into bytes, the coordinator reasons about them without MPI.
+#pragma once
+
+#include <accord/accord.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+enum class RequestType : std::uint8_t {
+  Allreduce,
+  Allgather,
+  Broadcast,
+  Alltoall,
+  Reducescatter,
+  Barrier,
+  Join,
+  AddProcessSet,
+  RemoveProcessSet,
+};
+const char* requestTypeName(RequestType type);  // "allreduce", ...
+
+struct Request {
+  std::int32_t rank = 0;  // sender's rank within the process set
+  std::uint64_t seq = 0;  // sender's submission counter in this process set (ordering)
+  RequestType type = RequestType::Allreduce;
+  std::string name;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  Device device;
+  Shape shape;
+  std::int32_t root = 0;  // broadcast root
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // Alltoall: rows sent to each rank. AddProcessSet: the member ranks (global).
+  // RemoveProcessSet: {id}.
+  std::vector<std::int64_t> splits;
+  // Grouped allreduce: every member carries the group's name and member count; the
+  // group becomes ready, and is fused, as one unit. Empty group = not grouped.
+  std::string group;
+  std::int32_t group_size = 0;
+
+  bool operator==(const Request&) const = default;
+};
+
+enum class ResponseType : std::uint8_t {
+  Allreduce,
+  Allgather,
+  Broadcast,
+  Alltoall,
+  Reducescatter,
+  Barrier,
+  Join,
+  AddProcessSet,
+  RemoveProcessSet,
+  Error,
+};
+const char* responseTypeName(ResponseType type);
+
+struct Response {
+  ResponseType type = ResponseType::Allreduce;
+  std::vector<std::string> names;  // one per tensor; fused responses have several
+  // Per tensor. Allgather: the output shape (first dim = sum over ranks).
+  // Alltoall: rank 0's input shape with the first dimension set to 0 (rows vary).
+  std::vector<Shape> shapes;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  Device device;
+  std::int32_t root = 0;  // broadcast root; join: the last rank to join
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // Allgather: rows of every rank, tensor-major: rank_rows[t * set_size + r].
+  // Alltoall: the split matrix, rank_rows[src * set_size + dst].
+  // AddProcessSet: the member ranks. RemoveProcessSet: {id}.
+  std::vector<std::int64_t> rank_rows;
+  std::string error;  // ResponseType::Error: the message every named handle fails with
+  // Error responses: which exception the handles raise.
+  enum class ErrorKind : std::uint8_t { Mismatch, Stall, Invalid } error_kind = ErrorKind::Mismatch;
+
+  bool operator==(const Response&) const = default;
+  std::size_t tensorBytes(std::size_t i) const;  // numel(shapes[i]) * dtypeSize(dtype)
+  std::size_t totalBytes() const;
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+
+  bool operator==(const ResponseList&) const = default;
+};
+
+}  // namespace accord
