@@ -1,0 +1,229 @@
+// The trainer's layers: the narrow interface the model code is written against.
+//
+// llm.c style: every layer is a plain struct (its configuration plus pointers to its
+// parameters and gradients) and a pair of free functions, <layer>_forward and
+// <layer>_backward. Activations are passed in by the caller. The CPU backend
+// (oneDNN + oneTBB, nn/*.cc) and a future cuDNN backend implement exactly these
+// declarations; on the GPU build every float* is a device pointer.
+//
+// Conventions, the same for every layer:
+//   - Tensors are float32, NCHW, dense and plain (no blocked layouts leak out).
+//   - Every buffer is carved from an Arena: one for parameters, one for gradients,
+//     one for activations (and the forward caches backward needs).
+//   - forward overwrites y; backward OVERWRITES dx and the parameter gradients (no
+//     accumulation), so no zeroing is needed between steps. A residual branch adds
+//     its gradient with nn::accumulate.
+//   - dx may be nullptr where the input needs no gradient (the first conv).
+//   - Functions are not thread-safe: call them from one thread (the training loop).
+//     They parallelise internally (oneDNN's OpenMP pool, oneTBB for the hand loops).
+//   - Failures (bad shapes, oneDNN errors) throw accord::Error / InvalidArgument
+//     naming the layer and shape.
+//
+// A typical conv -> bn -> relu, N images of H x W:
+//   nn::conv2d_forward(conv, x, a, N, H, W);          // a  (N, C_out, Ho, Wo)
+//   nn::batchnorm2d_forward(bn, a, b, N, Ho, Wo, true);
+//   nn::relu_forward(b, b, n);                         // in place
+//   ...
+//   nn::relu_backward(b, db, db, n);                   // uses the relu OUTPUT
+//   nn::batchnorm2d_backward(bn, a, db, da, N, Ho, Wo, true);   // bn.dgamma, bn.dbeta
+//   nn::conv2d_backward(conv, x, da, dx, N, H, W);     // conv.dw (conv.db)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+
+namespace accord::nn {
+
+// ---- arenas -------------------------------------------------------------------------
+
+// One contiguous, 64-byte aligned, zero-initialised float allocation, handed out in
+// pieces. Two passes: while planning (the state after construction) take() returns
+// nullptr and only counts; allocate() then allocates what was counted and rewinds, and
+// the same sequence of take() calls runs again for real. Every piece starts on a
+// 64-byte boundary (sizes are rounded up to 16 floats), so vector loads are aligned.
+struct Arena {
+  float* base = nullptr;  // (capacity)
+  size_t capacity = 0;    // floats allocated
+  size_t used = 0;        // floats taken (planned, while planning)
+  bool planning = true;
+
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena();
+
+  float* take(size_t n);  // throws accord::Error when an allocated arena runs out
+  void allocate();        // planning -> allocated; allocates `used` floats, used = 0
+  void reset() { used = 0; }  // reuse an allocated arena (e.g. for a new batch size)
+};
+
+// ---- conv2d -------------------------------------------------------------------------
+
+// y = conv(x, w) (+ b). No groups, no dilation (ResNet needs neither).
+struct Conv2d {
+  int C_in = 0, C_out = 0, K = 1, stride = 1, pad = 0;
+  bool bias = false;
+  float* w = nullptr;   // (C_out, C_in, K, K)
+  float* b = nullptr;   // (C_out), nullptr without bias
+  float* dw = nullptr;  // (C_out, C_in, K, K)
+  float* db = nullptr;  // (C_out), nullptr without bias
+
+  int out_h(int H) const { return (H + 2 * pad - K) / stride + 1; }
+  int out_w(int W) const { return (W + 2 * pad - K) / stride + 1; }
+  size_t num_params() const;
+};
+// Carves w, b from params and dw, db from grads (nullptr pieces while planning).
+void conv2d_bind(Conv2d& c, Arena& params, Arena& grads);
+// He/Kaiming normal, fan_out mode like torchvision: std = sqrt(2 / (C_out*K*K)); bias 0.
+void conv2d_init(Conv2d& c, std::mt19937_64& rng);
+
+void conv2d_forward(Conv2d& c,
+                    const float* x,  // (N, C_in, H, W)
+                    float* y,        // (N, C_out, out_h(H), out_w(W))
+                    int N, int H, int W);
+void conv2d_backward(Conv2d& c,
+                     const float* x,   // (N, C_in, H, W)   forward input
+                     const float* dy,  // (N, C_out, Ho, Wo)
+                     float* dx,        // (N, C_in, H, W)   nullable
+                     int N, int H, int W);  // writes c.dw (and c.db)
+
+// ---- batchnorm2d --------------------------------------------------------------------
+
+// Per-channel batch norm over (N, H, W). Training: normalise with the batch mean and
+// biased variance, and update running_mean/var with the unbiased variance like
+// PyTorch: r = (1 - momentum) * r + momentum * batch_stat. Inference: normalise with
+// the running statistics. Backward works in both modes (in inference mode it is the
+// gradient of the fixed affine map).
+struct BatchNorm2d {
+  int C = 0;
+  float momentum = 0.1f;
+  float eps = 1e-5f;
+  float* gamma = nullptr;         // (C) param
+  float* beta = nullptr;          // (C) param
+  float* dgamma = nullptr;        // (C) grad
+  float* dbeta = nullptr;         // (C) grad
+  float* running_mean = nullptr;  // (C) buffer, not trained (checkpoint it)
+  float* running_var = nullptr;   // (C) buffer, not trained (checkpoint it)
+  float* save_mean = nullptr;     // (C) activation: batch mean of the last forward
+  float* save_var = nullptr;      // (C) activation: batch (biased) variance of the last forward
+
+  size_t num_params() const { return 2 * static_cast<size_t>(C); }
+};
+// gamma, beta from params; dgamma, dbeta from grads; running_mean/var from buffers
+// (pass the params arena to keep them next to the weights); save_* from acts.
+void batchnorm2d_bind(BatchNorm2d& bn, Arena& params, Arena& grads, Arena& buffers,
+                      Arena& acts);
+// gamma = 1 (0 with zero_gamma: the last BN of a residual block), beta = 0,
+// running_mean = 0, running_var = 1.
+void batchnorm2d_init(BatchNorm2d& bn, bool zero_gamma);
+
+void batchnorm2d_forward(BatchNorm2d& bn,
+                         const float* x,  // (N, C, H, W)
+                         float* y,        // (N, C, H, W), may alias x in inference only
+                         int N, int H, int W, bool training);
+void batchnorm2d_backward(BatchNorm2d& bn,
+                          const float* x,   // (N, C, H, W)  forward input
+                          const float* dy,  // (N, C, H, W)
+                          float* dx,        // (N, C, H, W)  may alias dy
+                          int N, int H, int W, bool training);  // writes dgamma, dbeta
+
+// ---- relu ---------------------------------------------------------------------------
+
+// y = max(x, 0); y may alias x. Backward uses the OUTPUT y (so in-place forward is
+// fine): dx = dy * (y > 0); dx may alias dy.
+void relu_forward(const float* x, float* y, size_t n);  // (n)
+void relu_backward(const float* y, const float* dy, float* dx, size_t n);
+
+// ---- max pool -----------------------------------------------------------------------
+
+// ResNet's stem pool by default: 3x3, stride 2, padding 1 (padding never wins the max).
+struct MaxPool2d {
+  int K = 3, stride = 2, pad = 1;
+  int out_h(int H) const { return (H + 2 * pad - K) / stride + 1; }
+  int out_w(int W) const { return (W + 2 * pad - K) / stride + 1; }
+};
+// ws: backend-private record of the arg-max, as many floats as y has elements
+// (N, C, Ho, Wo); carve it from the activation arena.
+void maxpool2d_forward(MaxPool2d& p,
+                       const float* x,  // (N, C, H, W)
+                       float* y,        // (N, C, Ho, Wo)
+                       float* ws,       // (N, C, Ho, Wo) opaque
+                       int N, int C, int H, int W);
+void maxpool2d_backward(MaxPool2d& p,
+                        const float* dy,  // (N, C, Ho, Wo)
+                        const float* ws,  // (N, C, Ho, Wo) from forward
+                        float* dx,        // (N, C, H, W)
+                        int N, int C, int H, int W);
+
+// ---- global average pool ------------------------------------------------------------
+
+void avgpool_forward(const float* x,  // (N, C, H, W)
+                     float* y,        // (N, C)
+                     int N, int C, int H, int W);
+void avgpool_backward(const float* dy,  // (N, C)
+                      float* dx,        // (N, C, H, W)
+                      int N, int C, int H, int W);
+
+// ---- linear -------------------------------------------------------------------------
+
+// y = x W^T + b (torch.nn.Linear).
+struct Linear {
+  int in = 0, out = 0;
+  float* w = nullptr;   // (out, in)
+  float* b = nullptr;   // (out)
+  float* dw = nullptr;  // (out, in)
+  float* db = nullptr;  // (out)
+  size_t num_params() const { return static_cast<size_t>(out) * in + out; }
+};
+void linear_bind(Linear& l, Arena& params, Arena& grads);
+// torchvision's default: w and b uniform(-1/sqrt(in), 1/sqrt(in)).
+void linear_init(Linear& l, std::mt19937_64& rng);
+
+void linear_forward(Linear& l,
+                    const float* x,  // (N, in)
+                    float* y,        // (N, out)
+                    int N);
+void linear_backward(Linear& l,
+                     const float* x,   // (N, in)  forward input
+                     const float* dy,  // (N, out)
+                     float* dx,        // (N, in)  nullable
+                     int N);           // writes l.dw, l.db
+
+// ---- residual add -------------------------------------------------------------------
+
+// y = a + b; y may alias a or b. Its backward passes dy unchanged to both inputs: the
+// model hands the same dy buffer to both branches and sums where they meet with
+// accumulate (y += x).
+void add_forward(const float* a, const float* b, float* y, size_t n);  // (n)
+void accumulate(float* y, const float* x, size_t n);                   // (n)
+
+// ---- softmax cross-entropy ----------------------------------------------------------
+
+// Mean over the batch of cross-entropy between softmax(logits) and the smoothed target
+// q = (1 - smoothing) * onehot(label) + smoothing / C (torch's label_smoothing).
+// Writes dlogits = (softmax - q) / N when dlogits is not nullptr (may alias logits).
+float softmax_xent(const float* logits,  // (N, C)
+                   const int32_t* labels,  // (N), each in [0, C)
+                   float* dlogits,         // (N, C), nullable
+                   int N, int C, float smoothing);
+
+// How many of the N rows have their label among the top-1 / top-5 logits. Ties count
+// against: the label is in the top k when fewer than k other logits are >= its logit
+// (so an all-equal row, e.g. an untrained zero model, is never counted correct).
+struct TopK {
+  int top1 = 0;
+  int top5 = 0;  // top-min(5, C)
+};
+TopK topk_correct(const float* logits,    // (N, C)
+                  const int32_t* labels,  // (N)
+                  int N, int C);
+
+// ---- backend ------------------------------------------------------------------------
+
+// Drops the cached oneDNN primitives (they are keyed by shape and mode; a new batch
+// size adds entries). Never needed for correctness.
+void clear_primitive_cache();
+size_t primitive_cache_size();
+
+}  // namespace accord::nn
