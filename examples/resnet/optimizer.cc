@@ -1,0 +1,51 @@
+// SGD update; see optimizer.h. Each tensor is updated in parallel chunks with oneTBB:
+// the update is memory bound and a ResNet-50 has 25M parameters.
+#include "optimizer.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <stdexcept>
+
+namespace accord::resnet {
+
+Sgd::Sgd(std::vector<ParamRef> params, SgdOptions options)
+    : params_(std::move(params)), options_(options) {
+  if (options_.momentum < 0) throw std::invalid_argument("SGD: momentum must be >= 0");
+  if (options_.nesterov && options_.momentum <= 0)
+    throw std::invalid_argument("SGD: Nesterov needs a momentum > 0");
+  buf_.reserve(params_.size());
+  for (const ParamRef& p : params_) buf_.emplace_back(p.n, 0.0f);
+}
+
+void Sgd::step(double lr) {
+  for (std::size_t i = 0; i < params_.size(); ++i) update(i, lr);
+}
+
+void Sgd::update(std::size_t i, double lr) {
+  const ParamRef& p = params_[i];
+  const bool decay = options_.bn_bias_decay || !p.is_bn_or_bias;
+  const float wd = decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  const float mu = static_cast<float>(options_.momentum);
+  const float rate = static_cast<float>(lr);
+  const bool nesterov = options_.nesterov;
+  // A zero buffer gives mu*0 + g = g, i.e. PyTorch's "buf = g on the first step",
+  // also after a restart from a checkpoint (which restores the buffers).
+  float* buf = buf_[i].data();
+  float* w = p.w;
+  const float* g = p.g;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.n, 16384),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t k = r.begin(); k < r.end(); ++k) {
+                        const float gk = g[k] + wd * w[k];
+                        float d = gk;
+                        if (mu != 0.0f) {
+                          buf[k] = mu * buf[k] + gk;
+                          d = nesterov ? gk + mu * buf[k] : buf[k];
+                        }
+                        w[k] -= rate * d;
+                      }
+                    });
+}
+
+}  // namespace accord::resnet

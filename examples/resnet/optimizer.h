@@ -1,0 +1,53 @@
+// SGD with momentum, optional Nesterov and weight decay, with PyTorch's semantics
+// (torch.optim.SGD, dampening 0) so runs compare one to one:
+//
+//   g   = grad + wd * w          (wd = 0 for BN and bias when --no-bn-decay)
+//   buf = momentum * buf + g     (buf = g on the first step)
+//   d   = nesterov ? g + momentum * buf : buf
+//   w  -= lr * d
+//
+// The optimizer owns the momentum buffers (one per parameter tensor, in the model's
+// order) so a checkpoint can save and restore them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace accord::resnet {
+
+// One parameter tensor of the model: its weights, its gradient and whether weight
+// decay applies to it (false for BN scale/shift and biases when so configured).
+struct ParamRef {
+  std::string name;   // e.g. "layer1.0.conv1.weight"
+  float* w = nullptr;  // (n)
+  float* g = nullptr;  // (n)
+  std::size_t n = 0;
+  bool is_bn_or_bias = false;
+};
+
+struct SgdOptions {
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 1e-4;
+  bool bn_bias_decay = true;  // false: no weight decay on BN parameters and biases
+};
+
+class Sgd {
+ public:
+  Sgd(std::vector<ParamRef> params, SgdOptions options);
+
+  void step(double lr);  // one update of every parameter from its gradient
+  const std::vector<ParamRef>& params() const { return params_; }
+  std::vector<std::vector<float>>& momentum() { return buf_; }  // (one per param)
+  const SgdOptions& options() const { return options_; }
+
+ private:
+  void update(std::size_t i, double lr);
+
+  std::vector<ParamRef> params_;
+  SgdOptions options_;
+  std::vector<std::vector<float>> buf_;
+};
+
+}  // namespace accord::resnet
