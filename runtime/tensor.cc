@@ -1,0 +1,113 @@
+// Names and sizes of the value types in accord/tensor.h and accord/accord.h.
+//
+// These strings appear in every mismatch message ("rank 0 sent dtype float32"), so
+// they use the spelling users know from PyTorch and NumPy. An enum value outside the
+// known range can only come from a bug or a corrupt message: sizes throw (a wrong size
+// would become a wild copy), names say "invalid(N)" so the message still prints.
+#include <accord/accord.h>
+#include <accord/error.h>
+#include <accord/tensor.h>
+
+#include <string>
+
+namespace accord {
+
+namespace {
+
+std::string invalidValue(const char* what, int value) {
+  return std::string("invalid ") + what + " " + std::to_string(value);
+}
+
+}  // namespace
+
+std::size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::UInt8:
+    case DType::Int8: return 1;
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    case DType::Int32:
+    case DType::Float32: return 4;
+    case DType::Int64:
+    case DType::Float64: return 8;
+  }
+  throw InvalidArgument(invalidValue("dtype", static_cast<int>(dtype)));
+}
+
+const char* dtypeName(DType dtype) {
+  switch (dtype) {
+    case DType::UInt8: return "uint8";
+    case DType::Int8: return "int8";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+  }
+  return "invalid-dtype";
+}
+
+bool isFloatingPoint(DType dtype) {
+  switch (dtype) {
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float32:
+    case DType::Float64: return true;
+    default: return false;
+  }
+}
+
+std::string Device::str() const {
+  switch (type) {
+    case DeviceType::CPU: return "cpu";
+    case DeviceType::CUDA: return "cuda:" + std::to_string(index);
+  }
+  return invalidValue("device type", static_cast<int>(type));
+}
+
+// A scalar (empty shape) has one element. Negative dimensions never describe a real
+// tensor; they are rejected here so that a byte count can never wrap around.
+std::int64_t numElements(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw InvalidArgument("shape " + shapeString(shape) + " has a negative dimension");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shapeString(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(shape[i]);
+  }
+  s += ']';
+  return s;
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Average: return "average";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Product: return "product";
+  }
+  return "invalid-op";
+}
+
+// rows = q * set_size + r: every rank gets q rows and the first r ranks one more, so
+// block sizes differ by at most one and rank order matches row order.
+std::int64_t reducescatterRows(std::int64_t rows, int rank, int set_size) {
+  if (set_size <= 0 || rank < 0 || rank >= set_size || rows < 0) {
+    throw InvalidArgument("reducescatterRows(rows=" + std::to_string(rows) +
+                          ", rank=" + std::to_string(rank) + ", set_size=" +
+                          std::to_string(set_size) +
+                          "): expected rows >= 0 and 0 <= rank < set_size");
+  }
+  return rows / set_size + (rank < rows % set_size ? 1 : 0);
+}
+
+}  // namespace accord
