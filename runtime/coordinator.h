@@ -29,8 +29,9 @@ struct StallReport {
   std::string name;
   std::vector<int> missing_ranks;  // ranks that have not submitted `name`
   Clock::duration waiting;         // since the first rank submitted it
+  RequestType type = RequestType::Allreduce;  // for the report's wording
 };
-// "allreduce 'w1' waited 61 s for rank 2 (ranks 0,1 submitted it)" lines, one per tensor.
+// "allreduce 'w1' waited 61.2 s for rank 2 (submitted by ranks 0,1)" lines, one per tensor.
 std::string formatStallReport(const std::vector<StallReport>& stalls, int set_size);
 
 class Coordinator {
@@ -66,6 +67,20 @@ class Coordinator {
   std::map<std::string, Entry> table_;
   std::vector<bool> joined_;
   int last_joined_ = -1;
+
+  // Per rank: the name of its pending Join request (names may differ per rank).
+  std::vector<std::string> join_names_;
+  // Error responses decided in add() (a repeated name, a rank out of range), returned
+  // first by the next takeReady().
+  std::vector<Response> errors_;
+
+  struct Ready;
+  void fail(const Request& request, const std::string& message);
+  bool isReady(const Entry& entry) const;
+  std::vector<bool> joinedFor(const Entry& entry) const;
+  std::vector<int> missingRanks(const Entry& entry) const;
+  void takeGroup(const std::string& group, const std::vector<std::string>& members,
+                 std::vector<Ready>& out);
 };
 
 }  // namespace accord

@@ -1,0 +1,518 @@
+// Rank 0's negotiation logic: the message table, validation, readiness and ordering.
+//
+// Everything here is a function of the requests received, never of the order they
+// arrived in within a cycle: requests are kept sorted by rank, the table by name, and
+// ready responses are sorted by (submission counter of the lowest-ranked submitter,
+// name). That is what lets every test replay a cycle in any order and get the same
+// list, and what keeps the response order independent of network timing.
+//
+// Validation compares every rank's request with the lowest rank's, field by field in
+// a fixed order (type first, since a different type makes the rest meaningless), and
+// reports the first field that differs with both ranks and both values. Device is
+// compared by kind only: rank 0 on cuda:0 and rank 1 on cuda:1 is the normal
+// one-GPU-per-process layout.
+#include "runtime/coordinator.h"
+
+#include <accord/error.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <string_view>
+
+namespace accord {
+
+namespace {
+
+bool isTensorOp(RequestType t) {
+  return t == RequestType::Allreduce || t == RequestType::Allgather ||
+         t == RequestType::Broadcast || t == RequestType::Alltoall ||
+         t == RequestType::Reducescatter;
+}
+bool reduces(RequestType t) { return t == RequestType::Allreduce || t == RequestType::Reducescatter; }
+// Only these split the first dimension, so only there may it differ between ranks.
+bool firstDimVaries(RequestType t) { return t == RequestType::Allgather || t == RequestType::Alltoall; }
+// A joined rank cannot stand in for these: they need every rank's own participation.
+bool needsEveryRank(RequestType t) {
+  return t == RequestType::Barrier || t == RequestType::AddProcessSet ||
+         t == RequestType::RemoveProcessSet;
+}
+
+std::string number(double v) {
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that round-trips
+  return std::string(buf, res.ptr);
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+// "rank 2" or "ranks 2,3".
+std::string ranksPhrase(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rankList(ranks);
+}
+
+std::string prefix(const Request& r) {
+  return std::string(requestTypeName(r.type)) + " '" + r.name + "': ";
+}
+
+Response errorResponse(const std::string& name, std::string message, Response::ErrorKind kind) {
+  Response e;
+  e.type = ResponseType::Error;
+  e.names = {name};
+  e.error = std::move(message);
+  e.error_kind = kind;
+  return e;
+}
+
+bool sameScale(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+Shape tail(const Shape& s) { return s.empty() ? s : Shape(s.begin() + 1, s.end()); }
+
+// One field that every rank's request must agree on: which types it applies to,
+// whether two requests agree on it, and how a request's value reads in a message.
+struct Field {
+  bool (*applies)(RequestType);
+  bool (*same)(const Request&, const Request&);
+  std::string (*show)(const Request&);
+  bool first_dim_note = false;  // say that the first dimension may differ, where it may
+};
+
+const Field kFields[] = {
+    {[](RequestType) { return true; }, [](const Request& a, const Request& b) { return a.type == b.type; },
+     [](const Request& r) { return std::string("type ") + requestTypeName(r.type); }},
+    {isTensorOp, [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
+     [](const Request& r) { return std::string("dtype ") + dtypeName(r.dtype); }},
+    {isTensorOp, [](const Request& a, const Request& b) { return a.device.type == b.device.type; },
+     [](const Request& r) { return "device " + r.device.str(); }},
+    {reduces, [](const Request& a, const Request& b) { return a.op == b.op; },
+     [](const Request& r) { return std::string("op ") + reduceOpName(r.op); }},
+    {reduces, [](const Request& a, const Request& b) { return sameScale(a.prescale, b.prescale); },
+     [](const Request& r) { return "prescale " + number(r.prescale); }},
+    {reduces, [](const Request& a, const Request& b) { return sameScale(a.postscale, b.postscale); },
+     [](const Request& r) { return "postscale " + number(r.postscale); }},
+    {[](RequestType t) { return t == RequestType::Broadcast; },
+     [](const Request& a, const Request& b) { return a.root == b.root; },
+     [](const Request& r) { return "root " + std::to_string(r.root); }},
+    {isTensorOp,
+     [](const Request& a, const Request& b) {
+       return firstDimVaries(a.type) ? tail(a.shape) == tail(b.shape) : a.shape == b.shape;
+     },
+     [](const Request& r) { return "shape " + shapeString(r.shape); }, true},
+    {isTensorOp,
+     [](const Request& a, const Request& b) { return a.group == b.group && a.group_size == b.group_size; },
+     [](const Request& r) {
+       return r.group.empty() ? std::string("no group")
+                              : "group '" + r.group + "' of " + std::to_string(r.group_size);
+     }},
+    {[](RequestType t) { return t == RequestType::AddProcessSet || t == RequestType::RemoveProcessSet; },
+     [](const Request& a, const Request& b) { return a.splits == b.splits; },
+     [](const Request& r) { return "ranks " + shapeString(r.splits); }},
+};
+
+// The first disagreement with the lowest rank's request, or "" when all agree.
+std::string disagreement(const std::vector<const Request*>& reqs) {
+  const Request& ref = *reqs.front();
+  for (const Field& f : kFields) {
+    if (!f.applies(ref.type)) continue;
+    for (const Request* r : reqs) {
+      if (f.same(ref, *r)) continue;
+      std::string msg = prefix(ref) + "rank " + std::to_string(ref.rank) + " sent " + f.show(ref) +
+                        ", rank " + std::to_string(r->rank) + " sent " + f.show(*r);
+      if (f.first_dim_note && firstDimVaries(ref.type))
+        msg += " (all dimensions but the first must agree)";
+      return msg;
+    }
+  }
+  return "";
+}
+
+// Checks each request on its own: ranks, dimensions, root, grouping.
+std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const Request& r = *reqs[i];
+    std::string at = prefix(r) + "rank " + std::to_string(r.rank);
+    if (r.rank < 0 || r.rank >= set_size)
+      return at + " is not a rank of the process set of size " + std::to_string(set_size);
+    if (i > 0 && reqs[i - 1]->rank == r.rank) return at + " sent it twice";
+    if (!isTensorOp(r.type)) continue;
+    if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; }))
+      return at + " sent shape " + shapeString(r.shape) + " with a negative dimension";
+    if (r.shape.empty() && (firstDimVaries(r.type) || r.type == RequestType::Reducescatter))
+      return at + " sent a scalar, but " + requestTypeName(r.type) + " needs at least one dimension";
+    if (r.type == RequestType::Broadcast && (r.root < 0 || r.root >= set_size))
+      return at + " sent root " + std::to_string(r.root) + ", which is not a rank of the process set of size " +
+             std::to_string(set_size);
+    if (!r.group.empty() && (r.type != RequestType::Allreduce || r.group_size < 1))
+      return at + " sent group '" + r.group + "' of " + std::to_string(r.group_size) +
+             ": only allreduce can be grouped, with at least one tensor";
+  }
+  return "";
+}
+
+// Alltoall: each rank's splits must describe its own first dimension. Empty splits
+// mean equal parts. Fills the split matrix row of each rank (joined ranks: zeros).
+std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n, std::vector<std::int64_t>& m) {
+  m.assign(static_cast<std::size_t>(n) * n, 0);
+  for (const Request* r : reqs) {
+    std::string at = prefix(*r) + "rank " + std::to_string(r->rank) + " sent ";
+    std::int64_t rows = r->shape.front();
+    std::vector<std::int64_t> splits = r->splits;
+    if (splits.empty()) {
+      if (rows % n != 0)
+        return at + "no splits, and its first dimension " + std::to_string(rows) +
+               " does not divide into " + std::to_string(n) + " equal parts";
+      splits.assign(n, rows / n);
+    }
+    if (splits.size() != static_cast<std::size_t>(n))
+      return at + std::to_string(splits.size()) + " splits for a process set of size " + std::to_string(n);
+    if (std::any_of(splits.begin(), splits.end(), [](std::int64_t s) { return s < 0; }))
+      return at + "splits " + shapeString(splits) + " with a negative entry";
+    std::int64_t sum = 0;
+    for (std::int64_t s : splits) sum += s;
+    if (sum != rows)
+      return at + "splits " + shapeString(splits) + " that sum to " + std::to_string(sum) +
+             ", but its first dimension is " + std::to_string(rows);
+    std::copy(splits.begin(), splits.end(), m.begin() + static_cast<std::ptrdiff_t>(r->rank) * n);
+  }
+  return "";
+}
+
+// Process-set membership: a non-empty list of distinct ranks of this set.
+std::string checkProcessSet(const Request& r, int set_size) {
+  if (r.type == RequestType::RemoveProcessSet) {
+    if (r.splits.size() != 1 || r.splits[0] <= 0)
+      return prefix(r) + "expected the id of an added process set, got " + shapeString(r.splits);
+    return "";
+  }
+  if (r.splits.empty()) return prefix(r) + "the list of ranks is empty";
+  std::vector<std::int64_t> sorted = r.splits;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0 || sorted.back() >= set_size)
+    return prefix(r) + "ranks " + shapeString(r.splits) + " include " +
+           std::to_string(sorted.front() < 0 ? sorted.front() : sorted.back()) +
+           ", which is not a rank of the process set of size " + std::to_string(set_size);
+  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end())
+    return prefix(r) + "ranks " + shapeString(r.splits) + " list rank " + std::to_string(*dup) + " twice";
+  return "";
+}
+
+// Joined ranks contribute zeros, which only reductions and gathers can absorb.
+std::string checkJoined(const Request& ref, const std::vector<bool>& joined) {
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < joined.size(); ++r)
+    if (joined[r]) ranks.push_back(static_cast<int>(r));
+  if (ranks.empty()) return "";
+  std::string what = requestTypeName(ref.type);
+  if (ref.type == RequestType::Broadcast) {
+    if (ref.root >= 0 && static_cast<std::size_t>(ref.root) < joined.size() && joined[ref.root])
+      return prefix(ref) + "root rank " + std::to_string(ref.root) +
+             " has joined; broadcast is not supported while its root has joined";
+    return "";
+  }
+  if (ref.type != RequestType::Alltoall && ref.type != RequestType::Reducescatter) return "";
+  return prefix(ref) + ranksPhrase(ranks) + (ranks.size() == 1 ? " has" : " have") + " joined; " +
+         what + " is not supported while a rank has joined";
+}
+
+}  // namespace
+
+Response buildResponse(const std::vector<Request>& requests, int set_size,
+                       const std::vector<bool>& joined) {
+  if (requests.empty()) throw InvalidArgument("buildResponse: no requests");
+  std::vector<const Request*> reqs;
+  for (const Request& r : requests) reqs.push_back(&r);
+  std::stable_sort(reqs.begin(), reqs.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+  const Request& ref = *reqs.front();
+  auto invalid = [&](std::string m) { return errorResponse(ref.name, std::move(m), Response::ErrorKind::Invalid); };
+
+  if (std::string m = checkEach(reqs, set_size); !m.empty()) return invalid(m);
+  if (std::string m = disagreement(reqs); !m.empty())
+    return errorResponse(ref.name, m, Response::ErrorKind::Mismatch);
+  std::vector<bool> sent(set_size, false), gone(set_size, false);
+  for (const Request* r : reqs) sent[r->rank] = true;
+  for (int r = 0; r < set_size; ++r) {
+    gone[r] = r < static_cast<int>(joined.size()) && joined[r] && !sent[r];
+    if (!sent[r] && (!gone[r] || needsEveryRank(ref.type)))
+      return invalid(prefix(ref) + "rank " + std::to_string(r) + " sent no request" +
+                     (gone[r] ? "; every rank must take part, joined or not" : " and has not joined"));
+  }
+  if (std::string m = checkJoined(ref, gone); !m.empty()) return invalid(m);
+
+  Response out;
+  out.type = static_cast<ResponseType>(ref.type);  // the enums share their first values
+  out.names = {ref.name};
+  if (isTensorOp(ref.type)) {
+    out.dtype = ref.dtype;
+    out.device = ref.device;
+    out.shapes = {ref.shape};
+  }
+  if (reduces(ref.type)) {
+    out.op = ref.op;
+    out.prescale = ref.prescale;
+    out.postscale = ref.postscale;
+  }
+  switch (ref.type) {
+    case RequestType::Broadcast: out.root = ref.root; break;
+    case RequestType::Allgather:
+      out.rank_rows.assign(set_size, 0);
+      for (const Request* r : reqs) out.rank_rows[r->rank] = r->shape.front();
+      out.shapes[0][0] = 0;
+      for (std::int64_t rows : out.rank_rows) out.shapes[0][0] += rows;
+      break;
+    case RequestType::Alltoall:
+      if (std::string m = alltoallMatrix(reqs, set_size, out.rank_rows); !m.empty()) return invalid(m);
+      out.shapes[0][0] = 0;
+      break;
+    case RequestType::AddProcessSet:
+    case RequestType::RemoveProcessSet:
+      if (std::string m = checkProcessSet(ref, set_size); !m.empty()) return invalid(m);
+      out.rank_rows = ref.splits;
+      std::sort(out.rank_rows.begin(), out.rank_rows.end());
+      break;
+    default: break;
+  }
+  return out;
+}
+
+std::string formatStallReport(const std::vector<StallReport>& stalls, int set_size) {
+  std::string out;
+  for (const StallReport& s : stalls) {
+    std::vector<int> submitted;
+    for (int r = 0; r < set_size; ++r)
+      if (std::find(s.missing_ranks.begin(), s.missing_ranks.end(), r) == s.missing_ranks.end())
+        submitted.push_back(r);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(s.waiting).count());
+    if (!out.empty()) out += '\n';
+    out += std::string(requestTypeName(s.type)) + " '" + s.name + "' waited " + secs + " s for ";
+    out += s.missing_ranks.empty() ? "the other tensors of its group" : ranksPhrase(s.missing_ranks);
+    if (!submitted.empty()) out += " (submitted by " + ranksPhrase(submitted) + ")";
+  }
+  return out;
+}
+
+// ---- Coordinator ------------------------------------------------------------------
+
+struct Coordinator::Ready {
+  std::uint64_t seq;  // submission counter of the lowest-ranked submitter
+  std::string name;
+  Response response;
+};
+
+Coordinator::Coordinator(int set_size)
+    : set_size_(set_size), joined_(set_size > 0 ? set_size : 0, false),
+      join_names_(set_size > 0 ? set_size : 0) {
+  if (set_size <= 0) throw InvalidArgument("Coordinator: process set size " + std::to_string(set_size));
+}
+
+// Removes the name from the table and fails it on every rank: a consistent failure
+// beats pairing the surviving requests with the wrong ones.
+void Coordinator::fail(const Request& request, const std::string& message) {
+  table_.erase(request.name);
+  errors_.push_back(errorResponse(request.name, message, Response::ErrorKind::Invalid));
+}
+
+void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
+  std::vector<std::string> failed;  // later requests for these names are dropped this call
+  std::vector<const Request*> joins;
+  for (const Request& r : requests) {
+    if (std::find(failed.begin(), failed.end(), r.name) != failed.end()) continue;
+    if (r.rank < 0 || r.rank >= set_size_) {
+      fail(r, prefix(r) + "request from rank " + std::to_string(r.rank) +
+                  ", which is not a rank of the process set of size " + std::to_string(set_size_));
+      failed.push_back(r.name);
+    } else if (r.type == RequestType::Join) {
+      joins.push_back(&r);
+    } else {
+      auto [it, created] = table_.try_emplace(r.name);
+      auto& reqs = it->second.requests;
+      if (created) it->second.first_seen = now;
+      auto pos = std::lower_bound(reqs.begin(), reqs.end(), r.rank,
+                                  [](const Request& a, int rank) { return a.rank < rank; });
+      if (pos != reqs.end() && pos->rank == r.rank) {
+        fail(r, prefix(r) + "rank " + std::to_string(r.rank) +
+                    " submitted it again before the first one completed");
+        failed.push_back(r.name);
+      } else {
+        reqs.insert(pos, r);
+      }
+    }
+  }
+  // Ranks joining in the same cycle count as joining in rank order, so "last to join"
+  // does not depend on the order the requests were gathered in.
+  std::sort(joins.begin(), joins.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+  for (const Request* j : joins) {
+    joined_[j->rank] = true;
+    join_names_[j->rank] = j->name;
+    last_joined_ = j->rank;
+  }
+}
+
+std::vector<bool> Coordinator::joinedFor(const Entry& entry) const {
+  std::vector<bool> gone = joined_;
+  for (const Request& r : entry.requests) gone[r.rank] = false;
+  return gone;
+}
+
+std::vector<int> Coordinator::missingRanks(const Entry& entry) const {
+  bool every = needsEveryRank(entry.requests.front().type);
+  std::vector<bool> sent(set_size_, false);
+  for (const Request& r : entry.requests) sent[r.rank] = true;
+  std::vector<int> missing;
+  for (int r = 0; r < set_size_; ++r)
+    if (!sent[r] && (every || !joined_[r])) missing.push_back(r);
+  return missing;
+}
+
+bool Coordinator::isReady(const Entry& entry) const {
+  return entry.requests.size() == static_cast<std::size_t>(set_size_) || missingRanks(entry).empty();
+}
+
+std::vector<Response> Coordinator::takeReady() {
+  std::vector<Response> out = std::move(errors_);
+  errors_.clear();
+  std::vector<Ready> ready;
+  std::map<std::string, std::vector<std::string>> groups;  // group -> its ready members
+  for (auto it = table_.begin(); it != table_.end();) {
+    const Request& first = it->second.requests.front();
+    if (!isReady(it->second)) {
+      ++it;
+    } else if (!first.group.empty() && first.type == RequestType::Allreduce) {
+      groups[first.group].push_back(it->first);
+      ++it;
+    } else {
+      ready.push_back({first.seq, it->first,
+                       buildResponse(it->second.requests, set_size_, joinedFor(it->second))});
+      it = table_.erase(it);
+    }
+  }
+  for (const auto& [group, members] : groups) takeGroup(group, members, ready);
+  std::sort(ready.begin(), ready.end(), [](const Ready& a, const Ready& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.name < b.name;
+  });
+  for (Ready& r : ready) out.push_back(std::move(r.response));
+
+  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
+    Response join;
+    join.type = ResponseType::Join;
+    join.root = last_joined_;
+    for (const std::string& name : join_names_)
+      if (std::find(join.names.begin(), join.names.end(), name) == join.names.end())
+        join.names.push_back(name);
+    out.push_back(std::move(join));
+    joined_.assign(set_size_, false);
+    join_names_.assign(set_size_, "");
+    last_joined_ = -1;
+  }
+  return out;
+}
+
+// A grouped allreduce is one handle: it waits until every member is ready, then goes
+// out as one fused response (members by index, not by name: "g.10" follows "g.9"),
+// or fails as a whole.
+void Coordinator::takeGroup(const std::string& group, const std::vector<std::string>& members,
+                            std::vector<Ready>& out) {
+  const std::int32_t size = table_.at(members.front()).requests.front().group_size;
+  std::vector<const std::string*> by_index(size, nullptr);
+  for (const std::string& name : members) {
+    const Request& first = table_.at(name).requests.front();
+    std::string_view suffix = std::string_view(name).substr(std::min(name.size(), group.size() + 1));
+    int index = -1;
+    auto [end, ec] = std::from_chars(suffix.data(), suffix.data() + suffix.size(), index);
+    bool named = name.size() > group.size() + 1 && name.starts_with(group) && name[group.size()] == '.' &&
+                 ec == std::errc() && end == suffix.data() + suffix.size() && std::to_string(index) == suffix;
+    if (!named || index >= size || first.group_size != size || by_index[index] != nullptr) {
+      out.push_back({first.seq, name,
+                     errorResponse(name, prefix(first) + "is not a member of group '" + group + "' of " +
+                                   std::to_string(size) + " (members are named '" + group + ".0' to '" +
+                                   group + "." + std::to_string(size - 1) + "')",
+                                   Response::ErrorKind::Invalid)});
+      table_.erase(name);
+      continue;
+    }
+    by_index[index] = &name;
+  }
+  if (std::find(by_index.begin(), by_index.end(), nullptr) != by_index.end()) return;
+
+  Ready fused{UINT64_MAX, *by_index.front(), {}};
+  for (const std::string* name : by_index) {
+    const Entry& e = table_.at(*name);
+    fused.seq = std::min(fused.seq, e.requests.front().seq);
+    Response r = buildResponse(e.requests, set_size_, joinedFor(e));
+    const Response& head = fused.response;
+    if (r.type != ResponseType::Error && name != by_index.front() &&
+        (r.dtype != head.dtype || r.device != head.device || r.op != head.op ||
+         !sameScale(r.prescale, head.prescale) || !sameScale(r.postscale, head.postscale))) {
+      r = errorResponse(*name, prefix(e.requests.front()) + "group '" + group + "' mixes " +
+                        dtypeName(head.dtype) + " " + reduceOpName(head.op) + " on " + head.device.str() +
+                        " ('" + head.names.front() + "') with " + dtypeName(r.dtype) + " " +
+                        reduceOpName(r.op) + " on " + r.device.str() +
+                        "; the tensors of a group are fused into one buffer and must share dtype, "
+                        "device, op and scale factors", Response::ErrorKind::Invalid);
+    }
+    if (r.type == ResponseType::Error) {
+      fused.response = std::move(r);  // the first failing member fails the group
+      break;
+    }
+    if (name == by_index.front()) {
+      fused.response = std::move(r);
+    } else {
+      fused.response.shapes.push_back(r.shapes.front());
+    }
+  }
+  fused.response.names.clear();  // success or failure, it names every member
+  for (const std::string* name : by_index) fused.response.names.push_back(*name);
+  for (const std::string* name : by_index) table_.erase(*name);
+  out.push_back(std::move(fused));
+}
+
+std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::duration age) const {
+  std::vector<StallReport> out;
+  for (const auto& [name, entry] : table_) {
+    Clock::duration waited = now - entry.first_seen;
+    if (waited >= age) out.push_back({name, missingRanks(entry), waited, entry.requests.front().type});
+  }
+  return out;
+}
+
+// A stalled member fails its whole group: the group shares one handle, and the other
+// members could never complete without it.
+std::vector<Response> Coordinator::expireStalled(Clock::time_point now, Clock::duration age) {
+  std::vector<Response> out;
+  std::map<std::string, std::string> failed_groups;  // group -> the member that stalled
+  for (const StallReport& s : stalled(now, age)) {
+    const Request& first = table_.at(s.name).requests.front();
+    if (!first.group.empty()) failed_groups.emplace(first.group, s.name);
+    out.push_back(errorResponse(s.name, formatStallReport({s}, set_size_) +
+                                "; gave up (ACCORD_STALL_SHUTDOWN_TIME): every rank of the process "
+                                "set must submit each collective",
+                                Response::ErrorKind::Stall));
+    table_.erase(s.name);
+  }
+  for (auto it = table_.begin(); it != table_.end();) {
+    const Request& first = it->second.requests.front();
+    auto group = failed_groups.find(first.group);
+    if (first.group.empty() || group == failed_groups.end()) {
+      ++it;
+      continue;
+    }
+    out.push_back(errorResponse(it->first, prefix(first) + "group '" + group->first +
+                                "' failed because its tensor '" + group->second + "' stalled",
+                                Response::ErrorKind::Stall));
+    it = table_.erase(it);
+  }
+  return out;
+}
+
+bool Coordinator::empty() const {
+  return table_.empty() && errors_.empty() &&
+         std::none_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
+}
+
+}  // namespace accord
