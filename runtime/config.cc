@@ -1,0 +1,202 @@
+// ACCORD_* environment variables (config.h), parsed and validated once at init.
+//
+// Every rejection names the variable, the value as given and the accepted range, so
+// a typo in a job script fails at init on every rank with a message that says what
+// to write instead. A variable set to the empty string counts as unset, which is
+// what `ACCORD_X= mpirun ...` means to most users.
+#include "runtime/config.h"
+
+#include <accord/error.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+namespace accord {
+
+namespace {
+
+// Defaults. They come from the benchmark (tools/): the fusion threshold and chunk size
+// where allreduce throughput on 4 MiB-class ResNet gradients levels off; the cycle
+// time is a placeholder (0 ms: negotiate as soon as work arrives) until the benchmark
+// sweeps it. Stall times follow Horovod: report after a minute, give up after five.
+constexpr double kDefaultCycleTimeMs = 0.0;
+constexpr std::size_t kDefaultFusionThreshold = 4u << 20;  // 4 MiB
+constexpr std::size_t kDefaultChunkBytes = 2u << 20;       // 2 MiB
+constexpr std::size_t kDefaultCacheCapacity = 1024;
+constexpr double kDefaultStallCheckSeconds = 60.0;
+constexpr double kDefaultStallShutdownSeconds = 300.0;
+constexpr const char* kDefaultLogLevel = "warn";
+
+constexpr double kMaxCycleTimeMs = 10'000.0;
+constexpr std::size_t kMinChunkBytes = 4u << 10;  // below a page, chunking is all overhead
+// The bit vector of an all-reduce grows with the capacity; a million tensors is far
+// beyond any model while still keeping that vector under 128 KiB.
+constexpr std::size_t kMaxCacheCapacity = 1u << 20;
+constexpr double kMaxSeconds = 1e9;  // keeps the milliseconds well inside int64
+const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+std::string trim(const char* raw) {
+  std::string s = raw;
+  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!s.empty() && space(s.back())) s.pop_back();
+  std::size_t start = 0;
+  while (start < s.size() && space(s[start])) ++start;
+  return s.substr(start);
+}
+
+[[noreturn]] void reject(const char* var, const std::string& value, const std::string& expected) {
+  throw InvalidArgument(std::string(var) + "='" + value + "': expected " + expected);
+}
+
+// Plain bytes or a K/M/G suffix (KiB multiples), optionally followed by "B" or "iB".
+bool parseBytes(const std::string& s, std::size_t& out) {
+  std::uint64_t n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end == s.data()) return false;
+  std::string unit(end, s.data() + s.size());
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (!unit.empty()) {
+    shift = unit[0] == 'K' ? 10 : unit[0] == 'M' ? 20 : unit[0] == 'G' ? 30 : -1;
+    std::string rest = unit.substr(1);
+    if (shift < 0 || (!rest.empty() && rest != "B" && rest != "IB")) return false;
+  }
+  if (n > (SIZE_MAX >> shift)) return false;
+  out = static_cast<std::size_t>(n) << shift;
+  return true;
+}
+
+bool parseNumber(const std::string& s, double& out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size() && std::isfinite(out);
+}
+
+class Reader {
+ public:
+  explicit Reader(const Config::Getenv& getenv) : getenv_(getenv) {}
+
+  // The trimmed value, or nullopt when unset or empty.
+  std::optional<std::string> get(const char* var) const {
+    const char* raw = getenv_(var);
+    if (raw == nullptr) return std::nullopt;
+    std::string s = trim(raw);
+    if (s.empty()) return std::nullopt;
+    return s;
+  }
+
+  std::size_t bytes(const char* var, std::size_t fallback, std::size_t min) const {
+    auto s = get(var);
+    if (!s) return fallback;
+    std::size_t v = 0;
+    if (!parseBytes(*s, v) || v < min) {
+      reject(var, *s, min == 0 ? "bytes >= 0 (suffixes K, M, G)"
+                               : "bytes >= " + std::to_string(min) + " (" +
+                                     std::to_string(min >> 10) + "K; suffixes K, M, G)");
+    }
+    return v;
+  }
+
+  std::size_t count(const char* var, std::size_t fallback, std::size_t max, const char* note) const {
+    auto s = get(var);
+    if (!s) return fallback;
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
+    if (ec != std::errc() || end != s->data() + s->size() || v > max)
+      reject(var, *s, "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
+    return static_cast<std::size_t>(v);
+  }
+
+  // A fractional number in [min, max]; `open_min` excludes min itself.
+  double number(const char* var, double fallback, double min, double max, bool open_min,
+                const std::string& expected) const {
+    auto s = get(var);
+    if (!s) return fallback;
+    double v = 0;
+    if (!parseNumber(*s, v) || v < min || (open_min && v == min) || v > max) reject(var, *s, expected);
+    return v;
+  }
+
+  std::string level(const char* var, const char* fallback) const {
+    auto s = get(var);
+    if (!s) return fallback;
+    std::string v = *s;
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const char* known : kLogLevels)
+      if (v == known) return v;
+    reject(var, *s, "one of trace, debug, info, warn, error, off");
+  }
+
+ private:
+  const Config::Getenv& getenv_;
+};
+
+std::chrono::milliseconds secondsToMs(double s) {
+  return std::chrono::milliseconds(std::llround(s * 1000.0));
+}
+
+std::string formatNumber(double v) {
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+}  // namespace
+
+Config Config::parse(const Getenv& getenv) {
+  Reader env(getenv);
+  Config c;
+  double cycle_ms = env.number("ACCORD_CYCLE_TIME", kDefaultCycleTimeMs, 0.0, kMaxCycleTimeMs, false,
+                               "milliseconds between 0 and 10000 (fractional allowed, e.g. 0.5)");
+  c.cycle_time = std::chrono::microseconds(std::llround(cycle_ms * 1000.0));
+  c.fusion_threshold = env.bytes("ACCORD_FUSION_THRESHOLD", kDefaultFusionThreshold, 0);
+  c.chunk_bytes = env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes);
+  c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
+                               "0 disables the cache");
+  c.stall_check_time = secondsToMs(env.number("ACCORD_STALL_CHECK_TIME", kDefaultStallCheckSeconds, 0.0,
+                                              kMaxSeconds, true,
+                                              "seconds > 0 and <= 1e9 (fractional allowed)"));
+  c.stall_shutdown_time = secondsToMs(env.number("ACCORD_STALL_SHUTDOWN_TIME",
+                                                 kDefaultStallShutdownSeconds, 0.0, kMaxSeconds, false,
+                                                 "seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)"));
+  c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
+  if (auto path = env.get("ACCORD_TIMELINE")) c.timeline = *path;
+  return c;
+}
+
+Config Config::fromEnvironment() {
+  return parse([](const char* var) -> const char* { return std::getenv(var); });
+}
+
+// One line per known variable: its effective value, then what it does and accepts.
+std::string Config::describe() const {
+  auto line = [](const char* var, const std::string& value, const char* about) {
+    std::string s = std::string(var) + "=" + value;
+    s.resize(std::max<std::size_t>(s.size() + 2, 44), ' ');
+    return s + about + "\n";
+  };
+  double cycle_ms = std::chrono::duration<double, std::milli>(cycle_time).count();
+  double check_s = std::chrono::duration<double>(stall_check_time).count();
+  double shutdown_s = std::chrono::duration<double>(stall_shutdown_time).count();
+  std::string out;
+  out += line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms", "batching wait of a busy cycle (0..10000 ms)");
+  out += line("ACCORD_FUSION_THRESHOLD", std::to_string(fusion_threshold) + " bytes",
+              "fusion buffer size (K/M/G suffixes, 0 = no fusion)");
+  out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",
+              "piece size of large reductions (>= 4K)");
+  out += line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
+              "response cache entries (0 = no cache)");
+  out += line("ACCORD_STALL_CHECK_TIME", formatNumber(check_s) + " s",
+              "report tensors some ranks have not submitted (> 0)");
+  out += line("ACCORD_STALL_SHUTDOWN_TIME", formatNumber(shutdown_s) + " s",
+              "fail stalled tensors after this long (0 = never)");
+  out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
+  out += line("ACCORD_TIMELINE", timeline.empty() ? "(off)" : timeline, "Chrome-trace output file");
+  return out;
+}
+
+}  // namespace accord
