@@ -1,0 +1,195 @@
+// The background loop: one thread per rank, the only thread that calls MPI.
+//
+// Each cycle reads as the data flow: take what the application submitted, negotiate
+// every process set this rank belongs to (in id order, the same on every rank, so
+// blocking collectives on different sets cannot cross), execute the agreed responses,
+// then apply process-set changes. Between cycles the thread sleeps on the queue's
+// condition variable; it never spins.
+#include "controller.h"
+#include "executor.h"
+#include "logging.h"
+#include "ops/mpi/mpi_check.h"
+#include "runtime.h"
+
+#include <algorithm>
+
+namespace accord {
+
+namespace {
+
+// When nothing is outstanding anywhere, idle cycles back off up to this: they exist
+// only so that the stall inspector, joins and shutdowns of other ranks progress.
+constexpr auto kIdleMax = std::chrono::milliseconds(20);
+// Floor for the wait of a cycle that brought nothing new, so ACCORD_CYCLE_TIME=0
+// cannot turn two waiting ranks into a negotiation storm.
+constexpr auto kMinBusyWait = std::chrono::microseconds(50);
+
+class BackgroundLoop {
+ public:
+  explicit BackgroundLoop(Runtime& rt)
+      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, ops_) {}
+
+  void run() noexcept;
+
+ private:
+  bool runOnce();
+  void pace();
+  void admitNew(Clock::time_point now);
+  void applyChanges(std::vector<SetChange>& changes);
+  void addSet(SetChange& change);
+  void removeSet(SetChange& change);
+  void failEverything(std::exception_ptr reason, bool shut_down);
+
+  Runtime& rt_;
+  OpManager ops_;
+  Controller controller_;
+  Executor executor_;
+  bool last_progress_ = false;
+  bool anyone_pending_ = false;
+  std::chrono::microseconds idle_wait_{kMinBusyWait};
+};
+
+void BackgroundLoop::pace() {
+  if (rt_.queue.hasWork() || rt_.queue.shutdownRequested()) return;
+  bool local_pending = false;
+  for (auto* set : rt_.sets.memberSets()) {
+    // A joined rank must answer the others' collectives promptly.
+    if (set->join_handle) return;
+    local_pending = local_pending || !set->pending.empty();
+  }
+  if (last_progress_ && local_pending) return;
+  const auto busy = std::max<std::chrono::microseconds>(rt_.config.cycle_time, kMinBusyWait);
+  if (anyone_pending_) {
+    idle_wait_ = busy;
+    rt_.queue.waitForWork(busy);
+    return;
+  }
+  rt_.queue.waitForWork(idle_wait_);
+  idle_wait_ = std::min<std::chrono::microseconds>(idle_wait_ * 2, kIdleMax);
+}
+
+void BackgroundLoop::admitNew(Clock::time_point now) {
+  for (auto& op : rt_.queue.drain()) {
+    ProcessSet* set = rt_.sets.find(op.process_set);
+    if (!set || set->comm == MPI_COMM_NULL) {
+      rt_.queue.release(op.process_set, op.request.name);
+      op.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
+          "process set " + std::to_string(op.process_set) + " was removed before '" +
+          op.request.name + "' was negotiated")));
+      continue;
+    }
+    controller_.admit(*set, std::move(op), now);
+  }
+}
+
+bool BackgroundLoop::runOnce() {
+  pace();
+  const auto now = Clock::now();
+  admitNew(now);
+  const bool want_shutdown = rt_.queue.shutdownRequested();
+  std::vector<SetChange> changes;
+  bool progress = false;
+  for (auto* set : rt_.sets.memberSets()) {
+    auto negotiated = controller_.negotiate(*set, want_shutdown, now);
+    if (set->id == kGlobalProcessSet) {
+      if (negotiated.shutdown) return false;  // every rank sees this in the same cycle
+      anyone_pending_ = negotiated.anyone_pending || negotiated.anyone_new;
+    }
+    progress = progress || !negotiated.responses.empty();
+    executor_.run(*set, negotiated.responses, changes);
+  }
+  applyChanges(changes);
+  last_progress_ = progress;
+  return true;
+}
+
+void BackgroundLoop::applyChanges(std::vector<SetChange>& changes) {
+  for (auto& change : changes) {
+    if (change.type == ResponseType::AddProcessSet) {
+      addSet(change);
+    } else {
+      removeSet(change);
+    }
+  }
+}
+
+// MPI_Comm_create is collective over the runtime's world communicator; every rank
+// applies the same changes in the same order, so the calls line up.
+void BackgroundLoop::addSet(SetChange& change) {
+  MPI_Group world_group, group;
+  ACCORD_MPI_CHECK(MPI_Comm_group(rt_.world, &world_group));
+  ACCORD_MPI_CHECK(MPI_Group_incl(world_group, static_cast<int>(change.ranks.size()),
+                                  change.ranks.data(), &group));
+  MPI_Comm comm = MPI_COMM_NULL;
+  ACCORD_MPI_CHECK(MPI_Comm_create(rt_.world, group, &comm));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  if (comm != MPI_COMM_NULL) ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  const ProcessSetId id = rt_.sets.nextId();
+  rt_.sets.add(ProcessSet::create(id, change.ranks, comm, rt_.rank, rt_.config.cache_capacity));
+  log().debug("added process set {} with {} ranks", id, change.ranks.size());
+  if (change.handle) {
+    change.handle->process_set = id;
+    change.handle->completePart();
+  }
+}
+
+void BackgroundLoop::removeSet(SetChange& change) {
+  auto set = rt_.sets.remove(change.id);
+  if (set) {
+    for (auto& [name, p] : set->pending) {
+      rt_.queue.release(set->id, name);
+      p.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
+          std::string(requestTypeName(p.request.type)) + " '" + name + "': process set " +
+          std::to_string(set->id) + " was removed while it was pending")));
+    }
+    if (set->comm != MPI_COMM_NULL) MPI_Comm_free(&set->comm);
+  }
+  if (change.handle) change.handle->completePart();
+}
+
+void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
+  rt_.queue.close(reason);
+  auto fail = [&](const std::string& what, detail::HandleState& handle) {
+    if (!shut_down) return handle.fail(reason);
+    handle.fail(std::make_exception_ptr(
+        ShutDown(what + " did not complete: Accord shut down (a rank called shutdown())")));
+  };
+  for (auto& op : rt_.queue.drain()) {
+    fail(std::string(requestTypeName(op.request.type)) + " '" + op.request.name + "'",
+         *op.entry.handle);
+  }
+  for (auto* set : rt_.sets.memberSets()) {
+    for (auto& [name, p] : set->pending) {
+      fail(std::string(requestTypeName(p.request.type)) + " '" + name + "'", *p.entry.handle);
+    }
+    set->pending.clear();
+    if (set->join_handle) fail("join", *set->join_handle);
+  }
+}
+
+void BackgroundLoop::run() noexcept {
+  try {
+    while (runOnce()) {
+    }
+    log().debug("background loop finished: shutdown negotiated");
+    failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
+  } catch (const Error& e) {
+    log().error("background loop failed: {}", e.what());
+    failEverything(std::current_exception(), false);
+  } catch (const std::exception& e) {
+    log().error("background loop failed: {}", e.what());
+    failEverything(std::make_exception_ptr(
+                       CommError(std::string("Accord's background loop failed: ") + e.what())),
+                   false);
+  }
+}
+
+}  // namespace
+
+void runBackgroundLoop(Runtime& rt) noexcept {
+  BackgroundLoop loop(rt);
+  loop.run();
+}
+
+}  // namespace accord

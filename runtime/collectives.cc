@@ -1,0 +1,261 @@
+// The public collectives. Every one of them goes through enqueue(): argument checks,
+// name generation and the hand-off to the background thread live in one place.
+#include "handle_state.h"
+#include "runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+namespace accord {
+
+namespace {
+
+struct Submission {
+  Request request;
+  TensorEntry entry;
+};
+
+std::string describe(const Request& r) {
+  return std::string(requestTypeName(r.type)) + " '" + r.name + "'";
+}
+
+void checkTensor(const Request& r, const TensorView& t) {
+  for (auto d : t.shape) {
+    if (d < 0) {
+      throw InvalidArgument(describe(r) + ": shape " + shapeString(t.shape) +
+                            " has a negative dimension");
+    }
+  }
+  if (t.data == nullptr && t.numel() > 0) {
+    throw InvalidArgument(describe(r) + ": data pointer is null for shape " +
+                          shapeString(t.shape));
+  }
+  if (t.device.type != DeviceType::CPU) {
+    throw InvalidArgument(describe(r) + ": tensor is on " + t.device.str() +
+                          ", but this build of Accord has no GPU backend; expected cpu");
+  }
+}
+
+void checkScale(const Request& r, double factor, const char* which) {
+  if (!std::isfinite(factor)) {
+    throw InvalidArgument(describe(r) + ": " + which + " factor " + std::to_string(factor) +
+                          " is not finite");
+  }
+}
+
+std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::string& name) {
+  if (!name.empty()) return name;
+  std::lock_guard<std::mutex> lock(rt.names_mu);
+  auto n = rt.name_counters[{set, type}]++;
+  return std::string(requestTypeName(type)) + "." + std::to_string(n);
+}
+
+// Builds the request every collective starts from; checks the process set.
+Submission start(Runtime& rt, RequestType type, const std::string& name, ProcessSetId set,
+                 const TensorView* tensor) {
+  rt.sets.member(set, requestTypeName(type));
+  Submission s;
+  s.request.type = type;
+  s.request.name = nameFor(rt, set, type, name);
+  if (tensor) {
+    s.request.dtype = tensor->dtype;
+    s.request.shape = tensor->shape;
+    s.request.device = tensor->device;
+    s.entry.tensor = *tensor;
+    checkTensor(s.request, *tensor);
+  }
+  s.entry.name = s.request.name;
+  return s;
+}
+
+Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
+  auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
+  if (subs.empty()) {
+    state->completePart();
+    return Handle(state);
+  }
+  std::vector<QueuedOp> ops;
+  ops.reserve(subs.size());
+  for (auto& s : subs) {
+    s.entry.handle = state;
+    ops.push_back({set, std::move(s.request), std::move(s.entry)});
+  }
+  rt.queue.push(std::move(ops));
+  return Handle(state);
+}
+
+Submission allreduceSubmission(Runtime& rt, const TensorView& t, const AllreduceOptions& o,
+                               const std::string& name) {
+  auto s = start(rt, RequestType::Allreduce, name, o.process_set, &t);
+  s.request.op = o.op;
+  s.request.prescale = o.prescale;
+  s.request.postscale = o.postscale;
+  checkScale(s.request, o.prescale, "prescale");
+  checkScale(s.request, o.postscale, "postscale");
+  return s;
+}
+
+void requireRows(const Request& r) {
+  if (r.shape.empty()) {
+    throw InvalidArgument(describe(r) +
+                          ": needs a tensor with at least one dimension (got a scalar)");
+  }
+}
+
+}  // namespace
+
+Handle allreduce_async(TensorView tensor, const AllreduceOptions& options) {
+  auto& rt = runtime("accord::allreduce");
+  std::vector<Submission> subs;
+  subs.push_back(allreduceSubmission(rt, tensor, options, options.name));
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+void allreduce(TensorView tensor, const AllreduceOptions& options) {
+  allreduce_async(std::move(tensor), options).wait();
+}
+
+Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceOptions& options) {
+  auto& rt = runtime("accord::grouped_allreduce");
+  const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
+                                    options.name.empty() ? "" : options.name);
+  std::vector<Submission> subs;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto s = allreduceSubmission(rt, tensors[i], options, group + "." + std::to_string(i));
+    s.request.group = group;
+    s.request.group_size = static_cast<std::int32_t>(tensors.size());
+    subs.push_back(std::move(s));
+  }
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
+  auto& rt = runtime("accord::allgather");
+  auto s = start(rt, RequestType::Allgather, options.name, options.process_set, &input);
+  requireRows(s.request);
+  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
+  s.entry.output = std::move(output);
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
+  auto& rt = runtime("accord::broadcast");
+  auto s = start(rt, RequestType::Broadcast, options.name, options.process_set, &tensor);
+  const int set_size = rt.sets.member(options.process_set, "broadcast").second;
+  if (options.root < 0 || options.root >= set_size) {
+    throw InvalidArgument(describe(s.request) + ": root rank " + std::to_string(options.root) +
+                          " is outside the process set (expected 0.." +
+                          std::to_string(set_size - 1) + ")");
+  }
+  s.request.root = options.root;
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+void broadcast(TensorView tensor, const BroadcastOptions& options) {
+  broadcast_async(std::move(tensor), options).wait();
+}
+
+Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options) {
+  auto& rt = runtime("accord::alltoall");
+  auto s = start(rt, RequestType::Alltoall, options.name, options.process_set, &input);
+  requireRows(s.request);
+  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
+  const int n = rt.sets.member(options.process_set, "alltoall").second;
+  const std::int64_t rows = input.shape[0];
+  std::vector<std::int64_t> splits = options.splits;
+  if (splits.empty()) {
+    if (rows % n != 0) {
+      throw InvalidArgument(describe(s.request) + ": first dimension " + std::to_string(rows) +
+                            " does not divide evenly among " + std::to_string(n) +
+                            " ranks; pass splits");
+    }
+    splits.assign(n, rows / n);
+  }
+  const bool negative = std::any_of(splits.begin(), splits.end(), [](auto v) { return v < 0; });
+  const auto sum = std::accumulate(splits.begin(), splits.end(), std::int64_t{0});
+  if (static_cast<int>(splits.size()) != n || negative || sum != rows) {
+    throw InvalidArgument(describe(s.request) + ": splits must be " + std::to_string(n) +
+                          " non-negative row counts summing to the first dimension " +
+                          std::to_string(rows) + " (got " + shapeString(splits) + ")");
+  }
+  s.request.splits = splits;
+  s.entry.splits = std::move(splits);
+  s.entry.output = std::move(output);
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+Handle reducescatter_async(TensorView input, Allocator output,
+                           const ReducescatterOptions& options) {
+  auto& rt = runtime("accord::reducescatter");
+  auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input);
+  requireRows(s.request);
+  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
+  s.request.op = options.op;
+  s.request.prescale = options.prescale;
+  s.request.postscale = options.postscale;
+  checkScale(s.request, options.prescale, "prescale");
+  checkScale(s.request, options.postscale, "postscale");
+  s.entry.output = std::move(output);
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+Handle barrier_async(ProcessSetId process_set) {
+  auto& rt = runtime("accord::barrier");
+  std::vector<Submission> subs;
+  subs.push_back(start(rt, RequestType::Barrier, "", process_set, nullptr));
+  return enqueue(rt, process_set, std::move(subs));
+}
+
+void barrier(ProcessSetId process_set) { barrier_async(process_set).wait(); }
+
+Handle join_async(ProcessSetId process_set) {
+  auto& rt = runtime("accord::join");
+  std::vector<Submission> subs;
+  subs.push_back(start(rt, RequestType::Join, "join", process_set, nullptr));
+  return enqueue(rt, process_set, std::move(subs));
+}
+
+int join(ProcessSetId process_set) { return join_async(process_set).lastJoinedRank(); }
+
+ProcessSetId add_process_set(std::vector<int> ranks) {
+  auto& rt = runtime("accord::add_process_set");
+  std::sort(ranks.begin(), ranks.end());
+  const bool bad = ranks.empty() || ranks.front() < 0 || ranks.back() >= rt.size ||
+                   std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end();
+  if (bad) {
+    throw InvalidArgument("add_process_set: ranks " +
+                          shapeString(Shape(ranks.begin(), ranks.end())) +
+                          " must be distinct ranks in 0.." + std::to_string(rt.size - 1) +
+                          " (at least one)");
+  }
+  auto s = start(rt, RequestType::AddProcessSet, "", kGlobalProcessSet, nullptr);
+  s.request.splits.assign(ranks.begin(), ranks.end());
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  return enqueue(rt, kGlobalProcessSet, std::move(subs)).processSet();
+}
+
+void remove_process_set(ProcessSetId id) {
+  auto& rt = runtime("accord::remove_process_set");
+  if (id == kGlobalProcessSet) {
+    throw InvalidArgument("remove_process_set: the global process set (0) cannot be removed");
+  }
+  rt.sets.ranks(id);  // throws for an unknown id
+  auto s = start(rt, RequestType::RemoveProcessSet, "", kGlobalProcessSet, nullptr);
+  s.request.splits = {id};
+  std::vector<Submission> subs;
+  subs.push_back(std::move(s));
+  enqueue(rt, kGlobalProcessSet, std::move(subs)).wait();
+}
+
+}  // namespace accord

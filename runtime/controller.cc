@@ -1,0 +1,224 @@
+#include "controller.h"
+
+#include "logging.h"
+#include "ops/mpi/mpi_check.h"
+#include "runtime/wire.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace accord {
+
+namespace {
+
+// Flag bits of word 0. After the AND each reads "on every rank".
+constexpr std::uint64_t kNothingToSend = 1u << 0;
+constexpr std::uint64_t kNoShutdown = 1u << 1;
+constexpr std::uint64_t kNothingPending = 1u << 2;
+constexpr std::uint64_t kNothingNew = 1u << 3;
+
+void setBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
+  v[word0 + bit / 64] |= std::uint64_t{1} << (bit % 64);
+}
+void clearBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
+  v[word0 + bit / 64] &= ~(std::uint64_t{1} << (bit % 64));
+}
+bool testBit(const std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
+  return (v[word0 + bit / 64] >> (bit % 64)) & 1u;
+}
+
+bool cacheable(const Response& r) {
+  switch (r.type) {
+    case ResponseType::Allreduce:
+    case ResponseType::Allgather:
+    case ResponseType::Broadcast:
+    case ResponseType::Alltoall:
+    case ResponseType::Reducescatter:
+      return r.names.size() == 1;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void waitPolitely(MPI_Request& request) {
+  // A peer that is already negotiating answers within microseconds: spin that long.
+  // Beyond it the peer is busy elsewhere (computing, sleeping between idle cycles), so
+  // sleep, doubling up to 200 us: that bounds the added latency while costing a few
+  // thousand wake-ups a second at most.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kMaxSleep = std::chrono::microseconds(200);
+  int done = 0;
+  const auto start = Clock::now();
+  while (true) {
+    ACCORD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() - start < kSpin) continue;
+    break;
+  }
+  auto sleep = std::chrono::microseconds(5);
+  while (true) {
+    std::this_thread::sleep_for(sleep);
+    ACCORD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    sleep = std::min(sleep * 2, kMaxSleep);
+  }
+}
+
+void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
+  op.request.rank = set.rank;
+  op.request.seq = set.next_seq++;
+  if (op.request.type == RequestType::Join) set.join_handle = op.entry.handle;
+  ++set.fresh;
+  std::string name = op.request.name;
+  set.pending.emplace(std::move(name),
+                      PendingTensor{std::move(op.request), std::move(op.entry), now, false});
+}
+
+// Decides, per pending tensor, whether the cache answers it (hit bit) or it must go to
+// the coordinator. A hit that waits too long is demoted to a regular request so that
+// the coordinator's stall inspector sees it.
+std::vector<Request> Controller::classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
+                                          Clock::time_point now) {
+  const std::size_t w = set.cache->words();
+  const auto demote_after = std::min<Clock::duration>(std::chrono::seconds(1),
+                                                      config_.stall_check_time / 2);
+  std::vector<Request> to_send;
+  for (auto& [name, p] : set.pending) {
+    if (p.sent) continue;
+    auto found = set.cache->lookup(p.request);
+    if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after) {
+      setBit(bits, 1, found.slot);
+      continue;
+    }
+    if (found.status != ResponseCache::Status::Miss) clearBit(bits, 1 + w, found.slot);
+    to_send.push_back(p.request);
+    p.sent = true;
+  }
+  // Deterministic message content regardless of hash-map order.
+  std::sort(to_send.begin(), to_send.end(),
+            [](const Request& a, const Request& b) { return a.seq < b.seq; });
+  if (set.join_handle) {  // a joined rank agrees to every cached tensor
+    std::fill(bits.begin() + 1, bits.begin() + 1 + w, ~std::uint64_t{0});
+  }
+  return to_send;
+}
+
+// Applies the AND-reduced bits: erase invalidated slots, then emit the common hits in
+// slot order. Every rank runs this on the same bits, so the caches stay identical.
+void Controller::applyCacheVerdict(ProcessSet& set, const std::vector<std::uint64_t>& bits,
+                                   Negotiated& out) {
+  auto& cache = *set.cache;
+  const std::size_t w = cache.words();
+  for (std::uint32_t slot = 0; slot < cache.capacity(); ++slot) {
+    if (!testBit(bits, 1 + w, slot) && cache.contains(slot)) cache.erase(slot);
+  }
+  for (std::uint32_t slot = 0; slot < cache.capacity(); ++slot) {
+    if (testBit(bits, 1, slot) && cache.contains(slot)) {
+      cache.touch(slot);
+      out.responses.push_back(cache.response(slot));
+    }
+  }
+}
+
+Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now) {
+  const std::size_t w = set.cache->words();
+  std::vector<std::uint64_t> bits(1 + 2 * w, 0);
+  std::fill(bits.begin() + 1 + w, bits.end(), ~std::uint64_t{0});
+  const bool had_new = set.fresh > 0;
+  set.fresh = 0;
+  std::vector<Request> to_send = classify(set, bits, now);
+
+  std::uint64_t flags = 0;
+  const bool rank0_must_speak = set.coordinator && stallsExpired(set, now);
+  if (to_send.empty() && !rank0_must_speak) flags |= kNothingToSend;
+  if (!want_shutdown) flags |= kNoShutdown;
+  if (set.pending.empty()) flags |= kNothingPending;
+  if (!had_new) flags |= kNothingNew;
+  bits[0] = flags;
+
+  MPI_Request req;
+  ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()),
+                                  MPI_UINT64_T, MPI_BAND, set.comm, &req));
+  waitPolitely(req);
+
+  Negotiated out;
+  out.shutdown = !(bits[0] & kNoShutdown);
+  out.anyone_pending = !(bits[0] & kNothingPending);
+  out.anyone_new = !(bits[0] & kNothingNew);
+  applyCacheVerdict(set, bits, out);
+  if (!(bits[0] & kNothingToSend)) {
+    auto fresh = gatherAndDecide(set, to_send, now);
+    for (auto& r : fresh) {
+      if (cacheable(r)) {
+        auto it = set.pending.find(r.names[0]);
+        std::optional<Request> local;
+        if (it != set.pending.end()) local = it->second.request;
+        set.cache->put(r, local);
+      }
+      out.responses.push_back(std::move(r));
+    }
+  }
+  if (set.coordinator) reportStalls(set, now);
+  return out;
+}
+
+std::vector<Response> Controller::gatherAndDecide(ProcessSet& set,
+                                                  const std::vector<Request>& to_send,
+                                                  Clock::time_point now) {
+  const auto mine = encodeRequests(to_send);
+  int length = static_cast<int>(mine.size());
+  const bool root = set.rank == 0;
+  std::vector<int> lengths(root ? set.size : 0), offsets(root ? set.size : 0);
+  ACCORD_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, set.comm));
+  std::vector<std::uint8_t> all;
+  if (root) {
+    int total = 0;
+    for (int r = 0; r < set.size; ++r) {
+      offsets[r] = total;
+      total += lengths[r];
+    }
+    all.resize(total);
+  }
+  ACCORD_MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
+                               offsets.data(), MPI_BYTE, 0, set.comm));
+  std::vector<std::uint8_t> reply;
+  if (root) {
+    for (int r = 0; r < set.size; ++r) {
+      std::span<const std::uint8_t> part(all.data() + offsets[r], lengths[r]);
+      set.coordinator->add(decodeRequests(part), now);
+    }
+    ResponseList list;
+    list.responses = set.coordinator->takeReady();
+    if (config_.stall_shutdown_time.count() > 0) {
+      for (auto& e : set.coordinator->expireStalled(now, config_.stall_shutdown_time)) {
+        log().error("{}", e.error);
+        list.responses.push_back(std::move(e));
+      }
+    }
+    reply = encodeResponses(list);
+  }
+  std::uint64_t reply_length = reply.size();
+  ACCORD_MPI_CHECK(MPI_Bcast(&reply_length, 1, MPI_UINT64_T, 0, set.comm));
+  reply.resize(reply_length);
+  ACCORD_MPI_CHECK(
+      MPI_Bcast(reply.data(), static_cast<int>(reply_length), MPI_BYTE, 0, set.comm));
+  return decodeResponses(reply).responses;
+}
+
+bool Controller::stallsExpired(const ProcessSet& set, Clock::time_point now) const {
+  if (config_.stall_shutdown_time.count() <= 0) return false;
+  return !set.coordinator->stalled(now, config_.stall_shutdown_time).empty();
+}
+
+void Controller::reportStalls(ProcessSet& set, Clock::time_point now) {
+  if (now - last_stall_report_ < config_.stall_check_time) return;
+  auto stalls = set.coordinator->stalled(now, config_.stall_check_time);
+  if (stalls.empty()) return;
+  last_stall_report_ = now;
+  log().warn("process set {}: tensors waiting for other ranks:\n{}", set.id,
+             formatStallReport(stalls, set.size));
+}
+
+}  // namespace accord

@@ -1,0 +1,58 @@
+// Negotiation of one process set for one cycle: the MPI transport around the pure
+// coordinator and response cache.
+//
+// Every cycle each member contributes one bit vector to a bitwise-AND all-reduce:
+//   word 0        flags (each bit means "true on every rank" after the AND)
+//   words 1..W    cache hits: this rank has submitted the tensor in that slot
+//   words W+1..2W valid bits: cleared by a rank whose request no longer matches the slot
+// In steady state that one all-reduce is the whole negotiation. Only when some rank has
+// a request the cache cannot answer do the ranks gather serialized requests to the
+// set's rank 0, which decides and broadcasts the new responses.
+//
+// The all-reduce is posted non-blocking and polled with a short spin then growing
+// sleeps: ranks reach negotiation at different times and a blocking MPI call would
+// busy-poll a core that the application needs.
+#pragma once
+
+#include "process_sets.h"
+#include "runtime/config.h"
+#include "tensor_queue.h"
+
+#include <vector>
+
+namespace accord {
+
+struct Negotiated {
+  std::vector<Response> responses;  // unfused, in execution order, identical on all ranks
+  bool shutdown = false;            // some rank asked to shut down
+  bool anyone_pending = false;      // some rank still waits for a collective
+  bool anyone_new = false;          // some rank brought a request this cycle
+};
+
+class Controller {
+ public:
+  explicit Controller(const Config& config) : config_(config) {}
+
+  // Takes a freshly submitted op into the set's pending table.
+  void admit(ProcessSet& set, QueuedOp op, Clock::time_point now);
+  Negotiated negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now);
+
+ private:
+  std::vector<Request> classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
+                                Clock::time_point now);
+  void applyCacheVerdict(ProcessSet& set, const std::vector<std::uint64_t>& bits,
+                         Negotiated& out);
+  std::vector<Response> gatherAndDecide(ProcessSet& set, const std::vector<Request>& to_send,
+                                        Clock::time_point now);
+  void reportStalls(ProcessSet& set, Clock::time_point now);
+  bool stallsExpired(const ProcessSet& set, Clock::time_point now) const;
+
+  const Config& config_;
+  Clock::time_point last_stall_report_{};
+};
+
+// Waits for a non-blocking MPI request without pinning a core: spins briefly, then
+// sleeps with growing intervals.
+void waitPolitely(MPI_Request& request);
+
+}  // namespace accord

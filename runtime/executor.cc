@@ -1,0 +1,130 @@
+#include "executor.h"
+
+#include "logging.h"
+#include "runtime/fusion.h"
+
+namespace accord {
+
+std::exception_ptr errorFor(const Response& response) {
+  switch (response.error_kind) {
+    case Response::ErrorKind::Mismatch:
+      return std::make_exception_ptr(MismatchError(response.error));
+    case Response::ErrorKind::Stall:
+      return std::make_exception_ptr(Timeout(response.error));
+    case Response::ErrorKind::Invalid:
+      break;
+  }
+  return std::make_exception_ptr(InvalidArgument(response.error));
+}
+
+std::vector<std::optional<PendingTensor>> Executor::take(ProcessSet& set,
+                                                         const Response& response) {
+  std::vector<std::optional<PendingTensor>> out;
+  out.reserve(response.names.size());
+  for (const auto& name : response.names) {
+    auto it = set.pending.find(name);
+    if (it == set.pending.end()) {
+      out.emplace_back();
+      continue;
+    }
+    out.emplace_back(std::move(it->second));
+    set.pending.erase(it);
+    // Free the name before completing the handle: a thread woken by the completion may
+    // submit the same name at once.
+    queue_.release(set.id, name);
+  }
+  return out;
+}
+
+void Executor::run(ProcessSet& set, const std::vector<Response>& responses,
+                   std::vector<SetChange>& changes) {
+  for (const auto& response : planFusion(responses, config_.fusion_threshold)) {
+    switch (response.type) {
+      case ResponseType::Allreduce:
+      case ResponseType::Allgather:
+      case ResponseType::Broadcast:
+      case ResponseType::Alltoall:
+      case ResponseType::Reducescatter:
+        runData(set, response);
+        break;
+      default:
+        runControl(set, response, changes);
+    }
+  }
+}
+
+void Executor::runData(ProcessSet& set, const Response& response) {
+  auto tensors = take(set, response);
+  std::vector<TensorEntry*> entries;
+  entries.reserve(tensors.size());
+  for (auto& t : tensors) entries.push_back(t ? &t->entry : nullptr);
+  if (!set.join_handle) {
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (!entries[i]) {
+        log().error("{} '{}' was negotiated but this rank holds no such tensor",
+                    responseTypeName(response.type), response.names[i]);
+      }
+    }
+  }
+  ExecContext ctx{set.comm, set.rank, set.size, &config_};
+  try {
+    ops_.execute(ctx, response, entries);
+  } catch (...) {
+    auto error = std::current_exception();
+    for (auto* e : entries) {
+      if (e) e->handle->fail(error);
+    }
+    return;
+  }
+  for (auto* e : entries) {
+    if (!e) continue;
+    if (response.type == ResponseType::Alltoall) e->handle->received_splits = e->received_splits;
+    e->handle->completePart();
+  }
+}
+
+void Executor::runControl(ProcessSet& set, const Response& response,
+                          std::vector<SetChange>& changes) {
+  auto tensors = take(set, response);
+  std::shared_ptr<detail::HandleState> handle;
+  if (!tensors.empty() && tensors[0]) handle = tensors[0]->entry.handle;
+  switch (response.type) {
+    case ResponseType::Error: {
+      auto error = errorFor(response);
+      for (auto& t : tensors) {
+        if (t) t->entry.handle->fail(error);
+      }
+      return;
+    }
+    case ResponseType::Join:
+      // Every rank's join request is answered by this one response, whatever names the
+      // coordinator put on it.
+      for (auto it = set.pending.begin(); it != set.pending.end();) {
+        if (it->second.request.type != RequestType::Join) {
+          ++it;
+          continue;
+        }
+        queue_.release(set.id, it->first);
+        it = set.pending.erase(it);
+      }
+      if (set.join_handle) {
+        set.join_handle->last_joined_rank = response.root;
+        set.join_handle->completePart();
+        set.join_handle.reset();
+      }
+      return;
+    case ResponseType::AddProcessSet: {
+      std::vector<int> ranks(response.rank_rows.begin(), response.rank_rows.end());
+      changes.push_back({response.type, std::move(ranks), 0, handle});
+      return;
+    }
+    case ResponseType::RemoveProcessSet:
+      changes.push_back({response.type, {}, static_cast<ProcessSetId>(response.rank_rows.at(0)),
+                         handle});
+      return;
+    default:  // Barrier: agreement was the whole point
+      if (handle) handle->completePart();
+  }
+}
+
+}  // namespace accord

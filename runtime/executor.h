@@ -1,0 +1,47 @@
+// Runs the negotiated responses of one process set on this rank.
+//
+// Plans fusion over the unfused response list (deterministic, so every rank groups the
+// same tensors), hands data collectives to the OpManager and completes or fails the
+// handles. Process-set changes are only recorded here: the loop applies them after the
+// cycle, when no set is being walked.
+#pragma once
+
+#include "process_sets.h"
+#include "tensor_queue.h"
+
+#include <optional>
+#include <vector>
+
+namespace accord {
+
+struct SetChange {
+  ResponseType type = ResponseType::AddProcessSet;  // or RemoveProcessSet
+  std::vector<int> ranks;                          // AddProcessSet
+  ProcessSetId id = 0;                             // RemoveProcessSet
+  std::shared_ptr<detail::HandleState> handle;     // null on a rank that did not ask
+};
+
+class Executor {
+ public:
+  Executor(const Config& config, TensorQueue& queue, OpManager& ops)
+      : config_(config), queue_(queue), ops_(ops) {}
+
+  void run(ProcessSet& set, const std::vector<Response>& responses,
+           std::vector<SetChange>& changes);
+
+ private:
+  // Removes this rank's tensors of `response` from the pending table and frees their
+  // names for resubmission; nullopt where this rank has none (it has joined).
+  std::vector<std::optional<PendingTensor>> take(ProcessSet& set, const Response& response);
+  void runData(ProcessSet& set, const Response& response);
+  void runControl(ProcessSet& set, const Response& response, std::vector<SetChange>& changes);
+
+  const Config& config_;
+  TensorQueue& queue_;
+  OpManager& ops_;
+};
+
+// The exception a failed handle raises for an error response.
+std::exception_ptr errorFor(const Response& response);
+
+}  // namespace accord

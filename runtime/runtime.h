@@ -1,0 +1,38 @@
+// The process-wide runtime state between init() and shutdown().
+#pragma once
+
+#include "process_sets.h"
+#include "runtime/config.h"
+#include "tensor_queue.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace accord {
+
+struct Runtime {
+  Config config;
+  MPI_Comm world = MPI_COMM_NULL;  // Accord's own duplicate of MPI_COMM_WORLD
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+  bool finalize_mpi = false;  // Accord called MPI_Init_thread, so it calls MPI_Finalize
+
+  TensorQueue queue;
+  ProcessSetTable sets;
+  std::thread loop;
+
+  // Generated names ("allreduce.3") count per process set and collective type, in the
+  // order the application issues unnamed collectives.
+  std::mutex names_mu;
+  std::map<std::pair<ProcessSetId, RequestType>, std::uint64_t> name_counters;
+};
+
+// Throws NotInitialized before init() and after shutdown().
+Runtime& runtime(const char* what);
+
+// The background thread's body.
+void runBackgroundLoop(Runtime& rt) noexcept;
+
+}  // namespace accord

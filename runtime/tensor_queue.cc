@@ -1,0 +1,67 @@
+#include "tensor_queue.h"
+
+#include <accord/error.h>
+
+namespace accord {
+
+void TensorQueue::push(std::vector<QueuedOp> ops) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) std::rethrow_exception(closed_);
+    for (const auto& op : ops) {
+      if (in_flight_.count({op.process_set, op.request.name})) {
+        throw InvalidArgument(std::string(requestTypeName(op.request.type)) + " '" +
+                              op.request.name +
+                              "': a collective with this name is already in flight on this "
+                              "rank; wait for it before submitting the name again");
+      }
+    }
+    for (auto& op : ops) {
+      in_flight_.insert({op.process_set, op.request.name});
+      ops_.push_back(std::move(op));
+    }
+  }
+  cv_.notify_one();
+}
+
+std::vector<QueuedOp> TensorQueue::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<QueuedOp> out;
+  out.swap(ops_);
+  return out;
+}
+
+void TensorQueue::release(ProcessSetId set, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase({set, name});
+}
+
+void TensorQueue::waitForWork(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !ops_.empty() || shutdown_requested_; });
+}
+
+bool TensorQueue::hasWork() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !ops_.empty();
+}
+
+void TensorQueue::requestShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  cv_.notify_one();
+}
+
+bool TensorQueue::shutdownRequested() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_requested_;
+}
+
+void TensorQueue::close(std::exception_ptr reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = std::move(reason);
+}
+
+}  // namespace accord

@@ -1,0 +1,56 @@
+// The hand-off between application threads and the background thread.
+//
+// Thread boundary: any application thread push()es; only the background thread
+// drain()s and release()s. A name may be in flight once per process set: pushing it
+// again before its collective completes is an immediate InvalidArgument, because two
+// live requests with one name could pair with the wrong requests on other ranks.
+#pragma once
+
+#include "ops/op.h"
+#include "runtime/message.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accord {
+
+struct QueuedOp {
+  ProcessSetId process_set = kGlobalProcessSet;
+  Request request;
+  TensorEntry entry;
+};
+
+class TensorQueue {
+ public:
+  // Throws InvalidArgument if any name is already in flight in its process set, or
+  // ShutDown once the queue is closed. All ops of one push (a grouped collective) are
+  // accepted or rejected together.
+  void push(std::vector<QueuedOp> ops);
+  std::vector<QueuedOp> drain();
+  // The collective `name` completed: its name may be submitted again.
+  void release(ProcessSetId set, const std::string& name);
+
+  // Background thread: sleeps until work arrives, a shutdown is requested, or `timeout`.
+  void waitForWork(std::chrono::microseconds timeout);
+  bool hasWork() const;
+
+  void requestShutdown();
+  bool shutdownRequested() const;
+  // After the loop ends, pushes fail with this reason (a ShutDown or the loop's error).
+  void close(std::exception_ptr reason);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<QueuedOp> ops_;
+  std::set<std::pair<ProcessSetId, std::string>> in_flight_;
+  bool shutdown_requested_ = false;
+  std::exception_ptr closed_;
+};
+
+}  // namespace accord
