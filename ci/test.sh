@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/install-deps.sh
+bash ci/build.sh
+build_dir=${ACCORD_BUILD_DIR:-build}
+# The multi-rank tests run as root inside containers: let OpenMPI do that.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+ctest --test-dir "$build_dir" --output-on-failure --no-tests=error "$@"
