@@ -1,0 +1,61 @@
+// What the trainer feeds the model: image sources (Fashion-MNIST, synthetic) and the
+// sharding rule that decides which samples each rank sees at each step.
+//
+// Sharding: every epoch all ranks compute the same permutation of the training set
+// from the shared seed and the epoch number. Step s of the epoch covers the global
+// batch order[s*G, (s+1)*G) with G = size * batch, and rank r takes its slice
+// [s*G + r*batch, s*G + (r+1)*batch). So the ranks' shards are disjoint, every rank
+// runs floor(n / G) steps, and 2 ranks with batch B see exactly the samples 1 rank
+// with batch 2B sees (the data-parallel equivalence test relies on that).
+// Augmentation draws from a generator seeded by (seed, epoch, sample index), never by
+// rank, for the same reason.
+#pragma once
+
+#include "idx.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accord::resnet {
+
+// A source of labelled images, normalised to float, at a fixed output size.
+class ImageSource {
+ public:
+  virtual ~ImageSource() = default;
+  virtual std::int64_t size() const = 0;
+  virtual int channels() const = 0;
+  virtual int imageSize() const = 0;  // output H = W
+  virtual int classes() const = 0;
+  // Writes sample `index` into out (C, S, S) and returns its label. With augment, a
+  // random crop (padding 2) and horizontal flip drawn from aug_seed.
+  virtual std::int32_t fill(std::int64_t index, bool augment, std::uint64_t aug_seed,
+                            float* out) const = 0;
+};
+
+// Fashion-MNIST (28x28 grey); centred with zero padding when image_size > 28.
+std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train,
+                                              int image_size, std::int64_t limit = 0);
+// Random images (throughput benchmark): n samples, a small pool of fixed random images
+// reused, labels index % classes.
+std::unique_ptr<ImageSource> makeSynthetic(std::int64_t n, int channels, int image_size,
+                                           int classes, std::uint64_t seed);
+
+// ---- sharding (pure, tested) ------------------------------------------------------------
+
+std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b);  // splitmix64 of a combination
+// Training steps per epoch, the same on every rank; throws if not even one.
+std::int64_t stepsPerEpoch(std::int64_t n, int world, int batch);
+// The epoch's order of the training set, identical on every rank.
+std::vector<std::int64_t> epochOrder(std::int64_t n, std::uint64_t seed, int epoch);
+// The samples rank `rank` trains on at `step` of an epoch with this order.
+std::vector<std::int64_t> shardBatch(const std::vector<std::int64_t>& order, std::int64_t step,
+                                     int rank, int world, int batch);
+// Evaluation: every sample once; rank r gets the r-th contiguous part [begin, end).
+struct Range {
+  std::int64_t begin = 0, end = 0;
+};
+Range evalShard(std::int64_t n, int rank, int world);
+
+}  // namespace accord::resnet

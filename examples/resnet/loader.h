@@ -1,0 +1,71 @@
+// Batches for one rank, prepared ahead of the training loop.
+//
+// A producer thread builds batches `prefetch` steps ahead while the model computes;
+// inside a batch the samples are decoded and augmented in parallel with oneTBB. The
+// training thread only copies a finished batch into the model's input buffer, and the
+// time it waits for one is the "data wait" the metrics report.
+#pragma once
+
+#include "data.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace accord::resnet {
+
+struct LoaderOptions {
+  int batch = 32;          // per rank
+  int rank = 0, world = 1;
+  std::uint64_t seed = 0;  // shared by all ranks
+  bool train = true;       // train: shuffled shard, augmented, full batches only
+  bool augment = true;
+  int prefetch = 2;        // batches prepared ahead
+};
+
+class Loader {
+ public:
+  Loader(const ImageSource& source, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Steps in an epoch: the same on every rank when training; evaluation covers this
+  // rank's part of the set, the last batch possibly partial.
+  std::int64_t steps() const { return steps_; }
+  // Starts producing the epoch's batches from step first_step (resuming mid-epoch).
+  void startEpoch(int epoch, std::int64_t first_step = 0);
+  // Copies the next batch into x (N, C, S, S) and labels (N); returns N, 0 at the end.
+  int next(float* x, std::int32_t* labels);
+
+ private:
+  struct Slot {
+    std::vector<float> x;
+    std::vector<std::int32_t> labels;
+    int n = 0;
+  };
+  std::vector<std::int64_t> indicesFor(std::int64_t step) const;
+  void produce(std::int64_t first_step);
+  void fill(Slot& slot, std::int64_t step);
+  void stop();
+
+  const ImageSource& source_;
+  LoaderOptions opt_;
+  std::int64_t steps_ = 0;
+  int epoch_ = 0;
+  std::vector<std::int64_t> order_;  // this epoch's permutation (train)
+  Range eval_range_;
+
+  std::vector<Slot> slots_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> ready_, free_;  // slot indices
+  std::int64_t remaining_ = 0;    // batches of this epoch not yet handed out
+  bool stopping_ = false;
+  std::thread producer_;  // runs produce(); joined by startEpoch and the destructor
+};
+
+}  // namespace accord::resnet

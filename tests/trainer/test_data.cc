@@ -1,0 +1,196 @@
+// Data: IDX parsing and its errors, the sharding rule (disjoint shards, equal step
+// counts, 2 x B equals 1 x 2B), and the prefetching loader.
+#include "data.h"
+#include "loader.h"
+
+#include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace accord::resnet;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tempDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("accord_test_data_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void writeGz(const fs::path& path, const std::vector<unsigned char>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+std::vector<unsigned char> idxBytes(const std::vector<std::uint32_t>& dims,
+                                    std::size_t data_bytes, unsigned char fill = 1) {
+  std::vector<unsigned char> b = {0, 0, 0x08, static_cast<unsigned char>(dims.size())};
+  for (std::uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(d >> s));
+  b.insert(b.end(), data_bytes, fill);
+  return b;
+}
+
+// A tiny Fashion-MNIST look-alike: n images of 28x28 and n labels.
+fs::path writeTinyFashion(const std::string& name, int n, int labels_n, unsigned char label) {
+  fs::path dir = tempDir(name);
+  for (const char* split : {"train", "t10k"}) {
+    writeGz(dir / (std::string(split) + "-images-idx3-ubyte.gz"),
+            idxBytes({static_cast<std::uint32_t>(n), 28, 28}, std::size_t(n) * 784, 128));
+    writeGz(dir / (std::string(split) + "-labels-idx1-ubyte.gz"),
+            idxBytes({static_cast<std::uint32_t>(labels_n)}, labels_n, label));
+  }
+  return dir;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("IDX files parse and Fashion-MNIST loads", "[data]") {
+  fs::path dir = writeTinyFashion("ok", 5, 5, 3);
+  IdxArray a = readIdx((dir / "train-images-idx3-ubyte.gz").string());
+  CHECK(a.dims == std::vector<std::uint32_t>{5, 28, 28});
+  CHECK(a.data.size() == 5 * 784);
+  ImageSet set = loadFashionMnist(dir.string(), true);
+  CHECK(set.n == 5);
+  CHECK(set.labels[4] == 3);
+}
+
+TEST_CASE("missing and corrupt dataset files are errors naming the file", "[data]") {
+  fs::path dir = tempDir("bad");
+  std::string e = errorOf([&] { loadFashionMnist(dir.string(), true); });
+  CHECK(e.find("train-images-idx3-ubyte.gz") != std::string::npos);
+  CHECK(e.find("no such file") != std::string::npos);
+
+  writeGz(dir / "magic.gz", {1, 2, 3, 4, 5, 6, 7, 8});
+  e = errorOf([&] { readIdx((dir / "magic.gz").string()); });
+  CHECK(e.find("magic.gz") != std::string::npos);
+  CHECK(e.find("bad magic") != std::string::npos);
+
+  auto trunc = idxBytes({10, 28, 28}, 784 * 3);  // promises 10 images, holds 3
+  writeGz(dir / "trunc.gz", trunc);
+  e = errorOf([&] { readIdx((dir / "trunc.gz").string()); });
+  CHECK(e.find("truncated") != std::string::npos);
+
+  // A gzip stream cut in the middle is corrupt, not silently short.
+  auto good = idxBytes({2, 28, 28}, 784 * 2);
+  writeGz(dir / "whole.gz", good);
+  {
+    std::string raw;
+    std::ifstream in(dir / "whole.gz", std::ios::binary);
+    raw.assign(std::istreambuf_iterator<char>(in), {});
+    std::ofstream out(dir / "cut.gz", std::ios::binary);
+    out.write(raw.data(), static_cast<std::streamsize>(raw.size() / 2));
+  }
+  e = errorOf([&] { readIdx((dir / "cut.gz").string()); });
+  CHECK(e.find("cut.gz") != std::string::npos);
+
+  fs::path mismatch = writeTinyFashion("mismatch", 5, 4, 1);
+  e = errorOf([&] { loadFashionMnist(mismatch.string(), true); });
+  CHECK(e.find("4 labels for 5 images") != std::string::npos);
+
+  fs::path badlabel = writeTinyFashion("badlabel", 3, 3, 12);
+  e = errorOf([&] { loadFashionMnist(badlabel.string(), false); });
+  CHECK(e.find("label 12") != std::string::npos);
+}
+
+TEST_CASE("the installed Fashion-MNIST has 60000 + 10000 images", "[data][fashion]") {
+  if (!fs::exists(std::string(kFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz")) {
+    WARN("dataset-fashion-mnist is not installed; skipped");
+    return;
+  }
+  ImageSet test = loadFashionMnist(kFashionMnistDir, false);
+  CHECK(test.n == 10000);
+  CHECK(test.H == 28);
+  CHECK(test.W == 28);
+}
+
+TEST_CASE("shards are disjoint, steps are equal, and 2 x B equals 1 x 2B", "[data]") {
+  const std::int64_t n = 1003;  // not a multiple of anything useful
+  const int B = 8;
+  for (int world : {1, 2, 3, 4}) {
+    const std::int64_t steps = stepsPerEpoch(n, world, B);
+    CHECK(steps == n / (world * B));
+    auto order = epochOrder(n, 7, 3);
+    std::set<std::int64_t> seen;
+    std::size_t total = 0;
+    for (int r = 0; r < world; ++r)
+      for (std::int64_t s = 0; s < steps; ++s)
+        for (std::int64_t i : shardBatch(order, s, r, world, B)) {
+          seen.insert(i);
+          ++total;
+        }
+    CHECK(seen.size() == total);  // disjoint
+    CHECK(total == static_cast<std::size_t>(steps * world * B));
+  }
+  auto order = epochOrder(n, 7, 0);
+  for (std::int64_t s = 0; s < stepsPerEpoch(n, 2, B); ++s) {
+    auto a = shardBatch(order, s, 0, 2, B), b = shardBatch(order, s, 1, 2, B);
+    a.insert(a.end(), b.begin(), b.end());
+    CHECK(a == shardBatch(order, s, 0, 1, 2 * B));
+  }
+  CHECK(epochOrder(n, 7, 0) == epochOrder(n, 7, 0));  // same on every rank
+  CHECK(epochOrder(n, 7, 0) != epochOrder(n, 7, 1));  // reshuffled every epoch
+  CHECK_THROWS(stepsPerEpoch(10, 2, 8));
+}
+
+TEST_CASE("evaluation shards cover every sample once", "[data]") {
+  for (int world : {1, 2, 3, 7}) {
+    std::int64_t covered = 0, expect_begin = 0;
+    for (int r = 0; r < world; ++r) {
+      Range range = evalShard(10000, r, world);
+      CHECK(range.begin == expect_begin);
+      covered += range.end - range.begin;
+      expect_begin = range.end;
+    }
+    CHECK(covered == 10000);
+  }
+}
+
+TEST_CASE("the loader delivers the shard's batches in order, prefetched", "[data]") {
+  auto src = makeSynthetic(100, 1, 8, 10, 1);
+  LoaderOptions opt;
+  opt.batch = 6;
+  opt.rank = 1;
+  opt.world = 2;
+  opt.seed = 5;
+  opt.prefetch = 3;
+  Loader loader(*src, opt);
+  CHECK(loader.steps() == 8);
+  std::vector<float> x(6 * 64);
+  std::vector<std::int32_t> y(6);
+  auto order = epochOrder(100, 5, 2);
+  loader.startEpoch(2, 3);  // resume at step 3
+  for (std::int64_t s = 3; s < 8; ++s) {
+    REQUIRE(loader.next(x.data(), y.data()) == 6);
+    auto idx = shardBatch(order, s, 1, 2, 6);
+    for (int i = 0; i < 6; ++i) CHECK(y[i] == idx[i] % 10);
+  }
+  CHECK(loader.next(x.data(), y.data()) == 0);
+
+  opt.train = false;
+  Loader eval(*src, opt);
+  CHECK(eval.steps() == 9);  // 50 samples in batches of 6
+  eval.startEpoch(0);
+  int total = 0, got;
+  while ((got = eval.next(x.data(), y.data())) > 0) total += got;
+  CHECK(total == 50);
+}
