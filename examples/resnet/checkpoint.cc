@@ -1,0 +1,173 @@
+// Checkpoint file format and atomic write; see checkpoint.h.
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace accord::resnet {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'C', 'C', 'O', 'R', 'D', 'C', 'K'};
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+void putString(std::string& out, const std::string& s) {
+  put(out, static_cast<std::uint32_t>(s.size()));
+  out += s;
+}
+
+// Bounds-checked reader over the file's bytes.
+class Reader {
+ public:
+  Reader(const std::string& path, const std::string& bytes) : path_(path), bytes_(bytes) {}
+  template <typename T>
+  T get(const char* what) {
+    T v;
+    need(sizeof(T), what);
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string getString(const char* what) {
+    const auto n = get<std::uint32_t>(what);
+    need(n, what);
+    std::string s = bytes_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  void getFloats(float* out, std::size_t n, const char* what) {
+    need(n * sizeof(float), what);
+    std::memcpy(out, bytes_.data() + pos_, n * sizeof(float));
+    pos_ += n * sizeof(float);
+  }
+
+ private:
+  void need(std::size_t n, const char* what) {
+    if (pos_ + n > bytes_.size() - sizeof(std::uint32_t))
+      throw CheckpointError(path_ + ": corrupt checkpoint: " + what + " runs past the end");
+  }
+  const std::string& path_;
+  const std::string& bytes_;
+  std::size_t pos_ = sizeof(kMagic);
+};
+
+std::uint32_t crcOf(const char* data, std::size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    data += chunk;
+    n -= chunk;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+[[noreturn]] void sysFail(const std::string& what, const std::string& path) {
+  throw CheckpointError("cannot " + what + " " + path + ": " + std::strerror(errno));
+}
+
+void writeAll(int fd, const std::string& bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t r = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) sysFail("write", path);
+    done += static_cast<std::size_t>(r);
+  }
+}
+
+void fsyncDir(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);  // best effort: some file systems refuse directory fsync
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void saveCheckpoint(const std::string& path, const std::string& description,
+                    const TrainState& state, const std::vector<TensorRef>& tensors) {
+  std::string out(kMagic, sizeof(kMagic));
+  put(out, kCheckpointVersion);
+  putString(out, description);
+  put(out, state.epoch);
+  put(out, state.step_in_epoch);
+  put(out, state.global_step);
+  put(out, static_cast<std::uint32_t>(tensors.size()));
+  for (const TensorRef& t : tensors) {
+    putString(out, t.name);
+    put(out, static_cast<std::uint64_t>(t.n));
+    out.append(reinterpret_cast<const char*>(t.data), t.n * sizeof(float));
+  }
+  put(out, crcOf(out.data(), out.size()));
+
+  const std::filesystem::path target(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) sysFail("create", tmp);
+  try {
+    writeAll(fd, out, tmp);
+    if (::fsync(fd) != 0) sysFail("fsync", tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) sysFail("close", tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) sysFail("rename " + tmp + " to", path);
+  fsyncDir(target.parent_path());
+}
+
+TrainState loadCheckpoint(const std::string& path, const std::string& description,
+                          const std::vector<TensorRef>& tensors) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot open checkpoint (" + std::strerror(errno) + ")");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < sizeof(kMagic) + 8 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    throw CheckpointError(path + ": not an accord-resnet checkpoint (bad magic)");
+  std::uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
+  if (crcOf(bytes.data(), bytes.size() - 4) != stored_crc)
+    throw CheckpointError(path + ": corrupt or truncated checkpoint (checksum mismatch, " +
+                          std::to_string(bytes.size()) + " bytes)");
+  Reader r(path, bytes);
+  const auto version = r.get<std::uint32_t>("version");
+  if (version != kCheckpointVersion)
+    throw CheckpointError(path + ": checkpoint version " + std::to_string(version) +
+                          ", this build reads version " + std::to_string(kCheckpointVersion));
+  const std::string desc = r.getString("model description");
+  if (desc != description)
+    throw CheckpointError(path + ": checkpoint is of a different model: '" + desc +
+                          "', this run is '" + description + "'");
+  TrainState state;
+  state.epoch = r.get<std::int64_t>("epoch");
+  state.step_in_epoch = r.get<std::int64_t>("step");
+  state.global_step = r.get<std::int64_t>("global step");
+  const auto count = r.get<std::uint32_t>("tensor count");
+  if (count != tensors.size())
+    throw CheckpointError(path + ": checkpoint holds " + std::to_string(count) +
+                          " tensors, the model expects " + std::to_string(tensors.size()));
+  for (const TensorRef& t : tensors) {
+    const std::string name = r.getString("tensor name");
+    const auto n = r.get<std::uint64_t>("tensor size");
+    if (name != t.name || n != t.n)
+      throw CheckpointError(path + ": checkpoint tensor '" + name + "' (" + std::to_string(n) +
+                            " values) where the model expects '" + t.name + "' (" +
+                            std::to_string(t.n) + ")");
+    r.getFloats(t.data, t.n, "tensor data");
+  }
+  return state;
+}
+
+}  // namespace accord::resnet

@@ -1,0 +1,101 @@
+// Checkpoints: a round trip restores every value; truncated, corrupted and
+// other-model files are rejected with a message naming the file.
+#include "checkpoint.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <unistd.h>
+
+using namespace accord::resnet;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  std::vector<float> a = std::vector<float>(1000), b = std::vector<float>(7);
+  std::vector<TensorRef> refs() { return {{"conv1.weight", a.data(), a.size()}, {"fc.bias", b.data(), b.size()}}; }
+  Fixture() {
+    std::iota(a.begin(), a.end(), 0.5f);
+    std::iota(b.begin(), b.end(), -3.0f);
+  }
+};
+
+fs::path tempPath(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / "accord_test_ckpt";
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+std::string readAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void writeAll(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(s.data(), static_cast<std::streamsize>(s.size()));
+}
+
+std::string loadError(const fs::path& p, const std::string& desc, Fixture& f) {
+  try {
+    loadCheckpoint(p.string(), desc, f.refs());
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint round trip restores tensors and state", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("round.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {3, 17, 317}, saved.refs());
+  CHECK_FALSE(fs::exists(p.string() + ".tmp." + std::to_string(::getpid())));
+  Fixture loaded;
+  std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+  std::fill(loaded.b.begin(), loaded.b.end(), 0.0f);
+  TrainState s = loadCheckpoint(p.string(), "resnet18 test", loaded.refs());
+  CHECK(s.epoch == 3);
+  CHECK(s.step_in_epoch == 17);
+  CHECK(s.global_step == 317);
+  CHECK(loaded.a == saved.a);
+  CHECK(loaded.b == saved.b);
+}
+
+TEST_CASE("truncated, corrupt and foreign checkpoints are rejected", "[checkpoint]") {
+  Fixture f;
+  const fs::path p = tempPath("good.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {1, 0, 10}, f.refs());
+  const std::string bytes = readAll(p);
+
+  const fs::path cut = tempPath("cut.ckpt");
+  for (std::size_t keep : {bytes.size() - 1, bytes.size() / 2, std::size_t{20}, std::size_t{3}}) {
+    writeAll(cut, bytes.substr(0, keep));
+    const std::string e = loadError(cut, "resnet18 test", f);
+    CHECK(e.find("cut.ckpt") != std::string::npos);
+    CHECK_FALSE(e.empty());
+  }
+
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x10;
+  const fs::path bad = tempPath("flip.ckpt");
+  writeAll(bad, flipped);
+  CHECK(loadError(bad, "resnet18 test", f).find("checksum") != std::string::npos);
+
+  const std::string other = loadError(p, "resnet50 test", f);
+  CHECK(other.find("different model") != std::string::npos);
+  CHECK(other.find("resnet18 test") != std::string::npos);
+
+  CHECK(loadError(tempPath("absent.ckpt"), "resnet18 test", f).find("absent.ckpt") !=
+        std::string::npos);
+
+  std::vector<float> small(5);
+  std::vector<TensorRef> wrong = {{"conv1.weight", small.data(), small.size()}, f.refs()[1]};
+  CHECK_THROWS_WITH(loadCheckpoint(p.string(), "resnet18 test", wrong),
+                    Catch::Contains("conv1.weight"));
+}
