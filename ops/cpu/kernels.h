@@ -1,0 +1,48 @@
+// Element-wise kernels the host collectives need: reduce, scale, neutral fill, and the
+// parallel copy that moves tensors in and out of the fusion buffer.
+//
+// No MPI here: these are linked into accord_core and unit-tested in one process. The
+// MPI backend calls them directly and from the custom MPI_Ops for float16/bfloat16.
+// Large buffers are split across threads with oneTBB; each thread's inner loop is a
+// plain loop over one dtype that GCC vectorizes.
+#pragma once
+
+#include <accord/accord.h>
+
+#include <cstddef>
+#include <span>
+
+namespace accord::cpu {
+
+// acc[i] = op(acc[i], in[i]) for `count` elements of `dtype`. Average reduces like Sum
+// (the caller divides afterwards). Signed integer Sum and Product wrap around (two's
+// complement) instead of overflowing, as MPI's built-in operations do in practice.
+// float16/bfloat16 are computed in float and rounded to nearest-even.
+void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op);
+
+// data[i] = data[i] * factor / divisor.
+// Floating point: one multiply by factor/divisor (float16/bfloat16 through float).
+// Integers: computed in double, rounded to nearest with halves away from zero
+// (std::round: 5/2 -> 3, -5/2 -> -3) and saturated to the type's range. The division
+// comes last so that an integer Average (divisor = set size) rounds exactly; int64
+// values beyond 2^53 lose low bits through double.
+void scale(void* data, std::size_t count, DType dtype, double factor, double divisor = 1.0);
+
+// Fills with op's neutral element: 0 for Sum/Average, the largest value (+inf for
+// floating point) for Min, the lowest (-inf) for Max, 1 for Product. A joined rank
+// contributes this so it does not change the result.
+void fillNeutral(void* data, std::size_t count, DType dtype, ReduceOp op);
+
+struct CopyPiece {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+// Copies every piece; pieces must not overlap each other. Many small pieces and a few
+// huge ones are balanced alike: the work is split by bytes, not by piece.
+void parallelCopy(std::span<const CopyPiece> pieces);
+
+// Below this many bytes a kernel runs on the calling thread (see kernels.cc).
+inline constexpr std::size_t kParallelGrainBytes = 128 * 1024;
+
+}  // namespace accord::cpu
