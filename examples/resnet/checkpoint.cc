@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -129,8 +130,7 @@ void saveCheckpoint(const std::string& path, const std::string& description,
   fsyncDir(target.parent_path());
 }
 
-TrainState loadCheckpoint(const std::string& path, const std::string& description,
-                          const std::vector<TensorRef>& tensors) {
+CheckpointContents readCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open checkpoint (" + std::strerror(errno) + ")");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -146,28 +146,41 @@ TrainState loadCheckpoint(const std::string& path, const std::string& descriptio
   if (version != kCheckpointVersion)
     throw CheckpointError(path + ": checkpoint version " + std::to_string(version) +
                           ", this build reads version " + std::to_string(kCheckpointVersion));
-  const std::string desc = r.getString("model description");
-  if (desc != description)
-    throw CheckpointError(path + ": checkpoint is of a different model: '" + desc +
-                          "', this run is '" + description + "'");
-  TrainState state;
-  state.epoch = r.get<std::int64_t>("epoch");
-  state.step_in_epoch = r.get<std::int64_t>("step");
-  state.global_step = r.get<std::int64_t>("global step");
+  CheckpointContents c;
+  c.description = r.getString("model description");
+  c.state.epoch = r.get<std::int64_t>("epoch");
+  c.state.step_in_epoch = r.get<std::int64_t>("step");
+  c.state.global_step = r.get<std::int64_t>("global step");
   const auto count = r.get<std::uint32_t>("tensor count");
-  if (count != tensors.size())
-    throw CheckpointError(path + ": checkpoint holds " + std::to_string(count) +
-                          " tensors, the model expects " + std::to_string(tensors.size()));
-  for (const TensorRef& t : tensors) {
-    const std::string name = r.getString("tensor name");
+  for (std::uint32_t i = 0; i < count; ++i) {
+    c.names.push_back(r.getString("tensor name"));
     const auto n = r.get<std::uint64_t>("tensor size");
-    if (name != t.name || n != t.n)
-      throw CheckpointError(path + ": checkpoint tensor '" + name + "' (" + std::to_string(n) +
-                            " values) where the model expects '" + t.name + "' (" +
-                            std::to_string(t.n) + ")");
-    r.getFloats(t.data, t.n, "tensor data");
+    if (n > bytes.size()) throw CheckpointError(path + ": corrupt checkpoint: tensor size");
+    c.values.emplace_back(n);
+    r.getFloats(c.values.back().data(), n, "tensor data");
   }
-  return state;
+  return c;
+}
+
+TrainState loadCheckpoint(const std::string& path, const std::string& description,
+                          const std::vector<TensorRef>& tensors) {
+  CheckpointContents c = readCheckpoint(path);
+  if (c.description != description)
+    throw CheckpointError(path + ": checkpoint is of a different model: '" + c.description +
+                          "', this run is '" + description + "'");
+  if (c.names.size() != tensors.size())
+    throw CheckpointError(path + ": checkpoint holds " + std::to_string(c.names.size()) +
+                          " tensors, the model expects " + std::to_string(tensors.size()));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    if (c.names[i] != t.name || c.values[i].size() != t.n)
+      throw CheckpointError(path + ": checkpoint tensor '" + c.names[i] + "' (" +
+                            std::to_string(c.values[i].size()) + " values) where the model expects '" +
+                            t.name + "' (" + std::to_string(t.n) + ")");
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    std::copy(c.values[i].begin(), c.values[i].end(), tensors[i].data);
+  return c.state;
 }
 
 }  // namespace accord::resnet

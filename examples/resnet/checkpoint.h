@@ -43,8 +43,17 @@ void saveCheckpoint(const std::string& path, const std::string& description,
                     const TrainState& state, const std::vector<TensorRef>& tensors);
 
 // Reads path into the given tensors (same names, order and sizes as when saved);
-// throws CheckpointError naming the file and what is wrong.
+// throws CheckpointError naming the file and what is wrong, before touching any tensor.
 TrainState loadCheckpoint(const std::string& path, const std::string& description,
                           const std::vector<TensorRef>& tensors);
+
+// Everything in a checkpoint file, checked for integrity only (no model to compare).
+struct CheckpointContents {
+  std::string description;
+  TrainState state;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+};
+CheckpointContents readCheckpoint(const std::string& path);
 
 }  // namespace accord::resnet

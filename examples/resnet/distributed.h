@@ -1,0 +1,45 @@
+// The trainer's side of the Accord runtime: gradient exchange that overlaps backward,
+// and the few collectives around it (initial broadcast, metric reduction, BN
+// statistics averaging, passing rank 0's resume result to everyone).
+//
+// With one rank every call is a no-op, so a single-process run (the throughput
+// benchmark) pays nothing for distribution.
+#pragma once
+
+#include "nn/layers.h"
+
+#include <accord/accord.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace accord::resnet {
+
+// Collects one named allreduce (Average) per gradient tensor as backward produces it.
+class GradExchange {
+ public:
+  explicit GradExchange(int world) : world_(world) {}
+  // Called from the model's GradSink on the training thread; returns at once.
+  void submit(const std::string& name, float* grad, std::size_t n);
+  // Blocks until every submitted gradient is averaged; returns the seconds waited.
+  double waitAll();
+
+ private:
+  int world_;
+  std::vector<Handle> handles_;
+};
+
+void broadcastFloats(float* data, std::size_t n, const std::string& name);
+void broadcastArena(const nn::Arena& arena, const std::string& name);
+void averageFloats(float* data, std::size_t n, const std::string& name);
+void sumDoubles(std::vector<double>& values, const std::string& name);
+void broadcastInts(std::vector<std::int64_t>& values, const std::string& name);
+// Rank 0 passes its error message (empty: success); every rank returns it, so all can
+// fail together instead of leaving the others waiting in a collective.
+std::string broadcastError(const std::string& error_on_root);
+
+// Caps this process's compute threads: oneDNN's OpenMP pool and oneTBB.
+void setThreads(int threads);
+
+}  // namespace accord::resnet

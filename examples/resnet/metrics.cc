@@ -1,0 +1,109 @@
+// Metrics output; see metrics.h.
+#include "metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace accord::resnet {
+namespace {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string toJson(const EpochReport& r) {
+  std::ostringstream o;
+  o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps << ",\"global_step\":"
+    << r.global_step << ",\"lr\":" << fixed(r.lr, 8) << ",\"train_loss\":"
+    << fixed(r.train_loss, 6) << ",\"train_acc\":" << fixed(r.train_acc, 6);
+  if (r.has_val) {
+    o << ",\"val_loss\":" << fixed(r.val_loss, 6) << ",\"val_top1\":" << fixed(r.val_top1, 6);
+    if (r.has_top5) o << ",\"val_top5\":" << fixed(r.val_top5, 6);
+  }
+  o << ",\"seconds\":" << fixed(r.seconds, 3) << ",\"images_per_sec\":"
+    << fixed(r.images_per_sec, 2) << ",\"images_per_sec_per_rank\":"
+    << fixed(r.images_per_sec_rank, 2) << ",\"compute_s\":" << fixed(r.compute_s, 3)
+    << ",\"comm_wait_s\":" << fixed(r.comm_wait_s, 3) << ",\"data_wait_s\":"
+    << fixed(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
+  return o.str();
+}
+
+std::string toLine(const EpochReport& r) {
+  std::ostringstream o;
+  o << "epoch " << r.epoch << "  lr " << fixed(r.lr, 5) << "  train loss "
+    << fixed(r.train_loss, 4) << " acc " << fixed(100 * r.train_acc, 2) << "%";
+  if (r.has_val) {
+    o << "  test top-1 " << fixed(100 * r.val_top1, 2) << "%";
+    if (r.has_top5) o << " top-5 " << fixed(100 * r.val_top5, 2) << "%";
+  }
+  o << "  " << fixed(r.images_per_sec, 1) << " img/s (" << fixed(r.images_per_sec_rank, 1)
+    << "/rank)  time " << fixed(r.seconds, 1) << "s: compute " << fixed(r.compute_s, 1)
+    << "s, comm wait " << fixed(r.comm_wait_s, 1) << "s, data wait "
+    << fixed(r.data_wait_s, 1) << "s";
+  return o.str();
+}
+
+Metrics::Metrics(bool enabled, const std::string& jsonl_path, bool progress)
+    : enabled_(enabled), bar_(enabled && progress && ::isatty(STDOUT_FILENO)) {
+  if (enabled_ && !jsonl_path.empty()) {
+    jsonl_ = std::fopen(jsonl_path.c_str(), "w");
+    if (!jsonl_)
+      throw std::runtime_error("cannot open --metrics file " + jsonl_path + ": " +
+                               std::strerror(errno));
+  }
+}
+
+Metrics::~Metrics() {
+  if (jsonl_) std::fclose(jsonl_);
+}
+
+void Metrics::clearBar() {
+  if (bar_drawn_) std::fputs("\r\033[K", stdout);
+  bar_drawn_ = false;
+}
+
+void Metrics::step(int epoch, std::int64_t step, std::int64_t steps, double loss,
+                   double img_per_s) {
+  if (!bar_) return;
+  const auto now = std::chrono::steady_clock::now();
+  // Redraw at most 10 times a second: a terminal is slow next to a small model's step.
+  if (step + 1 < steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  constexpr int kWidth = 30;
+  const int done = steps > 0 ? static_cast<int>(kWidth * (step + 1) / steps) : kWidth;
+  std::string bar(done, '#');
+  bar.resize(kWidth, '.');
+  std::fprintf(stdout, "\r\033[Kepoch %d [%s] %lld/%lld  loss %.4f  %.1f img/s", epoch,
+               bar.c_str(), static_cast<long long>(step + 1), static_cast<long long>(steps),
+               loss, img_per_s);
+  std::fflush(stdout);
+  bar_drawn_ = true;
+}
+
+void Metrics::epoch(const EpochReport& r) {
+  if (!enabled_) return;
+  clearBar();
+  std::printf("%s\n", toLine(r).c_str());
+  std::fflush(stdout);
+  if (jsonl_) {
+    std::fprintf(jsonl_, "%s\n", toJson(r).c_str());
+    std::fflush(jsonl_);
+  }
+}
+
+void Metrics::message(const std::string& line) {
+  if (!enabled_) return;
+  clearBar();
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace accord::resnet

@@ -1,0 +1,58 @@
+// What a run reports: a progress bar on a terminal, one line per epoch on stdout and
+// one JSON object per epoch in the --metrics file (JSON lines), with the reference
+// study's time split: compute, communication wait and data wait.
+//
+// Only rank 0 reports; the numbers it reports are already reduced over all ranks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace accord::resnet {
+
+struct EpochReport {
+  int epoch = 0;                 // 1-based, as printed
+  std::int64_t steps = 0;        // optimizer steps in this epoch
+  std::int64_t global_step = 0;  // after the epoch
+  double lr = 0;                 // at the epoch's last step
+  double train_loss = 0, train_acc = 0;
+  bool has_val = false;
+  double val_top1 = 0, val_top5 = 0;
+  bool has_top5 = false;         // more than 5 classes
+  double val_loss = 0;
+  double seconds = 0;            // wall time of the epoch's training steps
+  double images_per_sec = 0;     // global
+  double images_per_sec_rank = 0;
+  double compute_s = 0, comm_wait_s = 0, data_wait_s = 0;  // mean over ranks
+  int world = 1;
+};
+
+// Returns {"epoch":1,...} (one line, no trailing newline).
+std::string toJson(const EpochReport& r);
+// Returns "epoch 1  lr 0.1000  loss 0.512 acc 81.2%  val top-1 85.3% ...".
+std::string toLine(const EpochReport& r);
+
+class Metrics {
+ public:
+  // enabled: this rank reports; progress: draw a bar (only if stdout is a terminal).
+  Metrics(bool enabled, const std::string& jsonl_path, bool progress);
+  ~Metrics();
+
+  void step(int epoch, std::int64_t step, std::int64_t steps, double loss, double img_per_s);
+  void epoch(const EpochReport& r);
+  void message(const std::string& line);  // a plain line on stdout (clears the bar)
+
+ private:
+  void clearBar();
+
+  bool enabled_;
+  bool bar_;
+  bool bar_drawn_ = false;
+  std::FILE* jsonl_ = nullptr;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+}  // namespace accord::resnet

@@ -1,0 +1,57 @@
+// Everything a training run can be told, with the defaults of `accord-resnet` run with
+// no flags: a small ResNet-18 (cifar stem, width 1/4) on Fashion-MNIST that trains in a
+// few minutes on a laptop's CPU. main.cc maps one long flag onto each field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accord::resnet {
+
+struct TrainOptions {
+  // model
+  std::string model = "resnet18";
+  std::string stem = "cifar";  // cifar: 3x3/1 conv, no max pool; imagenet: 7x7/2 + pool
+  double width = 0.25;
+  int classes = 0;             // 0: the dataset's
+  bool zero_init_residual = false;
+  // data
+  std::string dataset = "fashion-mnist";  // or synthetic
+  std::string data_dir;                   // empty: the Debian package's path
+  int image_size = 0;                     // 0: the dataset's (28; synthetic 224)
+  int channels = 0;                       // synthetic only; 0: 3
+  std::int64_t train_limit = 0;           // use only the first N training images
+  std::int64_t synthetic_size = 12800;    // images per synthetic epoch
+  bool augment = true;
+  int prefetch = 2;
+  // optimisation
+  int batch_size = 64;  // per rank
+  int epochs = 3;
+  std::int64_t max_steps = 0;  // 0: no cap
+  double lr = 0.1;             // at a global batch of 256
+  double warmup_epochs = 5;
+  std::string schedule = "step";
+  std::vector<double> milestones = {30, 60, 80};
+  double gamma = 0.95;
+  double min_lr = 0.0;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-5;
+  bool no_bn_decay = false;
+  double label_smoothing = 0.1;
+  std::string train_bn_mode = "batch";  // batch | running (BN in inference mode)
+  std::string eval_bn_mode = "running";  // running | batch
+  std::uint64_t seed = 42;
+  // run
+  int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
+  bool eval = true;
+  std::string checkpoint;  // path; empty: no checkpoints
+  int checkpoint_every = 1;
+  std::string resume;
+  std::string metrics;      // JSON-lines file
+  std::string dump_params;  // write the final parameters here (rank 0)
+  bool progress = true;
+};
+
+}  // namespace accord::resnet

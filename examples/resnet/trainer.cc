@@ -1,0 +1,218 @@
+// Setting up a run and the training loop; see trainer.h. Evaluation, reporting and
+// checkpoint writing are in trainer_report.cc.
+#include "trainer.h"
+
+#include <accord/error.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace accord::resnet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int parseDepth(const std::string& model) {
+  for (int depth : {18, 34, 50, 101, 152})
+    if (model == "resnet" + std::to_string(depth)) return depth;
+  throw InvalidArgument("unknown --model '" + model +
+                        "' (expected resnet18, resnet34, resnet50, resnet101 or resnet152)");
+}
+
+Trainer::Trainer(const TrainOptions& options)
+    : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
+  const int local = std::max(1, accord::local_size());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  setThreads(opt_.threads > 0 ? opt_.threads : std::max(1, cores / local));
+  metrics_ = std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress);
+  buildData();
+  buildModel();
+  startFromRankZero();
+}
+
+void Trainer::buildData() {
+  if (opt_.dataset == "fashion-mnist") {
+    const std::string dir = opt_.data_dir.empty() ? kFashionMnistDir : opt_.data_dir;
+    const int size = opt_.image_size > 0 ? opt_.image_size : 28;
+    train_src_ = makeFashionMnist(dir, true, size, opt_.train_limit);
+    test_src_ = makeFashionMnist(dir, false, size);
+  } else if (opt_.dataset == "synthetic") {
+    const int size = opt_.image_size > 0 ? opt_.image_size : 224;
+    const int channels = opt_.channels > 0 ? opt_.channels : 3;
+    const int classes = opt_.classes > 0 ? opt_.classes : 1000;
+    train_src_ = makeSynthetic(opt_.synthetic_size, channels, size, classes, opt_.seed);
+    test_src_ = makeSynthetic(std::max<std::int64_t>(opt_.synthetic_size / 10, 1), channels,
+                              size, classes, opt_.seed + 1);
+  } else {
+    throw InvalidArgument("unknown --dataset '" + opt_.dataset +
+                          "' (expected fashion-mnist or synthetic)");
+  }
+  LoaderOptions lo;
+  lo.batch = opt_.batch_size;
+  lo.rank = rank_;
+  lo.world = world_;
+  lo.seed = opt_.seed;
+  lo.augment = opt_.augment;
+  lo.prefetch = opt_.prefetch;
+  train_loader_ = std::make_unique<Loader>(*train_src_, lo);
+  lo.train = false;
+  test_loader_ = std::make_unique<Loader>(*test_src_, lo);
+  labels_.resize(static_cast<std::size_t>(opt_.batch_size));
+}
+
+void Trainer::buildModel() {
+  ModelConfig cfg;
+  cfg.depth = parseDepth(opt_.model);
+  cfg.classes = opt_.classes > 0 ? opt_.classes : train_src_->classes();
+  if (cfg.classes < train_src_->classes())
+    throw InvalidArgument("--classes " + std::to_string(cfg.classes) + " is fewer than the " +
+                          std::to_string(train_src_->classes()) + " the dataset has");
+  cfg.in_channels = train_src_->channels();
+  if (opt_.stem != "cifar" && opt_.stem != "imagenet")
+    throw InvalidArgument("unknown --stem '" + opt_.stem + "' (expected cifar or imagenet)");
+  cfg.cifar_stem = opt_.stem == "cifar";
+  cfg.width = opt_.width;
+  cfg.zero_init_residual = opt_.zero_init_residual;
+  cfg.seed = opt_.seed;
+  cfg.max_batch = opt_.batch_size;
+  cfg.image_size = train_src_->imageSize();
+  resnet::buildModel(model_, cfg);
+  if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")
+    throw InvalidArgument("unknown --train-bn-mode '" + opt_.train_bn_mode +
+                          "' (expected batch or running)");
+  model_.sink = [this](const std::string& name, float* g, std::size_t n) {
+    grads_.submit(name, g, n);
+  };
+  SgdOptions so;
+  so.momentum = opt_.momentum;
+  so.nesterov = opt_.nesterov;
+  so.weight_decay = opt_.weight_decay;
+  so.bn_bias_decay = !opt_.no_bn_decay;
+  sgd_ = std::make_unique<Sgd>(parameterList(model_), so);
+  LrScheduleOptions lo;
+  lo.kind = parseScheduleKind(opt_.schedule);
+  lo.base_lr = opt_.lr;
+  lo.global_batch = opt_.batch_size * world_;
+  lo.warmup_epochs = opt_.warmup_epochs;
+  lo.total_epochs = opt_.epochs;
+  lo.milestones = opt_.milestones;
+  lo.gamma = opt_.gamma;
+  lo.min_lr = opt_.min_lr;
+  schedule_ = std::make_unique<LrSchedule>(lo);
+}
+
+std::vector<TensorRef> Trainer::checkpointTensors() {
+  std::vector<TensorRef> out;
+  for (const ParamRef& p : parameterList(model_)) out.push_back({p.name, p.w, p.n});
+  for (const ParamRef& p : bufferList(model_)) out.push_back({p.name, p.w, p.n});
+  const auto& params = sgd_->params();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    out.push_back({"momentum." + params[i].name, sgd_->momentum()[i].data(), params[i].n});
+  return out;
+}
+
+// Rank 0's parameters (fresh, or from --resume) become everyone's. A failed resume on
+// rank 0 fails every rank with rank 0's message instead of leaving them waiting.
+void Trainer::startFromRankZero() {
+  std::string error;
+  if (!opt_.resume.empty() && rank_ == 0) {
+    try {
+      state_ = loadCheckpoint(opt_.resume, model_.cfg.describe(), checkpointTensors());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!opt_.resume.empty()) error = broadcastError(error);
+  if (!error.empty()) throw Error("--resume failed on rank 0: " + error);
+  broadcastArena(model_.params, "init.params");
+  broadcastArena(model_.buffers, "init.bn_stats");
+  if (!opt_.resume.empty()) {
+    const auto& params = sgd_->params();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      broadcastFloats(sgd_->momentum()[i].data(), params[i].n, "init.momentum." + params[i].name);
+    std::vector<std::int64_t> s = {state_.epoch, state_.step_in_epoch, state_.global_step};
+    broadcastInts(s, "init.state");
+    state_ = {s[0], s[1], s[2]};
+    metrics_->message("resumed from " + opt_.resume + " at epoch " +
+                      std::to_string(state_.epoch + 1) + ", step " +
+                      std::to_string(state_.global_step));
+  }
+}
+
+void Trainer::trainStep(StepTimes& t) {
+  auto t0 = Clock::now();
+  const int n = train_loader_->next(model_.input, labels_.data());
+  t.data += since(t0);
+  t0 = Clock::now();
+  model_.bn_training = opt_.train_bn_mode == "batch";
+  forward(model_, n);
+  const float loss_value =
+      loss(model_, labels_.data(), n, static_cast<float>(opt_.label_smoothing), true);
+  const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
+  backward(model_, n);  // hands every layer's gradients to grads_ as it goes
+  t.compute += since(t0);
+  t.comm += grads_.waitAll();
+  t0 = Clock::now();
+  last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
+  sgd_->step(last_lr_);
+  t.compute += since(t0);
+  t.loss_sum += static_cast<double>(loss_value) * n;
+  t.correct += hits.top1;
+  t.seen += n;
+  ++state_.global_step;
+  ++state_.step_in_epoch;
+}
+
+bool Trainer::trainEpoch(int epoch, StepTimes& times) {
+  const std::int64_t steps = train_loader_->steps();
+  train_loader_->startEpoch(epoch, state_.step_in_epoch);
+  const auto t0 = Clock::now();
+  while (state_.step_in_epoch < steps) {
+    if (capReached()) return false;
+    trainStep(times);
+    const double rate = times.seen * world_ / std::max(since(t0), 1e-9);
+    metrics_->step(epoch + 1, state_.step_in_epoch - 1, steps,
+                   times.loss_sum / std::max(times.seen, 1.0), rate);
+  }
+  return !capReached();
+}
+
+EvalResult Trainer::run() {
+  EvalResult last;
+  const std::int64_t steps = train_loader_->steps();
+  metrics_->message("accord-resnet: " + model_.cfg.describe() + ", " +
+                    std::to_string(parameterCount(model_)) + " parameters, " +
+                    std::to_string(world_) + " rank(s) x batch " +
+                    std::to_string(opt_.batch_size) + ", " + std::to_string(steps) +
+                    " steps/epoch, peak LR " + std::to_string(schedule_->peakLr()));
+  bool more = !capReached();
+  while (more && state_.epoch < opt_.epochs) {
+    StepTimes times;
+    const std::int64_t first = state_.step_in_epoch;
+    const auto t0 = Clock::now();
+    more = trainEpoch(static_cast<int>(state_.epoch), times);
+    const double seconds = since(t0);
+    const bool finished = state_.step_in_epoch >= steps;
+    syncBatchNormStats();
+    if (opt_.eval) last = evaluate();
+    report(static_cast<int>(state_.epoch) + 1, state_.step_in_epoch - first, seconds, times,
+           opt_.eval ? &last : nullptr);
+    if (finished) state_ = {state_.epoch + 1, 0, state_.global_step};
+    const bool at_end = !more || state_.epoch >= opt_.epochs;
+    if (!opt_.checkpoint.empty() &&
+        (at_end || (finished && opt_.checkpoint_every > 0 &&
+                    state_.epoch % opt_.checkpoint_every == 0)))
+      saveCheckpoint(state_);
+  }
+  if (!opt_.dump_params.empty()) dumpParams();
+  return last;
+}
+
+}  // namespace accord::resnet

@@ -1,0 +1,76 @@
+// The training run: data, model, optimizer, schedule, checkpoints and metrics wired
+// together, and the loop that reads top to bottom:
+//
+//   for each epoch:            for each step:
+//     startEpoch                 next batch        (data wait)
+//     steps...                   forward, loss     (compute)
+//     average BN statistics      backward -> named allreduces, one per layer, in flight
+//     evaluate                   wait for them     (communication wait)
+//     report, checkpoint         SGD step          (compute)
+#pragma once
+
+#include "checkpoint.h"
+#include "data.h"
+#include "distributed.h"
+#include "loader.h"
+#include "lr_schedule.h"
+#include "metrics.h"
+#include "model.h"
+#include "optimizer.h"
+#include "options.h"
+
+#include <memory>
+#include <vector>
+
+namespace accord::resnet {
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;
+};
+
+class Trainer {
+ public:
+  // Call after accord::init(). Loads data, builds the model, resumes or broadcasts the
+  // initial parameters from rank 0.
+  explicit Trainer(const TrainOptions& options);
+  // Trains until --epochs or --steps; returns the last evaluation (zero without eval).
+  EvalResult run();
+
+ private:
+  struct StepTimes {
+    double compute = 0, comm = 0, data = 0;
+    double loss_sum = 0, correct = 0, seen = 0;
+  };
+
+  void buildData();
+  void buildModel();
+  void startFromRankZero();
+  std::vector<TensorRef> checkpointTensors();
+  bool trainEpoch(int epoch, StepTimes& times);  // false: --steps reached
+  bool capReached() const { return opt_.max_steps > 0 && state_.global_step >= opt_.max_steps; }
+  void trainStep(StepTimes& times);
+  EvalResult evaluate();
+  void syncBatchNormStats();
+  void report(int epoch, std::int64_t steps, double seconds, StepTimes times,
+              const EvalResult* val);
+  void saveCheckpoint(const TrainState& state);
+  void dumpParams();
+
+  TrainOptions opt_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<ImageSource> train_src_, test_src_;
+  std::unique_ptr<Loader> train_loader_, test_loader_;
+  Model model_;
+  std::unique_ptr<Sgd> sgd_;
+  std::unique_ptr<LrSchedule> schedule_;
+  GradExchange grads_;
+  std::unique_ptr<Metrics> metrics_;
+  TrainState state_;
+  std::vector<std::int32_t> labels_;  // (batch)
+  double last_lr_ = 0;
+};
+
+// "resnet50" -> 50; throws InvalidArgument otherwise.
+int parseDepth(const std::string& model);
+
+}  // namespace accord::resnet

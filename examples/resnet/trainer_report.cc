@@ -1,0 +1,93 @@
+// The trainer's epoch-end work: average BN statistics, evaluate on the test set,
+// reduce and report metrics, write checkpoints and parameter dumps.
+#include "trainer.h"
+
+#include <algorithm>
+
+namespace accord::resnet {
+
+// Each rank's running statistics come from its own shard. Averaging them makes every
+// rank evaluate (and rank 0 checkpoint) the same model; with BN in inference mode
+// during training they are identical already and this changes nothing.
+void Trainer::syncBatchNormStats() {
+  averageFloats(model_.buffers.base, model_.buffers.capacity, "bn_stats.average");
+}
+
+// Every rank evaluates its contiguous part of the test set; one allreduce of the
+// counts gives the global result, so no rank waits per batch.
+EvalResult Trainer::evaluate() {
+  model_.bn_training = opt_.eval_bn_mode == "batch";
+  test_loader_->startEpoch(0);
+  std::vector<double> sums(4, 0.0);  // loss * n, top-1 hits, top-5 hits, n
+  int n;
+  while ((n = test_loader_->next(model_.input, labels_.data())) > 0) {
+    forward(model_, n);
+    const float l = loss(model_, labels_.data(), n, 0.0f, false);
+    const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
+    sums[0] += static_cast<double>(l) * n;
+    sums[1] += hits.top1;
+    sums[2] += hits.top5;
+    sums[3] += n;
+  }
+  sumDoubles(sums, "eval.sums");
+  const double total = std::max(sums[3], 1.0);
+  return {sums[0] / total, sums[1] / total, sums[2] / total};
+}
+
+void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
+                     const EvalResult* val) {
+  std::vector<double> sums = {t.loss_sum, t.correct, t.seen, t.compute, t.comm, t.data,
+                              seconds};
+  sumDoubles(sums, "metrics.sums");
+  EpochReport r;
+  r.epoch = epoch;
+  r.steps = steps;
+  r.global_step = state_.global_step;
+  r.lr = last_lr_;
+  const double seen = std::max(sums[2], 1.0);
+  r.train_loss = sums[0] / seen;
+  r.train_acc = sums[1] / seen;
+  if (val) {
+    r.has_val = true;
+    r.val_loss = val->loss;
+    r.val_top1 = val->top1;
+    r.val_top5 = val->top5;
+    r.has_top5 = model_.fc.out > 5;
+  }
+  r.world = world_;
+  r.seconds = sums[6] / world_;
+  r.compute_s = sums[3] / world_;
+  r.comm_wait_s = sums[4] / world_;
+  r.data_wait_s = sums[5] / world_;
+  r.images_per_sec = r.seconds > 0 ? sums[2] / r.seconds : 0;
+  r.images_per_sec_rank = r.images_per_sec / world_;
+  metrics_->epoch(r);
+}
+
+void Trainer::saveCheckpoint(const TrainState& state) {
+  std::string error;
+  if (rank_ == 0) {
+    try {
+      resnet::saveCheckpoint(opt_.checkpoint, model_.cfg.describe(), state, checkpointTensors());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Keep the ranks in step: a failed write stops every rank, not just rank 0.
+  error = broadcastError(error);
+  if (!error.empty()) throw Error("checkpoint failed on rank 0: " + error);
+  metrics_->message("checkpoint written to " + opt_.checkpoint + " (epoch " +
+                    std::to_string(state.epoch) + ", step " +
+                    std::to_string(state.global_step) + ")");
+}
+
+// The final parameters alone, in the checkpoint format (CRC and all), for the
+// equivalence tests' `accord-resnet compare A B`.
+void Trainer::dumpParams() {
+  if (rank_ != 0) return;
+  std::vector<TensorRef> tensors;
+  for (const ParamRef& p : parameterList(model_)) tensors.push_back({p.name, p.w, p.n});
+  resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors);
+}
+
+}  // namespace accord::resnet
