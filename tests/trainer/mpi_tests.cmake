@@ -1,0 +1,27 @@
+# Trainer tests under mpirun (label `trainer-mpi`), each a short accord-resnet run or
+# two driven by trainer_mpi_check.cmake:
+#   equivalence  2 ranks x batch B == 1 rank x batch 2B after K steps (BN inference mode)
+#   resume       a run interrupted mid-epoch and resumed == the uninterrupted run
+#   bad-resume   a truncated checkpoint stops every rank with a clear error
+#   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
+if(NOT TARGET accord-resnet)
+  return()
+endif()
+
+set(ACCORD_TRAINER_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+set(ACCORD_TRAINER_WORK ${CMAKE_CURRENT_BINARY_DIR}/mpi_work)
+
+function(accord_trainer_mpi_test mode timeout)
+  add_test(NAME trainer.mpi.${mode}
+           COMMAND ${CMAKE_COMMAND} -DMODE=${mode} "-DMPIRUN=${ACCORD_TRAINER_MPIRUN}"
+                   -DTRAINER=$<TARGET_FILE:accord-resnet> -DWORK=${ACCORD_TRAINER_WORK}/${mode}
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/trainer_mpi_check.cmake)
+  # Ranks waiting in MPI yield the CPU: CI has 2 cores for 2 ranks plus helpers.
+  set_tests_properties(trainer.mpi.${mode} PROPERTIES TIMEOUT ${timeout} LABELS "trainer;trainer-mpi"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
+endfunction()
+
+accord_trainer_mpi_test(equivalence 300)
+accord_trainer_mpi_test(resume 300)
+accord_trainer_mpi_test(bad-resume 120)
+accord_trainer_mpi_test(accuracy 900)

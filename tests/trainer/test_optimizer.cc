@@ -1,0 +1,53 @@
+// SGD follows torch.optim.SGD: momentum, Nesterov, weight decay, and no decay on BN
+// parameters and biases when so configured.
+#include "optimizer.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <vector>
+
+using namespace accord::resnet;
+
+namespace {
+
+// The formula of optimizer.h in double precision, for one scalar.
+double reference(double w, const std::vector<double>& grads, double lr, double mu, double wd,
+                 bool nesterov) {
+  double buf = 0;
+  for (std::size_t t = 0; t < grads.size(); ++t) {
+    const double g = grads[t] + wd * w;
+    buf = t == 0 ? g : mu * buf + g;
+    w -= lr * (nesterov ? g + mu * buf : buf);
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("SGD with momentum, Nesterov and selective weight decay", "[optimizer]") {
+  const std::vector<double> grads = {0.5, -0.25, 1.0, 0.125};
+  for (bool nesterov : {false, true}) {
+    for (bool bn_decay : {true, false}) {
+      std::vector<float> w = {1.0f, 2.0f}, g(2);
+      std::vector<ParamRef> params = {{"conv.weight", &w[0], &g[0], 1, false},
+                                      {"bn.weight", &w[1], &g[1], 1, true}};
+      Sgd sgd(params, {0.9, nesterov, 0.01, bn_decay});
+      for (double grad : grads) {
+        g[0] = g[1] = static_cast<float>(grad);
+        sgd.step(0.1);
+      }
+      CHECK(w[0] == Approx(reference(1.0, grads, 0.1, 0.9, 0.01, nesterov)).epsilon(1e-5));
+      CHECK(w[1] == Approx(reference(2.0, grads, 0.1, 0.9, bn_decay ? 0.01 : 0.0, nesterov))
+                        .epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("SGD without momentum is plain gradient descent", "[optimizer]") {
+  std::vector<float> w(100000, 1.0f), g(100000, 2.0f);  // spans several parallel chunks
+  Sgd sgd({{"w", w.data(), g.data(), w.size(), false}}, {0.0, false, 0.0, true});
+  sgd.step(0.5);
+  CHECK(std::count(w.begin(), w.end(), 0.0f) == static_cast<long>(w.size()));
+  CHECK_THROWS(Sgd({}, {0.0, true, 0.0, true}));  // Nesterov needs momentum
+}

@@ -1,0 +1,65 @@
+# Driven by mpi_tests.cmake: cmake -DMODE=... -DMPIRUN=... -DTRAINER=... -DWORK=... -P this
+# Every run is small (a few hundred Fashion-MNIST images, a width-1/8 ResNet-18) except
+# `accuracy`, which is the trainer's no-flag default.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(SMALL --width 0.125 --train-limit 512 --no-eval --no-progress --threads 1 --seed 7)
+
+# run(<np> <log-name> args...): runs the trainer under mpirun, fails the test on error.
+function(run np name)
+  execute_process(COMMAND ${MPIRUN} -np ${np} ${TRAINER} ${ARGN}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  file(WRITE ${WORK}/${name}.log "${out}\n${err}")
+  message("---- ${name} (np ${np}): ${ARGN}\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} failed with ${rc}")
+  endif()
+  set(LAST_OUT "${out}" PARENT_SCOPE)
+endfunction()
+
+function(compare a b)
+  execute_process(COMMAND ${TRAINER} compare ${a} ${b} ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "parameters differ: ${a} vs ${b}")
+  endif()
+endfunction()
+
+if(MODE STREQUAL "equivalence")
+  # LR and momentum on from the first step, so K = 6 steps move every parameter.
+  set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2 --train-bn-mode running)
+  run(1 one ${args} --batch-size 32 --dump-params ${WORK}/one.params)
+  run(2 two ${args} --batch-size 16 --dump-params ${WORK}/two.params)
+  # Float sums in a different order (per-rank means, then the average): not bitwise.
+  compare(${WORK}/one.params ${WORK}/two.params --atol 1e-5 --rtol 1e-3)
+elseif(MODE STREQUAL "resume")
+  # 512 images / (2 x 16) = 16 steps an epoch; stop at step 20, i.e. inside epoch 2.
+  set(args ${SMALL} --epochs 2 --batch-size 16 --warmup-epochs 1)
+  run(2 full ${args} --dump-params ${WORK}/full.params)
+  run(2 first ${args} --steps 20 --checkpoint ${WORK}/ckpt)
+  run(2 resumed ${args} --resume ${WORK}/ckpt --dump-params ${WORK}/resumed.params)
+  compare(${WORK}/full.params ${WORK}/resumed.params --atol 0 --rtol 0)
+elseif(MODE STREQUAL "bad-resume")
+  run(2 first ${SMALL} --epochs 1 --steps 2 --batch-size 16 --checkpoint ${WORK}/ckpt)
+  file(SIZE ${WORK}/ckpt size)
+  math(EXPR half "${size} / 2")
+  execute_process(COMMAND head -c ${half} ${WORK}/ckpt OUTPUT_FILE ${WORK}/cut)
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                          --resume ${WORK}/cut
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR NOT err MATCHES "truncated")
+    message(FATAL_ERROR "a truncated checkpoint was not rejected clearly")
+  endif()
+elseif(MODE STREQUAL "accuracy")
+  run(2 default --no-progress --metrics ${WORK}/metrics.jsonl)
+  if(NOT LAST_OUT MATCHES "final test accuracy: ([0-9.]+)%")
+    message(FATAL_ERROR "no final accuracy printed")
+  endif()
+  set(acc ${CMAKE_MATCH_1})
+  if(acc LESS 85)
+    message(FATAL_ERROR "test accuracy ${acc}% is below 85%")
+  endif()
+  message("test accuracy ${acc}% >= 85%")
+else()
+  message(FATAL_ERROR "unknown MODE ${MODE}")
+endif()
