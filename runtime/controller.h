@@ -9,9 +9,9 @@
 // a request the cache cannot answer do the ranks gather serialized requests to the
 // set's rank 0, which decides and broadcasts the new responses.
 //
-// The all-reduce is posted non-blocking and polled with a short spin then growing
-// sleeps: ranks reach negotiation at different times and a blocking MPI call would
-// busy-poll a core that the application needs.
+// The all-reduce is made of non-blocking point-to-point rounds polled with a short spin
+// then growing sleeps: ranks reach negotiation at different times and a blocking MPI
+// call would busy-poll a core that the application needs.
 #pragma once
 
 #include "process_sets.h"
@@ -51,8 +51,10 @@ class Controller {
   Clock::time_point last_stall_report_{};
 };
 
-// Waits for a non-blocking MPI request without pinning a core: spins briefly, then
+// Waits for non-blocking MPI requests without pinning a core: spins briefly, then
 // sleeps with growing intervals.
-void waitPolitely(MPI_Request& request);
+void waitPolitely(MPI_Request* requests, int count);
+// In-place bitwise AND of `bits` over every rank of `comm` (same length everywhere).
+void andAllreduce(std::vector<std::uint64_t>& bits, MPI_Comm comm, int rank, int size);
 
 }  // namespace accord
