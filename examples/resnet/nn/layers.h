@@ -221,6 +221,11 @@ TopK topk_correct(const float* logits,    // (N, C)
 
 // ---- backend ------------------------------------------------------------------------
 
+// Threads the layers use from now on (oneDNN's OpenMP pool and oneTBB); 0 restores the
+// default (the OMP_NUM_THREADS / core count the process started with). Call it from the
+// thread that runs the layers. Returns the previous setting.
+int set_num_threads(int n);
+
 // Drops the cached oneDNN primitives (they are keyed by shape and mode; a new batch
 // size adds entries). Never needed for correctness.
 void clear_primitive_cache();
