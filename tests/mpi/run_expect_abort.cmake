@@ -1,0 +1,31 @@
+# Runs a job in which one rank dies, and passes when mpirun exits non-zero within
+# LIMIT seconds (i.e. no surviving rank hangs).
+#   cmake -DMPIEXEC=... -DNP=2 -DEXE=... -DLIMIT=60 [-DPREFLAGS=a;b] -P run_expect_abort.cmake
+# `timeout` sends mpirun SIGTERM (which it forwards to the ranks) rather than leaving
+# orphaned ranks behind; execute_process's own TIMEOUT is the backstop.
+foreach(var MPIEXEC NP EXE LIMIT)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run_expect_abort.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+string(TIMESTAMP t0 "%s")
+execute_process(
+  COMMAND timeout --kill-after=10 ${LIMIT} ${MPIEXEC} -np ${NP} ${PREFLAGS} ${EXE}
+  RESULT_VARIABLE rc
+  OUTPUT_VARIABLE out
+  ERROR_VARIABLE err
+  TIMEOUT 600)
+string(TIMESTAMP t1 "%s")
+math(EXPR elapsed "${t1} - ${t0}")
+message("---- output ----\n${out}\n---- errors ----\n${err}")
+message("mpirun exited with '${rc}' after ${elapsed} s (limit ${LIMIT} s)")
+# 124: `timeout` fired. (137 alone is ambiguous: mpirun also exits 128+9 when a rank
+# died of SIGKILL, which is the expected case; hence the elapsed-time test.)
+if(rc STREQUAL "124" OR rc MATCHES "timeout" OR elapsed GREATER_EQUAL LIMIT)
+  message(FATAL_ERROR "FAILED: the job did not end within ${LIMIT} s: a surviving rank hangs")
+endif()
+if(rc STREQUAL "0")
+  message(FATAL_ERROR "FAILED: mpirun exited 0 although a rank was killed")
+endif()
+message("PASSED: the job ended (exit ${rc}) ${elapsed} s after it started")

@@ -1,0 +1,126 @@
+// allgather: every dtype, a first dimension that differs per rank (rank 0 may send no
+// rows at all), trailing dimensions, a tensor above the fusion threshold, many gathers
+// in flight. Rank r's element (k, c) is tagValue(dtype, r, k, c); the output holds
+// rank 0's rows, then rank 1's, ...
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+using namespace accord_test;
+
+namespace {
+
+struct Gather {
+  std::string name;
+  std::int64_t row_elems;  // elements per row (product of the trailing dims)
+  std::unique_ptr<Buffer> input;
+  std::unique_ptr<Output> output;
+  accord::Handle handle;
+};
+
+// `rows(r)` is rank r's first dimension.
+Gather submit(DType dtype, const std::string& name, const std::function<std::int64_t(int)>& rows,
+              const Shape& trailing) {
+  const int me = accord::rank();
+  Shape shape{rows(me)};
+  shape.insert(shape.end(), trailing.begin(), trailing.end());
+  Gather g{name, accord::numElements(trailing), std::make_unique<Buffer>(dtype, shape),
+           std::make_unique<Output>(dtype), {}};
+  g.input->fill([&](std::int64_t i) {
+    return tagValue(dtype, me, static_cast<int>(i / g.row_elems), i % g.row_elems);
+  });
+  accord::AllgatherOptions options;
+  options.name = name;
+  g.handle = accord::allgather_async(g.input->view(), g.output->allocator(), options);
+  return g;
+}
+
+void check(Gather& g, const std::function<std::int64_t(int)>& rows, const Shape& trailing) {
+  const int n = accord::size();
+  const DType dtype = g.input->dtype();
+  const auto error = describe(finish(g.handle, g.name), g.name);
+  INFO(error);
+  CHECK(error.empty());
+  if (!error.empty()) return;
+
+  std::int64_t total_rows = 0;
+  std::vector<int> owner;          // output row -> source rank
+  std::vector<std::int64_t> local;  // output row -> row index on the source rank
+  for (int r = 0; r < n; ++r) {
+    for (std::int64_t k = 0; k < rows(r); ++k) {
+      owner.push_back(r);
+      local.push_back(k);
+    }
+    total_rows += rows(r);
+  }
+  Shape want{total_rows};
+  want.insert(want.end(), trailing.begin(), trailing.end());
+  INFO(g.name << ": output shape " << accord::shapeString(g.output->shape()) << ", expected "
+              << accord::shapeString(want));
+  CHECK(g.output->calls() == 1);
+  CHECK(g.output->shape() == want);
+  if (g.output->shape() != want) return;
+  const auto diff = compareElements(dtype, g.output->data(), g.output->numel(), [&](std::int64_t i) {
+    const auto row = static_cast<std::size_t>(i / g.row_elems);
+    return tagValue(dtype, owner[row], static_cast<int>(local[row]), i % g.row_elems);
+  });
+  INFO(g.name << ": " << diff);
+  CHECK(diff.empty());
+}
+
+}  // namespace
+
+TEST_CASE("allgather: every dtype, first dimension differs per rank") {
+  // Rank r sends r rows (rank 0 none) or r + 1 rows; trailing dims [3] and [2,3].
+  const std::function<std::int64_t(int)> kRowsFrom0 = [](int r) { return r; };
+  const std::function<std::int64_t(int)> kRowsFrom1 = [](int r) { return r + 1; };
+  std::vector<Gather> gathers;
+  for (DType dtype : kAllDTypes) {
+    gathers.push_back(submit(dtype, "ag.r." + str(dtype), kRowsFrom0, {3}));
+    gathers.push_back(submit(dtype, "ag.r+1." + str(dtype), kRowsFrom1, {2, 3}));
+  }
+  std::size_t k = 0;
+  for (DType dtype : kAllDTypes) {
+    (void)dtype;
+    check(gathers[k++], kRowsFrom0, {3});
+    check(gathers[k++], kRowsFrom1, {2, 3});
+  }
+}
+
+TEST_CASE("allgather: empty on every rank, one element, one-dimensional") {
+  const std::function<std::int64_t(int)> kNone = [](int) { return 0; };
+  const std::function<std::int64_t(int)> kOne = [](int) { return 1; };
+  const std::function<std::int64_t(int)> kOdd = [](int r) { return 1023 + 2 * r; };
+  auto empty = submit(DType::Float32, "ag.empty", kNone, {});
+  auto one = submit(DType::Int64, "ag.one", kOne, {});
+  auto odd = submit(DType::Float16, "ag.odd", kOdd, {});
+  check(empty, kNone, {});
+  check(one, kOne, {});
+  check(odd, kOdd, {});
+}
+
+TEST_CASE("allgather: above the fusion threshold") {
+  const std::int64_t cols = 16;
+  const std::int64_t base = kAboveFusionBytes / (4 * cols);
+  const std::function<std::int64_t(int)> rows = [&](int r) { return base + 3 * r + 1; };
+  auto big = submit(DType::Float32, "ag.big", rows, {cols});
+  check(big, rows, {cols});
+}
+
+TEST_CASE("allgather: 64 gathers in flight at once") {
+  std::vector<std::function<std::int64_t(int)>> rows;
+  for (int t = 0; t < 64; ++t) rows.push_back([t](int r) { return (r + t) % 4; });
+  std::vector<Gather> gathers;
+  for (int t = 0; t < 64; ++t) {
+    const DType dtype = kAllDTypes[t % 8];
+    gathers.push_back(submit(dtype, "ag.many." + std::to_string(t), rows[t], {5}));
+  }
+  for (int t = 0; t < 64; ++t) check(gathers[static_cast<std::size_t>(t)], rows[t], {5});
+}
+
+int main(int argc, char** argv) { return runMain(argc, argv); }

@@ -1,0 +1,170 @@
+// allreduce on every rank count: every dtype x op x size (0, 1, odd, above the fusion
+// threshold), pre/post scaling, fusion of many small tensors, unnamed collectives and
+// the response cache (the same name reduced again and again).
+//
+// CTest also runs this binary with ACCORD_FUSION_THRESHOLD=65536, so the same cases
+// exercise buffers that hold many fused tensors and tensors bigger than the buffer.
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace accord_test;
+
+namespace {
+
+struct Case {
+  std::string name;
+  ReduceOp op;
+  std::unique_ptr<Buffer> buffer;
+  accord::Handle handle;
+};
+
+Case submit(DType dtype, ReduceOp op, std::int64_t n, const std::string& prefix) {
+  Case c{prefix + "." + str(dtype) + "." + str(op) + "." + std::to_string(n), op,
+         std::make_unique<Buffer>(dtype, Shape{n}), {}};
+  const int me = accord::rank();
+  c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); }, kFillPeriod);
+  accord::AllreduceOptions options;
+  options.name = c.name;
+  options.op = op;
+  c.handle = accord::allreduce_async(c.buffer->view(), options);
+  return c;
+}
+
+void checkCase(Case& c) {
+  const auto ranks = allRanks(accord::size());
+  const DType dtype = c.buffer->dtype();
+  const std::string error = describe(finish(c.handle, c.name), c.name);
+  INFO(error);
+  CHECK(error.empty());
+  const std::string diff = compareElements(
+      dtype, c.buffer->data(), c.buffer->numel(),
+      [&](std::int64_t i) { return reducedValue(dtype, c.op, ranks, i); },
+      toleranceFor(dtype, c.op));
+  INFO(c.name << ": " << diff);
+  CHECK(diff.empty());
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every dtype x op x size, submitted together per dtype") {
+  for (DType dtype : kAllDTypes) {
+    std::vector<Case> cases;
+    for (ReduceOp op : kAllOps)
+      for (std::int64_t n : testSizes(dtype)) cases.push_back(submit(dtype, op, n, "ar"));
+    for (auto& c : cases) checkCase(c);
+  }
+}
+
+TEST_CASE("allreduce: multi-dimensional shapes and the blocking call") {
+  const int me = accord::rank();
+  Buffer b(DType::Float32, {3, 5, 7});
+  b.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
+  accord::AllreduceOptions options;
+  options.name = "ar.blocking.3x5x7";
+  const auto outcome = attempt([&] { accord::allreduce(b.view(), options); });
+  INFO(describe(outcome, options.name));
+  CHECK(outcome.ok());
+  const auto ranks = allRanks(accord::size());
+  const auto diff = compareElements(DType::Float32, b.data(), b.numel(), [&](std::int64_t i) {
+    return reducedValue(DType::Float32, ReduceOp::Sum, ranks, i);
+  });
+  INFO(diff);
+  CHECK(diff.empty());
+}
+
+TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
+  // 0.5 and 4 are powers of two: Sum stays exact in every float dtype.
+  const int me = accord::rank();
+  const auto ranks = allRanks(accord::size());
+  std::vector<Case> cases;
+  for (DType dtype : kFloatDTypes) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+      Case c{"ar.scaled." + str(dtype) + "." + str(op), op,
+             std::make_unique<Buffer>(dtype, Shape{1023}), {}};
+      c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); });
+      accord::AllreduceOptions options;
+      options.name = c.name;
+      options.op = op;
+      options.prescale = 0.5;
+      options.postscale = 4.0;
+      c.handle = accord::allreduce_async(c.buffer->view(), options);
+      cases.push_back(std::move(c));
+    }
+  }
+  for (auto& c : cases) {
+    const DType dtype = c.buffer->dtype();
+    const auto error = describe(finish(c.handle, c.name), c.name);
+    INFO(error);
+    CHECK(error.empty());
+    const auto diff = compareElements(
+        dtype, c.buffer->data(), c.buffer->numel(),
+        [&](std::int64_t i) { return 2.0 * reducedValue(dtype, c.op, ranks, i); },
+        toleranceFor(dtype, ReduceOp::Average));
+    INFO(c.name << " (prescale 0.5, postscale 4): " << diff);
+    CHECK(diff.empty());
+  }
+}
+
+TEST_CASE("allreduce: many small tensors in flight fuse and come back right") {
+  // 300 x 4 KiB = 1.2 MiB: several 64 KiB fusion buffers in the small-threshold run.
+  std::vector<Case> cases;
+  for (int t = 0; t < 300; ++t) {
+    const DType dtype = t % 3 == 0 ? DType::Float64 : DType::Float32;
+    const ReduceOp op = t % 5 == 0 ? ReduceOp::Max : ReduceOp::Sum;
+    cases.push_back(submit(dtype, op, 1000 + t % 7, "ar.small." + std::to_string(t)));
+  }
+  for (auto& c : cases) checkCase(c);
+}
+
+TEST_CASE("allreduce: unnamed collectives get the same generated name on every rank") {
+  std::vector<Case> cases;
+  const int me = accord::rank();
+  for (int t = 0; t < 20; ++t) {
+    Case c{"unnamed #" + std::to_string(t), ReduceOp::Sum,
+           std::make_unique<Buffer>(DType::Int32, Shape{17 + t}), {}};
+    c.buffer->fill([&](std::int64_t i) { return fillValue(DType::Int32, ReduceOp::Sum, me, i); });
+    c.handle = accord::allreduce_async(c.buffer->view());
+    cases.push_back(std::move(c));
+  }
+  for (auto& c : cases) checkCase(c);
+}
+
+TEST_CASE("allreduce: one name reduced 50 times (response cache steady state)") {
+  const int me = accord::rank();
+  const auto ranks = allRanks(accord::size());
+  for (int step = 0; step < 50; ++step) {
+    // Shapes change every 10 steps: a cached entry must not be reused for a new shape.
+    const std::int64_t n = 100 + step / 10;
+    Buffer a(DType::Float32, {n});
+    Buffer b(DType::Int64, {7});
+    a.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i + step); });
+    b.fill([&](std::int64_t i) { return fillValue(DType::Int64, ReduceOp::Max, me, i + step); });
+    accord::AllreduceOptions oa, ob;
+    oa.name = "ar.cached.a";
+    ob.name = "ar.cached.b";
+    ob.op = ReduceOp::Max;
+    auto ha = accord::allreduce_async(a.view(), oa);
+    auto hb = accord::allreduce_async(b.view(), ob);
+    const auto ea = describe(finish(ha, oa.name), oa.name);
+    const auto eb = describe(finish(hb, ob.name), ob.name);
+    INFO("step " << step << ": " << ea << eb);
+    CHECK(ea.empty());
+    CHECK(eb.empty());
+    const auto da = compareElements(DType::Float32, a.data(), n, [&](std::int64_t i) {
+      return reducedValue(DType::Float32, ReduceOp::Sum, ranks, i + step);
+    });
+    const auto db = compareElements(DType::Int64, b.data(), 7, [&](std::int64_t i) {
+      return reducedValue(DType::Int64, ReduceOp::Max, ranks, i + step);
+    });
+    INFO("step " << step << ": " << da << db);
+    CHECK(da.empty());
+    CHECK(db.empty());
+  }
+}
+
+int main(int argc, char** argv) { return runMain(argc, argv); }

@@ -1,0 +1,138 @@
+// barrier and join.
+//
+// barrier: no rank leaves before the slowest rank arrives. join: ranks run different
+// numbers of steps; a rank that has joined contributes the neutral element (zeros for
+// Sum) to the others' allreduces, and every rank's join handle names the last rank to
+// join.
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace accord_test;
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Step {
+  DType dtype;
+  ReduceOp op;
+};
+// Join's neutral elements: zeros for Sum, and for Min/Max/Product whatever leaves the
+// others' result unchanged.
+constexpr Step kSteps[] = {{DType::Float32, ReduceOp::Sum},
+                           {DType::Int32, ReduceOp::Sum},
+                           {DType::Float64, ReduceOp::Min},
+                           {DType::Int64, ReduceOp::Max},
+                           {DType::Int8, ReduceOp::Product}};
+
+// Rank r runs steps(r) steps, then joins; returns what its join handle said.
+void runUnevenSteps(const std::function<int(int)>& steps, const std::string& tag, int want_last) {
+  const int me = accord::rank();
+  const int n = accord::size();
+  for (int s = 0; s < steps(me); ++s) {
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    std::vector<accord::Handle> handles;
+    std::vector<std::string> names;
+    for (const Step& kind : kSteps) {
+      auto b = std::make_unique<Buffer>(kind.dtype, Shape{33});
+      b->fill([&](std::int64_t i) { return fillValue(kind.dtype, kind.op, me, i + s); });
+      accord::AllreduceOptions options;
+      options.name = tag + "." + str(kind.dtype) + "." + str(kind.op);  // same name every step
+      options.op = kind.op;
+      handles.push_back(accord::allreduce_async(b->view(), options));
+      names.push_back(options.name);
+      buffers.push_back(std::move(b));
+    }
+    std::vector<int> active;  // ranks that have not joined before step s
+    for (int r = 0; r < n; ++r)
+      if (steps(r) > s) active.push_back(r);
+    for (std::size_t k = 0; k < handles.size(); ++k) {
+      const auto error = describe(finish(handles[k], names[k]), names[k]);
+      INFO("step " << s << ": " << error);
+      CHECK(error.empty());
+      const Step kind = kSteps[k];
+      const auto diff = compareElements(kind.dtype, buffers[k]->data(), 33, [&](std::int64_t i) {
+        return reducedValue(kind.dtype, kind.op, active, i + s);
+      });
+      INFO(names[k] << " at step " << s << " with " << active.size() << " active rank(s): " << diff);
+      CHECK(diff.empty());
+    }
+  }
+  accord::Handle joined = accord::join_async();
+  const auto error = describe(finish(joined, tag + " join"), tag + " join");
+  INFO(error);
+  CHECK(error.empty());
+  if (error.empty()) CHECK(joined.lastJoinedRank() == want_last);
+}
+
+}  // namespace
+
+TEST_CASE("barrier: nobody leaves before the slowest rank arrives") {
+  const int me = accord::rank();
+  const int n = accord::size();
+  MPI_Barrier(MPI_COMM_WORLD);  // the application's own traffic: align the start
+  const auto t0 = std::chrono::steady_clock::now();
+  if (me == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const auto error = describe(finish(accord::barrier_async(), "barrier"), "barrier");
+  const double waited = secondsSince(t0);
+  INFO(error);
+  CHECK(error.empty());
+  INFO("rank " << me << " left the barrier after " << waited << " s");
+  if (n > 1) CHECK(waited >= 0.3);
+}
+
+TEST_CASE("barrier: 20 in a row, and the blocking call") {
+  for (int k = 0; k < 20; ++k) {
+    const auto error = describe(finish(accord::barrier_async(), "barrier"), "barrier");
+    INFO("barrier #" << k << ": " << error);
+    CHECK(error.empty());
+  }
+  const auto outcome = attempt([] { accord::barrier(); });
+  INFO(describe(outcome, "accord::barrier()"));
+  CHECK(outcome.ok());
+}
+
+TEST_CASE("join: the last rank has the most steps") {
+  const int n = accord::size();
+  runUnevenSteps([](int r) { return 2 + r; }, "join.a", n - 1);
+}
+
+TEST_CASE("join: again, now rank 0 has the most steps and one rank has none") {
+  const int n = accord::size();
+  // Ranks 1..n-1 run n-1-r steps (the last none at all); rank 0 runs n + 1.
+  runUnevenSteps([n](int r) { return r == 0 ? n + 1 : n - 1 - r; }, "join.b", 0);
+}
+
+TEST_CASE("join: collectives after a join work as before") {
+  const int me = accord::rank();
+  Buffer b(DType::Float32, {64});
+  b.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
+  accord::AllreduceOptions options;
+  options.name = "join.after";
+  const auto error = describe(finish(accord::allreduce_async(b.view(), options), options.name),
+                              options.name);
+  INFO(error);
+  CHECK(error.empty());
+  const auto ranks = allRanks(accord::size());
+  const auto diff = compareElements(DType::Float32, b.data(), 64, [&](std::int64_t i) {
+    return reducedValue(DType::Float32, ReduceOp::Sum, ranks, i);
+  });
+  INFO(diff);
+  CHECK(diff.empty());
+  const auto joined = attempt([] { accord::join(); });
+  INFO(describe(joined, "blocking join"));
+  CHECK(joined.ok());
+}
+
+int main(int argc, char** argv) { return runMain(argc, argv); }

@@ -1,0 +1,139 @@
+// reducescatter: every dtype x op, first dimensions 0, 1 (fewer rows than ranks), one
+// that does not divide by the rank count, and one above the fusion threshold; pre/post
+// scaling. Rank r receives rowsFor(rows, r, n) rows (the first rows % n ranks get one
+// extra) starting after the rows of the ranks before it, each the reduction of every
+// rank's input, which holds fillValue(dtype, op, rank, i) at flat index i.
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace accord_test;
+
+namespace {
+
+// Computed here, independently of accord::reducescatterRows.
+std::int64_t rowsFor(std::int64_t rows, int rank, int n) {
+  return rows / n + (rank < rows % n ? 1 : 0);
+}
+
+std::int64_t firstRow(std::int64_t rows, int rank, int n) {
+  std::int64_t first = 0;
+  for (int r = 0; r < rank; ++r) first += rowsFor(rows, r, n);
+  return first;
+}
+
+struct Scatter {
+  std::string name;
+  ReduceOp op;
+  double scale;  // prescale * postscale
+  std::unique_ptr<Buffer> input;
+  std::unique_ptr<Output> output;
+  accord::Handle handle;
+};
+
+Scatter submit(DType dtype, ReduceOp op, std::int64_t rows, std::int64_t cols,
+               const std::string& prefix, double prescale = 1.0, double postscale = 1.0) {
+  const int me = accord::rank();
+  Scatter s{prefix + "." + str(dtype) + "." + str(op) + "." + std::to_string(rows) + "x" +
+                std::to_string(cols),
+            op, prescale * postscale, std::make_unique<Buffer>(dtype, Shape{rows, cols}),
+            std::make_unique<Output>(dtype), {}};
+  s.input->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); }, kFillPeriod);
+  accord::ReducescatterOptions options;
+  options.name = s.name;
+  options.op = op;
+  options.prescale = prescale;
+  options.postscale = postscale;
+  s.handle = accord::reducescatter_async(s.input->view(), s.output->allocator(), options);
+  return s;
+}
+
+void check(Scatter& s) {
+  const int me = accord::rank();
+  const int n = accord::size();
+  const DType dtype = s.input->dtype();
+  const std::int64_t rows = s.input->shape()[0];
+  const std::int64_t cols = s.input->shape()[1];
+  const auto error = describe(finish(s.handle, s.name), s.name);
+  INFO(error);
+  CHECK(error.empty());
+  if (!error.empty()) return;
+
+  const Shape want{rowsFor(rows, me, n), cols};
+  INFO(s.name << ": output shape " << accord::shapeString(s.output->shape()) << ", expected "
+              << accord::shapeString(want));
+  CHECK(s.output->calls() == 1);
+  CHECK(s.output->shape() == want);
+  if (s.output->shape() != want) return;
+  const std::int64_t offset = firstRow(rows, me, n) * cols;
+  const auto ranks = allRanks(n);
+  const auto diff = compareElements(
+      dtype, s.output->data(), s.output->numel(),
+      [&](std::int64_t i) { return s.scale * reducedValue(dtype, s.op, ranks, offset + i); },
+      toleranceFor(dtype, s.scale == 1.0 ? s.op : ReduceOp::Average));
+  INFO(s.name << " (rank " << me << " of " << n << ", rows from " << offset / cols << "): " << diff);
+  CHECK(diff.empty());
+}
+
+}  // namespace
+
+TEST_CASE("reducescatterRows splits like the documentation says") {
+  for (std::int64_t rows : {0, 1, 2, 7, 8, 1023})
+    for (int n = 1; n <= 5; ++n)
+      for (int r = 0; r < n; ++r) {
+        INFO("rows " << rows << ", rank " << r << " of " << n);
+        CHECK(accord::reducescatterRows(rows, r, n) == rowsFor(rows, r, n));
+      }
+}
+
+TEST_CASE("reducescatter: every dtype x op x rows") {
+  const int n = accord::size();
+  for (DType dtype : kAllDTypes) {
+    const std::int64_t cols = 3;
+    const std::int64_t big_rows = kAboveFusionBytes / static_cast<std::int64_t>(
+                                      accord::dtypeSize(dtype) * cols) + 1;
+    std::vector<Scatter> all;
+    for (ReduceOp op : kAllOps)
+      for (std::int64_t rows : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2 * n + 1}, big_rows})
+        all.push_back(submit(dtype, op, rows, cols, "rs"));
+    for (auto& s : all) check(s);
+  }
+}
+
+TEST_CASE("reducescatter: prescale and postscale on floating-point dtypes") {
+  std::vector<Scatter> all;
+  for (DType dtype : kFloatDTypes) {
+    all.push_back(submit(dtype, ReduceOp::Sum, 11, 5, "rs.scaled", 0.5, 4.0));
+    all.push_back(submit(dtype, ReduceOp::Average, 11, 5, "rs.scaled", 0.5, 4.0));
+  }
+  for (auto& s : all) check(s);
+}
+
+TEST_CASE("reducescatter: one-dimensional input") {
+  const int me = accord::rank();
+  const int n = accord::size();
+  Buffer in(DType::Int32, {13});
+  in.fill([&](std::int64_t i) { return fillValue(DType::Int32, ReduceOp::Sum, me, i); });
+  Output out(DType::Int32);
+  accord::ReducescatterOptions options;
+  options.name = "rs.1d";
+  const auto error = describe(
+      finish(accord::reducescatter_async(in.view(), out.allocator(), options), options.name),
+      options.name);
+  INFO(error);
+  CHECK(error.empty());
+  CHECK(out.shape() == Shape{rowsFor(13, me, n)});
+  const auto ranks = allRanks(n);
+  const std::int64_t offset = firstRow(13, me, n);
+  const auto diff = compareElements(DType::Int32, out.data(), out.numel(), [&](std::int64_t i) {
+    return reducedValue(DType::Int32, ReduceOp::Sum, ranks, offset + i);
+  });
+  INFO(diff);
+  CHECK(diff.empty());
+}
+
+int main(int argc, char** argv) { return runMain(argc, argv); }
