@@ -1,0 +1,384 @@
+// accord-bench: Accord's allreduce against raw MPI, in one run, on the same buffers.
+//
+//   mpirun -np 4 accord-bench [--min-bytes 4K] [--max-bytes 256M] [--iters 20] [--csv out.csv]
+//
+// Three parts, each printed by rank 0 in the style of nccl-tests:
+//  1. a size sweep (float32 Sum): Accord allreduce vs MPI_Allreduce on a duplicate of
+//     MPI_COMM_WORLD; time, algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests'
+//     definitions), and the busbw ratio Accord / MPI (> 1: Accord faster);
+//  2. latency: a 4 KiB allreduce in steady state (the response cache hits every time);
+//  3. the ResNet-50 gradient set: its 161 parameter tensors reduced as separate named
+//     allreduces (Average, reverse order, as backward produces them) per step, against
+//     the best of three raw MPI strategies.
+// Every iteration is timed separately: all ranks meet at a barrier, each times its
+// call, and the iteration's time is the maximum over ranks; we report the median.
+#include <accord/accord.h>
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::uint64_t min_bytes = 4 << 10;
+  std::uint64_t max_bytes = 256 << 20;
+  int iters = 20;
+  int warmup = 5;
+  int latency_iters = 200;
+  int resnet_steps = 10;
+  std::string csv;
+  bool quick = false;
+};
+
+struct Param {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+// torchvision's resnet50().named_parameters(), in order: Bottleneck blocks [3, 4, 6, 3]
+// (v1.5: the stride sits on conv2), each conv1/bn1/conv2/bn2/conv3/bn3 and, in the first
+// block of every layer, downsample.0 (1x1 conv) / downsample.1 (batch norm).
+std::vector<Param> resnet50Params() {
+  std::vector<Param> params;
+  auto conv = [&](const std::string& name, std::int64_t out, std::int64_t in, std::int64_t k) {
+    params.push_back({name + ".weight", {out, in, k, k}});
+  };
+  auto bn = [&](const std::string& name, std::int64_t c) {
+    params.push_back({name + ".weight", {c}});
+    params.push_back({name + ".bias", {c}});
+  };
+  conv("conv1", 64, 3, 7);
+  bn("bn1", 64);
+  const int blocks[] = {3, 4, 6, 3};
+  std::int64_t in = 64;
+  for (int layer = 0; layer < 4; ++layer) {
+    const std::int64_t planes = 64 << layer;
+    for (int b = 0; b < blocks[layer]; ++b) {
+      const std::string p = "layer" + std::to_string(layer + 1) + "." + std::to_string(b);
+      conv(p + ".conv1", planes, in, 1);
+      bn(p + ".bn1", planes);
+      conv(p + ".conv2", planes, planes, 3);
+      bn(p + ".bn2", planes);
+      conv(p + ".conv3", planes * 4, planes, 1);
+      bn(p + ".bn3", planes * 4);
+      if (b == 0) {
+        conv(p + ".downsample.0", planes * 4, in, 1);
+        bn(p + ".downsample.1", planes * 4);
+      }
+      in = planes * 4;
+    }
+  }
+  params.push_back({"fc.weight", {1000, 2048}});
+  params.push_back({"fc.bias", {1000}});
+  return params;
+}
+
+// The benchmark's MPI context: a duplicate of MPI_COMM_WORLD, so that raw MPI's traffic
+// and the timing barriers never mix with anything else.
+struct Bench {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  std::FILE* csv = nullptr;
+
+  // One timed iteration: barrier, time the call, maximum over ranks.
+  double timeOnce(const std::function<void()>& call) const {
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    call();
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return t;
+  }
+  double busFactor() const { return size > 1 ? 2.0 * (size - 1) / size : 0.0; }
+  void csvRow(const char* section, const std::string& variant, double bytes, std::int64_t count,
+              double seconds) const {
+    if (!csv || rank != 0) return;
+    const double algbw = bytes / seconds / 1e9;
+    std::fprintf(csv, "%s,%s,%.0f,%lld,%d,%.3f,%.4f,%.4f\n", section, variant.c_str(), bytes,
+                 static_cast<long long>(count), size, seconds * 1e6, algbw, algbw * busFactor());
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Medians of two calls timed alternately (A, B, A, B, ...), so slow phases of a shared
+// machine hit both alike.
+std::pair<double, double> timePair(const Bench& bench, int warmup, int iters,
+                                   const std::function<void()>& a, const std::function<void()>& b) {
+  std::vector<double> ta, tb;
+  for (int it = 0; it < warmup + iters; ++it) {
+    const double x = bench.timeOnce(a);
+    const double y = bench.timeOnce(b);
+    if (it >= warmup) {
+      ta.push_back(x);
+      tb.push_back(y);
+    }
+  }
+  return {median(ta), median(tb)};
+}
+
+accord::TensorView floatView(float* data, std::int64_t count) {
+  accord::TensorView v;
+  v.data = data;
+  v.dtype = accord::DType::Float32;
+  v.shape = {count};
+  return v;
+}
+
+void accordAllreduce(float* data, std::int64_t count, const std::string& name) {
+  accord::AllreduceOptions options;
+  options.name = name;
+  accord::allreduce_async(floatView(data, count), options).wait();
+}
+
+// Before timing a size: every rank contributes rank + 1, the sum is n(n+1)/2.
+void checkSum(const Bench& bench, float* data, std::int64_t count, const std::string& name) {
+  std::fill(data, data + count, static_cast<float>(bench.rank + 1));
+  accordAllreduce(data, count, name);
+  const float want = static_cast<float>(bench.size * (bench.size + 1) / 2);
+  if (data[0] != want || data[count - 1] != want) {
+    std::fprintf(stderr, "[rank %d] accord-bench: wrong allreduce result for %s: %g/%g, expected %g\n",
+                 bench.rank, name.c_str(), data[0], data[count - 1], want);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  std::fill(data, data + count, 0.0f);  // zeros stay zeros: no overflow, no denormals
+}
+
+void sweep(const Bench& bench, const Options& opt, float* buffer) {
+  if (bench.rank == 0) {
+    std::printf("#\n# allreduce sweep: float32, sum, %d ranks; median of %d iterations (%d warm-up)\n",
+                bench.size, opt.iters, opt.warmup);
+    std::printf("# ratio = Accord busbw / MPI busbw (= MPI time / Accord time): > 1 means Accord is faster\n");
+    std::printf("#%11s %11s  %10s %8s %8s  %10s %8s %8s  %6s\n", "", "", "accord", "", "",
+                "MPI_Allreduce", "", "", "");
+    std::printf("#%11s %11s  %10s %8s %8s  %10s %8s %8s  %6s\n", "size", "count", "time",
+                "algbw", "busbw", "time", "algbw", "busbw", "ratio");
+    std::printf("#%11s %11s  %10s %8s %8s  %10s %8s %8s  %6s\n", "(B)", "(elements)", "(us)",
+                "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)", "");
+    std::fflush(stdout);
+  }
+  for (std::uint64_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 2) {
+    const auto count = static_cast<std::int64_t>(bytes / sizeof(float));
+    const std::string name = "bench.sweep." + std::to_string(bytes);
+    checkSum(bench, buffer, count, name);
+    const auto [ta, tm] = timePair(
+        bench, opt.warmup, opt.iters, [&] { accordAllreduce(buffer, count, name); },
+        [&] {
+          MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), MPI_FLOAT, MPI_SUM, bench.comm);
+        });
+    const double b = static_cast<double>(bytes);
+    if (bench.rank == 0) {
+      std::printf(" %11llu %11lld  %10.1f %8.2f %8.2f  %10.1f %8.2f %8.2f  %6.2f\n",
+                  static_cast<unsigned long long>(bytes), static_cast<long long>(count), ta * 1e6,
+                  b / ta / 1e9, b / ta / 1e9 * bench.busFactor(), tm * 1e6, b / tm / 1e9,
+                  b / tm / 1e9 * bench.busFactor(), tm / ta);
+      std::fflush(stdout);
+    }
+    bench.csvRow("sweep", "accord", b, count, ta);
+    bench.csvRow("sweep", "mpi_allreduce", b, count, tm);
+    if (bytes > opt.max_bytes / 2) break;  // no overflow past 2^63
+  }
+}
+
+void latency(const Bench& bench, const Options& opt, float* buffer) {
+  const std::int64_t count = 1024;  // 4 KiB
+  checkSum(bench, buffer, count, "bench.latency");
+  const auto [ta, tm] = timePair(
+      bench, std::max(10, opt.latency_iters / 10), opt.latency_iters,
+      [&] { accordAllreduce(buffer, count, "bench.latency"); },
+      [&] { MPI_Allreduce(MPI_IN_PLACE, buffer, 1024, MPI_FLOAT, MPI_SUM, bench.comm); });
+  if (bench.rank == 0) {
+    std::printf("#\n# latency: 4 KiB float32 allreduce, steady state (same name every time: cache hit),"
+                " median of %d\n", opt.latency_iters);
+    std::printf("  latency  accord %.1f us   MPI_Allreduce %.1f us   (accord - MPI = %+.1f us)\n",
+                ta * 1e6, tm * 1e6, (ta - tm) * 1e6);
+    std::fflush(stdout);
+  }
+  bench.csvRow("latency", "accord", 4096, count, ta);
+  bench.csvRow("latency", "mpi_allreduce", 4096, count, tm);
+}
+
+void resnet50(const Bench& bench, const Options& opt) {
+  const auto params = resnet50Params();
+  std::vector<std::int64_t> offset;
+  std::int64_t total = 0;
+  for (const auto& p : params) {
+    offset.push_back(total);
+    total += p.numel();
+  }
+  if (params.size() != 161 || total != 25'557'032) {
+    std::fprintf(stderr, "accord-bench: ResNet-50 parameter list is wrong: %zu tensors, %lld values\n",
+                 params.size(), static_cast<long long>(total));
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
+  // One concatenated gradient buffer; every strategy works on it (or slices of it).
+  std::vector<float> grads(static_cast<std::size_t>(total), 0.0f);
+  const int n = static_cast<int>(params.size());
+  auto slice = [&](int i) { return grads.data() + offset[static_cast<std::size_t>(i)]; };
+  auto count = [&](int i) { return static_cast<int>(params[static_cast<std::size_t>(i)].numel()); };
+
+  std::vector<std::pair<std::string, std::function<void()>>> variants;
+  variants.emplace_back("accord: 161 named allreduce_async (Average, reverse order), wait all", [&] {
+    std::vector<accord::Handle> handles;
+    handles.reserve(params.size());
+    for (int i = n - 1; i >= 0; --i) {
+      accord::AllreduceOptions options;
+      options.name = "grad." + params[static_cast<std::size_t>(i)].name;
+      options.op = accord::ReduceOp::Average;
+      handles.push_back(accord::allreduce_async(floatView(slice(i), count(i)), options));
+    }
+    for (auto& h : handles) h.wait();
+  });
+  variants.emplace_back("mpi (a): 161 blocking MPI_Allreduce, reverse order", [&] {
+    for (int i = n - 1; i >= 0; --i)
+      MPI_Allreduce(MPI_IN_PLACE, slice(i), count(i), MPI_FLOAT, MPI_SUM, bench.comm);
+  });
+  variants.emplace_back("mpi (b): 161 MPI_Iallreduce + MPI_Waitall", [&] {
+    std::vector<MPI_Request> requests(params.size());
+    for (int i = n - 1; i >= 0; --i)
+      MPI_Iallreduce(MPI_IN_PLACE, slice(i), count(i), MPI_FLOAT, MPI_SUM, bench.comm,
+                     &requests[static_cast<std::size_t>(i)]);
+    MPI_Waitall(n, requests.data(), MPI_STATUSES_IGNORE);
+  });
+  variants.emplace_back("mpi (c): 1 MPI_Allreduce of the concatenated buffer", [&] {
+    MPI_Allreduce(MPI_IN_PLACE, grads.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, bench.comm);
+  });
+
+  // Round-robin over the variants, step by step, for the same reason as timePair.
+  const int warmup = opt.quick ? 1 : 2;
+  std::vector<std::vector<double>> times(variants.size());
+  for (int step = 0; step < warmup + opt.resnet_steps; ++step)
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const double t = bench.timeOnce(variants[v].second);
+      if (step >= warmup) times[v].push_back(t);
+    }
+
+  const double bytes = static_cast<double>(total) * sizeof(float);
+  std::vector<double> med;
+  for (auto& t : times) med.push_back(median(t));
+  std::size_t best = 1;
+  for (std::size_t v = 2; v < variants.size(); ++v)
+    if (med[v] < med[best]) best = v;
+  if (bench.rank == 0) {
+    std::printf("#\n# ResNet-50 gradient set: %d tensors, %lld float32 values (%.1f MiB) per step, "
+                "%d ranks; median of %d steps\n", n, static_cast<long long>(total), bytes / (1 << 20),
+                bench.size, opt.resnet_steps);
+    std::printf("# (raw MPI sums; Accord averages, which adds one scaling pass)\n");
+    std::printf("#%-72s %10s %8s %8s\n", " variant", "time (ms)", "algbw", "busbw");
+    for (std::size_t v = 0; v < variants.size(); ++v)
+      std::printf("  %-71s %10.2f %8.2f %8.2f\n", variants[v].first.c_str(), med[v] * 1e3,
+                  bytes / med[v] / 1e9, bytes / med[v] / 1e9 * bench.busFactor());
+    std::printf("  best raw MPI: %s\n", variants[best].first.substr(0, 7).c_str());
+    std::printf("  resnet50  Accord/best time ratio %.3f  (< 1 means Accord is faster; "
+                "speed-up %.2fx)\n", med[0] / med[best], med[best] / med[0]);
+    std::fflush(stdout);
+  }
+  const char* keys[] = {"accord", "mpi_a_blocking", "mpi_b_iallreduce", "mpi_c_concatenated"};
+  for (std::size_t v = 0; v < variants.size(); ++v)
+    bench.csvRow("resnet50", keys[v], bytes, total, med[v]);
+}
+
+int run(const Options& opt) {
+  Bench bench;
+  MPI_Comm_dup(MPI_COMM_WORLD, &bench.comm);
+  MPI_Comm_rank(bench.comm, &bench.rank);
+  MPI_Comm_size(bench.comm, &bench.size);
+  if (!opt.csv.empty() && bench.rank == 0) {
+    bench.csv = std::fopen(opt.csv.c_str(), "w");
+    if (!bench.csv) {
+      std::fprintf(stderr, "accord-bench: cannot write %s\n", opt.csv.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    std::fprintf(bench.csv, "section,variant,bytes,count,ranks,time_us,algbw_GBps,busbw_GBps\n");
+  }
+  if (bench.rank == 0) {
+    std::printf("# accord-bench: %d ranks; Accord allreduce vs raw MPI on a duplicate of "
+                "MPI_COMM_WORLD\n# algbw = bytes / time; busbw = algbw * 2(n-1)/n; time = max over "
+                "ranks, median over iterations\n", bench.size);
+  }
+  // One buffer for the sweep, 64-byte aligned like a framework's tensors.
+  const std::size_t floats = std::max<std::uint64_t>(opt.max_bytes, 4096) / sizeof(float);
+  std::unique_ptr<float, decltype(&std::free)> buffer(
+      static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)), &std::free);
+  sweep(bench, opt, buffer.get());
+  latency(bench, opt, buffer.get());
+  resnet50(bench, opt);
+  if (bench.csv) std::fclose(bench.csv);
+  MPI_Comm_free(&bench.comm);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{"accord-bench: Accord's allreduce against raw MPI_Allreduce, run under mpirun, e.g.\n"
+               "  mpirun -np 4 accord-bench --max-bytes 64M --csv bench.csv"};
+  app.add_option("--min-bytes", opt.min_bytes, "Smallest message of the sweep (e.g. 4K)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  app.add_option("--max-bytes", opt.max_bytes, "Largest message of the sweep (e.g. 256M)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  app.add_option("--iters", opt.iters, "Timed iterations per size")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", opt.warmup, "Untimed iterations before those")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--latency-iters", opt.latency_iters, "Timed iterations of the 4 KiB latency case")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--resnet-steps", opt.resnet_steps, "Timed steps of the ResNet-50 gradient set")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
+  app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
+  CLI11_PARSE(app, argc, argv);
+  if (opt.quick) {
+    opt.min_bytes = 4 << 10;
+    opt.max_bytes = 1 << 20;
+    opt.iters = 3;
+    opt.warmup = 1;
+    opt.latency_iters = 20;
+    opt.resnet_steps = 2;
+  }
+  if (opt.min_bytes < sizeof(float) || opt.max_bytes < opt.min_bytes ||
+      opt.max_bytes / sizeof(float) > static_cast<std::uint64_t>(INT32_MAX)) {
+    std::fprintf(stderr, "accord-bench: need 4 <= --min-bytes <= --max-bytes <= 8G\n");
+    return 2;
+  }
+
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "accord-bench: MPI does not provide MPI_THREAD_MULTIPLE\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  int rc = 0;
+  try {
+    accord::init();
+    rc = run(opt);
+    accord::shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accord-bench: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}
