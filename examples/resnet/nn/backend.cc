@@ -26,16 +26,17 @@ float* scratch(int slot, size_t bytes) {
   auto* p = static_cast<float*>(std::aligned_alloc(64, rounded ? rounded : 64));
   if (!p) throw Error(key("nn scratch: cannot allocate bytes", rounded));
   b.scratch.erase(slot);
-  b.scratch.emplace(slot, std::unique_ptr<float[], void (*)(float*)>(
-                              p, [](float* q) { std::free(q); }));
+  b.scratch.emplace(slot,
+                    std::unique_ptr<float[], void (*)(float*)>(p, [](float* q) { std::free(q); }));
   b.scratch_bytes[slot] = rounded;
   return p;
 }
 
 Reorder::Reorder(const memory::desc& from_md, const memory::desc& to_md)
     : from(from_md), to(to_md), needed(from_md != to_md) {
-  if (needed) prim = dnnl::reorder(dnnl::reorder::primitive_desc(
-                    backend().engine, from, backend().engine, to));
+  if (needed)
+    prim =
+        dnnl::reorder(dnnl::reorder::primitive_desc(backend().engine, from, backend().engine, to));
 }
 
 memory Reorder::into(const float* user, int slot) const {
@@ -91,6 +92,9 @@ int set_num_threads(int n) {
   int previous = threads.current;
   threads.current = n > 0 ? n : 0;
   if (set && threads.initial > 0) set(n > 0 ? n : threads.initial);
+  // oneDNN fixes a primitive's thread count when it is created: drop ours so the next
+  // calls build (or fetch from oneDNN's own cache, keyed by thread count) fresh ones.
+  detail::backend().cache.clear();
   threads.tbb_limit.reset();
   if (n > 0)
     threads.tbb_limit = std::make_unique<tbb::global_control>(

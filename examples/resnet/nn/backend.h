@@ -86,8 +86,8 @@ struct Reorder {
 
   Reorder() = default;
   Reorder(const memory::desc& from_md, const memory::desc& to_md);
-  memory into(const float* user, int slot) const;   // user (from) -> to
-  memory out(float* user, int slot) const;          // where to write (layout `from`)
+  memory into(const float* user, int slot) const;        // user (from) -> to
+  memory out(float* user, int slot) const;               // where to write (layout `from`)
   void back(const memory& produced, float* user) const;  // produced (from) -> user (to)
 };
 

@@ -35,15 +35,14 @@ BnPlan makePlan(const BatchNorm2d& bn, int N, int H, int W, bool training) {
   if (!training) p.flags = p.flags | Flags::use_global_stats;
   // forward_training in both modes: it is also the hint the backward pass needs, and
   // with global stats it computes exactly what forward_inference would.
-  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, p.data,
-                                            bn.eps, p.flags);
+  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, p.data, bn.eps,
+                                            p.flags);
   p.fwd_pd = dnnl::batch_normalization_forward::primitive_desc(d, backend().engine);
   p.fwd = dnnl::batch_normalization_forward(p.fwd_pd);
   return p;
 }
 
-std::string describe(const char* fn, const BatchNorm2d& bn, int N, int H, int W,
-                     bool training) {
+std::string describe(const char* fn, const BatchNorm2d& bn, int N, int H, int W, bool training) {
   return key(fn, "(N C H W)", N, bn.C, H, W, training ? "training" : "inference");
 }
 
@@ -69,8 +68,7 @@ void updateRunningStats(BatchNorm2d& bn, size_t count) {
 
 }  // namespace
 
-void batchnorm2d_bind(BatchNorm2d& bn, Arena& params, Arena& grads, Arena& buffers,
-                      Arena& acts) {
+void batchnorm2d_bind(BatchNorm2d& bn, Arena& params, Arena& grads, Arena& buffers, Arena& acts) {
   bn.gamma = params.take(bn.C);
   bn.beta = params.take(bn.C);
   bn.dgamma = grads.take(bn.C);
@@ -108,15 +106,15 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
   if (training) updateRunningStats(bn, static_cast<size_t>(N) * H * W);
 }
 
-void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N,
-                          int H, int W, bool training) {
+void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
+                          int W, bool training) {
   std::string what = describe("batchnorm2d_backward", bn, N, H, W, training);
   if (!bn.dgamma || !bn.dbeta) throw InvalidArgument(what + ": gradients not bound");
   guarded(what, [&] {
     BnPlan& p = planFor(bn, N, H, W, training, what);
     if (!p.bwd) {
-      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, p.data, p.data,
-                                                 bn.eps, p.flags);
+      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, p.data, p.data, bn.eps,
+                                                 p.flags);
       p.bwd = dnnl::batch_normalization_backward(
           dnnl::batch_normalization_backward::primitive_desc(d, backend().engine, p.fwd_pd));
     }

@@ -38,9 +38,7 @@ struct ConvPlan {
   std::optional<ConvBackward> bwd;
 };
 
-memory::desc anyOf(const memory::desc& md) {
-  return memory::desc(md.dims(), kF32, Tag::any);
-}
+memory::desc anyOf(const memory::desc& md) { return memory::desc(md.dims(), kF32, Tag::any); }
 
 ConvPlan makePlan(const Conv2d& c, int N, int H, int W) {
   ConvPlan p;
@@ -52,8 +50,8 @@ ConvPlan makePlan(const Conv2d& c, int N, int H, int W) {
   p.pad = {c.pad, c.pad};
   auto& eng = backend().engine;
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                    dnnl::algorithm::convolution_direct, anyOf(p.x),
-                                    anyOf(p.w), p.b, anyOf(p.y), p.strides, p.pad, p.pad);
+                                    dnnl::algorithm::convolution_direct, anyOf(p.x), anyOf(p.w),
+                                    p.b, anyOf(p.y), p.strides, p.pad, p.pad);
   p.fwd_pd = dnnl::convolution_forward::primitive_desc(d, eng);
   p.fwd = dnnl::convolution_forward(p.fwd_pd);
   p.x_in = Reorder(p.x, p.fwd_pd.src_desc());
@@ -65,10 +63,10 @@ ConvPlan makePlan(const Conv2d& c, int N, int H, int W) {
 ConvBackward makeBackward(const ConvPlan& p) {
   auto& eng = backend().engine;
   auto alg = dnnl::algorithm::convolution_direct;
-  dnnl::convolution_backward_data::desc dd(alg, anyOf(p.x), anyOf(p.w), anyOf(p.y),
-                                           p.strides, p.pad, p.pad);
-  dnnl::convolution_backward_weights::desc wd(alg, anyOf(p.x), anyOf(p.w), p.b,
-                                              anyOf(p.y), p.strides, p.pad, p.pad);
+  dnnl::convolution_backward_data::desc dd(alg, anyOf(p.x), anyOf(p.w), anyOf(p.y), p.strides,
+                                           p.pad, p.pad);
+  dnnl::convolution_backward_weights::desc wd(alg, anyOf(p.x), anyOf(p.w), p.b, anyOf(p.y),
+                                              p.strides, p.pad, p.pad);
   ConvBackward b{{dd, eng, p.fwd_pd}, {wd, eng, p.fwd_pd}, {}, {}, {}, {}, {}, {}, {}, {}};
   b.data = dnnl::convolution_backward_data(b.data_pd);
   b.weights = dnnl::convolution_backward_weights(b.weights_pd);
@@ -82,8 +80,8 @@ ConvBackward makeBackward(const ConvPlan& p) {
 }
 
 std::string describe(const char* fn, const Conv2d& c, int N, int H, int W) {
-  return key(fn, "(N C_in H W)", N, c.C_in, H, W, "C_out", c.C_out, "K", c.K, "stride",
-             c.stride, "pad", c.pad, "bias", c.bias);
+  return key(fn, "(N C_in H W)", N, c.C_in, H, W, "C_out", c.C_out, "K", c.K, "stride", c.stride,
+             "pad", c.pad, "bias", c.bias);
 }
 
 ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what) {
@@ -91,8 +89,7 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
       c.out_h(H) <= 0 || c.out_w(W) <= 0)
     throw InvalidArgument(what + ": invalid shape");
   if (!c.w || (c.bias && !c.b)) throw InvalidArgument(what + ": parameters not bound");
-  return cached<ConvPlan>(key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad,
-                              c.bias),
+  return cached<ConvPlan>(key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias),
                           [&] { return makePlan(c, N, H, W); });
 }
 
@@ -133,8 +130,7 @@ void conv2d_forward(Conv2d& c, const float* x, float* y, int N, int H, int W) {
   });
 }
 
-void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H,
-                     int W) {
+void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H, int W) {
   std::string what = describe("conv2d_backward", c, N, H, W);
   if (!c.dw || (c.bias && !c.db)) throw InvalidArgument(what + ": gradients not bound");
   guarded(what, [&] {
@@ -156,8 +152,8 @@ void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int 
       memory ddst2 = same ? ddst : b.dy_data.into(dy, kSlotOut);
       memory wts = b.w_data.into(c.w, kSlotWeights);
       memory dsrc = b.dx_out.out(dx, kSlotIn);
-      execute(b.data, {{DNNL_ARG_DIFF_DST, ddst2}, {DNNL_ARG_WEIGHTS, wts},
-                       {DNNL_ARG_DIFF_SRC, dsrc}});
+      execute(b.data,
+              {{DNNL_ARG_DIFF_DST, ddst2}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DIFF_SRC, dsrc}});
       b.dx_out.back(dsrc, dx);
     }
     backend().stream.wait();

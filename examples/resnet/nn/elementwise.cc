@@ -44,8 +44,7 @@ ReluPlan& reluPlan(size_t n) {
 BinaryPlan& addPlan(size_t n) {
   return cached<BinaryPlan>(key("add", n), [&] {
     memory::desc md = flat(n);
-    dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, md, md, md},
-                                    backend().engine);
+    dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, md, md, md}, backend().engine);
     return BinaryPlan{md, dnnl::binary(pd)};
   });
 }

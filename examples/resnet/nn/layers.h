@@ -53,8 +53,8 @@ struct Arena {
   Arena& operator=(const Arena&) = delete;
   ~Arena();
 
-  float* take(size_t n);  // throws accord::Error when an allocated arena runs out
-  void allocate();        // planning -> allocated; allocates `used` floats, used = 0
+  float* take(size_t n);      // throws accord::Error when an allocated arena runs out
+  void allocate();            // planning -> allocated; allocates `used` floats, used = 0
   void reset() { used = 0; }  // reuse an allocated arena (e.g. for a new batch size)
 };
 
@@ -82,11 +82,12 @@ void conv2d_forward(Conv2d& c,
                     const float* x,  // (N, C_in, H, W)
                     float* y,        // (N, C_out, out_h(H), out_w(W))
                     int N, int H, int W);
+// Writes dx (when not nullptr), c.dw and c.db (with bias).
 void conv2d_backward(Conv2d& c,
                      const float* x,   // (N, C_in, H, W)   forward input
                      const float* dy,  // (N, C_out, Ho, Wo)
                      float* dx,        // (N, C_in, H, W)   nullable
-                     int N, int H, int W);  // writes c.dw (and c.db)
+                     int N, int H, int W);
 
 // ---- batchnorm2d --------------------------------------------------------------------
 
@@ -112,8 +113,7 @@ struct BatchNorm2d {
 };
 // gamma, beta from params; dgamma, dbeta from grads; running_mean/var from buffers
 // (pass the params arena to keep them next to the weights); save_* from acts.
-void batchnorm2d_bind(BatchNorm2d& bn, Arena& params, Arena& grads, Arena& buffers,
-                      Arena& acts);
+void batchnorm2d_bind(BatchNorm2d& bn, Arena& params, Arena& grads, Arena& buffers, Arena& acts);
 // gamma = 1 (0 with zero_gamma: the last BN of a residual block), beta = 0,
 // running_mean = 0, running_var = 1.
 void batchnorm2d_init(BatchNorm2d& bn, bool zero_gamma);
@@ -122,11 +122,12 @@ void batchnorm2d_forward(BatchNorm2d& bn,
                          const float* x,  // (N, C, H, W)
                          float* y,        // (N, C, H, W), may alias x in inference only
                          int N, int H, int W, bool training);
+// Writes dx, bn.dgamma and bn.dbeta.
 void batchnorm2d_backward(BatchNorm2d& bn,
                           const float* x,   // (N, C, H, W)  forward input
                           const float* dy,  // (N, C, H, W)
                           float* dx,        // (N, C, H, W)  may alias dy
-                          int N, int H, int W, bool training);  // writes dgamma, dbeta
+                          int N, int H, int W, bool training);
 
 // ---- relu ---------------------------------------------------------------------------
 
@@ -203,7 +204,7 @@ void accumulate(float* y, const float* x, size_t n);                   // (n)
 // Mean over the batch of cross-entropy between softmax(logits) and the smoothed target
 // q = (1 - smoothing) * onehot(label) + smoothing / C (torch's label_smoothing).
 // Writes dlogits = (softmax - q) / N when dlogits is not nullptr (may alias logits).
-float softmax_xent(const float* logits,  // (N, C)
+float softmax_xent(const float* logits,    // (N, C)
                    const int32_t* labels,  // (N), each in [0, C)
                    float* dlogits,         // (N, C), nullable
                    int N, int C, float smoothing);
@@ -223,7 +224,8 @@ TopK topk_correct(const float* logits,    // (N, C)
 
 // Threads the layers use from now on (oneDNN's OpenMP pool and oneTBB); 0 restores the
 // default (the OMP_NUM_THREADS / core count the process started with). Call it from the
-// thread that runs the layers. Returns the previous setting.
+// thread that runs the layers; it empties the primitive cache, as oneDNN primitives
+// keep the thread count they were made with. Returns the previous setting.
 int set_num_threads(int n);
 
 // Drops the cached oneDNN primitives (they are keyed by shape and mode; a new batch

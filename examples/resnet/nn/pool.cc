@@ -19,13 +19,11 @@ struct PoolPlan {
 };
 
 PoolPlan makePool(dnnl::algorithm alg, const memory::desc& x, const memory::desc& y,
-                  const memory::dims& kernel, const memory::dims& stride,
-                  const memory::dims& pad) {
+                  const memory::dims& kernel, const memory::dims& stride, const memory::dims& pad) {
   auto& eng = backend().engine;
   dnnl::pooling_forward::primitive_desc fpd(
       {dnnl::prop_kind::forward_training, alg, x, y, stride, kernel, pad, pad}, eng);
-  dnnl::pooling_backward::primitive_desc bpd({alg, x, y, stride, kernel, pad, pad}, eng,
-                                             fpd);
+  dnnl::pooling_backward::primitive_desc bpd({alg, x, y, stride, kernel, pad, pad}, eng, fpd);
   return PoolPlan{x, y, fpd.workspace_desc(), dnnl::pooling_forward(fpd),
                   dnnl::pooling_backward(bpd)};
 }
@@ -48,9 +46,8 @@ PoolPlan& maxPlan(const MaxPool2d& p, int N, int C, int H, int W, const std::str
 PoolPlan& avgPlan(int N, int C, int H, int W, const std::string& what) {
   if (N <= 0 || C <= 0 || H <= 0 || W <= 0) throw InvalidArgument(what + ": invalid shape");
   return cached<PoolPlan>(key("avgpool", N, C, H, W), [&] {
-    return makePool(dnnl::algorithm::pooling_avg_exclude_padding,
-                    plain({N, C, H, W}, Tag::nchw), plain({N, C, 1, 1}, Tag::nchw), {H, W},
-                    {H, W}, {0, 0});
+    return makePool(dnnl::algorithm::pooling_avg_exclude_padding, plain({N, C, H, W}, Tag::nchw),
+                    plain({N, C, 1, 1}, Tag::nchw), {H, W}, {H, W}, {0, 0});
   });
 }
 
@@ -58,8 +55,8 @@ PoolPlan& avgPlan(int N, int C, int H, int W, const std::string& what) {
 
 void maxpool2d_forward(MaxPool2d& p, const float* x, float* y, float* ws, int N, int C, int H,
                        int W) {
-  std::string what = key("maxpool2d_forward (N C H W)", N, C, H, W, "K", p.K, "stride",
-                         p.stride, "pad", p.pad);
+  std::string what =
+      key("maxpool2d_forward (N C H W)", N, C, H, W, "K", p.K, "stride", p.stride, "pad", p.pad);
   guarded(what, [&] {
     PoolPlan& plan = maxPlan(p, N, C, H, W, what);
     memory wsm(plan.ws, backend().engine, ws);
@@ -72,8 +69,8 @@ void maxpool2d_forward(MaxPool2d& p, const float* x, float* y, float* ws, int N,
 
 void maxpool2d_backward(MaxPool2d& p, const float* dy, const float* ws, float* dx, int N, int C,
                         int H, int W) {
-  std::string what = key("maxpool2d_backward (N C H W)", N, C, H, W, "K", p.K, "stride",
-                         p.stride, "pad", p.pad);
+  std::string what =
+      key("maxpool2d_backward (N C H W)", N, C, H, W, "K", p.K, "stride", p.stride, "pad", p.pad);
   guarded(what, [&] {
     PoolPlan& plan = maxPlan(p, N, C, H, W, what);
     memory wsm(plan.ws, backend().engine, const_cast<float*>(ws));

@@ -24,8 +24,8 @@ void checkLabels(const int32_t* labels, int N, int C, const char* fn) {
   if (N <= 0 || C <= 0) throw InvalidArgument(detail::key(fn, ": invalid shape N", N, "C", C));
   for (int i = 0; i < N; ++i)
     if (labels[i] < 0 || labels[i] >= C)
-      throw InvalidArgument(detail::key(fn, ": label", labels[i], "of row", i,
-                                        "is outside [0, C) with C =", C));
+      throw InvalidArgument(
+          detail::key(fn, ": label", labels[i], "of row", i, "is outside [0, C) with C =", C));
 }
 
 // One row: returns its loss and, if d is not nullptr, writes (softmax - q) * scale.
@@ -55,15 +55,15 @@ float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, i
                    float smoothing) {
   checkLabels(labels, N, C, "softmax_xent");
   if (!(smoothing >= 0.0f && smoothing < 1.0f))
-    throw InvalidArgument(detail::key("softmax_xent: label smoothing", smoothing,
-                                      "is outside [0, 1)"));
+    throw InvalidArgument(
+        detail::key("softmax_xent: label smoothing", smoothing, "is outside [0, 1)"));
   std::vector<double> losses(N);
   float scale = 1.0f / N;
   tbb::parallel_for(tbb::blocked_range<int>(0, N), [&](const tbb::blocked_range<int>& r) {
     for (int i = r.begin(); i < r.end(); ++i) {
       size_t off = static_cast<size_t>(i) * C;
-      losses[i] = rowLoss(logits + off, labels[i], dlogits ? dlogits + off : nullptr, C,
-                          smoothing, scale);
+      losses[i] =
+          rowLoss(logits + off, labels[i], dlogits ? dlogits + off : nullptr, C, smoothing, scale);
     }
   });
   double total = 0.0;
