@@ -19,8 +19,8 @@ struct ConvCase {
 
 std::string name(const ConvCase& c) {
   std::ostringstream os;
-  os << "N" << c.N << " " << c.C_in << "->" << c.C_out << " " << c.H << "x" << c.W << " K"
-     << c.K << " s" << c.stride << " p" << c.pad << (c.bias ? " bias" : "");
+  os << "N" << c.N << " " << c.C_in << "->" << c.C_out << " " << c.H << "x" << c.W << " K" << c.K
+     << " s" << c.stride << " p" << c.pad << (c.bias ? " bias" : "");
   return os.str();
 }
 
@@ -71,13 +71,13 @@ struct ConvFixture {
 };
 
 const ConvCase kCases[] = {
-    {2, 3, 4, 7, 6, 1, 1, 0, false},   // 1x1
-    {2, 4, 8, 8, 8, 1, 2, 0, false},   // 1x1 stride 2: the downsample shortcut
-    {2, 3, 5, 6, 7, 3, 1, 1, true},    // 3x3 same, with bias
-    {1, 16, 16, 9, 9, 3, 1, 1, false}, // 3x3, channels a multiple of the SIMD block
-    {2, 8, 16, 9, 8, 3, 2, 1, false},  // 3x3 stride 2, odd size
-    {2, 3, 6, 5, 5, 3, 1, 0, true},    // no padding
-    {2, 3, 8, 14, 13, 7, 2, 3, false}, // the ImageNet stem
+    {2, 3, 4, 7, 6, 1, 1, 0, false},    // 1x1
+    {2, 4, 8, 8, 8, 1, 2, 0, false},    // 1x1 stride 2: the downsample shortcut
+    {2, 3, 5, 6, 7, 3, 1, 1, true},     // 3x3 same, with bias
+    {1, 16, 16, 9, 9, 3, 1, 1, false},  // 3x3, channels a multiple of the SIMD block
+    {2, 8, 16, 9, 8, 3, 2, 1, false},   // 3x3 stride 2, odd size
+    {2, 3, 6, 5, 5, 3, 1, 0, true},     // no padding
+    {2, 3, 8, 14, 13, 7, 2, 3, false},  // the ImageNet stem
 };
 
 TEST_CASE("conv2d forward equals a naive convolution", "[layers][conv2d]") {

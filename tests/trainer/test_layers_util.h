@@ -44,8 +44,8 @@ struct SingleThreaded {
 // smaller). loss() runs the forward pass on the current v. Passes when
 // |analytic - numeric| <= atol + rtol * |numeric| for each element checked.
 inline void checkGradient(const char* name, Tensor& v, const Tensor& analytic,
-                          const std::function<double()>& loss, double h, double atol,
-                          double rtol, size_t max_checks = 64) {
+                          const std::function<double()>& loss, double h, double atol, double rtol,
+                          size_t max_checks = 64) {
   REQUIRE(v.size() == analytic.size());
   int failures = 0;
   size_t step = (v.size() + max_checks - 1) / max_checks;
@@ -67,8 +67,8 @@ inline void checkGradient(const char* name, Tensor& v, const Tensor& analytic,
 }
 
 // Elementwise |a - b| <= atol + rtol * |b|; reports the first few mismatches.
-inline void checkClose(const char* name, const float* a, const std::vector<double>& b,
-                       double atol, double rtol) {
+inline void checkClose(const char* name, const float* a, const std::vector<double>& b, double atol,
+                       double rtol) {
   int failures = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     if (std::abs(a[i] - b[i]) > atol + rtol * std::abs(b[i]) && failures++ < 5) {
