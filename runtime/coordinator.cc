@@ -30,9 +30,13 @@ bool isTensorOp(RequestType t) {
          t == RequestType::Broadcast || t == RequestType::Alltoall ||
          t == RequestType::Reducescatter;
 }
-bool reduces(RequestType t) { return t == RequestType::Allreduce || t == RequestType::Reducescatter; }
+bool reduces(RequestType t) {
+  return t == RequestType::Allreduce || t == RequestType::Reducescatter;
+}
 // Only these split the first dimension, so only there may it differ between ranks.
-bool firstDimVaries(RequestType t) { return t == RequestType::Allgather || t == RequestType::Alltoall; }
+bool firstDimVaries(RequestType t) {
+  return t == RequestType::Allgather || t == RequestType::Alltoall;
+}
 // A joined rank cannot stand in for these: they need every rank's own participation.
 bool needsEveryRank(RequestType t) {
   return t == RequestType::Barrier || t == RequestType::AddProcessSet ||
@@ -47,7 +51,10 @@ std::string number(double v) {
 
 std::string rankList(const std::vector<int>& ranks) {
   std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r);
+  }
   return s;
 }
 
@@ -83,7 +90,8 @@ struct Field {
 };
 
 const Field kFields[] = {
-    {[](RequestType) { return true; }, [](const Request& a, const Request& b) { return a.type == b.type; },
+    {[](RequestType) { return true; },
+     [](const Request& a, const Request& b) { return a.type == b.type; },
      [](const Request& r) { return std::string("type ") + requestTypeName(r.type); }},
     {isTensorOp, [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
      [](const Request& r) { return std::string("dtype ") + dtypeName(r.dtype); }},
@@ -93,7 +101,8 @@ const Field kFields[] = {
      [](const Request& r) { return std::string("op ") + reduceOpName(r.op); }},
     {reduces, [](const Request& a, const Request& b) { return sameScale(a.prescale, b.prescale); },
      [](const Request& r) { return "prescale " + number(r.prescale); }},
-    {reduces, [](const Request& a, const Request& b) { return sameScale(a.postscale, b.postscale); },
+    {reduces,
+     [](const Request& a, const Request& b) { return sameScale(a.postscale, b.postscale); },
      [](const Request& r) { return "postscale " + number(r.postscale); }},
     {[](RequestType t) { return t == RequestType::Broadcast; },
      [](const Request& a, const Request& b) { return a.root == b.root; },
@@ -104,14 +113,21 @@ const Field kFields[] = {
      },
      [](const Request& r) { return "shape " + shapeString(r.shape); }, true},
     {isTensorOp,
-     [](const Request& a, const Request& b) { return a.group == b.group && a.group_size == b.group_size; },
+     [](const Request& a, const Request& b) {
+       return a.group == b.group && a.group_size == b.group_size;
+     },
      [](const Request& r) {
        return r.group.empty() ? std::string("no group")
                               : "group '" + r.group + "' of " + std::to_string(r.group_size);
      }},
-    {[](RequestType t) { return t == RequestType::AddProcessSet || t == RequestType::RemoveProcessSet; },
+    {[](RequestType t) {
+       return t == RequestType::AddProcessSet || t == RequestType::RemoveProcessSet;
+     },
      [](const Request& a, const Request& b) { return a.splits == b.splits; },
-     [](const Request& r) { return "ranks " + shapeString(r.splits); }},
+     [](const Request& r) {
+       return (r.type == RequestType::AddProcessSet ? "ranks " : "process set ") +
+              shapeString(r.splits);
+     }},
 };
 
 // The first disagreement with the lowest rank's request, or "" when all agree.
@@ -143,10 +159,11 @@ std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
     if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; }))
       return at + " sent shape " + shapeString(r.shape) + " with a negative dimension";
     if (r.shape.empty() && (firstDimVaries(r.type) || r.type == RequestType::Reducescatter))
-      return at + " sent a scalar, but " + requestTypeName(r.type) + " needs at least one dimension";
+      return at + " sent a scalar, but " + requestTypeName(r.type) +
+             " needs at least one dimension";
     if (r.type == RequestType::Broadcast && (r.root < 0 || r.root >= set_size))
-      return at + " sent root " + std::to_string(r.root) + ", which is not a rank of the process set of size " +
-             std::to_string(set_size);
+      return at + " sent root " + std::to_string(r.root) +
+             ", which is not a rank of the process set of size " + std::to_string(set_size);
     if (!r.group.empty() && (r.type != RequestType::Allreduce || r.group_size < 1))
       return at + " sent group '" + r.group + "' of " + std::to_string(r.group_size) +
              ": only allreduce can be grouped, with at least one tensor";
@@ -156,7 +173,8 @@ std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
 
 // Alltoall: each rank's splits must describe its own first dimension. Empty splits
 // mean equal parts. Fills the split matrix row of each rank (joined ranks: zeros).
-std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n, std::vector<std::int64_t>& m) {
+std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n,
+                           std::vector<std::int64_t>& m) {
   m.assign(static_cast<std::size_t>(n) * n, 0);
   for (const Request* r : reqs) {
     std::string at = prefix(*r) + "rank " + std::to_string(r->rank) + " sent ";
@@ -169,7 +187,8 @@ std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n, std::
       splits.assign(n, rows / n);
     }
     if (splits.size() != static_cast<std::size_t>(n))
-      return at + std::to_string(splits.size()) + " splits for a process set of size " + std::to_string(n);
+      return at + std::to_string(splits.size()) + " splits for a process set of size " +
+             std::to_string(n);
     if (std::any_of(splits.begin(), splits.end(), [](std::int64_t s) { return s < 0; }))
       return at + "splits " + shapeString(splits) + " with a negative entry";
     std::int64_t sum = 0;
@@ -198,7 +217,8 @@ std::string checkProcessSet(const Request& r, int set_size) {
            ", which is not a rank of the process set of size " + std::to_string(set_size);
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end())
-    return prefix(r) + "ranks " + shapeString(r.splits) + " list rank " + std::to_string(*dup) + " twice";
+    return prefix(r) + "ranks " + shapeString(r.splits) + " list rank " + std::to_string(*dup) +
+           " twice";
   return "";
 }
 
@@ -229,7 +249,9 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
   for (const Request& r : requests) reqs.push_back(&r);
   std::stable_sort(reqs.begin(), reqs.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
   const Request& ref = *reqs.front();
-  auto invalid = [&](std::string m) { return errorResponse(ref.name, std::move(m), Response::ErrorKind::Invalid); };
+  auto invalid = [&](std::string m) {
+    return errorResponse(ref.name, std::move(m), Response::ErrorKind::Invalid);
+  };
 
   if (std::string m = checkEach(reqs, set_size); !m.empty()) return invalid(m);
   if (std::string m = disagreement(reqs); !m.empty())
@@ -239,8 +261,9 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
   for (int r = 0; r < set_size; ++r) {
     gone[r] = r < static_cast<int>(joined.size()) && joined[r] && !sent[r];
     if (!sent[r] && (!gone[r] || needsEveryRank(ref.type)))
-      return invalid(prefix(ref) + "rank " + std::to_string(r) + " sent no request" +
-                     (gone[r] ? "; every rank must take part, joined or not" : " and has not joined"));
+      return invalid(
+          prefix(ref) + "rank " + std::to_string(r) + " sent no request" +
+          (gone[r] ? "; every rank must take part, joined or not" : " and has not joined"));
   }
   if (std::string m = checkJoined(ref, gone); !m.empty()) return invalid(m);
 
@@ -258,7 +281,9 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
     out.postscale = ref.postscale;
   }
   switch (ref.type) {
-    case RequestType::Broadcast: out.root = ref.root; break;
+    case RequestType::Broadcast:
+      out.root = ref.root;
+      break;
     case RequestType::Allgather:
       out.rank_rows.assign(set_size, 0);
       for (const Request* r : reqs) out.rank_rows[r->rank] = r->shape.front();
@@ -266,7 +291,8 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
       for (std::int64_t rows : out.rank_rows) out.shapes[0][0] += rows;
       break;
     case RequestType::Alltoall:
-      if (std::string m = alltoallMatrix(reqs, set_size, out.rank_rows); !m.empty()) return invalid(m);
+      if (std::string m = alltoallMatrix(reqs, set_size, out.rank_rows); !m.empty())
+        return invalid(m);
       out.shapes[0][0] = 0;
       break;
     case RequestType::AddProcessSet:
@@ -275,7 +301,8 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
       out.rank_rows = ref.splits;
       std::sort(out.rank_rows.begin(), out.rank_rows.end());
       break;
-    default: break;
+    default:
+      break;
   }
   return out;
 }
@@ -291,7 +318,8 @@ std::string formatStallReport(const std::vector<StallReport>& stalls, int set_si
     std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(s.waiting).count());
     if (!out.empty()) out += '\n';
     out += std::string(requestTypeName(s.type)) + " '" + s.name + "' waited " + secs + " s for ";
-    out += s.missing_ranks.empty() ? "the other tensors of its group" : ranksPhrase(s.missing_ranks);
+    out +=
+        s.missing_ranks.empty() ? "the other tensors of its group" : ranksPhrase(s.missing_ranks);
     if (!submitted.empty()) out += " (submitted by " + ranksPhrase(submitted) + ")";
   }
   return out;
@@ -306,9 +334,11 @@ struct Coordinator::Ready {
 };
 
 Coordinator::Coordinator(int set_size)
-    : set_size_(set_size), joined_(set_size > 0 ? set_size : 0, false),
+    : set_size_(set_size),
+      joined_(set_size > 0 ? set_size : 0, false),
       join_names_(set_size > 0 ? set_size : 0) {
-  if (set_size <= 0) throw InvalidArgument("Coordinator: process set size " + std::to_string(set_size));
+  if (set_size <= 0)
+    throw InvalidArgument("Coordinator: process set size " + std::to_string(set_size));
 }
 
 // Removes the name from the table and fails it on every rank: a consistent failure
@@ -371,7 +401,8 @@ std::vector<int> Coordinator::missingRanks(const Entry& entry) const {
 }
 
 bool Coordinator::isReady(const Entry& entry) const {
-  return entry.requests.size() == static_cast<std::size_t>(set_size_) || missingRanks(entry).empty();
+  return entry.requests.size() == static_cast<std::size_t>(set_size_) ||
+         missingRanks(entry).empty();
 }
 
 std::vector<Response> Coordinator::takeReady() {
@@ -419,26 +450,35 @@ std::vector<Response> Coordinator::takeReady() {
 void Coordinator::takeGroup(const std::string& group, const std::vector<std::string>& members,
                             std::vector<Ready>& out) {
   const std::int32_t size = table_.at(members.front()).requests.front().group_size;
-  std::vector<const std::string*> by_index(size, nullptr);
+  // (index, name) of the well-named members; sized by what arrived, never by the
+  // claimed group size, which a corrupt request could make huge.
+  std::vector<std::pair<int, const std::string*>> indexed;
   for (const std::string& name : members) {
     const Request& first = table_.at(name).requests.front();
-    std::string_view suffix = std::string_view(name).substr(std::min(name.size(), group.size() + 1));
+    std::string_view suffix =
+        std::string_view(name).substr(std::min(name.size(), group.size() + 1));
     int index = -1;
     auto [end, ec] = std::from_chars(suffix.data(), suffix.data() + suffix.size(), index);
-    bool named = name.size() > group.size() + 1 && name.starts_with(group) && name[group.size()] == '.' &&
-                 ec == std::errc() && end == suffix.data() + suffix.size() && std::to_string(index) == suffix;
-    if (!named || index >= size || first.group_size != size || by_index[index] != nullptr) {
-      out.push_back({first.seq, name,
-                     errorResponse(name, prefix(first) + "is not a member of group '" + group + "' of " +
-                                   std::to_string(size) + " (members are named '" + group + ".0' to '" +
-                                   group + "." + std::to_string(size - 1) + "')",
-                                   Response::ErrorKind::Invalid)});
-      table_.erase(name);
+    bool named = name.size() > group.size() + 1 && name.starts_with(group) &&
+                 name[group.size()] == '.' && ec == std::errc() &&
+                 end == suffix.data() + suffix.size() && std::to_string(index) == suffix;
+    if (named && index < size && first.group_size == size) {
+      indexed.emplace_back(index, &name);
       continue;
     }
-    by_index[index] = &name;
+    out.push_back({first.seq, name,
+                   errorResponse(name,
+                                 prefix(first) + "is not a member of group '" + group + "' of " +
+                                     std::to_string(size) + " (members are named '" + group +
+                                     ".0' to '" + group + "." + std::to_string(size - 1) + "')",
+                                 Response::ErrorKind::Invalid)});
+    table_.erase(name);
   }
-  if (std::find(by_index.begin(), by_index.end(), nullptr) != by_index.end()) return;
+  // Names are canonical ("g.1", never "g.01"), so distinct names have distinct indices.
+  if (indexed.size() != static_cast<std::size_t>(size)) return;
+  std::sort(indexed.begin(), indexed.end());
+  std::vector<const std::string*> by_index;
+  for (const auto& [index, name] : indexed) by_index.push_back(name);
 
   Ready fused{UINT64_MAX, *by_index.front(), {}};
   for (const std::string* name : by_index) {
@@ -449,12 +489,15 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
     if (r.type != ResponseType::Error && name != by_index.front() &&
         (r.dtype != head.dtype || r.device != head.device || r.op != head.op ||
          !sameScale(r.prescale, head.prescale) || !sameScale(r.postscale, head.postscale))) {
-      r = errorResponse(*name, prefix(e.requests.front()) + "group '" + group + "' mixes " +
-                        dtypeName(head.dtype) + " " + reduceOpName(head.op) + " on " + head.device.str() +
-                        " ('" + head.names.front() + "') with " + dtypeName(r.dtype) + " " +
-                        reduceOpName(r.op) + " on " + r.device.str() +
-                        "; the tensors of a group are fused into one buffer and must share dtype, "
-                        "device, op and scale factors", Response::ErrorKind::Invalid);
+      r = errorResponse(
+          *name,
+          prefix(e.requests.front()) + "group '" + group + "' mixes " + dtypeName(head.dtype) +
+              " " + reduceOpName(head.op) + " on " + head.device.str() + " ('" +
+              head.names.front() + "') with " + dtypeName(r.dtype) + " " + reduceOpName(r.op) +
+              " on " + r.device.str() +
+              "; the tensors of a group are fused into one buffer and must share dtype, "
+              "device, op and scale factors",
+          Response::ErrorKind::Invalid);
     }
     if (r.type == ResponseType::Error) {
       fused.response = std::move(r);  // the first failing member fails the group
@@ -476,7 +519,8 @@ std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::dura
   std::vector<StallReport> out;
   for (const auto& [name, entry] : table_) {
     Clock::duration waited = now - entry.first_seen;
-    if (waited >= age) out.push_back({name, missingRanks(entry), waited, entry.requests.front().type});
+    if (waited >= age)
+      out.push_back({name, missingRanks(entry), waited, entry.requests.front().type});
   }
   return out;
 }
@@ -489,10 +533,12 @@ std::vector<Response> Coordinator::expireStalled(Clock::time_point now, Clock::d
   for (const StallReport& s : stalled(now, age)) {
     const Request& first = table_.at(s.name).requests.front();
     if (!first.group.empty()) failed_groups.emplace(first.group, s.name);
-    out.push_back(errorResponse(s.name, formatStallReport({s}, set_size_) +
-                                "; gave up (ACCORD_STALL_SHUTDOWN_TIME): every rank of the process "
-                                "set must submit each collective",
-                                Response::ErrorKind::Stall));
+    out.push_back(
+        errorResponse(s.name,
+                      formatStallReport({s}, set_size_) +
+                          "; gave up (ACCORD_STALL_SHUTDOWN_TIME): every rank of the process "
+                          "set must submit each collective",
+                      Response::ErrorKind::Stall));
     table_.erase(s.name);
   }
   for (auto it = table_.begin(); it != table_.end();) {
@@ -502,8 +548,9 @@ std::vector<Response> Coordinator::expireStalled(Clock::time_point now, Clock::d
       ++it;
       continue;
     }
-    out.push_back(errorResponse(it->first, prefix(first) + "group '" + group->first +
-                                "' failed because its tensor '" + group->second + "' stalled",
+    out.push_back(errorResponse(it->first,
+                                prefix(first) + "group '" + group->first +
+                                    "' failed because its tensor '" + group->second + "' stalled",
                                 Response::ErrorKind::Stall));
     it = table_.erase(it);
   }
