@@ -12,7 +12,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -94,14 +93,16 @@ class Reader {
     if (!s) return fallback;
     std::size_t v = 0;
     if (!parseBytes(*s, v) || v < min) {
-      reject(var, *s, min == 0 ? "bytes >= 0 (suffixes K, M, G)"
-                               : "bytes >= " + std::to_string(min) + " (" +
-                                     std::to_string(min >> 10) + "K; suffixes K, M, G)");
+      reject(var, *s,
+             min == 0 ? "bytes >= 0 (suffixes K, M, G)"
+                      : "bytes >= " + std::to_string(min) + " (" + std::to_string(min >> 10) +
+                            "K; suffixes K, M, G)");
     }
     return v;
   }
 
-  std::size_t count(const char* var, std::size_t fallback, std::size_t max, const char* note) const {
+  std::size_t count(const char* var, std::size_t fallback, std::size_t max,
+                    const char* note) const {
     auto s = get(var);
     if (!s) return fallback;
     std::uint64_t v = 0;
@@ -117,7 +118,8 @@ class Reader {
     auto s = get(var);
     if (!s) return fallback;
     double v = 0;
-    if (!parseNumber(*s, v) || v < min || (open_min && v == min) || v > max) reject(var, *s, expected);
+    if (!parseNumber(*s, v) || v < min || (open_min && v == min) || v > max)
+      reject(var, *s, expected);
     return v;
   }
 
@@ -150,19 +152,20 @@ std::string formatNumber(double v) {
 Config Config::parse(const Getenv& getenv) {
   Reader env(getenv);
   Config c;
-  double cycle_ms = env.number("ACCORD_CYCLE_TIME", kDefaultCycleTimeMs, 0.0, kMaxCycleTimeMs, false,
-                               "milliseconds between 0 and 10000 (fractional allowed, e.g. 0.5)");
+  double cycle_ms =
+      env.number("ACCORD_CYCLE_TIME", kDefaultCycleTimeMs, 0.0, kMaxCycleTimeMs, false,
+                 "milliseconds between 0 and 10000 (fractional allowed, e.g. 0.5)");
   c.cycle_time = std::chrono::microseconds(std::llround(cycle_ms * 1000.0));
   c.fusion_threshold = env.bytes("ACCORD_FUSION_THRESHOLD", kDefaultFusionThreshold, 0);
   c.chunk_bytes = env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes);
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
-  c.stall_check_time = secondsToMs(env.number("ACCORD_STALL_CHECK_TIME", kDefaultStallCheckSeconds, 0.0,
-                                              kMaxSeconds, true,
-                                              "seconds > 0 and <= 1e9 (fractional allowed)"));
-  c.stall_shutdown_time = secondsToMs(env.number("ACCORD_STALL_SHUTDOWN_TIME",
-                                                 kDefaultStallShutdownSeconds, 0.0, kMaxSeconds, false,
-                                                 "seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)"));
+  c.stall_check_time =
+      secondsToMs(env.number("ACCORD_STALL_CHECK_TIME", kDefaultStallCheckSeconds, 0.0, kMaxSeconds,
+                             true, "seconds > 0 and <= 1e9 (fractional allowed)"));
+  c.stall_shutdown_time = secondsToMs(
+      env.number("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, 0.0, kMaxSeconds,
+                 false, "seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)"));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
   if (auto path = env.get("ACCORD_TIMELINE")) c.timeline = *path;
   return c;
@@ -183,7 +186,8 @@ std::string Config::describe() const {
   double check_s = std::chrono::duration<double>(stall_check_time).count();
   double shutdown_s = std::chrono::duration<double>(stall_shutdown_time).count();
   std::string out;
-  out += line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms", "batching wait of a busy cycle (0..10000 ms)");
+  out += line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms",
+              "batching wait of a busy cycle (0..10000 ms)");
   out += line("ACCORD_FUSION_THRESHOLD", std::to_string(fusion_threshold) + " bytes",
               "fusion buffer size (K/M/G suffixes, 0 = no fusion)");
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",

@@ -28,11 +28,14 @@ void append(Response& into, Response&& from) {
 bool fusible(const Response& a, const Response& b) {
   if (a.type != b.type || a.dtype != b.dtype || a.device != b.device) return false;
   switch (a.type) {
-    case ResponseType::Allgather: return true;  // no op, no scaling
+    case ResponseType::Allgather:
+      return true;  // no op, no scaling
     case ResponseType::Allreduce:
     case ResponseType::Reducescatter:
-      return a.op == b.op && sameScale(a.prescale, b.prescale) && sameScale(a.postscale, b.postscale);
-    default: return false;
+      return a.op == b.op && sameScale(a.prescale, b.prescale) &&
+             sameScale(a.postscale, b.postscale);
+    default:
+      return false;
   }
 }
 

@@ -10,31 +10,50 @@ namespace accord {
 
 const char* requestTypeName(RequestType type) {
   switch (type) {
-    case RequestType::Allreduce: return "allreduce";
-    case RequestType::Allgather: return "allgather";
-    case RequestType::Broadcast: return "broadcast";
-    case RequestType::Alltoall: return "alltoall";
-    case RequestType::Reducescatter: return "reducescatter";
-    case RequestType::Barrier: return "barrier";
-    case RequestType::Join: return "join";
-    case RequestType::AddProcessSet: return "add_process_set";
-    case RequestType::RemoveProcessSet: return "remove_process_set";
+    case RequestType::Allreduce:
+      return "allreduce";
+    case RequestType::Allgather:
+      return "allgather";
+    case RequestType::Broadcast:
+      return "broadcast";
+    case RequestType::Alltoall:
+      return "alltoall";
+    case RequestType::Reducescatter:
+      return "reducescatter";
+    case RequestType::Barrier:
+      return "barrier";
+    case RequestType::Join:
+      return "join";
+    case RequestType::AddProcessSet:
+      return "add_process_set";
+    case RequestType::RemoveProcessSet:
+      return "remove_process_set";
   }
   return "invalid-request-type";
 }
 
 const char* responseTypeName(ResponseType type) {
   switch (type) {
-    case ResponseType::Allreduce: return "allreduce";
-    case ResponseType::Allgather: return "allgather";
-    case ResponseType::Broadcast: return "broadcast";
-    case ResponseType::Alltoall: return "alltoall";
-    case ResponseType::Reducescatter: return "reducescatter";
-    case ResponseType::Barrier: return "barrier";
-    case ResponseType::Join: return "join";
-    case ResponseType::AddProcessSet: return "add_process_set";
-    case ResponseType::RemoveProcessSet: return "remove_process_set";
-    case ResponseType::Error: return "error";
+    case ResponseType::Allreduce:
+      return "allreduce";
+    case ResponseType::Allgather:
+      return "allgather";
+    case ResponseType::Broadcast:
+      return "broadcast";
+    case ResponseType::Alltoall:
+      return "alltoall";
+    case ResponseType::Reducescatter:
+      return "reducescatter";
+    case ResponseType::Barrier:
+      return "barrier";
+    case ResponseType::Join:
+      return "join";
+    case ResponseType::AddProcessSet:
+      return "add_process_set";
+    case ResponseType::RemoveProcessSet:
+      return "remove_process_set";
+    case ResponseType::Error:
+      return "error";
   }
   return "invalid-response-type";
 }

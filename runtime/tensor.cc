@@ -23,27 +23,39 @@ std::string invalidValue(const char* what, int value) {
 std::size_t dtypeSize(DType dtype) {
   switch (dtype) {
     case DType::UInt8:
-    case DType::Int8: return 1;
+    case DType::Int8:
+      return 1;
     case DType::Float16:
-    case DType::BFloat16: return 2;
+    case DType::BFloat16:
+      return 2;
     case DType::Int32:
-    case DType::Float32: return 4;
+    case DType::Float32:
+      return 4;
     case DType::Int64:
-    case DType::Float64: return 8;
+    case DType::Float64:
+      return 8;
   }
   throw InvalidArgument(invalidValue("dtype", static_cast<int>(dtype)));
 }
 
 const char* dtypeName(DType dtype) {
   switch (dtype) {
-    case DType::UInt8: return "uint8";
-    case DType::Int8: return "int8";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Int8:
+      return "int8";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
   }
   return "invalid-dtype";
 }
@@ -53,15 +65,19 @@ bool isFloatingPoint(DType dtype) {
     case DType::Float16:
     case DType::BFloat16:
     case DType::Float32:
-    case DType::Float64: return true;
-    default: return false;
+    case DType::Float64:
+      return true;
+    default:
+      return false;
   }
 }
 
 std::string Device::str() const {
   switch (type) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::CUDA: return "cuda:" + std::to_string(index);
+    case DeviceType::CPU:
+      return "cpu";
+    case DeviceType::CUDA:
+      return "cuda:" + std::to_string(index);
   }
   return invalidValue("device type", static_cast<int>(type));
 }
@@ -89,11 +105,16 @@ std::string shapeString(const Shape& shape) {
 
 const char* reduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Average: return "average";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Product: return "product";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Average:
+      return "average";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Product:
+      return "product";
   }
   return "invalid-op";
 }
@@ -102,9 +123,8 @@ const char* reduceOpName(ReduceOp op) {
 // block sizes differ by at most one and rank order matches row order.
 std::int64_t reducescatterRows(std::int64_t rows, int rank, int set_size) {
   if (set_size <= 0 || rank < 0 || rank >= set_size || rows < 0) {
-    throw InvalidArgument("reducescatterRows(rows=" + std::to_string(rows) +
-                          ", rank=" + std::to_string(rank) + ", set_size=" +
-                          std::to_string(set_size) +
+    throw InvalidArgument("reducescatterRows(rows=" + std::to_string(rows) + ", rank=" +
+                          std::to_string(rank) + ", set_size=" + std::to_string(set_size) +
                           "): expected rows >= 0 and 0 <= rank < set_size");
   }
   return rows / set_size + (rank < rows % set_size ? 1 : 0);

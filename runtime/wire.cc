@@ -83,7 +83,8 @@ class Writer {
 };
 
 // Fixed part of one request: everything except the strings' and vectors' items.
-constexpr std::size_t kRequestFixedBytes = 4 + 8 + 1 + 4 + 1 + 1 + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
+constexpr std::size_t kRequestFixedBytes =
+    4 + 8 + 1 + 4 + 1 + 1 + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
 // Fixed part of one response.
 constexpr std::size_t kResponseFixedBytes = 1 + 4 + 4 + 1 + 1 + 1 + 4 + 4 + 8 + 8 + 4 + 4 + 1;
 
@@ -222,6 +223,7 @@ class Reader {
   }
 
   void finish(const char* what) {
+    kind_ = nullptr;  // past the last item
     if (left() != 0) {
       fail(std::to_string(left()) + " trailing bytes at byte " + std::to_string(pos_) +
            " after the last " + what);
@@ -349,7 +351,8 @@ ResponseList decodeResponses(std::span<const std::uint8_t> bytes) {
   r.header(kResponseMagic, "response list");
   ResponseList list;
   std::uint8_t shutdown = r.u8("shutdown flag");
-  if (shutdown > 1) r.fail("value " + std::to_string(shutdown) + " at byte 6 is not 0 or 1", "shutdown flag");
+  if (shutdown > 1)
+    r.fail("value " + std::to_string(shutdown) + " at byte 6 is not 0 or 1", "shutdown flag");
   list.shutdown = shutdown == 1;
   list.responses.resize(r.count("response count", kResponseFixedBytes, "list header"));
   for (std::size_t i = 0; i < list.responses.size(); ++i) {
