@@ -41,7 +41,8 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.stall_shutdown_time == 300s);
   CHECK(c.log_level == "warn");
   CHECK(c.timeline.empty());
-  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"ACCORD_LOG_LEVEL", "  "}}).fusion_threshold == 4u << 20);
+  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"ACCORD_LOG_LEVEL", "  "}}).fusion_threshold ==
+        4u << 20);
 }
 
 TEST_CASE("every variable parses its accepted forms", "[config]") {
@@ -66,7 +67,9 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
 }
 
 TEST_CASE("sizes take plain bytes or K/M/G multiples of 1024", "[config]") {
-  auto bytes = [](const std::string& v) { return parse({{"ACCORD_FUSION_THRESHOLD", v}}).fusion_threshold; };
+  auto bytes = [](const std::string& v) {
+    return parse({{"ACCORD_FUSION_THRESHOLD", v}}).fusion_threshold;
+  };
   CHECK(bytes("0") == 0);
   CHECK(bytes("12345") == 12345);
   CHECK(bytes("1K") == 1024);
@@ -77,7 +80,8 @@ TEST_CASE("sizes take plain bytes or K/M/G multiples of 1024", "[config]") {
 }
 
 TEST_CASE("bad sizes name the variable, the value and the range", "[config]") {
-  for (std::string bad : {"abc", "-1", "1.5M", "1T", "M", "10 M B", "1KX", "99999999999999999999"}) {
+  for (std::string bad :
+       {"abc", "-1", "1.5M", "1T", "M", "10 M B", "1KX", "99999999999999999999"}) {
     INFO(bad);
     CHECK(error("ACCORD_FUSION_THRESHOLD", bad) ==
           "ACCORD_FUSION_THRESHOLD='" + bad + "': expected bytes >= 0 (suffixes K, M, G)");
@@ -104,16 +108,19 @@ TEST_CASE("bad times name the variable, the value and the range", "[config]") {
   CHECK(error("ACCORD_STALL_CHECK_TIME", "1e10") ==
         "ACCORD_STALL_CHECK_TIME='1e10': expected seconds > 0 and <= 1e9 (fractional allowed)");
   CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", "-1") ==
-        "ACCORD_STALL_SHUTDOWN_TIME='-1': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)");
+        "ACCORD_STALL_SHUTDOWN_TIME='-1': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 "
+        "= never)");
   CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", "5m") ==
-        "ACCORD_STALL_SHUTDOWN_TIME='5m': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)");
+        "ACCORD_STALL_SHUTDOWN_TIME='5m': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 "
+        "= never)");
 }
 
 TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
   for (std::string bad : {"-1", "1.5", "lots", "1048577"}) {
     INFO(bad);
     CHECK(error("ACCORD_CACHE_CAPACITY", bad) ==
-          "ACCORD_CACHE_CAPACITY='" + bad + "': expected an integer between 0 and 1048576 (0 disables the cache)");
+          "ACCORD_CACHE_CAPACITY='" + bad +
+              "': expected an integer between 0 and 1048576 (0 disables the cache)");
   }
   CHECK(error("ACCORD_LOG_LEVEL", "warning") ==
         "ACCORD_LOG_LEVEL='warning': expected one of trace, debug, info, warn, error, off");

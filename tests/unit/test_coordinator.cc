@@ -115,11 +115,13 @@ TEST_CASE("joined ranks count as having submitted every pending name", "[coordin
   CHECK(ready[0].rank_rows == std::vector<std::int64_t>{2, 3, 0});
 
   // Reducescatter cannot run around a joined rank: an error, not a hang.
-  c.add({req(0, "rs", 0, RequestType::Reducescatter), req(1, "rs", 0, RequestType::Reducescatter)}, t0);
+  c.add({req(0, "rs", 0, RequestType::Reducescatter), req(1, "rs", 0, RequestType::Reducescatter)},
+        t0);
   ready = c.takeReady();
   REQUIRE(ready.size() == 1);
   CHECK(ready[0].error ==
-        "reducescatter 'rs': rank 2 has joined; reducescatter is not supported while a rank has joined");
+        "reducescatter 'rs': rank 2 has joined; reducescatter is not supported while a rank has "
+        "joined");
 }
 
 TEST_CASE("join completes when every rank joined, with the last rank as root", "[coordinator]") {
@@ -203,7 +205,8 @@ TEST_CASE("a group fails as a whole", "[coordinator]") {
   REQUIRE(ready.size() == 1);
   CHECK(ready[0].error ==
         "allreduce 'h.1': group 'h' mixes float32 sum on cpu ('h.0') with float64 sum on cpu; the "
-        "tensors of a group are fused into one buffer and must share dtype, device, op and scale factors");
+        "tensors of a group are fused into one buffer and must share dtype, device, op and scale "
+        "factors");
   CHECK(ready[0].names == std::vector<std::string>{"h.0", "h.1"});
 
   Request stray = member(0, "k", 0, 2);
@@ -217,6 +220,15 @@ TEST_CASE("a group fails as a whole", "[coordinator]") {
         "allreduce 'k.02': is not a member of group 'k' of 2 (members are named 'k.0' to 'k.1')");
 }
 
+TEST_CASE("a huge claimed group size just waits, without allocating for it", "[coordinator]") {
+  Coordinator c(2);
+  c.add({member(0, "big", 0, 1'000'000'000), member(1, "big", 0, 1'000'000'000)}, t0);
+  CHECK(c.takeReady().empty());
+  auto stalls = c.stalled(t0 + 1s, 1s);
+  REQUIRE(stalls.size() == 1);
+  CHECK(stalls[0].missing_ranks.empty());
+}
+
 TEST_CASE("a rank submitting a name twice fails that name on every rank", "[coordinator]") {
   Coordinator c(2);
   c.add({req(0, "w", 0), req(0, "w", 1), req(1, "w", 0)}, t0);
@@ -224,7 +236,8 @@ TEST_CASE("a rank submitting a name twice fails that name on every rank", "[coor
   REQUIRE(ready.size() == 1);
   CHECK(ready[0].type == ResponseType::Error);
   CHECK(ready[0].error_kind == Response::ErrorKind::Invalid);
-  CHECK(ready[0].error == "allreduce 'w': rank 0 submitted it again before the first one completed");
+  CHECK(ready[0].error ==
+        "allreduce 'w': rank 0 submitted it again before the first one completed");
   CHECK(c.empty());  // rank 1's request went with it, whatever the order
   Coordinator d(2);
   d.add({req(1, "w", 0), req(0, "w", 0), req(0, "w", 1)}, t0);
@@ -234,7 +247,8 @@ TEST_CASE("a rank submitting a name twice fails that name on every rank", "[coor
   d.add({req(5, "x")}, t0);
   ready = d.takeReady();
   REQUIRE(ready.size() == 1);
-  CHECK(ready[0].error == "allreduce 'x': request from rank 5, which is not a rank of the process set of size 2");
+  CHECK(ready[0].error ==
+        "allreduce 'x': request from rank 5, which is not a rank of the process set of size 2");
 }
 
 TEST_CASE("stall reports name the tensor, the missing ranks and the wait", "[coordinator]") {
@@ -247,7 +261,8 @@ TEST_CASE("stall reports name the tensor, the missing ranks and the wait", "[coo
   CHECK(stalls[0].name == "w1");
   CHECK(stalls[0].missing_ranks == std::vector<int>{2, 3});
   CHECK(stalls[0].waiting == 61200ms);
-  CHECK(formatStallReport(stalls, 4) == "allreduce 'w1' waited 61.2 s for ranks 2,3 (submitted by ranks 0,1)");
+  CHECK(formatStallReport(stalls, 4) ==
+        "allreduce 'w1' waited 61.2 s for ranks 2,3 (submitted by ranks 0,1)");
   stalls = c.stalled(t0 + 100s, 60s);
   REQUIRE(stalls.size() == 2);
   CHECK(stalls[1].missing_ranks == std::vector<int>{0, 2});  // rank 1 has joined

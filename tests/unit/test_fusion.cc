@@ -29,9 +29,9 @@ using Groups = std::vector<std::vector<std::string>>;
 TEST_CASE("neighbours fuse up to exactly the threshold", "[fusion]") {
   std::vector<Response> rs = {allreduce("a", 10), allreduce("b", 15), allreduce("c", 1)};
   CHECK(groups(planFusion(rs, 100)) == Groups{{"a", "b"}, {"c"}});  // 40 + 60 = 100
-  CHECK(groups(planFusion(rs, 104)) == Groups{{"a", "b", "c"}});  // 100 + 4
+  CHECK(groups(planFusion(rs, 104)) == Groups{{"a", "b", "c"}});    // 100 + 4
   CHECK(groups(planFusion(rs, 103)) == Groups{{"a", "b"}, {"c"}});
-  CHECK(groups(planFusion(rs, 99)) == Groups{{"a"}, {"b", "c"}});   // one byte short
+  CHECK(groups(planFusion(rs, 99)) == Groups{{"a"}, {"b", "c"}});  // one byte short
   auto fused = planFusion(rs, 100);
   CHECK(fused[0].shapes == std::vector<Shape>{{10}, {15}});
   CHECK(fused[0].totalBytes() == 100);

@@ -13,10 +13,14 @@ TEST_CASE("dtypes have their sizes and names", "[tensor]") {
     const char* name;
     bool floating;
   };
-  for (auto e : {Expect{DType::UInt8, 1, "uint8", false}, {DType::Int8, 1, "int8", false},
-                 {DType::Int32, 4, "int32", false}, {DType::Int64, 8, "int64", false},
-                 {DType::Float16, 2, "float16", true}, {DType::BFloat16, 2, "bfloat16", true},
-                 {DType::Float32, 4, "float32", true}, {DType::Float64, 8, "float64", true}}) {
+  for (auto e : {Expect{DType::UInt8, 1, "uint8", false},
+                 {DType::Int8, 1, "int8", false},
+                 {DType::Int32, 4, "int32", false},
+                 {DType::Int64, 8, "int64", false},
+                 {DType::Float16, 2, "float16", true},
+                 {DType::BFloat16, 2, "bfloat16", true},
+                 {DType::Float32, 4, "float32", true},
+                 {DType::Float64, 8, "float64", true}}) {
     CHECK(dtypeSize(e.dtype) == e.size);
     CHECK(std::string(dtypeName(e.dtype)) == e.name);
     CHECK(isFloatingPoint(e.dtype) == e.floating);

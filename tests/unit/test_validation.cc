@@ -93,7 +93,8 @@ TEST_CASE("every disagreement names the tensor, both ranks and both values", "[v
   }
   SECTION("type") {
     reqs[2].type = RequestType::Broadcast;
-    CHECK(error(reqs, 3) == "allreduce 'w1': rank 0 sent type allreduce, rank 2 sent type broadcast");
+    CHECK(error(reqs, 3) ==
+          "allreduce 'w1': rank 0 sent type allreduce, rank 2 sent type broadcast");
   }
   SECTION("group") {
     reqs[1].group = std::string("g");  // not a literal: GCC 12 -Wrestrict false positive
@@ -103,7 +104,8 @@ TEST_CASE("every disagreement names the tensor, both ranks and both values", "[v
   SECTION("type is reported before the other fields") {
     reqs[1].dtype = DType::Int8;
     reqs[2].type = RequestType::Allgather;
-    CHECK(error(reqs, 3) == "allreduce 'w1': rank 0 sent type allreduce, rank 2 sent type allgather");
+    CHECK(error(reqs, 3) ==
+          "allreduce 'w1': rank 0 sent type allreduce, rank 2 sent type allgather");
   }
   SECTION("the order the requests arrive in does not change the message") {
     reqs[2].shape = {4, 5};
@@ -158,14 +160,17 @@ TEST_CASE("alltoall builds the split matrix and checks every rank's splits", "[v
   reqs[1].splits = {5, -1};
   CHECK(error(reqs, 2) == "alltoall 'a': rank 1 sent splits [5,-1] with a negative entry");
   reqs[1].splits = {1, 2};
-  CHECK(error(reqs, 2) == "alltoall 'a': rank 1 sent splits [1,2] that sum to 3, but its first dimension is 4");
+  CHECK(error(reqs, 2) ==
+        "alltoall 'a': rank 1 sent splits [1,2] that sum to 3, but its first dimension is 4");
   reqs[1].splits = {};
   reqs[1].shape = {5, 2};
   CHECK(error(reqs, 2) ==
-        "alltoall 'a': rank 1 sent no splits, and its first dimension 5 does not divide into 2 equal parts");
+        "alltoall 'a': rank 1 sent no splits, and its first dimension 5 does not divide into 2 "
+        "equal parts");
   reqs[1].shape = {4, 3};
   CHECK(error(reqs, 2) ==
-        "alltoall 'a': rank 0 sent shape [3,2], rank 1 sent shape [4,3] (all dimensions but the first must agree)");
+        "alltoall 'a': rank 0 sent shape [3,2], rank 1 sent shape [4,3] (all dimensions but the "
+        "first must agree)");
 }
 
 TEST_CASE("reducescatter keeps the full shape and checks it", "[validation]") {
@@ -185,7 +190,8 @@ TEST_CASE("collectives that cannot run while a rank has joined fail with Invalid
   auto rs = same(3, req(0, RequestType::Reducescatter, "rs"));
   rs.erase(rs.begin() + 1);
   CHECK(error(rs, 3, joined) ==
-        "reducescatter 'rs': rank 1 has joined; reducescatter is not supported while a rank has joined");
+        "reducescatter 'rs': rank 1 has joined; reducescatter is not supported while a rank has "
+        "joined");
   auto a2a = same(3, req(0, RequestType::Alltoall, "a", {3, 1}));
   a2a.resize(1);
   CHECK(error(a2a, 3, {false, true, true}) ==
@@ -196,7 +202,8 @@ TEST_CASE("collectives that cannot run while a rank has joined fail with Invalid
   CHECK(buildResponse(b, 3, joined).type == ResponseType::Broadcast);  // root 0 is still here
   for (auto& r : b) r.root = 1;
   CHECK(error(b, 3, joined) ==
-        "broadcast 'b': root rank 1 has joined; broadcast is not supported while its root has joined");
+        "broadcast 'b': root rank 1 has joined; broadcast is not supported while its root has "
+        "joined");
   auto ar = same(3, req(0, RequestType::Allreduce, "w"));
   ar.erase(ar.begin() + 1);
   CHECK(buildResponse(ar, 3, joined).type == ResponseType::Allreduce);
@@ -228,7 +235,8 @@ TEST_CASE("requests that could not come from a correct runtime are Invalid", "[v
       r.group_size = 1;
     }
     CHECK(error(reqs, 2) ==
-          "broadcast 'w': rank 0 sent group 'g' of 1: only allreduce can be grouped, with at least one tensor");
+          "broadcast 'w': rank 0 sent group 'g' of 1: only allreduce can be grouped, with at least "
+          "one tensor");
   }
 }
 
@@ -250,10 +258,12 @@ TEST_CASE("process set requests agree on valid, distinct ranks", "[validation]")
   CHECK(error(reqs, 4) == "add_process_set 'ps': rank 0 sent ranks [3,1], rank 2 sent ranks [1,2]");
   for (auto& q : reqs) q.splits = {0, 4};
   CHECK(error(reqs, 4) ==
-        "add_process_set 'ps': ranks [0,4] include 4, which is not a rank of the process set of size 4");
+        "add_process_set 'ps': ranks [0,4] include 4, which is not a rank of the process set of "
+        "size 4");
   for (auto& q : reqs) q.splits = {2, -1};
   CHECK(error(reqs, 4) ==
-        "add_process_set 'ps': ranks [2,-1] include -1, which is not a rank of the process set of size 4");
+        "add_process_set 'ps': ranks [2,-1] include -1, which is not a rank of the process set of "
+        "size 4");
   for (auto& q : reqs) q.splits = {2, 0, 2};
   CHECK(error(reqs, 4) == "add_process_set 'ps': ranks [2,0,2] list rank 2 twice");
   for (auto& q : reqs) q.splits = {};
@@ -262,7 +272,11 @@ TEST_CASE("process set requests agree on valid, distinct ranks", "[validation]")
     q.type = RequestType::RemoveProcessSet;
     q.splits = {0};
   }
-  CHECK(error(reqs, 4) == "remove_process_set 'ps': expected the id of an added process set, got [0]");
+  CHECK(error(reqs, 4) ==
+        "remove_process_set 'ps': expected the id of an added process set, got [0]");
   for (auto& q : reqs) q.splits = {3};
   CHECK(buildResponse(reqs, 4, none(4)).rank_rows == std::vector<std::int64_t>{3});
+  reqs[3].splits = {2};
+  CHECK(error(reqs, 4) ==
+        "remove_process_set 'ps': rank 0 sent process set [3], rank 3 sent process set [2]");
 }

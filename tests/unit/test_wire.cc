@@ -106,7 +106,7 @@ TEST_CASE("request encoding is little-endian and starts with magic and version",
   CHECK(std::memcmp(bytes.data(), "ACRQ", 4) == 0);
   CHECK(bytes[4] == 1);  // version
   CHECK(bytes[5] == 0);
-  CHECK(bytes[6] == 1);  // one request
+  CHECK(bytes[6] == 1);      // one request
   CHECK(bytes[10] == 0x04);  // rank, low byte first
   CHECK(bytes[13] == 0x01);
   CHECK(std::memcmp(encodeResponses({}).data(), "ACRS", 4) == 0);
@@ -136,10 +136,12 @@ TEST_CASE("truncation messages say where and what", "[wire]") {
   auto bytes = encodeRequests({r});
   bytes.resize(128);  // header 10, rank 4, seq 8, type 1, name 4 + 100, dtype 1: op is cut
   CHECK(decodeError(bytes, true) ==
-        "corrupt negotiation message: truncated at byte 128: needs 1 bytes, 0 left (request 0 reduce op)");
+        "corrupt negotiation message: truncated at byte 128: needs 1 bytes, 0 left (request 0 "
+        "reduce op)");
   bytes.resize(12);  // too short for even one request's fixed part
   CHECK(decodeError(bytes, true) ==
-        "corrupt negotiation message: request count 1 at byte 6 exceeds the 2 bytes left (list header)");
+        "corrupt negotiation message: request count 1 at byte 6 exceeds the 2 bytes left (list "
+        "header)");
   CHECK(decodeError({}, true) ==
         "corrupt negotiation message: truncated at byte 0: needs 4 bytes, 0 left (list header)");
 }
@@ -160,7 +162,8 @@ TEST_CASE("trailing bytes are rejected", "[wire]") {
 TEST_CASE("a wrong magic word or version is rejected", "[wire]") {
   auto requests = encodeRequests({});
   CHECK(decodeError(requests, false) ==
-        "corrupt negotiation message: magic word 0x51524341 is not that of a response list (0x53524341)");
+        "corrupt negotiation message: magic word 0x51524341 is not that of a response list "
+        "(0x53524341)");
   requests[4] = 2;
   CHECK(decodeError(requests, true) ==
         "corrupt negotiation message: version 2, this build speaks version 1: every rank must run "
@@ -205,12 +208,16 @@ TEST_CASE("enum values out of range are rejected", "[wire]") {
     return decodeError(copy, true);
   };
   CHECK(at(22, 9) ==
-        "corrupt negotiation message: value 9 at byte 22 is out of range (0..8) (request 0 request type)");
-  CHECK(at(27, 8) == "corrupt negotiation message: value 8 at byte 27 is out of range (0..7) (request 0 dtype)");
+        "corrupt negotiation message: value 9 at byte 22 is out of range (0..8) (request 0 request "
+        "type)");
+  CHECK(at(27, 8) ==
+        "corrupt negotiation message: value 8 at byte 27 is out of range (0..7) (request 0 dtype)");
   CHECK(at(28, 5) ==
-        "corrupt negotiation message: value 5 at byte 28 is out of range (0..4) (request 0 reduce op)");
+        "corrupt negotiation message: value 5 at byte 28 is out of range (0..4) (request 0 reduce "
+        "op)");
   CHECK(at(29, 2) ==
-        "corrupt negotiation message: value 2 at byte 29 is out of range (0..1) (request 0 device type)");
+        "corrupt negotiation message: value 2 at byte 29 is out of range (0..1) (request 0 device "
+        "type)");
   auto responses = encodeResponses({});
   responses[6] = 2;
   CHECK(decodeError(responses, false) ==
@@ -220,10 +227,12 @@ TEST_CASE("enum values out of range are rejected", "[wire]") {
   auto r = encodeResponses(one);
   r[11] = 10;
   CHECK(decodeError(r, false) ==
-        "corrupt negotiation message: value 10 at byte 11 is out of range (0..9) (response 0 response type)");
+        "corrupt negotiation message: value 10 at byte 11 is out of range (0..9) (response 0 "
+        "response type)");
   r[11] = 0;
   r.back() = 3;
-  CHECK_THAT(decodeError(r, false), Catch::EndsWith("is out of range (0..2) (response 0 error kind)"));
+  CHECK_THAT(decodeError(r, false),
+             Catch::EndsWith("is out of range (0..2) (response 0 error kind)"));
 }
 
 TEST_CASE("random corruption never decodes into a crash", "[wire]") {
@@ -232,7 +241,8 @@ TEST_CASE("random corruption never decodes into a crash", "[wire]") {
   int rejected = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     auto bytes = good;
-    for (int flips = 0; flips < 3; ++flips) bytes[rng() % bytes.size()] = static_cast<std::uint8_t>(rng());
+    for (int flips = 0; flips < 3; ++flips)
+      bytes[rng() % bytes.size()] = static_cast<std::uint8_t>(rng());
     try {
       decodeResponses(bytes);  // a flip inside a payload can still decode: that is fine
     } catch (const CommError&) {
