@@ -240,6 +240,34 @@ std::string checkJoined(const Request& ref, const std::vector<bool>& joined) {
          what + " is not supported while a rank has joined";
 }
 
+// Every rank either sent a request or has joined (where joining can stand in for it).
+std::string checkParticipation(const std::vector<const Request*>& reqs, int set_size,
+                               const std::vector<bool>& joined, std::vector<bool>& gone) {
+  const Request& ref = *reqs.front();
+  std::vector<bool> sent(set_size, false);
+  for (const Request* r : reqs) sent[r->rank] = true;
+  gone.assign(set_size, false);
+  for (int r = 0; r < set_size; ++r) {
+    gone[r] = r < static_cast<int>(joined.size()) && joined[r] && !sent[r];
+    if (!sent[r] && (!gone[r] || needsEveryRank(ref.type)))
+      return prefix(ref) + "rank " + std::to_string(r) + " sent no request" +
+             (gone[r] ? "; every rank must take part, joined or not" : " and has not joined");
+  }
+  return "";
+}
+
+// The index i of a member named "<group>.<i>" (canonical decimal), or -1.
+int memberIndex(std::string_view name, const std::string& group) {
+  if (name.size() <= group.size() + 1 || !name.starts_with(group) || name[group.size()] != '.')
+    return -1;
+  std::string_view suffix = name.substr(group.size() + 1);
+  int index = -1;
+  auto [end, ec] = std::from_chars(suffix.data(), suffix.data() + suffix.size(), index);
+  bool canonical = ec == std::errc() && end == suffix.data() + suffix.size() &&
+                   std::to_string(index) == suffix;  // "g.01" would alias "g.1"
+  return canonical ? index : -1;
+}
+
 }  // namespace
 
 Response buildResponse(const std::vector<Request>& requests, int set_size,
@@ -256,15 +284,9 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
   if (std::string m = checkEach(reqs, set_size); !m.empty()) return invalid(m);
   if (std::string m = disagreement(reqs); !m.empty())
     return errorResponse(ref.name, m, Response::ErrorKind::Mismatch);
-  std::vector<bool> sent(set_size, false), gone(set_size, false);
-  for (const Request* r : reqs) sent[r->rank] = true;
-  for (int r = 0; r < set_size; ++r) {
-    gone[r] = r < static_cast<int>(joined.size()) && joined[r] && !sent[r];
-    if (!sent[r] && (!gone[r] || needsEveryRank(ref.type)))
-      return invalid(
-          prefix(ref) + "rank " + std::to_string(r) + " sent no request" +
-          (gone[r] ? "; every rank must take part, joined or not" : " and has not joined"));
-  }
+  std::vector<bool> gone;  // joined and silent for this name
+  if (std::string m = checkParticipation(reqs, set_size, joined, gone); !m.empty())
+    return invalid(m);
   if (std::string m = checkJoined(ref, gone); !m.empty()) return invalid(m);
 
   Response out;
@@ -455,14 +477,8 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
   std::vector<std::pair<int, const std::string*>> indexed;
   for (const std::string& name : members) {
     const Request& first = table_.at(name).requests.front();
-    std::string_view suffix =
-        std::string_view(name).substr(std::min(name.size(), group.size() + 1));
-    int index = -1;
-    auto [end, ec] = std::from_chars(suffix.data(), suffix.data() + suffix.size(), index);
-    bool named = name.size() > group.size() + 1 && name.starts_with(group) &&
-                 name[group.size()] == '.' && ec == std::errc() &&
-                 end == suffix.data() + suffix.size() && std::to_string(index) == suffix;
-    if (named && index < size && first.group_size == size) {
+    int index = memberIndex(name, group);
+    if (index >= 0 && index < size && first.group_size == size) {
       indexed.emplace_back(index, &name);
       continue;
     }
@@ -474,7 +490,7 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
                                  Response::ErrorKind::Invalid)});
     table_.erase(name);
   }
-  // Names are canonical ("g.1", never "g.01"), so distinct names have distinct indices.
+  // Canonical names: distinct names have distinct indices, so a full count is a full group.
   if (indexed.size() != static_cast<std::size_t>(size)) return;
   std::sort(indexed.begin(), indexed.end());
   std::vector<const std::string*> by_index;
