@@ -152,5 +152,37 @@ TEST_CASE("batchnorm2d backward may run in place on dy", "[layers][batchnorm]") 
   for (size_t i = 0; i < kSize; ++i) REQUIRE(r[i] == Approx(dx[i]).margin(1e-6));
 }
 
+TEST_CASE("batchnorm2d on larger planes with an offset mean, same on any thread count",
+          "[layers][batchnorm]") {
+  // 17 x 19 planes: many 8-lane blocks plus a tail; a large mean tests the variance pass.
+  const int n = 2, c = 3, h = 17, w = 19;
+  std::mt19937_64 rng(8);
+  Tensor x = randomTensor(size_t(n) * c * h * w, rng, 99.0f, 101.0f), y(x.size()), y1(x.size());
+  Tensor gamma{1.0f, 2.0f, 0.5f}, beta{0.0f, 1.0f, -1.0f}, rm(c, 0.0f), rv(c, 1.0f), sm(c), sv(c);
+  BatchNorm2d bn{c};
+  bn.gamma = gamma.data(), bn.beta = beta.data(), bn.running_mean = rm.data();
+  bn.running_var = rv.data(), bn.save_mean = sm.data(), bn.save_var = sv.data();
+  batchnorm2d_forward(bn, x.data(), y.data(), n, h, w, true);
+  std::vector<double> expect(x.size());
+  for (int ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0, count = n * h * w;
+    for (int b = 0; b < n; ++b)
+      for (int i = 0; i < h * w; ++i) mean += x[(b * c + ch) * h * w + i] / count;
+    for (int b = 0; b < n; ++b)
+      for (int i = 0; i < h * w; ++i)
+        var += std::pow(x[(b * c + ch) * h * w + i] - mean, 2) / count;
+    for (int b = 0; b < n; ++b)
+      for (int i = 0; i < h * w; ++i) {
+        size_t k = (b * c + ch) * h * w + i;
+        expect[k] = gamma[ch] * (x[k] - mean) / std::sqrt(var + 1e-5) + beta[ch];
+      }
+  }
+  checkClose("y", y.data(), expect, 2e-3, 1e-3);
+  int previous = set_num_threads(1);
+  batchnorm2d_forward(bn, x.data(), y1.data(), n, h, w, true);
+  set_num_threads(previous);
+  CHECK(y1 == y);
+}
+
 }  // namespace
 }  // namespace accord::nn::test
