@@ -4,6 +4,7 @@
 
 #include <accord/error.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -100,7 +101,10 @@ void Trainer::buildModel() {
   lo.kind = parseScheduleKind(opt_.schedule);
   lo.base_lr = opt_.lr;
   lo.global_batch = opt_.batch_size * world_;
-  lo.warmup_epochs = opt_.warmup_epochs;
+  // The reference study warms up over 5 epochs; a short run (the no-flag default is a
+  // few epochs) would never leave warm-up, so it warms up over its first fifth instead.
+  lo.warmup_epochs = opt_.warmup_epochs >= 0 ? opt_.warmup_epochs
+                                             : std::min(5.0, opt_.epochs / 5.0);
   lo.total_epochs = opt_.epochs;
   lo.milestones = opt_.milestones;
   lo.gamma = opt_.gamma;
