@@ -15,7 +15,12 @@
 //     its gradient with nn::accumulate.
 //   - dx may be nullptr where the input needs no gradient (the first conv).
 //   - Functions are not thread-safe: call them from one thread (the training loop).
-//     They parallelise internally (oneDNN's OpenMP pool, oneTBB for the hand loops).
+//     They parallelise internally (oneDNN's OpenMP pool, oneTBB for the hand loops),
+//     by default over every core: under mpirun with several ranks per host, call
+//     set_num_threads(cores / ranks per host) first.
+//   - Memory beyond the arenas: cached oneDNN primitives, and three scratch buffers
+//     that convolutions reorder through, each as large as the largest conv input or
+//     output (in bytes) seen so far.
 //   - Failures (bad shapes, oneDNN errors) throw accord::Error / InvalidArgument
 //     naming the layer and shape.
 //
