@@ -50,6 +50,7 @@ void Loader::startEpoch(int epoch, std::int64_t first_step) {
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) free_.push_back(i);
   remaining_ = steps_ - first_step;
   stopping_ = false;
+  error_ = nullptr;
   producer_ = std::thread([this, first_step] { produce(first_step); });
 }
 
@@ -74,6 +75,16 @@ void Loader::fill(Slot& slot, std::int64_t step) {
 }
 
 void Loader::produce(std::int64_t first_step) {
+  try {
+    produceSteps(first_step);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+  }
+  cv_.notify_all();
+}
+
+void Loader::produceSteps(std::int64_t first_step) {
   for (std::int64_t step = first_step; step < steps_; ++step) {
     int slot;
     {
@@ -98,7 +109,8 @@ int Loader::next(float* x, std::int32_t* labels) {
     std::unique_lock<std::mutex> lock(mu_);
     if (remaining_ == 0) return 0;
     if (!producer_.joinable()) throw std::logic_error("Loader::next before startEpoch");
-    cv_.wait(lock, [&] { return !ready_.empty(); });
+    cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+    if (error_) std::rethrow_exception(error_);
     slot = ready_.front();
     ready_.pop_front();
     --remaining_;

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,7 +49,8 @@ class Loader {
     int n = 0;
   };
   std::vector<std::int64_t> indicesFor(std::int64_t step) const;
-  void produce(std::int64_t first_step);
+  void produce(std::int64_t first_step);  // the producer thread's body
+  void produceSteps(std::int64_t first_step);
   void fill(Slot& slot, std::int64_t step);
   void stop();
 
@@ -65,6 +67,7 @@ class Loader {
   std::deque<int> ready_, free_;  // slot indices
   std::int64_t remaining_ = 0;    // batches of this epoch not yet handed out
   bool stopping_ = false;
+  std::exception_ptr error_;  // a failure on the producer thread, rethrown by next()
   std::thread producer_;  // runs produce(); joined by startEpoch and the destructor
 };
 
