@@ -39,6 +39,11 @@ TEST_CASE("shutdown: pending handles complete with ShutDown; twice is fine") {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (n > 1) CHECK_FALSE(ha.poll());  // still pending before the shutdown
+  // Any rank's shutdown() shuts every rank down (the negotiation ANDs a "keep running"
+  // bit): no rank may shut down before every rank has checked the above.
+  const auto aligned = finish(accord::barrier_async(), "barrier");
+  INFO(describe(aligned, "barrier"));
+  CHECK(aligned.ok());
 
   const auto first = attempt([] { accord::shutdown(); });
   INFO(describe(first, "first shutdown"));

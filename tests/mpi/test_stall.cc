@@ -6,6 +6,8 @@
 
 #include "mpi_test.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -25,6 +27,11 @@ void stallOn(const std::string& name, const std::vector<int>& submitters) {
   const int me = accord::rank();
   const int n = accord::size();
   const bool submits = std::find(submitters.begin(), submitters.end(), me) != submitters.end();
+  // The missing ranks wait (on the application's own communicator) until the others
+  // have their Timeout: a collective they submitted meanwhile would stall just as long.
+  struct Rejoin {
+    ~Rejoin() { MPI_Barrier(MPI_COMM_WORLD); }
+  } rejoin;
   if (!submits) return;
   Buffer b(DType::Float32, {16});
   accord::AllreduceOptions options;
