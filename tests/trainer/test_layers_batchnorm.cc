@@ -4,6 +4,7 @@
 // against central finite differences.
 #include "test_layers_util.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accord::nn::test {
@@ -150,6 +151,34 @@ TEST_CASE("batchnorm2d backward may run in place on dy", "[layers][batchnorm]") 
   batchnorm2d_backward(f.bn, f.x.data(), r.data(), dx.data(), N, H, W, true);
   batchnorm2d_backward(f.bn, f.x.data(), r.data(), r.data(), N, H, W, true);
   for (size_t i = 0; i < kSize; ++i) REQUIRE(r[i] == Approx(dx[i]).margin(1e-6));
+}
+
+TEST_CASE("batchnorm2d with a fused relu equals batchnorm2d then relu", "[layers][batchnorm]") {
+  for (bool training : {true, false}) {
+    SECTION(training ? "training" : "inference") {
+      BnFixture plain(9), fused(9);
+      fused.bn.relu = true;
+      std::mt19937_64 rng(10);
+      Tensor r = randomTensor(kSize, rng), dx_plain(kSize), dx_fused(kSize);
+      plain.forward(training);
+      relu_forward(plain.y.data(), plain.y.data(), kSize);
+      fused.forward(training);
+      CHECK(fused.y == plain.y);
+      CHECK(fused.rmean == plain.rmean);
+      size_t zeros = std::count(fused.y.begin(), fused.y.end(), 0.0f);
+      CHECK(zeros > kSize / 4);  // the mask matters
+      CHECK(zeros < 3 * kSize / 4);
+      Tensor g = r;
+      relu_backward(plain.y.data(), g.data(), g.data(), kSize);
+      batchnorm2d_backward(plain.bn, plain.x.data(), g.data(), dx_plain.data(), N, H, W, training);
+      batchnorm2d_backward(fused.bn, fused.x.data(), r.data(), dx_fused.data(), N, H, W, training);
+      std::vector<double> expect(dx_plain.begin(), dx_plain.end());
+      checkClose("dx", dx_fused.data(), expect, 1e-5, 1e-5);
+      checkClose("dgamma", fused.dgamma.data(), {plain.dgamma.begin(), plain.dgamma.end()}, 1e-5,
+                 1e-5);
+      checkClose("dbeta", fused.dbeta.data(), {plain.dbeta.begin(), plain.dbeta.end()}, 1e-5, 1e-5);
+    }
+  }
 }
 
 TEST_CASE("batchnorm2d on larger planes with an offset mean, same on any thread count",
