@@ -77,6 +77,20 @@ TEST_CASE("allreduce: multi-dimensional shapes and the blocking call") {
   CHECK(diff.empty());
 }
 
+TEST_CASE("allreduce: a 0-d tensor (shape [], one element)") {
+  const int me = accord::rank();
+  Buffer b(DType::Int64, {});
+  b.set(0, me + 1);
+  accord::AllreduceOptions options;
+  options.name = "ar.scalar";
+  const auto error = describe(finish(accord::allreduce_async(b.view(), options), options.name),
+                              options.name);
+  INFO(error);
+  CHECK(error.empty());
+  const int n = accord::size();
+  CHECK(b.get(0) == n * (n + 1) / 2);
+}
+
 TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
   // 0.5 and 4 are powers of two: Sum stays exact in every float dtype.
   const int me = accord::rank();

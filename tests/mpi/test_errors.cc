@@ -230,8 +230,25 @@ TEST_CASE("invalid arguments are rejected at once, before any communication") {
   CHECK(o4.kind == "InvalidArgument");
 }
 
+TEST_CASE("mismatch: grouped allreduce member count") {
+  // The odd rank groups 2 tensors, the others 3. Should this be (wrongly) left to the
+  // stall inspector, ACCORD_STALL_SHUTDOWN_TIME=10 below turns it into a Timeout that
+  // fails this check rather than a 5-minute hang.
+  const std::string name = "err.group.count";
+  std::vector<std::unique_ptr<Buffer>> members;
+  std::vector<accord::TensorView> views;
+  for (int m = 0; m < (isOdd() ? 2 : 3); ++m) {
+    members.push_back(std::make_unique<Buffer>(DType::Float32, Shape{4}));
+    views.push_back(members.back()->view());
+  }
+  accord::AllreduceOptions options;
+  options.name = name;
+  expectMismatch(accord::grouped_allreduce_async(views, options), name, {"2", "3"});
+}
+
 int main(int argc, char** argv) {
   MainOptions options;
+  options.env = {{"ACCORD_STALL_CHECK_TIME", "5"}, {"ACCORD_STALL_SHUTDOWN_TIME", "10"}};
   options.before_init = [] { return expectNotInitialized("before init"); };
   options.after_shutdown = [] { return expectNotInitialized("after shutdown"); };
   return runMain(argc, argv, options);

@@ -118,4 +118,17 @@ TEST_CASE("grouped allreduce: a group of one, and groups beside plain allreduces
   CHECK(diff.empty());
 }
 
+TEST_CASE("grouped allreduce: members of different dtypes are rejected on every rank") {
+  // A group is fused into one buffer, so its members must share dtype (and op, scale).
+  Buffer a(DType::Float32, {4}), b(DType::Int32, {4});
+  accord::AllreduceOptions options;
+  options.name = "grp.mixed";
+  const auto outcome = attemptSubmit(
+      [&] { return accord::grouped_allreduce_async({a.view(), b.view()}, options); }, options.name);
+  INFO(describe(outcome, options.name));
+  // At submission or through the handle: either way every rank sees it, nothing hangs.
+  CHECK((outcome.kind == "InvalidArgument" || outcome.kind == "handle:InvalidArgument"));
+  CHECK(contains(outcome.message, "grp.mixed"));
+}
+
 int main(int argc, char** argv) { return runMain(argc, argv); }

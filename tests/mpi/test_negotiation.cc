@@ -213,4 +213,47 @@ TEST_CASE("negotiation: a duplicate name in flight is InvalidArgument at once") 
   }
 }
 
+TEST_CASE("negotiation: a group member's name colliding with a tensor in flight") {
+  // grouped "neg.coll" names its member "neg.coll.0", already in flight here.
+  const int me = accord::rank();
+  Buffer a(DType::Float32, {4}), b(DType::Float32, {4});
+  a.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
+  accord::AllreduceOptions single, group;
+  single.name = "neg.coll.0";
+  group.name = "neg.coll";
+  auto h = accord::allreduce_async(a.view(), single);
+  const bool pending = !h.poll();
+  const auto outcome = attemptSubmit(
+      [&] { return accord::grouped_allreduce_async({b.view()}, group); }, group.name);
+  INFO(describe(outcome, "group 'neg.coll' beside 'neg.coll.0'"));
+  if (pending) CHECK(outcome.kind == "InvalidArgument");
+  const auto error = describe(finish(h, single.name), single.name);
+  INFO(error);
+  CHECK(error.empty());
+}
+
+TEST_CASE("negotiation: 5000 one-element tensors in flight at once") {
+  constexpr int kCount = 5000;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<accord::Handle> handles;
+  for (int t = 0; t < kCount; ++t) {
+    buffers.push_back(std::make_unique<Buffer>(DType::Int32, Shape{1}));
+    buffers.back()->set(0, t % 7 + accord::rank());
+    accord::AllreduceOptions options;
+    options.name = "neg.tiny." + std::to_string(t);
+    handles.push_back(accord::allreduce_async(buffers.back()->view(), options));
+  }
+  const int n = accord::size();
+  int failed = 0, wrong = 0;
+  std::string first;
+  for (int t = 0; t < kCount; ++t) {
+    const auto error = describe(finish(handles[static_cast<std::size_t>(t)], "neg.tiny"), "neg.tiny");
+    if (!error.empty() && failed++ == 0) first = error;
+    if (buffers[static_cast<std::size_t>(t)]->get(0) != n * (t % 7) + n * (n - 1) / 2) ++wrong;
+  }
+  INFO(failed << " failed (first: " << first << "), " << wrong << " wrong");
+  CHECK(failed == 0);
+  CHECK(wrong == 0);
+}
+
 int main(int argc, char** argv) { return runMain(argc, argv); }

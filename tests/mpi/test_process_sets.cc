@@ -123,6 +123,26 @@ TEST_CASE("process sets: collectives on A, B and the global set in flight at onc
   }
 }
 
+TEST_CASE("process sets: the same name in A, B and the global set at once") {
+  // Names are negotiated per process set: one name may be in flight in each.
+  const int n = accord::size();
+  const int me = accord::rank();
+  std::vector<std::unique_ptr<Buffer>> keep;
+  std::vector<Pending> pending;
+  if (indexIn(setA(n), me) >= 0) pending.push_back(allreduceOn(sets().a, setA(n), "ps.same", keep));
+  if (indexIn(setB(n), me) >= 0) pending.push_back(allreduceOn(sets().b, setB(n), "ps.same", keep));
+  pending.push_back(allreduceOn(accord::kGlobalProcessSet, allRanks(n), "ps.same", keep));
+  for (std::size_t k = 0; k < pending.size(); ++k) {
+    auto& p = pending[k];
+    const auto error = describe(finish(p.handle, p.name), p.name);
+    INFO("submission " << k << ": " << error);
+    CHECK(error.empty());
+    const auto diff = p.check();
+    INFO("submission " << k << ": " << diff);
+    CHECK(diff.empty());
+  }
+}
+
 TEST_CASE("process sets: broadcast and allgather with set-relative ranks") {
   const int n = accord::size();
   const int me = accord::rank();
