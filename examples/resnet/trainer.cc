@@ -196,8 +196,9 @@ EvalResult Trainer::run() {
                     std::to_string(world_) + " rank(s) x batch " +
                     std::to_string(opt_.batch_size) + ", " + std::to_string(steps) +
                     " steps/epoch, peak LR " + std::to_string(schedule_->peakLr()));
-  bool more = !capReached();
+  bool more = !capReached(), ran = false;
   while (more && state_.epoch < opt_.epochs) {
+    ran = true;
     StepTimes times;
     const std::int64_t first = state_.step_in_epoch;
     const auto t0 = Clock::now();
@@ -214,6 +215,13 @@ EvalResult Trainer::run() {
         (at_end || (finished && opt_.checkpoint_every > 0 &&
                     state_.epoch % opt_.checkpoint_every == 0)))
       saveCheckpoint(state_);
+  }
+  // Nothing left to train (a resumed run that was already complete): still report the
+  // model's accuracy rather than a zero.
+  if (!ran && opt_.eval) {
+    syncBatchNormStats();
+    last = evaluate();
+    metrics_->message("nothing left to train; test top-1 " + std::to_string(100 * last.top1) + "%");
   }
   if (!opt_.dump_params.empty()) dumpParams();
   return last;
