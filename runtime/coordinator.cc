@@ -472,6 +472,7 @@ std::vector<Response> Coordinator::takeReady() {
 void Coordinator::takeGroup(const std::string& group, const std::vector<std::string>& members,
                             std::vector<Ready>& out) {
   const std::int32_t size = table_.at(members.front()).requests.front().group_size;
+  if (failGroupSizeMismatch(group, members, out)) return;
   // (index, name) of the well-named members; sized by what arrived, never by the
   // claimed group size, which a corrupt request could make huge.
   std::vector<std::pair<int, const std::string*>> indexed;
@@ -529,6 +530,40 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
   for (const std::string* name : by_index) fused.response.names.push_back(*name);
   for (const std::string* name : by_index) table_.erase(*name);
   out.push_back(std::move(fused));
+}
+
+// Ranks that grouped a different number of tensors under one name can never complete
+// the group: the short rank never sends the extra members. Every member a rank sent
+// says how many it grouped, so the first member every rank sent is enough to tell,
+// and the whole group (ready or not) fails at once instead of stalling.
+bool Coordinator::failGroupSizeMismatch(const std::string& group,
+                                        const std::vector<std::string>& members,
+                                        std::vector<Ready>& out) {
+  const auto& requests = table_.at(members.front()).requests;
+  const Request& head = requests.front();
+  auto other = std::find_if(requests.begin(), requests.end(), [&](const Request& r) {
+    return r.group_size != head.group_size;
+  });
+  if (other == requests.end()) return false;
+  Ready failed{head.seq, members.front(),
+               errorResponse(members.front(),
+                             "grouped allreduce '" + group + "': rank " +
+                                 std::to_string(head.rank) + " sent " +
+                                 std::to_string(head.group_size) + " tensors, rank " +
+                                 std::to_string(other->rank) + " sent " +
+                                 std::to_string(other->group_size),
+                             Response::ErrorKind::Mismatch)};
+  failed.response.names.clear();
+  for (auto it = table_.begin(); it != table_.end();) {
+    if (it->second.requests.front().group != group) {
+      ++it;
+      continue;
+    }
+    failed.response.names.push_back(it->first);
+    it = table_.erase(it);
+  }
+  out.push_back(std::move(failed));
+  return true;
 }
 
 std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::duration age) const {

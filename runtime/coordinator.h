@@ -81,6 +81,8 @@ class Coordinator {
   std::vector<int> missingRanks(const Entry& entry) const;
   void takeGroup(const std::string& group, const std::vector<std::string>& members,
                  std::vector<Ready>& out);
+  bool failGroupSizeMismatch(const std::string& group, const std::vector<std::string>& members,
+                             std::vector<Ready>& out);
 };
 
 }  // namespace accord

@@ -310,3 +310,18 @@ TEST_CASE("a stalled group member takes its whole group down", "[coordinator]") 
   CHECK(expired[1].error_kind == Response::ErrorKind::Stall);
   CHECK(c.empty());
 }
+
+TEST_CASE("ranks grouping different tensor counts fail at once, not at the stall timeout",
+          "[coordinator]") {
+  Coordinator c(2);
+  // Rank 0 groups three tensors under 'g', rank 1 only two: g.2 never becomes ready.
+  c.add({member(0, "g", 0, 3), member(0, "g", 1, 3), member(0, "g", 2, 3)}, t0);
+  c.add({member(1, "g", 0, 2), member(1, "g", 1, 2)}, t0);
+  auto out = c.takeReady();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].type == ResponseType::Error);
+  CHECK(out[0].error_kind == Response::ErrorKind::Mismatch);
+  CHECK(out[0].error == "grouped allreduce 'g': rank 0 sent 3 tensors, rank 1 sent 2");
+  CHECK(names(out) == std::vector<std::string>{"g.0", "g.1", "g.2"});
+  CHECK(c.empty());
+}
