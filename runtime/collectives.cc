@@ -121,6 +121,15 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
   auto& rt = runtime("accord::grouped_allreduce");
   const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
                                     options.name.empty() ? "" : options.name);
+  for (const auto& t : tensors) {
+    if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
+      throw InvalidArgument("grouped allreduce '" + group + "': mixes " +
+                            dtypeName(tensors.front().dtype) + " on " +
+                            tensors.front().device.str() + " with " + dtypeName(t.dtype) +
+                            " on " + t.device.str() +
+                            "; a group is fused into one buffer and needs one dtype and device");
+    }
+  }
   std::vector<Submission> subs;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     auto s = allreduceSubmission(rt, tensors[i], options, group + "." + std::to_string(i));

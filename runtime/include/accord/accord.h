@@ -36,8 +36,10 @@ inline constexpr ProcessSetId kGlobalProcessSet = 0;
 // initialized MPI itself; either way Accord works on its own duplicate of
 // MPI_COMM_WORLD. Reads and validates every ACCORD_* environment variable.
 void init();
-// Negotiated with all ranks: every rank leaves the background loop in the same cycle;
-// collectives still pending complete with ShutDown. Safe to call more than once.
+// The first rank to call shutdown() ends the runtime on every rank: all ranks leave
+// the background loop in the same cycle, and collectives still pending on any rank
+// complete with ShutDown (so a rank that stops early cannot leave the others hanging).
+// Every rank should still call it to release resources. Safe to call more than once.
 void shutdown();
 bool is_initialized();
 
