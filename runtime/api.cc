@@ -4,6 +4,7 @@
 // itself only when needed (and then finalizes it), and always talks on its own
 // duplicate of MPI_COMM_WORLD so the application's traffic never mixes with its own.
 #include "logging.h"
+#include "ops/cpu/kernels.h"
 #include "ops/mpi/mpi_check.h"
 #include "ops/mpi/mpi_types.h"
 #include "runtime.h"
@@ -11,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <thread>
+#include <algorithm>
 
 namespace accord {
 
@@ -103,6 +106,8 @@ void init() {
   initTopology(*rt);
   checkConfigAgrees(*rt);
   initMpiOps();
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  cpu::setThreads(std::max(1, cores / rt->local_size));
   std::vector<int> all(rt->size);
   std::iota(all.begin(), all.end(), 0);
   rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, rt->world, rt->rank,

@@ -11,6 +11,10 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <memory>
 
 #include <algorithm>
 #include <cmath>
@@ -61,15 +65,25 @@ void visitDType(DType dtype, Fn&& fn) {
 // magnitude above what waking and stealing a oneTBB task costs (~1 us), so splitting
 // finer would spend more on scheduling than it gains. The same grain bounds the
 // smallest piece a worker receives for large buffers.
+std::atomic<int> g_threads{0};
+std::unique_ptr<tbb::task_arena> g_arena;  // set by setThreads() before any kernel runs
+
 template <class Body>
 void forRanges(std::size_t count, std::size_t elem_bytes, const Body& body) {
   const std::size_t grain = std::max<std::size_t>(1, kParallelGrainBytes / elem_bytes);
-  if (count <= grain) {
+  if (count <= grain || g_threads.load(std::memory_order_relaxed) == 1) {
     body(std::size_t{0}, count);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                    [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
+  auto run = [&] {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                      [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
+  };
+  if (g_arena) {
+    g_arena->execute(run);
+  } else {
+    run();
+  }
 }
 
 // Integer Sum/Product in the unsigned type: wraps instead of signed-overflow UB.
@@ -219,6 +233,11 @@ void fillNeutral(void* data, std::size_t count, DType dtype, ReduceOp op) {
       std::fill(d + lo, d + hi, value);
     });
   });
+}
+
+void setThreads(int threads) {
+  g_arena = threads > 1 ? std::make_unique<tbb::task_arena>(threads) : nullptr;
+  g_threads.store(std::max(threads, 0), std::memory_order_relaxed);
 }
 
 void parallelCopy(std::span<const CopyPiece> pieces) {

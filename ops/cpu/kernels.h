@@ -14,6 +14,11 @@
 
 namespace accord::cpu {
 
+// How many threads the kernels may use; 0 (the default) means all cores. The runtime
+// sets cores / ranks-per-host, because ranks sharing a host already fill its cores and
+// more threads only preempt each other (and the ranks' MPI progress).
+void setThreads(int threads);
+
 // acc[i] = op(acc[i], in[i]) for `count` elements of `dtype`. Average reduces like Sum
 // (the caller divides afterwards). Signed integer Sum and Product wrap around (two's
 // complement) instead of overflowing, as MPI's built-in operations do in practice.

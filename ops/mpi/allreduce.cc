@@ -45,16 +45,17 @@ class MpiAllreduce final : public Op {
     const std::size_t count = bytes / dtypeSize(response.dtype);
     if (count == 0) return;  // same on every rank: nothing to exchange
     void* data;
+    mpi::Scaling pre, post;
     if (entry) {
       mpi::checkInput(response, i, *entry, bytes);
       data = entry->tensor.data;
-      mpi::applyScaling(mpi::preScaling(response), data, count, response.dtype);
+      pre = mpi::preScaling(response);
+      post = mpi::postScaling(response, ctx.size);
     } else {
       data = buffer_.reserve(bytes);
       cpu::fillNeutral(data, count, response.dtype, response.op);
     }
-    mpi::chunkedAllreduce(ctx, data, count, response.dtype, response.op);
-    if (entry) mpi::applyScaling(mpi::postScaling(response, ctx.size), data, count, response.dtype);
+    mpi::chunkedAllreduce(ctx, data, count, response.dtype, response.op, pre, post);
   }
 
   void reduceFused(const ExecContext& ctx, const Response& response,
@@ -84,9 +85,9 @@ class MpiAllreduce final : public Op {
         cpu::fillNeutral(fused + offset[i], count, dtype, response.op);
     }
 
-    mpi::chunkedAllreduce(ctx, fused, total / elem, dtype, response.op);
     // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
-    mpi::applyScaling(mpi::postScaling(response, ctx.size), fused, total / elem, dtype);
+    mpi::chunkedAllreduce(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
+                          mpi::postScaling(response, ctx.size));
     cpu::parallelCopy(out);
   }
 

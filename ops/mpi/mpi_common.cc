@@ -68,7 +68,7 @@ TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& 
 }
 
 void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DType dtype,
-                      ReduceOp op) {
+                      ReduceOp op, const Scaling& pre, const Scaling& post) {
   // Every rank holds the same response, so all of them make the same sequence of calls.
   const std::size_t elem = dtypeSize(dtype);
   const std::size_t step = chunkElements(ctx, elem);
@@ -76,8 +76,10 @@ void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DTy
   const MPI_Op mpi_op = mpiOp(op, dtype);
   for (std::size_t off = 0; off < count; off += step) {
     const int n = static_cast<int>(std::min(step, count - off));
-    ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * elem, n, type,
-                                   mpi_op, ctx.comm));
+    char* piece = static_cast<char*>(data) + off * elem;
+    applyScaling(pre, piece, n, dtype);
+    ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, piece, n, type, mpi_op, ctx.comm));
+    applyScaling(post, piece, n, dtype);
   }
 }
 

@@ -37,8 +37,12 @@ TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& 
 
 // In-place MPI_Allreduce / MPI_Bcast over `count` elements, cut into pieces of
 // config->chunk_bytes (element-aligned; 0 = one call, bounded by INT_MAX elements).
+struct Scaling;
+// Reduces in pieces of ACCORD_CHUNK_BYTES; `pre` scales each piece just before its call
+// and `post` just after, while the piece is still in cache (a separate pass over a
+// 100 MB gradient set costs as much as a third of its reduction).
 void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DType dtype,
-                      ReduceOp op);
+                      ReduceOp op, const Scaling& pre, const Scaling& post);
 void chunkedBroadcast(const ExecContext& ctx, void* data, std::size_t bytes, int root);
 
 // Scaling applied around a reduction: prescale, then postscale divided by the set
