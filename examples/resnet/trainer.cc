@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 namespace accord::resnet {
@@ -221,7 +222,9 @@ EvalResult Trainer::run() {
   if (!ran && opt_.eval) {
     syncBatchNormStats();
     last = evaluate();
-    metrics_->message("nothing left to train; test top-1 " + std::to_string(100 * last.top1) + "%");
+    char line[96];
+    std::snprintf(line, sizeof(line), "nothing left to train; test top-1 %.2f%%", 100 * last.top1);
+    metrics_->message(line);
   }
   if (!opt_.dump_params.empty()) dumpParams();
   return last;
