@@ -5,8 +5,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -174,9 +174,9 @@ TrainState loadCheckpoint(const std::string& path, const std::string& descriptio
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& t = tensors[i];
     if (c.names[i] != t.name || c.values[i].size() != t.n)
-      throw CheckpointError(path + ": checkpoint tensor '" + c.names[i] + "' (" +
-                            std::to_string(c.values[i].size()) + " values) where the model expects '" +
-                            t.name + "' (" + std::to_string(t.n) + ")");
+      throw CheckpointError(
+          path + ": checkpoint tensor '" + c.names[i] + "' (" + std::to_string(c.values[i].size()) +
+          " values) where the model expects '" + t.name + "' (" + std::to_string(t.n) + ")");
   }
   for (std::size_t i = 0; i < tensors.size(); ++i)
     std::copy(c.values[i].begin(), c.values[i].end(), tensors[i].data);

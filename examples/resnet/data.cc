@@ -89,8 +89,8 @@ class SyntheticSource : public ImageSource {
 
 }  // namespace
 
-std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train,
-                                              int image_size, std::int64_t limit) {
+std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train, int image_size,
+                                              std::int64_t limit) {
   ImageSet set = loadFashionMnist(dir, train);
   if (limit > 0 && limit < set.n) {
     set.n = static_cast<int>(limit);

@@ -35,8 +35,8 @@ class ImageSource {
 };
 
 // Fashion-MNIST (28x28 grey); centred with zero padding when image_size > 28.
-std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train,
-                                              int image_size, std::int64_t limit = 0);
+std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train, int image_size,
+                                              std::int64_t limit = 0);
 // Random images (throughput benchmark): n samples, a small pool of fixed random images
 // reused, labels index % classes.
 std::unique_ptr<ImageSource> makeSynthetic(std::int64_t n, int channels, int image_size,

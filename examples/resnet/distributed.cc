@@ -90,8 +90,8 @@ void setThreads(int threads) {
   using SetFn = void (*)(int);
   if (auto fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) fn(threads);
   static std::unique_ptr<tbb::global_control> tbb_limit;
-  tbb_limit = std::make_unique<tbb::global_control>(
-      tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+  tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                    static_cast<std::size_t>(threads));
 }
 
 }  // namespace accord::resnet

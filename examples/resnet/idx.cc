@@ -21,8 +21,7 @@ using GzPtr = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
 }
 
 // Reads exactly n bytes or throws, telling truncation from a gzip error.
-void readExactly(gzFile f, const std::string& path, void* out, std::size_t n,
-                 const char* what) {
+void readExactly(gzFile f, const std::string& path, void* out, std::size_t n, const char* what) {
   auto* p = static_cast<unsigned char*>(out);
   std::size_t got = 0;
   while (got < n) {
@@ -49,8 +48,9 @@ std::uint32_t bigEndian(const unsigned char* b) {
 
 IdxArray readIdx(const std::string& path) {
   if (!std::filesystem::exists(path))
-    fail(path, "no such file (install the Debian package dataset-fashion-mnist or pass "
-               "--data-dir)");
+    fail(path,
+         "no such file (install the Debian package dataset-fashion-mnist or pass "
+         "--data-dir)");
   GzPtr f(gzopen(path.c_str(), "rb"));
   if (!f) fail(path, "cannot open");
   unsigned char magic[4];

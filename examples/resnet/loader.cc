@@ -10,8 +10,7 @@
 
 namespace accord::resnet {
 
-Loader::Loader(const ImageSource& source, LoaderOptions options)
-    : source_(source), opt_(options) {
+Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(source), opt_(options) {
   if (opt_.prefetch < 1) opt_.prefetch = 1;
   if (opt_.train) {
     steps_ = stepsPerEpoch(source_.size(), opt_.world, opt_.batch);
@@ -20,8 +19,8 @@ Loader::Loader(const ImageSource& source, LoaderOptions options)
     const std::int64_t n = eval_range_.end - eval_range_.begin;
     steps_ = (n + opt_.batch - 1) / opt_.batch;
   }
-  const std::size_t per = static_cast<std::size_t>(source_.channels()) * source_.imageSize() *
-                          source_.imageSize();
+  const std::size_t per =
+      static_cast<std::size_t>(source_.channels()) * source_.imageSize() * source_.imageSize();
   slots_.resize(static_cast<std::size_t>(opt_.prefetch));
   for (Slot& s : slots_) {
     s.x.resize(per * opt_.batch);

@@ -19,12 +19,12 @@
 namespace accord::resnet {
 
 struct LoaderOptions {
-  int batch = 32;          // per rank
+  int batch = 32;  // per rank
   int rank = 0, world = 1;
   std::uint64_t seed = 0;  // shared by all ranks
   bool train = true;       // train: shuffled shard, augmented, full batches only
   bool augment = true;
-  int prefetch = 2;        // batches prepared ahead
+  int prefetch = 2;  // batches prepared ahead
 };
 
 class Loader {
@@ -68,7 +68,7 @@ class Loader {
   std::int64_t remaining_ = 0;    // batches of this epoch not yet handed out
   bool stopping_ = false;
   std::exception_ptr error_;  // a failure on the producer thread, rethrown by next()
-  std::thread producer_;  // runs produce(); joined by startEpoch and the destructor
+  std::thread producer_;      // runs produce(); joined by startEpoch and the destructor
 };
 
 }  // namespace accord::resnet

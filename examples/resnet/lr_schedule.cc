@@ -19,17 +19,23 @@ ScheduleKind parseScheduleKind(const std::string& name) {
 
 const char* scheduleKindName(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::Step: return "step";
-    case ScheduleKind::Cosine: return "cosine";
-    case ScheduleKind::Exponential: return "exponential";
-    case ScheduleKind::Constant: return "constant";
+    case ScheduleKind::Step:
+      return "step";
+    case ScheduleKind::Cosine:
+      return "cosine";
+    case ScheduleKind::Exponential:
+      return "exponential";
+    case ScheduleKind::Constant:
+      return "constant";
   }
   return "?";
 }
 
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
-  if (options_.global_batch <= 0) throw std::invalid_argument("LR schedule: global batch must be > 0");
-  if (options_.warmup_epochs < 0) throw std::invalid_argument("LR schedule: warm-up epochs must be >= 0");
+  if (options_.global_batch <= 0)
+    throw std::invalid_argument("LR schedule: global batch must be > 0");
+  if (options_.warmup_epochs < 0)
+    throw std::invalid_argument("LR schedule: warm-up epochs must be >= 0");
   peak_ = options_.base_lr * options_.global_batch / 256.0;
 }
 

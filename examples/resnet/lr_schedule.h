@@ -28,14 +28,14 @@ const char* scheduleKindName(ScheduleKind kind);
 
 struct LrScheduleOptions {
   ScheduleKind kind = ScheduleKind::Step;
-  double base_lr = 0.1;           // at a global batch of 256
+  double base_lr = 0.1;  // at a global batch of 256
   int global_batch = 256;
   double warmup_epochs = 5;
-  double total_epochs = 90;       // t_max for cosine is total_epochs - warmup_epochs
+  double total_epochs = 90;  // t_max for cosine is total_epochs - warmup_epochs
   std::vector<double> milestones = {30, 60, 80};  // step: absolute epochs
   double step_factor = 0.1;
-  double gamma = 0.95;            // exponential, per epoch
-  double min_lr = 0.0;            // cosine's LR_min
+  double gamma = 0.95;  // exponential, per epoch
+  double min_lr = 0.0;  // cosine's LR_min
 };
 
 class LrSchedule {

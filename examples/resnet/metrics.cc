@@ -21,33 +21,33 @@ std::string fixed(double v, int digits) {
 
 std::string toJson(const EpochReport& r) {
   std::ostringstream o;
-  o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps << ",\"global_step\":"
-    << r.global_step << ",\"lr\":" << fixed(r.lr, 8) << ",\"train_loss\":"
-    << fixed(r.train_loss, 6) << ",\"train_acc\":" << fixed(r.train_acc, 6);
+  o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps << ",\"global_step\":" << r.global_step
+    << ",\"lr\":" << fixed(r.lr, 8) << ",\"train_loss\":" << fixed(r.train_loss, 6)
+    << ",\"train_acc\":" << fixed(r.train_acc, 6);
   if (r.has_val) {
     o << ",\"val_loss\":" << fixed(r.val_loss, 6) << ",\"val_top1\":" << fixed(r.val_top1, 6);
     if (r.has_top5) o << ",\"val_top5\":" << fixed(r.val_top5, 6);
   }
-  o << ",\"seconds\":" << fixed(r.seconds, 3) << ",\"images_per_sec\":"
-    << fixed(r.images_per_sec, 2) << ",\"images_per_sec_per_rank\":"
-    << fixed(r.images_per_sec_rank, 2) << ",\"compute_s\":" << fixed(r.compute_s, 3)
-    << ",\"comm_wait_s\":" << fixed(r.comm_wait_s, 3) << ",\"data_wait_s\":"
-    << fixed(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
+  o << ",\"seconds\":" << fixed(r.seconds, 3)
+    << ",\"images_per_sec\":" << fixed(r.images_per_sec, 2)
+    << ",\"images_per_sec_per_rank\":" << fixed(r.images_per_sec_rank, 2)
+    << ",\"compute_s\":" << fixed(r.compute_s, 3) << ",\"comm_wait_s\":" << fixed(r.comm_wait_s, 3)
+    << ",\"data_wait_s\":" << fixed(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
   return o.str();
 }
 
 std::string toLine(const EpochReport& r) {
   std::ostringstream o;
-  o << "epoch " << r.epoch << "  lr " << fixed(r.lr, 5) << "  train loss "
-    << fixed(r.train_loss, 4) << " acc " << fixed(100 * r.train_acc, 2) << "%";
+  o << "epoch " << r.epoch << "  lr " << fixed(r.lr, 5) << "  train loss " << fixed(r.train_loss, 4)
+    << " acc " << fixed(100 * r.train_acc, 2) << "%";
   if (r.has_val) {
     o << "  test top-1 " << fixed(100 * r.val_top1, 2) << "%";
     if (r.has_top5) o << " top-5 " << fixed(100 * r.val_top5, 2) << "%";
   }
   o << "  " << fixed(r.images_per_sec, 1) << " img/s (" << fixed(r.images_per_sec_rank, 1)
     << "/rank)  time " << fixed(r.seconds, 1) << "s: compute " << fixed(r.compute_s, 1)
-    << "s, comm wait " << fixed(r.comm_wait_s, 1) << "s, data wait "
-    << fixed(r.data_wait_s, 1) << "s";
+    << "s, comm wait " << fixed(r.comm_wait_s, 1) << "s, data wait " << fixed(r.data_wait_s, 1)
+    << "s";
   return o.str();
 }
 
@@ -81,9 +81,8 @@ void Metrics::step(int epoch, std::int64_t step, std::int64_t steps, double loss
   const int done = steps > 0 ? static_cast<int>(kWidth * (step + 1) / steps) : kWidth;
   std::string bar(done, '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stdout, "\r\033[Kepoch %d [%s] %lld/%lld  loss %.4f  %.1f img/s", epoch,
-               bar.c_str(), static_cast<long long>(step + 1), static_cast<long long>(steps),
-               loss, img_per_s);
+  std::fprintf(stdout, "\r\033[Kepoch %d [%s] %lld/%lld  loss %.4f  %.1f img/s", epoch, bar.c_str(),
+               static_cast<long long>(step + 1), static_cast<long long>(steps), loss, img_per_s);
   std::fflush(stdout);
   bar_drawn_ = true;
 }

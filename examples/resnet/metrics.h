@@ -21,10 +21,10 @@ struct EpochReport {
   double train_loss = 0, train_acc = 0;
   bool has_val = false;
   double val_top1 = 0, val_top5 = 0;
-  bool has_top5 = false;         // more than 5 classes
+  bool has_top5 = false;  // more than 5 classes
   double val_loss = 0;
-  double seconds = 0;            // wall time of the epoch's training steps
-  double images_per_sec = 0;     // global
+  double seconds = 0;         // wall time of the epoch's training steps
+  double images_per_sec = 0;  // global
   double images_per_sec_rank = 0;
   double compute_s = 0, comm_wait_s = 0, data_wait_s = 0;  // mean over ranks
   int world = 1;

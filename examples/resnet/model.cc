@@ -20,11 +20,16 @@ struct DepthSpec {
 
 DepthSpec depthSpec(int depth) {
   switch (depth) {
-    case 18: return {false, {2, 2, 2, 2}};
-    case 34: return {false, {3, 4, 6, 3}};
-    case 50: return {true, {3, 4, 6, 3}};
-    case 101: return {true, {3, 4, 23, 3}};
-    case 152: return {true, {3, 8, 36, 3}};
+    case 18:
+      return {false, {2, 2, 2, 2}};
+    case 34:
+      return {false, {3, 4, 6, 3}};
+    case 50:
+      return {true, {3, 4, 6, 3}};
+    case 101:
+      return {true, {3, 4, 23, 3}};
+    case 152:
+      return {true, {3, 8, 36, 3}};
   }
   throw InvalidArgument("unsupported ResNet depth " + std::to_string(depth) +
                         " (expected 18, 34, 50, 101 or 152)");
@@ -35,8 +40,8 @@ int channels(double base, double width) {
 }
 
 // Sets a ConvBn's shapes from its input size; buffers come later in bindAll.
-void layoutConvBn(ConvBn& c, const std::string& conv_name, const std::string& bn_name,
-                  int C_in, int C_out, int K, int stride, int H_in, int W_in) {
+void layoutConvBn(ConvBn& c, const std::string& conv_name, const std::string& bn_name, int C_in,
+                  int C_out, int K, int stride, int H_in, int W_in) {
   c.conv = nn::Conv2d{};
   c.conv.C_in = C_in;
   c.conv.C_out = C_out;
@@ -71,8 +76,8 @@ int layoutBlock(Block& b, const std::string& name, bool bottleneck, int C_in, in
   }
   b.has_down = stride != 1 || C_in != C_out;
   if (b.has_down)
-    layoutConvBn(b.down, name + ".downsample.0", name + ".downsample.1", C_in, C_out, 1,
-                 stride, H, W);
+    layoutConvBn(b.down, name + ".downsample.0", name + ".downsample.1", C_in, C_out, 1, stride, H,
+                 W);
   H = b.convs.back().H;
   W = b.convs.back().W;
   return C_out;

@@ -24,15 +24,15 @@
 namespace accord::resnet {
 
 struct ModelConfig {
-  int depth = 18;            // 18, 34, 50, 101, 152
+  int depth = 18;  // 18, 34, 50, 101, 152
   int classes = 1000;
   int in_channels = 3;
-  bool cifar_stem = false;   // 3x3/1 conv, no max pool (28x28 or 32x32 images)
-  double width = 1.0;        // multiplies every channel count (64 -> round(64 * width))
+  bool cifar_stem = false;          // 3x3/1 conv, no max pool (28x28 or 32x32 images)
+  double width = 1.0;               // multiplies every channel count (64 -> round(64 * width))
   bool zero_init_residual = false;  // last BN scale of each block starts at 0
-  std::uint64_t seed = 42;   // Kaiming init
-  int max_batch = 32;        // activation arena is planned for this many images
-  int image_size = 224;      // H = W
+  std::uint64_t seed = 42;          // Kaiming init
+  int max_batch = 32;               // activation arena is planned for this many images
+  int image_size = 224;             // H = W
 
   std::string describe() const;  // "resnet18 classes=10 in=1 stem=cifar width=0.25"
 };
@@ -45,18 +45,18 @@ using GradSink = std::function<void(const std::string& name, float* grad, std::s
 struct ConvBn {
   nn::Conv2d conv;
   nn::BatchNorm2d bn;
-  std::string conv_name, bn_name;  // "layer1.0.conv1", "layer1.0.bn1"
+  std::string conv_name, bn_name;        // "layer1.0.conv1", "layer1.0.bn1"
   int H_in = 0, W_in = 0, H = 0, W = 0;  // input and output spatial size
-  float* a = nullptr;  // (N, C_out, H, W) conv output = BN input
+  float* a = nullptr;                    // (N, C_out, H, W) conv output = BN input
   float* b = nullptr;  // (N, C_out, H, W) BN output (ReLU'd in place where it applies)
 };
 
 struct Block {
   std::vector<ConvBn> convs;  // 2 (basic) or 3 (bottleneck); the last one has no ReLU
   bool has_down = false;
-  ConvBn down;                // 1x1 conv + BN on the shortcut when shape changes
-  const float* x = nullptr;   // (N, C_in, H_in, W_in) block input
-  float* y = nullptr;         // (N, C_out, H, W) block output = last BN output buffer
+  ConvBn down;               // 1x1 conv + BN on the shortcut when shape changes
+  const float* x = nullptr;  // (N, C_in, H_in, W_in) block input
+  float* y = nullptr;        // (N, C_out, H, W) block output = last BN output buffer
 };
 
 struct Model {
@@ -66,19 +66,19 @@ struct Model {
   ConvBn stem;
   bool has_maxpool = true;
   nn::MaxPool2d maxpool;
-  float* pool_y = nullptr;    // (N, C, Hp, Wp)
-  float* pool_ws = nullptr;   // (N, C, Hp, Wp) opaque arg-max record
-  int Hp = 0, Wp = 0;         // spatial size entering layer1
+  float* pool_y = nullptr;   // (N, C, Hp, Wp)
+  float* pool_ws = nullptr;  // (N, C, Hp, Wp) opaque arg-max record
+  int Hp = 0, Wp = 0;        // spatial size entering layer1
   std::vector<Block> blocks;
   std::vector<std::string> block_names;  // "layer1.0"
-  float* features = nullptr;  // (N, C_final) average pool output
+  float* features = nullptr;             // (N, C_final) average pool output
   nn::Linear fc;
-  float* input = nullptr;     // (N, in_channels, S, S) the trainer copies a batch here
-  float* logits = nullptr;    // (N, classes)
-  float* dlogits = nullptr;   // (N, classes)
-  float* scratch[3] = {};     // (max activation) gradient ping-pong buffers
-  bool bn_training = true;    // false: BN uses running statistics (inference mode)
-  GradSink sink;              // may be empty (one process, tests)
+  float* input = nullptr;    // (N, in_channels, S, S) the trainer copies a batch here
+  float* logits = nullptr;   // (N, classes)
+  float* dlogits = nullptr;  // (N, classes)
+  float* scratch[3] = {};    // (max activation) gradient ping-pong buffers
+  bool bn_training = true;   // false: BN uses running statistics (inference mode)
+  GradSink sink;             // may be empty (one process, tests)
 };
 
 // Builds and initialises (Kaiming, seeded) the model; throws InvalidArgument for an

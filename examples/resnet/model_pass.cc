@@ -22,7 +22,7 @@ void send(Model& m, const std::string& name, float* g, std::size_t n) {
 }
 
 void convBnForward(Model& m, ConvBn& c, const float* x, int N, bool relu) {
-  nn::conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);               // a (N, C, H, W)
+  nn::conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);                // a (N, C, H, W)
   nn::batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
   if (relu) nn::relu_forward(c.b, c.b, numel(c, N));
 }
@@ -56,8 +56,7 @@ void sendConv(Model& m, ConvBn& c) {
 
 // dy: gradient w.r.t. the ConvBn's output (after its ReLU where relu); consumed in
 // place. dx: gradient w.r.t. its input (nullable for the stem).
-void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N,
-                    bool relu) {
+void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N, bool relu) {
   if (relu) nn::relu_backward(c.b, dy, dy, numel(c, N));
   nn::batchnorm2d_backward(c.bn, c.a, dy, dy, N, c.H, c.W, m.bn_training);
   sendBn(m, c);
@@ -90,8 +89,8 @@ int blockBackward(Model& m, Block& b, int in, int N) {
     std::swap(cur, spare);
   }
   // The branch's dx is now in scratch[spare]; scratch[cur] is free.
-  const std::size_t n_in = static_cast<std::size_t>(N) * b.convs[0].conv.C_in *
-                           b.convs[0].H_in * b.convs[0].W_in;
+  const std::size_t n_in =
+      static_cast<std::size_t>(N) * b.convs[0].conv.C_in * b.convs[0].H_in * b.convs[0].W_in;
   if (b.has_down) {
     convBnBackward(m, b.down, b.x, dy, m.scratch[cur], N, false);
     nn::accumulate(m.scratch[spare], m.scratch[cur], n_in);
@@ -136,8 +135,7 @@ void backward(Model& m, int N) {
   float* dy = m.scratch[cur];
   if (m.has_maxpool) {
     float* dx = m.scratch[(cur + 1) % 3];
-    nn::maxpool2d_backward(m.maxpool, dy, m.pool_ws, dx, N, m.stem.conv.C_out, m.stem.H,
-                           m.stem.W);
+    nn::maxpool2d_backward(m.maxpool, dy, m.pool_ws, dx, N, m.stem.conv.C_out, m.stem.H, m.stem.W);
     dy = dx;
   }
   convBnBackward(m, m.stem, m.input, dy, nullptr, N, true);

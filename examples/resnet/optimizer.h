@@ -19,7 +19,7 @@ namespace accord::resnet {
 // One parameter tensor of the model: its weights, its gradient and whether weight
 // decay applies to it (false for BN scale/shift and biases when so configured).
 struct ParamRef {
-  std::string name;   // e.g. "layer1.0.conv1.weight"
+  std::string name;    // e.g. "layer1.0.conv1.weight"
   float* w = nullptr;  // (n)
   float* g = nullptr;  // (n)
   std::size_t n = 0;

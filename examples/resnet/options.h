@@ -14,7 +14,7 @@ struct TrainOptions {
   std::string model = "resnet18";
   std::string stem = "cifar";  // cifar: 3x3/1 conv, no max pool; imagenet: 7x7/2 + pool
   double width = 0.125;
-  int classes = 0;             // 0: the dataset's
+  int classes = 0;  // 0: the dataset's
   bool zero_init_residual = false;
   // data
   std::string dataset = "fashion-mnist";  // or synthetic
@@ -30,7 +30,7 @@ struct TrainOptions {
   int epochs = 2;
   std::int64_t max_steps = 0;  // 0: no cap
   double lr = 0.2;             // at a global batch of 256 (peak 0.1 at the default 2 x 64)
-  double warmup_epochs = -1;  // < 0: 5, or a fifth of the run if that is shorter
+  double warmup_epochs = -1;   // < 0: 5, or a fifth of the run if that is shorter
   std::string schedule = "cosine";
   std::vector<double> milestones = {30, 60, 80};
   double gamma = 0.95;
@@ -40,7 +40,7 @@ struct TrainOptions {
   double weight_decay = 5e-5;
   bool no_bn_decay = false;
   double label_smoothing = 0.1;
-  std::string train_bn_mode = "batch";  // batch | running (BN in inference mode)
+  std::string train_bn_mode = "batch";   // batch | running (BN in inference mode)
   std::string eval_bn_mode = "running";  // running | batch
   std::uint64_t seed = 42;
   // run

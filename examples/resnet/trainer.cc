@@ -50,8 +50,8 @@ void Trainer::buildData() {
     const int channels = opt_.channels > 0 ? opt_.channels : 3;
     const int classes = opt_.classes > 0 ? opt_.classes : 1000;
     train_src_ = makeSynthetic(opt_.synthetic_size, channels, size, classes, opt_.seed);
-    test_src_ = makeSynthetic(std::max<std::int64_t>(opt_.synthetic_size / 10, 1), channels,
-                              size, classes, opt_.seed + 1);
+    test_src_ = makeSynthetic(std::max<std::int64_t>(opt_.synthetic_size / 10, 1), channels, size,
+                              classes, opt_.seed + 1);
   } else {
     throw InvalidArgument("unknown --dataset '" + opt_.dataset +
                           "' (expected fashion-mnist or synthetic)");
@@ -104,8 +104,8 @@ void Trainer::buildModel() {
   lo.global_batch = opt_.batch_size * world_;
   // The reference study warms up over 5 epochs; a short run (the no-flag default is a
   // few epochs) would never leave warm-up, so it warms up over its first fifth instead.
-  lo.warmup_epochs = opt_.warmup_epochs >= 0 ? opt_.warmup_epochs
-                                             : std::min(5.0, opt_.epochs / 5.0);
+  lo.warmup_epochs =
+      opt_.warmup_epochs >= 0 ? opt_.warmup_epochs : std::min(5.0, opt_.epochs / 5.0);
   lo.total_epochs = opt_.epochs;
   lo.milestones = opt_.milestones;
   lo.gamma = opt_.gamma;
@@ -194,9 +194,9 @@ EvalResult Trainer::run() {
   const std::int64_t steps = train_loader_->steps();
   metrics_->message("accord-resnet: " + model_.cfg.describe() + ", " +
                     std::to_string(parameterCount(model_)) + " parameters, " +
-                    std::to_string(world_) + " rank(s) x batch " +
-                    std::to_string(opt_.batch_size) + ", " + std::to_string(steps) +
-                    " steps/epoch, peak LR " + std::to_string(schedule_->peakLr()));
+                    std::to_string(world_) + " rank(s) x batch " + std::to_string(opt_.batch_size) +
+                    ", " + std::to_string(steps) + " steps/epoch, peak LR " +
+                    std::to_string(schedule_->peakLr()));
   bool more = !capReached(), ran = false;
   while (more && state_.epoch < opt_.epochs) {
     ran = true;
@@ -212,9 +212,8 @@ EvalResult Trainer::run() {
            opt_.eval ? &last : nullptr);
     if (finished) state_ = {state_.epoch + 1, 0, state_.global_step};
     const bool at_end = !more || state_.epoch >= opt_.epochs;
-    if (!opt_.checkpoint.empty() &&
-        (at_end || (finished && opt_.checkpoint_every > 0 &&
-                    state_.epoch % opt_.checkpoint_every == 0)))
+    if (!opt_.checkpoint.empty() && (at_end || (finished && opt_.checkpoint_every > 0 &&
+                                                state_.epoch % opt_.checkpoint_every == 0)))
       saveCheckpoint(state_);
   }
   // Nothing left to train (a resumed run that was already complete): still report the

@@ -36,8 +36,7 @@ EvalResult Trainer::evaluate() {
 
 void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
                      const EvalResult* val) {
-  std::vector<double> sums = {t.loss_sum, t.correct, t.seen, t.compute, t.comm, t.data,
-                              seconds};
+  std::vector<double> sums = {t.loss_sum, t.correct, t.seen, t.compute, t.comm, t.data, seconds};
   sumDoubles(sums, "metrics.sums");
   EpochReport r;
   r.epoch = epoch;
@@ -77,8 +76,8 @@ void Trainer::saveCheckpoint(const TrainState& state) {
   error = broadcastError(error);
   if (!error.empty()) throw Error("checkpoint failed on rank 0: " + error);
   metrics_->message("checkpoint written to " + opt_.checkpoint + " (epoch " +
-                    std::to_string(state.epoch) + ", step " +
-                    std::to_string(state.global_step) + ")");
+                    std::to_string(state.epoch) + ", step " + std::to_string(state.global_step) +
+                    ")");
 }
 
 // The final parameters alone, in the checkpoint format (CRC and all), for the

@@ -4,11 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <numeric>
-#include <unistd.h>
 
 using namespace accord::resnet;
 namespace fs = std::filesystem;
@@ -17,7 +17,9 @@ namespace {
 
 struct Fixture {
   std::vector<float> a = std::vector<float>(1000), b = std::vector<float>(7);
-  std::vector<TensorRef> refs() { return {{"conv1.weight", a.data(), a.size()}, {"fc.bias", b.data(), b.size()}}; }
+  std::vector<TensorRef> refs() {
+    return {{"conv1.weight", a.data(), a.size()}, {"fc.bias", b.data(), b.size()}};
+  }
   Fixture() {
     std::iota(a.begin(), a.end(), 0.5f);
     std::iota(b.begin(), b.end(), -3.0f);

@@ -3,8 +3,8 @@
 #include "data.h"
 #include "loader.h"
 
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -32,8 +32,8 @@ void writeGz(const fs::path& path, const std::vector<unsigned char>& bytes) {
   gzclose(f);
 }
 
-std::vector<unsigned char> idxBytes(const std::vector<std::uint32_t>& dims,
-                                    std::size_t data_bytes, unsigned char fill = 1) {
+std::vector<unsigned char> idxBytes(const std::vector<std::uint32_t>& dims, std::size_t data_bytes,
+                                    unsigned char fill = 1) {
   std::vector<unsigned char> b = {0, 0, 0x08, static_cast<unsigned char>(dims.size())};
   for (std::uint32_t d : dims)
     for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(d >> s));

@@ -52,8 +52,7 @@ TEST_CASE("step schedule decays by 0.1 at 30, 60, 80", "[lr]") {
   CHECK(custom.at(25) == Approx(0.1));
 }
 
-TEST_CASE("cosine schedule follows LR_min + (LR_max - LR_min)(1 + cos(pi t/t_max))/2",
-          "[lr]") {
+TEST_CASE("cosine schedule follows LR_min + (LR_max - LR_min)(1 + cos(pi t/t_max))/2", "[lr]") {
   auto o = opts(ScheduleKind::Cosine);
   o.min_lr = 0.001;
   LrSchedule s(o);

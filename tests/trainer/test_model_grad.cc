@@ -39,8 +39,8 @@ void tinyModel(Model& m, int depth, bool cifar, int image, int batch) {
 std::vector<std::int32_t> fillBatch(Model& m, int N, unsigned seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const std::size_t n = static_cast<std::size_t>(N) * m.cfg.in_channels * m.cfg.image_size *
-                        m.cfg.image_size;
+  const std::size_t n =
+      static_cast<std::size_t>(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size;
   for (std::size_t i = 0; i < n; ++i) m.input[i] = normal(rng);
   std::vector<std::int32_t> labels(N);
   for (int i = 0; i < N; ++i) labels[i] = static_cast<std::int32_t>(rng() % m.cfg.classes);
@@ -85,8 +85,10 @@ TEST_CASE("model gradients match finite differences", "[model][grad]") {
         const double analytic = grads[p.name][i];
         ++checked;
         // ReLU kinks and float32 make a rare coordinate disagree; count, don't fail.
-        if (std::fabs(numeric - analytic) <= 2e-3 + 5e-2 * std::fabs(numeric)) ++agreed;
-        else WARN(p.name << "[" << i << "]: numeric " << numeric << " analytic " << analytic);
+        if (std::fabs(numeric - analytic) <= 2e-3 + 5e-2 * std::fabs(numeric))
+          ++agreed;
+        else
+          WARN(p.name << "[" << i << "]: numeric " << numeric << " analytic " << analytic);
       }
     }
     INFO("BN training mode: " << bn_training);

@@ -34,8 +34,7 @@ TEST_CASE("parameter counts equal torchvision's at 1000 classes", "[model]") {
   CHECK(countFor(152) == 60192808);
 }
 
-TEST_CASE("classes, input channels and the cifar stem change the count as expected",
-          "[model]") {
+TEST_CASE("classes, input channels and the cifar stem change the count as expected", "[model]") {
   const std::size_t base = countFor(18);
   // fc: 512 inputs per class plus a bias.
   CHECK(countFor(18, 10) == base - 990 * 513);

@@ -38,8 +38,8 @@ TEST_CASE("SGD with momentum, Nesterov and selective weight decay", "[optimizer]
         sgd.step(0.1);
       }
       CHECK(w[0] == Approx(reference(1.0, grads, 0.1, 0.9, 0.01, nesterov)).epsilon(1e-5));
-      CHECK(w[1] == Approx(reference(2.0, grads, 0.1, 0.9, bn_decay ? 0.01 : 0.0, nesterov))
-                        .epsilon(1e-5));
+      CHECK(w[1] ==
+            Approx(reference(2.0, grads, 0.1, 0.9, bn_decay ? 0.01 : 0.0, nesterov)).epsilon(1e-5));
     }
   }
 }

@@ -1,0 +1,41 @@
+// Metrics: the JSON line carries the reference study's quantities, and top-5 only
+// where there are more than 5 classes.
+#include "metrics.h"
+
+#include <catch2/catch.hpp>
+
+using namespace accord::resnet;
+
+TEST_CASE("epoch reports as JSON lines and text", "[metrics]") {
+  EpochReport r;
+  r.epoch = 3;
+  r.steps = 100;
+  r.lr = 0.05;
+  r.train_loss = 0.5;
+  r.train_acc = 0.8;
+  r.has_val = true;
+  r.val_top1 = 0.875;
+  r.val_top5 = 0.99;
+  r.images_per_sec = 1000;
+  r.images_per_sec_rank = 500;
+  r.compute_s = 9;
+  r.comm_wait_s = 1;
+  r.data_wait_s = 0.5;
+  r.world = 2;
+  std::string json = toJson(r);
+  CHECK(json.front() == '{');
+  CHECK(json.back() == '}');
+  CHECK(json.find('\n') == std::string::npos);
+  for (const char* key :
+       {"\"epoch\":3", "\"lr\":", "\"train_loss\":", "\"train_acc\":", "\"val_top1\":0.875",
+        "\"images_per_sec\":1000.00", "\"images_per_sec_per_rank\":500.00", "\"compute_s\":9.000",
+        "\"comm_wait_s\":1.000", "\"data_wait_s\":0.500", "\"ranks\":2"})
+    CHECK(json.find(key) != std::string::npos);
+  CHECK(json.find("val_top5") == std::string::npos);  // has_top5 is false
+  r.has_top5 = true;
+  CHECK(toJson(r).find("\"val_top5\":0.99") != std::string::npos);
+  const std::string line = toLine(r);
+  CHECK(line.find("test top-1 87.50%") != std::string::npos);
+  CHECK(line.find("top-5 99.00%") != std::string::npos);
+  CHECK(line.find("comm wait 1.0s") != std::string::npos);
+}
