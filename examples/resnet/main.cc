@@ -51,8 +51,9 @@ void addDataOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--synthetic-size", o.synthetic_size, "images per synthetic epoch")
       ->capture_default_str();
-  app.add_flag("--augment,!--no-augment", o.augment, "random 2-pixel crop and flip (Fashion-MNIST)")
-      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-augment", [&o] { o.augment = false; },
+      "no random 2-pixel crop and flip of Fashion-MNIST images");
   app.add_option("--prefetch", o.prefetch, "batches prepared ahead per rank")
       ->capture_default_str();
 }
@@ -99,8 +100,8 @@ void addOptimOptions(CLI::App& app, TrainOptions& o) {
 void addRunOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
       ->capture_default_str();
-  app.add_flag("--eval,!--no-eval", o.eval, "evaluate on the test set after every epoch")
-      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-eval", [&o] { o.eval = false; }, "skip the test-set evaluation after each epoch");
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file written by rank 0");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "write a checkpoint every N epochs (and at the end)")
@@ -108,8 +109,9 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--resume", o.resume, "checkpoint to resume from (read on rank 0, broadcast)");
   app.add_option("--metrics", o.metrics, "JSON-lines file with one object per epoch");
   app.add_option("--dump-params", o.dump_params, "write the final parameters here (for `compare`)");
-  app.add_flag("--progress,!--no-progress", o.progress, "progress bar when stdout is a terminal")
-      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-progress", [&o] { o.progress = false; },
+      "no progress bar (drawn only when stdout is a terminal)");
 }
 
 // `accord-resnet compare A B`: max |a - b| <= atol + rtol * |b| for every parameter.
