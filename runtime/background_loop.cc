@@ -59,7 +59,7 @@ void BackgroundLoop::pace() {
   }
   if (last_progress_ && local_pending) return;
   const auto busy = std::max<std::chrono::microseconds>(rt_.config.cycle_time, kMinBusyWait);
-  if (anyone_pending_) {
+  if (anyone_pending_ || local_pending) {
     idle_wait_ = busy;
     rt_.queue.waitForWork(busy);
     return;
@@ -93,7 +93,7 @@ bool BackgroundLoop::runOnce() {
     auto negotiated = controller_.negotiate(*set, want_shutdown, now);
     if (set->id == kGlobalProcessSet) {
       if (negotiated.shutdown) return false;  // every rank sees this in the same cycle
-      anyone_pending_ = negotiated.anyone_pending || negotiated.anyone_new;
+      anyone_pending_ = negotiated.anyone_pending;
     }
     progress = progress || !negotiated.responses.empty();
     executor_.run(*set, negotiated.responses, changes);

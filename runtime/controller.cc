@@ -5,6 +5,7 @@
 #include "runtime/wire.h"
 
 #include <algorithm>
+#include <bit>
 #include <thread>
 
 namespace accord {
@@ -14,17 +15,15 @@ namespace {
 // Flag bits of word 0. After the AND each reads "on every rank".
 constexpr std::uint64_t kNothingToSend = 1u << 0;
 constexpr std::uint64_t kNoShutdown = 1u << 1;
-constexpr std::uint64_t kNothingPending = 1u << 2;
-constexpr std::uint64_t kNothingNew = 1u << 3;
+// Everything this rank has pending is offered as a cache hit this cycle: if every rank
+// offers the same hits, nothing is left pending after the cycle.
+constexpr std::uint64_t kOnlyHitsPending = 1u << 2;
 
 void setBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
   v[word0 + bit / 64] |= std::uint64_t{1} << (bit % 64);
 }
 void clearBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
   v[word0 + bit / 64] &= ~(std::uint64_t{1} << (bit % 64));
-}
-bool testBit(const std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
-  return (v[word0 + bit / 64] >> (bit % 64)) & 1u;
 }
 
 bool cacheable(const Response& r) {
@@ -92,7 +91,6 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
   op.request.rank = set.rank;
   op.request.seq = set.next_seq++;
   if (op.request.type == RequestType::Join) set.join_handle = op.entry.handle;
-  ++set.fresh;
   std::string name = op.request.name;
   set.pending.emplace(std::move(name),
                       PendingTensor{std::move(op.request), std::move(op.entry), now, false});
@@ -102,7 +100,7 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
 // the coordinator. A hit that waits too long is demoted to a regular request so that
 // the coordinator's stall inspector sees it.
 std::vector<Request> Controller::classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
-                                          Clock::time_point now) {
+                                          std::size_t& hits, Clock::time_point now) {
   const std::size_t w = set.cache->words();
   const auto demote_after = std::min<Clock::duration>(std::chrono::seconds(1),
                                                       config_.stall_check_time / 2);
@@ -112,6 +110,7 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::vector<std::uint
     auto found = set.cache->lookup(p.request);
     if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after) {
       setBit(bits, 1, found.slot);
+      ++hits;
       continue;
     }
     if (found.status != ResponseCache::Status::Miss) clearBit(bits, 1 + w, found.slot);
@@ -124,7 +123,24 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::vector<std::uint
   if (set.join_handle) {  // a joined rank agrees to every cached tensor
     std::fill(bits.begin() + 1, bits.begin() + 1 + w, ~std::uint64_t{0});
   }
+  // The complement of the hits: its AND is the complement of the hits' OR.
+  for (std::size_t i = 0; i < w; ++i) bits[1 + 2 * w + i] = ~bits[1 + i];
   return to_send;
+}
+
+// Calls f(slot) for every slot whose bit in words [word0, word0 + words) equals `value`,
+// in slot order. Only the words that hold such a bit are scanned bit by bit: the cache
+// slots themselves are large and cold, so touching all of them costs microseconds.
+template <typename F>
+void forEachBit(const std::vector<std::uint64_t>& v, std::size_t word0, std::size_t words,
+                bool value, F f) {
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t x = value ? v[word0 + i] : ~v[word0 + i];
+    while (x) {
+      f(static_cast<std::uint32_t>(i * 64 + std::countr_zero(x)));
+      x &= x - 1;
+    }
+  }
 }
 
 // Applies the AND-reduced bits: erase invalidated slots, then emit the common hits in
@@ -133,39 +149,41 @@ void Controller::applyCacheVerdict(ProcessSet& set, const std::vector<std::uint6
                                    Negotiated& out) {
   auto& cache = *set.cache;
   const std::size_t w = cache.words();
-  for (std::uint32_t slot = 0; slot < cache.capacity(); ++slot) {
-    if (!testBit(bits, 1 + w, slot) && cache.contains(slot)) cache.erase(slot);
-  }
-  for (std::uint32_t slot = 0; slot < cache.capacity(); ++slot) {
-    if (testBit(bits, 1, slot) && cache.contains(slot)) {
+  forEachBit(bits, 1 + w, w, false, [&](std::uint32_t slot) {
+    if (cache.contains(slot)) cache.erase(slot);
+  });
+  forEachBit(bits, 1, w, true, [&](std::uint32_t slot) {
+    if (cache.contains(slot)) {
       cache.touch(slot);
       out.responses.push_back(cache.response(slot));
     }
-  }
+  });
 }
 
 Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now) {
   const std::size_t w = set.cache->words();
-  std::vector<std::uint64_t> bits(1 + 2 * w, 0);
-  std::fill(bits.begin() + 1 + w, bits.end(), ~std::uint64_t{0});
-  const bool had_new = set.fresh > 0;
-  set.fresh = 0;
-  std::vector<Request> to_send = classify(set, bits, now);
+  std::vector<std::uint64_t> bits(1 + 3 * w, 0);
+  std::fill(bits.begin() + 1 + w, bits.begin() + 1 + 2 * w, ~std::uint64_t{0});
+  std::size_t hits = 0;
+  std::vector<Request> to_send = classify(set, bits, hits, now);
 
   std::uint64_t flags = 0;
   const bool rank0_must_speak = set.coordinator && stallsExpired(set, now);
   if (to_send.empty() && !rank0_must_speak) flags |= kNothingToSend;
   if (!want_shutdown) flags |= kNoShutdown;
-  if (set.pending.empty()) flags |= kNothingPending;
-  if (!had_new) flags |= kNothingNew;
+  if (hits == set.pending.size()) flags |= kOnlyHitsPending;
   bits[0] = flags;
 
   andAllreduce(bits, set.comm, set.rank, set.size);
 
   Negotiated out;
   out.shutdown = !(bits[0] & kNoShutdown);
-  out.anyone_pending = !(bits[0] & kNothingPending);
-  out.anyone_new = !(bits[0] & kNothingNew);
+  // Something stays pending after this cycle unless every rank offered exactly the same
+  // hits (their AND equals their OR) and had nothing else pending or to send.
+  bool same_hits = true;
+  for (std::size_t i = 0; i < w && same_hits; ++i) same_hits = bits[1 + i] == ~bits[1 + 2 * w + i];
+  out.anyone_pending =
+      !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
   applyCacheVerdict(set, bits, out);
   if (!(bits[0] & kNothingToSend)) {
     auto fresh = gatherAndDecide(set, to_send, now);

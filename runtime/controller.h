@@ -5,6 +5,7 @@
 //   word 0        flags (each bit means "true on every rank" after the AND)
 //   words 1..W    cache hits: this rank has submitted the tensor in that slot
 //   words W+1..2W valid bits: cleared by a rank whose request no longer matches the slot
+//   words 2W+1..3W the complement of the hits, so that the AND also yields their OR
 // In steady state that one all-reduce is the whole negotiation. Only when some rank has
 // a request the cache cannot answer do the ranks gather serialized requests to the
 // set's rank 0, which decides and broadcasts the new responses.
@@ -25,8 +26,8 @@ namespace accord {
 struct Negotiated {
   std::vector<Response> responses;  // unfused, in execution order, identical on all ranks
   bool shutdown = false;            // some rank asked to shut down
-  bool anyone_pending = false;      // some rank still waits for a collective
-  bool anyone_new = false;          // some rank brought a request this cycle
+  bool anyone_pending = false;      // some rank may still wait for a collective after
+                                    // this cycle (conservative: true when unsure)
 };
 
 class Controller {
@@ -39,7 +40,7 @@ class Controller {
 
  private:
   std::vector<Request> classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
-                                Clock::time_point now);
+                                std::size_t& hits, Clock::time_point now);
   void applyCacheVerdict(ProcessSet& set, const std::vector<std::uint64_t>& bits,
                          Negotiated& out);
   std::vector<Response> gatherAndDecide(ProcessSet& set, const std::vector<Request>& to_send,

@@ -45,7 +45,6 @@ struct ProcessSet {
   std::unordered_map<std::string, PendingTensor> pending;
   std::shared_ptr<detail::HandleState> join_handle;  // set while this rank has joined
   std::uint64_t next_seq = 0;
-  int fresh = 0;  // tensors admitted since the last negotiation
 
   // `comm` is MPI_COMM_NULL on ranks outside the set; `my_rank` is this process's
   // global rank.
