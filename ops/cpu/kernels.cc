@@ -155,8 +155,19 @@ T saturate(double y) {
 template <class T>
 void scaleLoop(T* data, std::size_t n, double factor, double divisor) {
   if constexpr (std::is_floating_point_v<T>) {
-    const double f = factor / divisor;
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] * f);
+    // A lone factor or divisor that T holds exactly is applied in T. That is the same
+    // correctly rounded result as in double (one operation on two values of T, rounded
+    // once, since double has more than 2p + 2 bits), and for float it runs 2-3x faster
+    // than converting every element to double and back.
+    const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
+    if (divisor == 1.0 && static_cast<double>(f) == factor) {
+      for (std::size_t i = 0; i < n; ++i) data[i] *= f;
+    } else if (factor == 1.0 && static_cast<double>(d) == divisor) {
+      for (std::size_t i = 0; i < n; ++i) data[i] /= d;
+    } else {
+      const double fd = factor / divisor;
+      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] * fd);
+    }
   } else {
     for (std::size_t i = 0; i < n; ++i)
       data[i] = saturate<T>(std::round(static_cast<double>(data[i]) * factor / divisor));

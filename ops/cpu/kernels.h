@@ -26,7 +26,9 @@ void setThreads(int threads);
 void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op);
 
 // data[i] = data[i] * factor / divisor.
-// Floating point: one multiply by factor/divisor (float16/bfloat16 through float).
+// Floating point: a factor alone multiplies and a divisor alone divides, each correctly
+// rounded; both together are one multiply by factor/divisor in double.
+// float16/bfloat16 go through float with one multiply by factor/divisor.
 // Integers: computed in double, rounded to nearest with halves away from zero
 // (std::round: 5/2 -> 3, -5/2 -> -3) and saturated to the type's range. The division
 // comes last so that an integer Average (divisor = set size) rounds exactly; int64

@@ -260,6 +260,17 @@ TEST_CASE("scale: floating point, including the parallel path", "[kernels]") {
     CHECK(f == ef);
     CHECK(d == ed);
   }
+  // A divisor alone (Average) is a correctly rounded division, the same as in double.
+  for (std::size_t n : kSizes) {
+    auto f = randomValues<float>(n, rng, -1e3, 1e3);
+    auto half = f, third = f;
+    scale(half.data(), n, DType::Float32, 0.5);
+    scale(third.data(), n, DType::Float32, 1.0, 3.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      REQUIRE(half[i] == static_cast<float>(double(f[i]) * 0.5));
+      REQUIRE(third[i] == static_cast<float>(double(f[i]) / 3.0));
+    }
+  }
   // 16-bit: factors exact in 16 bits make the product exact in double, one rounding.
   for (double factor : {0.5, 3.0, 0.25, 1.5}) {
     std::vector<std::uint16_t> h(1000), b(1000), eh(1000), eb(1000);
