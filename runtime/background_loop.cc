@@ -96,7 +96,7 @@ bool BackgroundLoop::runOnce() {
       anyone_pending_ = negotiated.anyone_pending;
     }
     progress = progress || !negotiated.responses.empty();
-    executor_.run(*set, negotiated.responses, changes);
+    executor_.run(*set, std::move(negotiated.responses), changes);
   }
   applyChanges(changes);
   last_progress_ = progress;

@@ -36,9 +36,9 @@ std::vector<std::optional<PendingTensor>> Executor::take(ProcessSet& set,
   return out;
 }
 
-void Executor::run(ProcessSet& set, const std::vector<Response>& responses,
+void Executor::run(ProcessSet& set, std::vector<Response> responses,
                    std::vector<SetChange>& changes) {
-  for (const auto& response : planFusion(responses, config_.fusion_threshold)) {
+  for (const auto& response : planFusion(std::move(responses), config_.fusion_threshold)) {
     switch (response.type) {
       case ResponseType::Allreduce:
       case ResponseType::Allgather:

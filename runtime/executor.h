@@ -26,7 +26,8 @@ class Executor {
   Executor(const Config& config, TensorQueue& queue, OpManager& ops)
       : config_(config), queue_(queue), ops_(ops) {}
 
-  void run(ProcessSet& set, const std::vector<Response>& responses,
+  // Takes the responses by value: fusion planning merges them in place.
+  void run(ProcessSet& set, std::vector<Response> responses,
            std::vector<SetChange>& changes);
 
  private:

@@ -20,6 +20,17 @@ std::size_t chunkElements(const ExecContext& ctx, std::size_t elem_bytes) {
   return std::min<std::size_t>(elems, INT_MAX);
 }
 
+// Calls f(offset, n) over [0, count) in the fewest pieces of at most `step`, all of
+// nearly equal size: 1.5 chunks go as two 0.75-chunk calls, not a full and a half one.
+template <typename F>
+void forEachPiece(std::size_t count, std::size_t step, F f) {
+  const std::size_t pieces = (count + step - 1) / step;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
+    f(lo, static_cast<int>(hi - lo));
+  }
+}
+
 }  // namespace
 
 void* nonNull(void* p) { return p ? p : g_dummy; }
@@ -74,21 +85,19 @@ void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DTy
   const std::size_t step = chunkElements(ctx, elem);
   const MPI_Datatype type = mpiDatatype(dtype);
   const MPI_Op mpi_op = mpiOp(op, dtype);
-  for (std::size_t off = 0; off < count; off += step) {
-    const int n = static_cast<int>(std::min(step, count - off));
+  forEachPiece(count, step, [&](std::size_t off, int n) {
     char* piece = static_cast<char*>(data) + off * elem;
     applyScaling(pre, piece, n, dtype);
     ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, piece, n, type, mpi_op, ctx.comm));
     applyScaling(post, piece, n, dtype);
-  }
+  });
 }
 
 void chunkedBroadcast(const ExecContext& ctx, void* data, std::size_t bytes, int root) {
   const std::size_t step = chunkElements(ctx, 1);
-  for (std::size_t off = 0; off < bytes; off += step) {
-    const int n = static_cast<int>(std::min(step, bytes - off));
+  forEachPiece(bytes, step, [&](std::size_t off, int n) {
     ACCORD_MPI_CHECK(MPI_Bcast(static_cast<char*>(data) + off, n, MPI_BYTE, root, ctx.comm));
-  }
+  });
 }
 
 Scaling preScaling(const Response& response) { return {response.prescale, 1.0}; }

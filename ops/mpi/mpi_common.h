@@ -35,8 +35,9 @@ void checkInput(const Response& response, std::size_t i, const TensorEntry& entr
 TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& entry,
                           const Shape& shape);
 
-// In-place MPI_Allreduce / MPI_Bcast over `count` elements, cut into pieces of
-// config->chunk_bytes (element-aligned; 0 = one call, bounded by INT_MAX elements).
+// In-place MPI_Allreduce / MPI_Bcast over `count` elements, cut into the fewest
+// near-equal pieces of at most config->chunk_bytes (element-aligned; 0 = one call,
+// bounded by INT_MAX elements).
 struct Scaling;
 // Reduces in pieces of ACCORD_CHUNK_BYTES; `pre` scales each piece just before its call
 // and `post` just after, while the piece is still in cache (a separate pass over a

@@ -2,8 +2,8 @@
 // threshold), pre/post scaling, fusion of many small tensors, unnamed collectives and
 // the response cache (the same name reduced again and again).
 //
-// CTest also runs this binary with ACCORD_FUSION_THRESHOLD=65536, so the same cases
-// exercise buffers that hold many fused tensors and tensors bigger than the buffer.
+// CTest also runs this binary with a 16 KiB fusion threshold and 12 KiB reduction
+// pieces, so the same cases exercise many fused buffers and uneven pieces.
 #include <catch2/catch.hpp>
 
 #include "mpi_test.h"
@@ -125,7 +125,8 @@ TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
 }
 
 TEST_CASE("allreduce: many small tensors in flight fuse and come back right") {
-  // 300 x 4 KiB = 1.2 MiB: several 64 KiB fusion buffers in the small-threshold run.
+  // 300 x 4 KiB = 1.2 MiB: many fusion buffers at the default 64 KiB threshold, more
+  // in the small-buffer run.
   std::vector<Case> cases;
   for (int t = 0; t < 300; ++t) {
     const DType dtype = t % 3 == 0 ? DType::Float64 : DType::Float32;
