@@ -12,6 +12,7 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace accord {
 
@@ -20,8 +21,8 @@ namespace {
 // When nothing is outstanding anywhere, idle cycles back off up to this: they exist
 // only so that the stall inspector, joins and shutdowns of other ranks progress.
 constexpr auto kIdleMax = std::chrono::milliseconds(20);
-// Floor for the wait of a cycle that brought nothing new, so ACCORD_CYCLE_TIME=0
-// cannot turn two waiting ranks into a negotiation storm.
+// Wait of a cycle that brought nothing new while something is pending, so that two
+// waiting ranks do not turn into a negotiation storm.
 constexpr auto kMinBusyWait = std::chrono::microseconds(50);
 
 class BackgroundLoop {
@@ -47,9 +48,14 @@ class BackgroundLoop {
   bool last_progress_ = false;
   bool anyone_pending_ = false;
   std::chrono::microseconds idle_wait_{kMinBusyWait};
+  Clock::time_point cycle_start_{};
 };
 
 void BackgroundLoop::pace() {
+  // ACCORD_CYCLE_TIME > 0 batches: a cycle starts no sooner than that after the last
+  // one, so what is submitted meanwhile is negotiated, and fused, together.
+  if (rt_.config.cycle_time.count() > 0)
+    std::this_thread::sleep_until(cycle_start_ + rt_.config.cycle_time);
   if (rt_.queue.hasWork() || rt_.queue.shutdownRequested()) return;
   bool local_pending = false;
   for (auto* set : rt_.sets.memberSets()) {
@@ -58,10 +64,9 @@ void BackgroundLoop::pace() {
     local_pending = local_pending || !set->pending.empty();
   }
   if (last_progress_ && local_pending) return;
-  const auto busy = std::max<std::chrono::microseconds>(rt_.config.cycle_time, kMinBusyWait);
   if (anyone_pending_ || local_pending) {
-    idle_wait_ = busy;
-    rt_.queue.waitForWork(busy);
+    idle_wait_ = kMinBusyWait;
+    rt_.queue.waitForWork(kMinBusyWait);
     return;
   }
   rt_.queue.waitForWork(idle_wait_);
@@ -85,6 +90,7 @@ void BackgroundLoop::admitNew(Clock::time_point now) {
 bool BackgroundLoop::runOnce() {
   pace();
   const auto now = Clock::now();
+  cycle_start_ = now;
   admitNew(now);
   const bool want_shutdown = rt_.queue.shutdownRequested();
   std::vector<SetChange> changes;

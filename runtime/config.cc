@@ -19,20 +19,24 @@ namespace accord {
 
 namespace {
 
-// Defaults. The chunk size comes from accord-bench on 2 ranks of the development
-// machine (1 MiB of L2 per core): 512 KiB pieces beat 2 MiB ones on the ResNet-50
-// gradient set (1.07-1.08x vs 1.21-1.23x the best raw-MPI time, Sum) and ran large
-// buffers at 2.0-2.5x one MPI_Allreduce, because a piece and its receive buffer stay
-// in L2. The fusion threshold likewise: on the gradient set (Sum, 2 ranks, shared
-// memory) 64 KiB gave 0.83-0.90x the best raw-MPI time, 256 KiB 0.88-0.90x, no fusion
-// 0.87-0.92x, 1 MiB 0.91x, 4 MiB 1.10x and 16 MiB 1.79x: past a few hundred KiB the
-// copies in and out cost more than the calls they save. 64 KiB still merges the many
-// small batch-norm and bias tensors. The cycle time (0 ms: negotiate as soon as work
-// arrives) is still to be swept. Stall times follow Horovod: report after a minute,
-// give up after five.
+// Defaults, from accord-bench on 2 ranks of the development machine (2 MiB of L2 per
+// core; medians of 3-4 alternating runs):
+// - Chunk: 1 MiB pieces keep a piece and its receive buffer in L2, so large buffers run
+//   at ~2x one MPI_Allreduce. Against 512 KiB and 768 KiB they ran 1-2 MiB tensors
+//   closest to raw MPI (1 MiB: 0.91x vs 0.81x; 2 MiB: 0.96x vs 0.91-0.94x), with the
+//   ResNet-50 gradient set unchanged (0.93-0.97x the best raw-MPI time). 2 MiB pieces
+//   were 1.21-1.23x on the gradient set.
+// - Fusion threshold: on the gradient set (Sum) 64 KiB gave 0.83-0.90x the best
+//   raw-MPI time, 256 KiB 0.88-0.90x, no fusion 0.87-0.92x, 1 MiB 0.91x, 4 MiB 1.10x
+//   and 16 MiB 1.79x: past a few hundred KiB the copies in and out cost more than the
+//   calls they save. 64 KiB still merges the many small batch-norm and bias tensors.
+// - Cycle time: 0 (negotiate as soon as work arrives). 0.1/0.5/1/2 ms raised the 4 KiB
+//   latency to 148/552/1047/2059 us and left the gradient set where it was
+//   (0.88-0.95x against 0.89x at 0).
+// Stall times follow Horovod: report after a minute, give up after five.
 constexpr double kDefaultCycleTimeMs = 0.0;
 constexpr std::size_t kDefaultFusionThreshold = 64u << 10;  // 64 KiB
-constexpr std::size_t kDefaultChunkBytes = 512u << 10;     // 512 KiB
+constexpr std::size_t kDefaultChunkBytes = 1u << 20;       // 1 MiB
 constexpr std::size_t kDefaultCacheCapacity = 1024;
 constexpr double kDefaultStallCheckSeconds = 60.0;
 constexpr double kDefaultStallShutdownSeconds = 300.0;
@@ -194,7 +198,7 @@ std::string Config::describe() const {
   double shutdown_s = std::chrono::duration<double>(stall_shutdown_time).count();
   std::string out;
   out += line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms",
-              "batching wait of a busy cycle (0..10000 ms)");
+              "least time between negotiation cycles (0..10000 ms)");
   out += line("ACCORD_FUSION_THRESHOLD", std::to_string(fusion_threshold) + " bytes",
               "fusion buffer size (K/M/G suffixes, 0 = no fusion)");
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",

@@ -12,8 +12,8 @@
 namespace accord {
 
 struct Config {
-  // How long a busy cycle waits to batch more work before negotiating (ACCORD_CYCLE_TIME,
-  // milliseconds, fractional allowed).
+  // Least time between the starts of two negotiation cycles; work submitted meanwhile
+  // is batched (ACCORD_CYCLE_TIME, milliseconds, fractional allowed; 0: no wait).
   std::chrono::microseconds cycle_time{0};
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces

@@ -35,7 +35,7 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   Config c = parse({});
   CHECK(c.cycle_time == 0us);
   CHECK(c.fusion_threshold == 64u << 10);
-  CHECK(c.chunk_bytes == 512u << 10);
+  CHECK(c.chunk_bytes == 1u << 20);
   CHECK(c.cache_capacity == 1024);
   CHECK(c.stall_check_time == 60s);
   CHECK(c.stall_shutdown_time == 300s);
@@ -131,7 +131,7 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
 TEST_CASE("describe lists every known variable with its value", "[config]") {
   std::string d = parse({{"ACCORD_CYCLE_TIME", "0.25"}, {"ACCORD_TIMELINE", "t.json"}}).describe();
   for (const char* var : {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
-                          "ACCORD_CHUNK_BYTES=524288 bytes", "ACCORD_CACHE_CAPACITY=1024",
+                          "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_CACHE_CAPACITY=1024",
                           "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s",
                           "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=t.json"}) {
     INFO(var);
