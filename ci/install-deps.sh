@@ -10,6 +10,7 @@ packages=(
   catch2                       # unit and MPI tests
   libcli11-dev                 # command-line flags of the tools and the trainer
   libdnnl-dev                  # oneDNN: the trainer's CPU backend
+  ocl-icd-opencl-dev           # only a Recommends of libdnnl-dev, but its CMake config needs OpenCL
   zlib1g-dev                   # gzipped Fashion-MNIST files
   dataset-fashion-mnist        # the trainer's default dataset
 )
