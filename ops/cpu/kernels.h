@@ -25,6 +25,13 @@ void setThreads(int threads);
 // float16/bfloat16 are computed in float and rounded to nearest-even.
 void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op);
 
+// acc = scale(op(...op(op(acc, ins[0]), ins[1])..., ins[k-1])), then mirror = acc
+// (mirror may be null). The same values as reduce() once per input, then scale(), then
+// a copy, but in one pass: the buffer is worked through in L1-sized blocks, so the
+// scaling and the copy read what the reduction just wrote while it is still in L1.
+void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t count,
+                       DType dtype, ReduceOp op, double factor, double divisor, void* mirror);
+
 // data[i] = data[i] * factor / divisor.
 // Floating point: a factor alone multiplies and a divisor alone divides, each correctly
 // rounded; both together are one multiply by factor/divisor in double.

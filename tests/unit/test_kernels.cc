@@ -336,6 +336,66 @@ TEST_CASE("reducing with the neutral element leaves values unchanged", "[kernels
   }
 }
 
+// Random values of `dtype` that no op turns into NaN: small integers, floats in
+// [-4, 4] (a product of three stays far from overflow).
+std::vector<unsigned char> randomBytes(DType dtype, std::size_t n, std::mt19937& rng) {
+  std::vector<unsigned char> out(n * dtypeSize(dtype));
+  std::uniform_real_distribution<double> d(-4, 4);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = d(rng);
+    unsigned char* at = out.data() + i * dtypeSize(dtype);
+    auto put = [&](auto v) { std::memcpy(at, &v, sizeof v); };
+    switch (dtype) {
+      case DType::UInt8: put(static_cast<std::uint8_t>(std::fabs(x) * 10)); break;
+      case DType::Int8: put(static_cast<std::int8_t>(x * 10)); break;
+      case DType::Int32: put(static_cast<std::int32_t>(x * 1e6)); break;
+      case DType::Int64: put(static_cast<std::int64_t>(x * 1e12)); break;
+      case DType::Float16: put(refHalf(x)); break;
+      case DType::BFloat16: put(refBf16(x)); break;
+      case DType::Float32: put(static_cast<float>(x)); break;
+      case DType::Float64: put(x); break;
+    }
+  }
+  return out;
+}
+
+TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", "[kernels]") {
+  std::mt19937 rng(13);
+  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int32,   DType::Int64,
+                          DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  struct Factors {
+    double factor, divisor;
+  };
+  // 8191 crosses the 8 KiB block for 1-byte types with a tail; 300'007 the parallel grain.
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
+    for (DType dtype : dtypes)
+      for (ReduceOp op : kOps)
+        for (int inputs : {1, 3})
+          for (Factors f : {Factors{1, 1}, Factors{1, 3}, Factors{0.5, 1}}) {
+            auto acc = randomBytes(dtype, n, rng);
+            std::vector<std::vector<unsigned char>> ins;
+            std::vector<const void*> ptrs;
+            for (int k = 0; k < inputs; ++k) ins.push_back(randomBytes(dtype, n, rng));
+            for (auto& in : ins) ptrs.push_back(in.data());
+            auto expect = acc;
+            for (auto& in : ins) reduce(expect.data(), in.data(), n, dtype, op);
+            if (f.factor != 1 || f.divisor != 1) scale(expect.data(), n, dtype, f.factor, f.divisor);
+            std::vector<unsigned char> mirror(acc.size(), 0xAB);
+            reduceScaleMirror(acc.data(), ptrs, n, dtype, op, f.factor, f.divisor, mirror.data());
+            INFO(dtypeName(dtype) << " " << reduceOpName(op) << " n=" << n << " inputs=" << inputs
+                                  << " factor=" << f.factor << " divisor=" << f.divisor);
+            REQUIRE(acc == expect);
+            REQUIRE(mirror == expect);
+          }
+  // Without a mirror only the accumulator changes; with no inputs only the scaling runs.
+  std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
+  const void* in[] = {b.data()};
+  reduceScaleMirror(a.data(), in, a.size(), DType::Float32, ReduceOp::Sum, 1, 2, nullptr);
+  CHECK(a == std::vector<float>{5.5f, 11, 16.5f});
+  reduceScaleMirror(a.data(), {}, a.size(), DType::Float32, ReduceOp::Sum, 2, 1, nullptr);
+  CHECK(a == std::vector<float>{11, 22, 33});
+}
+
 TEST_CASE("parallelCopy moves many pieces of mixed sizes", "[kernels]") {
   std::mt19937 rng(11);
   // 2000 small pieces (some empty, with null pointers) and three of several MiB.
