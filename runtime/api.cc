@@ -9,11 +9,13 @@
 #include "ops/mpi/mpi_types.h"
 #include "runtime.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <thread>
-#include <algorithm>
+
+#include <unistd.h>  // environ
 
 namespace accord {
 
@@ -71,6 +73,9 @@ void checkConfigAgrees(const Runtime& rt) {
   const std::pair<const char*, std::uint64_t> values[] = {
       {"ACCORD_FUSION_THRESHOLD", rt.config.fusion_threshold},
       {"ACCORD_CACHE_CAPACITY", rt.config.cache_capacity},
+      // Every rank must cut a buffer into the same pieces and use the same transport.
+      {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
+      {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
   };
   for (const auto& [name, value] : values) {
     std::uint64_t lo = value, hi = value;
@@ -82,6 +87,19 @@ void checkConfigAgrees(const Runtime& rt) {
                             "): it must be the same on every rank");
     }
   }
+}
+
+// A misspelt variable would otherwise be ignored without a word.
+void warnUnknownVariables(int rank) {
+  if (rank != 0) return;  // every rank normally has the same environment: say it once
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+  const auto unknown = Config::unknownVariables(environment);
+  if (unknown.empty()) return;
+  std::string known;
+  for (const auto& name : Config::knownVariables()) known += (known.empty() ? "" : ", ") + name;
+  for (const auto& name : unknown)
+    log().warn("{} is not an Accord variable and is ignored (known: {})", name, known);
 }
 
 }  // namespace
@@ -103,6 +121,7 @@ void init() {
   rt->config = Config::fromEnvironment();  // a bad value fails before MPI is touched
   initMpi(*rt);
   configureLogging(rt->rank, rt->config.log_level);
+  warnUnknownVariables(rt->rank);
   initTopology(*rt);
   checkConfigAgrees(*rt);
   initMpiOps();

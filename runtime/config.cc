@@ -169,6 +169,9 @@ Config Config::parse(const Getenv& getenv) {
   c.cycle_time = std::chrono::microseconds(std::llround(cycle_ms * 1000.0));
   c.fusion_threshold = env.bytes("ACCORD_FUSION_THRESHOLD", kDefaultFusionThreshold, 0);
   c.chunk_bytes = env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes);
+  c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
+                              "1: allreduces among ranks of one host go through shared "
+                              "memory; 0: always MPI") == 1;
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
   c.stall_check_time =
@@ -178,7 +181,6 @@ Config Config::parse(const Getenv& getenv) {
       env.number("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, 0.0, kMaxSeconds,
                  false, "seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)"));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
-  if (auto path = env.get("ACCORD_TIMELINE")) c.timeline = *path;
   return c;
 }
 
@@ -203,6 +205,8 @@ std::string Config::describe() const {
               "fusion buffer size (K/M/G suffixes, 0 = no fusion)");
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",
               "piece size of large reductions (>= 4K)");
+  out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
+              "allreduce through shared memory within a host (0 = MPI)");
   out += line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
               "response cache entries (0 = no cache)");
   out += line("ACCORD_STALL_CHECK_TIME", formatNumber(check_s) + " s",
@@ -210,8 +214,33 @@ std::string Config::describe() const {
   out += line("ACCORD_STALL_SHUTDOWN_TIME", formatNumber(shutdown_s) + " s",
               "fail stalled tensors after this long (0 = never)");
   out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
-  out += line("ACCORD_TIMELINE", timeline.empty() ? "(off)" : timeline, "Chrome-trace output file");
   return out;
+}
+
+const std::vector<std::string>& Config::knownVariables() {
+  static const std::vector<std::string> known = {
+      "ACCORD_CYCLE_TIME",       "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
+      "ACCORD_SHARED_MEMORY",    "ACCORD_CACHE_CAPACITY",   "ACCORD_STALL_CHECK_TIME",
+      "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL"};
+  return known;
+}
+
+std::vector<std::string> Config::unknownVariables(const std::vector<std::string>& environment) {
+  // Read by Accord's build scripts and tests, not by the runtime, but not typos either.
+  static const std::vector<std::string> tooling = {"ACCORD_BUILD_DIR", "ACCORD_JOBS",
+                                                   "ACCORD_TEST_WAIT_SECONDS"};
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  std::vector<std::string> unknown;
+  for (const auto& entry : environment) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.rfind("ACCORD_", 0) != 0) continue;
+    if (!listed(knownVariables(), name) && !listed(tooling, name)) unknown.push_back(name);
+  }
+  std::sort(unknown.begin(), unknown.end());
+  unknown.erase(std::unique(unknown.begin(), unknown.end()), unknown.end());
+  return unknown;
 }
 
 }  // namespace accord

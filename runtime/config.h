@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace accord {
 
@@ -17,17 +18,21 @@ struct Config {
   std::chrono::microseconds cycle_time{0};
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
+  bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
   std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off
   std::string log_level = "warn";  // ACCORD_LOG_LEVEL: trace debug info warn error off
-  std::string timeline;            // ACCORD_TIMELINE: path of a Chrome-trace file, empty = off
 
   using Getenv = std::function<const char*(const char*)>;
   static Config parse(const Getenv& getenv);
   static Config fromEnvironment();
   // "ACCORD_CYCLE_TIME=0.1 ms\n..." for logs and --help texts.
   std::string describe() const;
+  // The names among `environment` ("NAME=value" entries) that start with ACCORD_ but
+  // are not Accord variables: most likely typos, which would otherwise be ignored.
+  static std::vector<std::string> unknownVariables(const std::vector<std::string>& environment);
+  static const std::vector<std::string>& knownVariables();
 };
 
 }  // namespace accord

@@ -40,7 +40,7 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.stall_check_time == 60s);
   CHECK(c.stall_shutdown_time == 300s);
   CHECK(c.log_level == "warn");
-  CHECK(c.timeline.empty());
+  CHECK(c.shared_memory);
   CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"ACCORD_LOG_LEVEL", "  "}}).fusion_threshold ==
         64u << 10);
 }
@@ -53,7 +53,7 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
                     {"ACCORD_STALL_CHECK_TIME", "0.5"},
                     {"ACCORD_STALL_SHUTDOWN_TIME", "0"},
                     {"ACCORD_LOG_LEVEL", "DEBUG"},
-                    {"ACCORD_TIMELINE", "/tmp/run 1/timeline.json"}});
+                    {"ACCORD_SHARED_MEMORY", "0"}});
   CHECK(c.cycle_time == 2500us);
   CHECK(c.fusion_threshold == 64u << 20);
   CHECK(c.chunk_bytes == 4096);
@@ -61,7 +61,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(c.stall_check_time == 500ms);
   CHECK(c.stall_shutdown_time == 0ms);
   CHECK(c.log_level == "debug");
-  CHECK(c.timeline == "/tmp/run 1/timeline.json");
+  CHECK_FALSE(c.shared_memory);
+  CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0001"}}).cycle_time == 0us);  // below the clock's grain
 }
@@ -122,6 +123,13 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
           "ACCORD_CACHE_CAPACITY='" + bad +
               "': expected an integer between 0 and 1048576 (0 disables the cache)");
   }
+  for (std::string bad : {"2", "yes", "-1"}) {
+    INFO(bad);
+    CHECK(error("ACCORD_SHARED_MEMORY", bad) ==
+          "ACCORD_SHARED_MEMORY='" + bad +
+              "': expected an integer between 0 and 1 (1: allreduces among ranks of one host "
+              "go through shared memory; 0: always MPI)");
+  }
   CHECK(error("ACCORD_LOG_LEVEL", "warning") ==
         "ACCORD_LOG_LEVEL='warning': expected one of trace, debug, info, warn, error, off");
   for (std::string level : {"trace", "debug", "info", "warn", "error", "off"})
@@ -129,14 +137,25 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
 }
 
 TEST_CASE("describe lists every known variable with its value", "[config]") {
-  std::string d = parse({{"ACCORD_CYCLE_TIME", "0.25"}, {"ACCORD_TIMELINE", "t.json"}}).describe();
+  std::string d = parse({{"ACCORD_CYCLE_TIME", "0.25"}, {"ACCORD_SHARED_MEMORY", "0"}}).describe();
   for (const char* var : {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
-                          "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_CACHE_CAPACITY=1024",
-                          "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s",
-                          "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=t.json"}) {
+                          "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0",
+                          "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
+                          "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
   CHECK(std::count(d.begin(), d.end(), '\n') == 8);
-  CHECK(Config{}.describe().find("ACCORD_TIMELINE=(off)") != std::string::npos);
+  CHECK(Config::knownVariables().size() == 8);
+  for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
+}
+
+TEST_CASE("unknown ACCORD_ variables are reported, everything else is not", "[config]") {
+  CHECK(Config::unknownVariables({}).empty());
+  CHECK(Config::unknownVariables({"PATH=/bin", "ACCORD_FUSION_THRESHOLD=1M", "ACCORD_LOG_LEVEL=",
+                                  "ACCORD_BUILD_DIR=b", "XACCORD_FOO=1", "accord_cycle_time=1"})
+            .empty());
+  CHECK(Config::unknownVariables({"ACCORD_FUSION_THRESHHOLD=1M", "ACCORD_TIMELINE=t.json",
+                                  "ACCORD_FUSION_THRESHHOLD=2M", "ACCORD_NOVALUE"}) ==
+        std::vector<std::string>{"ACCORD_FUSION_THRESHHOLD", "ACCORD_NOVALUE", "ACCORD_TIMELINE"});
 }
