@@ -21,6 +21,9 @@ namespace accord {
 namespace detail {
 struct HandleState;
 }
+namespace mpi {
+class SharedMemory;
+}
 
 // One local tensor taking part in a response.
 struct TensorEntry {
@@ -39,6 +42,8 @@ struct ExecContext {
   int rank = 0;
   int size = 1;
   const Config* config = nullptr;
+  // Set when every rank of comm shares this host and ACCORD_SHARED_MEMORY allows it.
+  mpi::SharedMemory* shm = nullptr;
 };
 
 class Op {

@@ -129,8 +129,11 @@ void init() {
   cpu::setThreads(std::max(1, cores / rt->local_size));
   std::vector<int> all(rt->size);
   std::iota(all.begin(), all.end(), 0);
-  rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, rt->world, rt->rank,
-                                  rt->config.cache_capacity));
+  auto global = ProcessSet::create(kGlobalProcessSet, all, rt->world, rt->rank,
+                                  rt->config.cache_capacity);
+  if (rt->config.shared_memory)
+    global->shm = mpi::SharedMemory::create(rt->world, sharedMemoryOptions(rt->config, *global));
+  rt->sets.add(std::move(global));
   log().info("initialized: {} ranks, {} per host\n{}", rt->size, rt->local_size,
              rt->config.describe());
   Runtime& ref = *rt;

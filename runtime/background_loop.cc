@@ -132,7 +132,10 @@ void BackgroundLoop::addSet(SetChange& change) {
   MPI_Group_free(&world_group);
   if (comm != MPI_COMM_NULL) ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   const ProcessSetId id = rt_.sets.nextId();
-  rt_.sets.add(ProcessSet::create(id, change.ranks, comm, rt_.rank, rt_.config.cache_capacity));
+  auto set = ProcessSet::create(id, change.ranks, comm, rt_.rank, rt_.config.cache_capacity);
+  if (comm != MPI_COMM_NULL && rt_.config.shared_memory)
+    set->shm = mpi::SharedMemory::create(comm, sharedMemoryOptions(rt_.config, *set));
+  rt_.sets.add(std::move(set));
   log().debug("added process set {} with {} ranks", id, change.ranks.size());
   if (change.handle) {
     change.handle->process_set = id;
@@ -149,6 +152,7 @@ void BackgroundLoop::removeSet(SetChange& change) {
           std::string(requestTypeName(p.request.type)) + " '" + name + "': process set " +
           std::to_string(set->id) + " was removed while it was pending")));
     }
+    set->shm.reset();  // collective over the set, whose members all remove it now
     if (set->comm != MPI_COMM_NULL) MPI_Comm_free(&set->comm);
   }
   if (change.handle) change.handle->completePart();
@@ -156,6 +160,11 @@ void BackgroundLoop::removeSet(SetChange& change) {
 
 void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
   rt_.queue.close(reason);
+  if (!shut_down) {
+    // The peers may never free their side of a shared-memory window: leave ours
+    // mapped rather than block in a collective free.
+    for (auto* set : rt_.sets.memberSets()) static_cast<void>(set->shm.release());
+  }
   auto fail = [&](const std::string& what, detail::HandleState& handle) {
     if (!shut_down) return handle.fail(reason);
     handle.fail(std::make_exception_ptr(
@@ -179,6 +188,8 @@ void BackgroundLoop::run() noexcept {
     while (runOnce()) {
     }
     log().debug("background loop finished: shutdown negotiated");
+    // Every rank leaves the loop in this same cycle, so the collective frees line up.
+    for (auto* set : rt_.sets.memberSets()) set->shm.reset();
     failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
   } catch (const Error& e) {
     log().error("background loop failed: {}", e.what());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <thread>
 
 namespace accord {
@@ -41,7 +42,7 @@ bool cacheable(const Response& r) {
 
 }  // namespace
 
-void waitPolitely(MPI_Request* requests, int count) {
+bool waitPolitely(MPI_Request* requests, int count, std::chrono::milliseconds timeout) {
   // A peer that is already negotiating answers within microseconds: spin that long.
   // Beyond it the peer is busy elsewhere (computing, sleeping between idle cycles), so
   // sleep, doubling up to 200 us: that bounds the added latency while costing a few
@@ -52,14 +53,15 @@ void waitPolitely(MPI_Request* requests, int count) {
   const auto start = Clock::now();
   while (true) {
     ACCORD_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    if (done) return true;
     if (Clock::now() - start >= kSpin) break;
   }
   auto sleep = std::chrono::microseconds(5);
   while (true) {
     std::this_thread::sleep_for(sleep);
     ACCORD_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    if (done) return true;
+    if (timeout.count() > 0 && Clock::now() - start >= timeout) return false;
     sleep = std::min(sleep * 2, kMaxSleep);
   }
 }
@@ -71,18 +73,30 @@ void waitPolitely(MPI_Request* requests, int count) {
 // this ran about 2x faster than MPI_Allreduce and 2.5x faster than MPI_Iallreduce on
 // the same 264-byte vector, and unlike a blocking collective it can be waited for
 // without pinning a core.
-void andAllreduce(std::vector<std::uint64_t>& bits, MPI_Comm comm, int rank, int size) {
+void andAllreduce(std::vector<std::uint64_t>& bits, const ProcessSet& set,
+                  std::chrono::milliseconds timeout) {
   constexpr int kTagBase = 0x4143;  // rounds use kTagBase + k on Accord's own communicator
   std::vector<std::uint64_t> incoming(bits.size());
   const int count = static_cast<int>(bits.size());
+  const int rank = set.rank, size = set.size;
   for (int k = 0, distance = 1; distance < size; ++k, distance *= 2) {
+    const int from = (rank - distance + size) % size;
     MPI_Request requests[2];
-    ACCORD_MPI_CHECK(MPI_Irecv(incoming.data(), count, MPI_UINT64_T,
-                               (rank - distance + size) % size, kTagBase + k, comm,
-                               &requests[0]));
+    ACCORD_MPI_CHECK(MPI_Irecv(incoming.data(), count, MPI_UINT64_T, from, kTagBase + k,
+                               set.comm, &requests[0]));
     ACCORD_MPI_CHECK(MPI_Isend(bits.data(), count, MPI_UINT64_T, (rank + distance) % size,
-                               kTagBase + k, comm, &requests[1]));
-    waitPolitely(requests, 2);
+                               kTagBase + k, set.comm, &requests[1]));
+    if (!waitPolitely(requests, 2, timeout)) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeout.count() / 1000.0);
+      // In a dissemination a rank waits on one peer, which may itself wait on the one
+      // that stopped: name the peer and say so.
+      throw CommError("negotiation: rank " + std::to_string(set.ranks[from]) +
+                      " did not answer a negotiation round within " + seconds +
+                      " s (ACCORD_STALL_SHUTDOWN_TIME): it, or a rank it waits for in turn, "
+                      "has died or hangs. Accord cannot go on without it; every pending and "
+                      "later collective fails");
+    }
     for (std::size_t i = 0; i < bits.size(); ++i) bits[i] &= incoming[i];
   }
 }
@@ -174,7 +188,11 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   if (hits == set.pending.size()) flags |= kOnlyHitsPending;
   bits[0] = flags;
 
-  andAllreduce(bits, set.comm, set.rank, set.size);
+  if (set.shm) {
+    set.shm->bitwiseAnd(bits);
+  } else {
+    andAllreduce(bits, set, config_.stall_shutdown_time);
+  }
 
   Negotiated out;
   out.shutdown = !(bits[0] & kNoShutdown);

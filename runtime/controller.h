@@ -53,9 +53,13 @@ class Controller {
 };
 
 // Waits for non-blocking MPI requests without pinning a core: spins briefly, then
-// sleeps with growing intervals.
-void waitPolitely(MPI_Request* requests, int count);
-// In-place bitwise AND of `bits` over every rank of `comm` (same length everywhere).
-void andAllreduce(std::vector<std::uint64_t>& bits, MPI_Comm comm, int rank, int size);
+// sleeps with growing intervals. Returns false if they are not done after `timeout`
+// (0: never gives up).
+bool waitPolitely(MPI_Request* requests, int count, std::chrono::milliseconds timeout);
+// In-place bitwise AND of `bits` over every rank of `set` (same length everywhere).
+// Throws CommError naming the peer if one does not answer within `timeout` (0: wait
+// forever): every rank negotiates every cycle, so such a peer has died or hangs.
+void andAllreduce(std::vector<std::uint64_t>& bits, const ProcessSet& set,
+                  std::chrono::milliseconds timeout);
 
 }  // namespace accord

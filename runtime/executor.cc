@@ -66,7 +66,7 @@ void Executor::runData(ProcessSet& set, const Response& response) {
       }
     }
   }
-  ExecContext ctx{set.comm, set.rank, set.size, &config_};
+  ExecContext ctx{set.comm, set.rank, set.size, &config_, set.shm.get()};
   try {
     ops_.execute(ctx, response, entries);
   } catch (...) {

@@ -22,6 +22,15 @@ std::unique_ptr<ProcessSet> ProcessSet::create(ProcessSetId id, std::vector<int>
   return set;
 }
 
+mpi::SharedMemoryOptions sharedMemoryOptions(const Config& config, const ProcessSet& set) {
+  mpi::SharedMemoryOptions options;
+  options.piece_bytes = config.chunk_bytes;
+  options.negotiation_words = 1 + 3 * set.cache->words();
+  options.timeout = config.stall_shutdown_time;
+  options.global_ranks = set.ranks;
+  return options;
+}
+
 void ProcessSetTable::add(std::unique_ptr<ProcessSet> set) {
   std::unique_lock lock(mu_);
   next_id_ = std::max(next_id_, set->id + 1);

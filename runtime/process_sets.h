@@ -10,7 +10,9 @@
 #pragma once
 
 #include "handle_state.h"
+#include "ops/mpi/shared_memory.h"
 #include "ops/op.h"
+#include "runtime/config.h"
 #include "runtime/coordinator.h"
 #include "runtime/response_cache.h"
 
@@ -45,6 +47,10 @@ struct ProcessSet {
   std::unordered_map<std::string, PendingTensor> pending;
   std::shared_ptr<detail::HandleState> join_handle;  // set while this rank has joined
   std::uint64_t next_seq = 0;
+  // Negotiation and host-memory allreduce through shared memory when every member is on
+  // this host; null when MPI does them (see ACCORD_SHARED_MEMORY). Freeing it is
+  // collective over the set.
+  std::unique_ptr<mpi::SharedMemory> shm;
 
   // `comm` is MPI_COMM_NULL on ranks outside the set; `my_rank` is this process's
   // global rank.
@@ -52,6 +58,10 @@ struct ProcessSet {
                                             MPI_Comm comm, int my_rank,
                                             std::size_t cache_capacity);
 };
+
+// The shared-memory transport's settings for `set`: pieces of ACCORD_CHUNK_BYTES, the
+// negotiation vector of the set's cache (controller.h), ACCORD_STALL_SHUTDOWN_TIME.
+mpi::SharedMemoryOptions sharedMemoryOptions(const Config& config, const ProcessSet& set);
 
 class ProcessSetTable {
  public:

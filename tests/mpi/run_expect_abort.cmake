@@ -1,6 +1,8 @@
 # Runs a job in which one rank dies, and passes when mpirun exits non-zero within
-# LIMIT seconds (i.e. no surviving rank hangs).
-#   cmake -DMPIEXEC=... -DNP=2 -DEXE=... -DLIMIT=60 [-DPREFLAGS=a;b] -P run_expect_abort.cmake
+# LIMIT seconds (i.e. no surviving rank hangs) and, with EXPECT, when the output holds
+# EXPECT_COUNT lines matching that regular expression (the survivors' own checks).
+#   cmake -DMPIEXEC=... -DNP=2 -DEXE=... -DLIMIT=60 [-DPREFLAGS=a;b]
+#         [-DEXPECT=regex -DEXPECT_COUNT=n] [-DENV=NAME=VALUE;...] -P run_expect_abort.cmake
 # `timeout` sends mpirun SIGTERM (which it forwards to the ranks) rather than leaving
 # orphaned ranks behind; execute_process's own TIMEOUT is the backstop.
 foreach(var MPIEXEC NP EXE LIMIT)
@@ -10,8 +12,12 @@ foreach(var MPIEXEC NP EXE LIMIT)
 endforeach()
 
 string(TIMESTAMP t0 "%s")
+set(env_args)
+foreach(kv IN LISTS ENV)
+  list(APPEND env_args -x ${kv})
+endforeach()
 execute_process(
-  COMMAND timeout --kill-after=10 ${LIMIT} ${MPIEXEC} -np ${NP} ${PREFLAGS} ${EXE}
+  COMMAND timeout --kill-after=10 ${LIMIT} ${MPIEXEC} -np ${NP} ${PREFLAGS} ${env_args} ${EXE}
   RESULT_VARIABLE rc
   OUTPUT_VARIABLE out
   ERROR_VARIABLE err
@@ -27,5 +33,12 @@ if(rc STREQUAL "124" OR rc MATCHES "timeout" OR elapsed GREATER_EQUAL LIMIT)
 endif()
 if(rc STREQUAL "0")
   message(FATAL_ERROR "FAILED: mpirun exited 0 although a rank was killed")
+endif()
+if(DEFINED EXPECT)
+  string(REGEX MATCHALL "${EXPECT}" found "${out}\n${err}")
+  list(LENGTH found count)
+  if(NOT count EQUAL EXPECT_COUNT)
+    message(FATAL_ERROR "FAILED: ${count} lines match '${EXPECT}', expected ${EXPECT_COUNT}")
+  endif()
 endif()
 message("PASSED: the job ended (exit ${rc}) ${elapsed} s after it started")

@@ -1,0 +1,91 @@
+// Collectives through an MPI-3 shared-memory window, for a communicator whose ranks all
+// live on one host: the data allreduce, and the bitwise AND that every negotiation
+// cycle runs.
+//
+// MPI_Allreduce between processes of one host moves large messages with a rendezvous
+// and a kernel copy (CMA) per message. Here each rank reads its peers' memory
+// directly: every piece of the buffer is split into one block per rank; each rank
+// publishes the blocks the others own, reduces its own block from its peers' copies
+// and publishes the result in the same pass (post-scale included, while each stretch
+// is in L1), then copies the other reduced blocks back. Each block is reduced by one
+// rank only, so every rank ends with bit-identical results. Ranks signal progress
+// through counters in the window, one cache line each.
+//
+// The negotiation's AND goes the same way: each rank writes its bit vector and bumps a
+// counter, then ANDs its peers' vectors. That touches a few cache lines where MPI's
+// point-to-point path runs through its whole progress engine, which is what a cycle
+// costs most when the caches are cold (after the application's compute).
+#pragma once
+
+#include "ops/cpu/kernels.h"
+#include "ops/mpi/mpi_common.h"
+
+#include <accord/tensor.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accord::mpi {
+
+struct SharedMemoryOptions {
+  std::size_t piece_bytes = 1 << 20;  // allreduce piece (one slot per rank); same everywhere
+  std::size_t negotiation_words = 1;  // length of bitwiseAnd's vector; same everywhere
+  // A peer that has not arrived after this long (0: wait forever) is reported as a
+  // CommError, and every later call fails at once: the ranks' counters no longer agree.
+  std::chrono::milliseconds timeout{0};
+  std::vector<int> global_ranks;  // global_ranks[i] names comm's rank i in messages
+};
+
+class SharedMemory {
+ public:
+  // Collective over `comm`. nullptr when `comm` has one rank or spans several hosts.
+  static std::unique_ptr<SharedMemory> create(MPI_Comm comm, SharedMemoryOptions options);
+  // Frees the window: collective, so every member destroys it in the same order.
+  ~SharedMemory();
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+
+  // In-place allreduce of `count` elements, in the same pieces on every rank; `pre`
+  // scales this rank's input, `post` the result.
+  void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
+                 const Scaling& post);
+  // In-place bitwise AND over every rank; bits.size() == negotiation_words. Waits for
+  // late peers politely: they may be busy elsewhere for milliseconds.
+  void bitwiseAnd(std::vector<std::uint64_t>& bits);
+
+ private:
+  // How to wait for a peer: spin this long, then yield until `yield_until`, then sleep,
+  // starting at `first_sleep` and doubling up to `max_sleep`.
+  struct Patience {
+    std::chrono::microseconds spin, yield_until, first_sleep, max_sleep;
+  };
+
+  SharedMemory() = default;
+  char* counterLine(int rank, int which) const;
+  char* negotiationSlot(int rank, std::uint64_t round) const;
+  char* dataSlot(int rank) const;
+  void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post);
+  // Waits until every other rank's counter `which` reaches gen.
+  void waitForPeers(int which, std::uint64_t gen, const Patience& patience);
+  [[noreturn]] void giveUp(int which, int rank);
+
+  MPI_Win win_ = MPI_WIN_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  SharedMemoryOptions options_;
+  std::size_t negotiation_bytes_ = 0;  // one negotiation slot, cache-line aligned
+  std::size_t slot_bytes_ = 0;         // the data slot
+  std::vector<char*> bases_;           // every rank's region, mapped into this process
+  std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
+  std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank
+  std::string broken_;                 // why the transport is unusable; empty while it works
+  std::vector<const void*> peers_;     // per-piece scratch, kept to avoid allocations
+  std::vector<cpu::CopyPiece> collect_;
+};
+
+}  // namespace accord::mpi
