@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepares a run on a lent GPU machine (run it here, on the Debian build machine).
+#
+# That machine has CUDA, cuDNN, NCCL and PyTorch but none of Debian's libraries Accord
+# links (OpenMPI, oneTBB, spdlog and theirs), and it cannot download anything. So this
+# builds Accord here into build/ and downloads those libraries as Debian packages into
+# .debs/; ci/device-run.sh unpacks them there into a folder of their own. Carry `build`
+# and `.debs` to the machine, then run `bash ci/device-run.sh <command>` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/install-deps.sh
+bash ci/build.sh
+
+# Runtime libraries only: what libaccord, mpirun/orted and OpenMPI's and PMIx's
+# plugins load, as resolved on this machine, minus the C/C++ runtime every image has.
+packages=(
+  openmpi-bin openmpi-common libopenmpi3 libpmix2 libhwloc15 libevent-core-2.1-7
+  libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1
+  libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libatomic1
+  libtbb12 libtbbmalloc2 libspdlog1.10 libfmt9
+)
+rm -rf .debs && mkdir -p .debs
+(cd .debs && apt-get download "${packages[@]}" > /dev/null 2>&1)
+echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .debs | cut -f1)), build/ ready"
+
+# Anything the binaries need that is neither in those packages nor in a base image
+# would fail there at load time: say so here instead.
+missing=$(for f in build/libaccord.so build/tools/accord-bench /usr/bin/orted \
+                   /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do
+            ldd "$f" | awk '/=>/ {print $3}'
+          done | sort -u | xargs -r readlink -f | xargs -r dpkg -S 2>/dev/null | cut -d: -f1 |
+          sort -u | grep -vxE 'libc6|libgcc-s1|libstdc\+\+6|zlib1g|libudev1|libuuid1' |
+          while read -r p; do ls .debs/"${p}"_*.deb > /dev/null 2>&1 || echo "$p"; done)
+if [ -n "$missing" ]; then
+  echo "ci/device-prepare.sh: also needed, add to the list above: $missing" >&2
+  exit 1
+fi

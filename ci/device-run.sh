@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs a command on a lent GPU machine with Debian's libraries that ci/device-prepare.sh
+# downloaded into .debs/: unpacks them into a folder of their own (never into /), points
+# PATH, LD_LIBRARY_PATH and OPAL_PREFIX at it, and makes the build tree's absolute paths
+# (CTest's) valid. Example, from the repository root on that machine:
+#   bash ci/device-run.sh ctest --test-dir build -L mpi
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ -d "$root/.debs" ] || { echo "ci/device-run.sh: no .debs/: run ci/device-prepare.sh and carry .debs" >&2; exit 2; }
+prefix=${ACCORD_DEVICE_PREFIX:-/tmp/accord-debs}
+if [ ! -f "$prefix/.unpacked" ]; then
+  mkdir -p "$prefix"
+  for deb in "$root"/.debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+  # Debian names these through update-alternatives, which dpkg -x does not run.
+  ln -sf orterun "$prefix/usr/bin/mpirun"
+  ln -sf orterun "$prefix/usr/bin/mpiexec"
+  touch "$prefix/.unpacked"
+fi
+lib=$prefix/usr/lib/x86_64-linux-gnu
+export PATH=$prefix/usr/bin:$PATH
+export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib:$lib/libfabric:${LD_LIBRARY_PATH:-}
+# Open MPI and PMIx find their plugins and help files relative to these.
+export OPAL_PREFIX=$prefix/usr
+export OPAL_LIBDIR=$lib/openmpi/lib
+export OPAL_DATADIR=$prefix/usr/share/openmpi
+export PMIX_INSTALL_PREFIX=$lib/pmix2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# CTest files name executables by the absolute path of the build machine's checkout,
+# and that machine's mpiexec and cmake: make the path valid here and use the unpacked
+# mpiexec (the same Open MPI, so this is harmless where the build was made) and the
+# cmake on PATH.
+build_root=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$root/build/CMakeCache.txt" 2>/dev/null || true)
+if [ -n "$build_root" ] && [ ! -e "$build_root" ]; then
+  mkdir -p "$(dirname "$build_root")" && ln -s "$root" "$build_root"
+fi
+cmake_here=$(command -v cmake || echo /usr/bin/cmake)
+find "$root/build" -name CTestTestfile.cmake -print0 2>/dev/null |
+  xargs -0 -r sed -i -e "s#\\([\"=]\\)/usr/bin/mpiexec\"#\\1$prefix/usr/bin/mpiexec\"#g" \
+                     -e "s#\"/usr/bin/cmake\"#\"$cmake_here\"#g"
+exec "$@"
