@@ -10,9 +10,8 @@
 // a request the cache cannot answer do the ranks gather serialized requests to the
 // set's rank 0, which decides and broadcasts the new responses.
 //
-// The all-reduce is made of non-blocking point-to-point rounds polled with a short spin
-// then growing sleeps: ranks reach negotiation at different times and a blocking MPI
-// call would busy-poll a core that the application needs.
+// The exchanges go through shared memory when the set's ranks share one host, else
+// through MPI (mpi_exchange.h); either way every wait is polite and has a deadline.
 #pragma once
 
 #include "process_sets.h"
@@ -51,15 +50,5 @@ class Controller {
   const Config& config_;
   Clock::time_point last_stall_report_{};
 };
-
-// Waits for non-blocking MPI requests without pinning a core: spins briefly, then
-// sleeps with growing intervals. Returns false if they are not done after `timeout`
-// (0: never gives up).
-bool waitPolitely(MPI_Request* requests, int count, std::chrono::milliseconds timeout);
-// In-place bitwise AND of `bits` over every rank of `set` (same length everywhere).
-// Throws CommError naming the peer if one does not answer within `timeout` (0: wait
-// forever): every rank negotiates every cycle, so such a peer has died or hangs.
-void andAllreduce(std::vector<std::uint64_t>& bits, const ProcessSet& set,
-                  std::chrono::milliseconds timeout);
 
 }  // namespace accord
