@@ -212,7 +212,7 @@ std::string Config::describe() const {
   out += line("ACCORD_STALL_CHECK_TIME", formatNumber(check_s) + " s",
               "report tensors some ranks have not submitted (> 0)");
   out += line("ACCORD_STALL_SHUTDOWN_TIME", formatNumber(shutdown_s) + " s",
-              "fail stalled tensors after this long (0 = never)");
+              "fail stalled tensors, give up on silent ranks (0 = never)");
   out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
   return out;
 }
