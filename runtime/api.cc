@@ -131,8 +131,7 @@ void init() {
   std::iota(all.begin(), all.end(), 0);
   auto global = ProcessSet::create(kGlobalProcessSet, all, rt->world, rt->rank,
                                   rt->config.cache_capacity);
-  if (rt->config.shared_memory)
-    global->shm = mpi::SharedMemory::create(rt->world, sharedMemoryOptions(rt->config, *global));
+  attachSharedMemory(rt->config, *global);
   rt->sets.add(std::move(global));
   log().info("initialized: {} ranks, {} per host\n{}", rt->size, rt->local_size,
              rt->config.describe());

@@ -133,8 +133,7 @@ void BackgroundLoop::addSet(SetChange& change) {
   if (comm != MPI_COMM_NULL) ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   const ProcessSetId id = rt_.sets.nextId();
   auto set = ProcessSet::create(id, change.ranks, comm, rt_.rank, rt_.config.cache_capacity);
-  if (comm != MPI_COMM_NULL && rt_.config.shared_memory)
-    set->shm = mpi::SharedMemory::create(comm, sharedMemoryOptions(rt_.config, *set));
+  attachSharedMemory(rt_.config, *set);
   rt_.sets.add(std::move(set));
   log().debug("added process set {} with {} ranks", id, change.ranks.size());
   if (change.handle) {

@@ -206,7 +206,7 @@ std::string Config::describe() const {
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",
               "piece size of large reductions (>= 4K)");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
-              "allreduce through shared memory within a host (0 = MPI)");
+              "negotiate and allreduce through shared memory within a host (0 = MPI)");
   out += line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
               "response cache entries (0 = no cache)");
   out += line("ACCORD_STALL_CHECK_TIME", formatNumber(check_s) + " s",

@@ -2,13 +2,10 @@
 
 #include "logging.h"
 #include "mpi_exchange.h"
-#include "ops/mpi/mpi_check.h"
 #include "runtime/wire.h"
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <thread>
 
 namespace accord {
 

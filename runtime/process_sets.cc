@@ -22,13 +22,14 @@ std::unique_ptr<ProcessSet> ProcessSet::create(ProcessSetId id, std::vector<int>
   return set;
 }
 
-mpi::SharedMemoryOptions sharedMemoryOptions(const Config& config, const ProcessSet& set) {
+void attachSharedMemory(const Config& config, ProcessSet& set) {
+  if (!config.shared_memory || set.comm == MPI_COMM_NULL) return;
   mpi::SharedMemoryOptions options;
   options.piece_bytes = config.chunk_bytes;
   options.negotiation_words = 1 + 3 * set.cache->words();
   options.timeout = config.stall_shutdown_time;
   options.global_ranks = set.ranks;
-  return options;
+  set.shm = mpi::SharedMemory::create(set.comm, std::move(options));
 }
 
 void ProcessSetTable::add(std::unique_ptr<ProcessSet> set) {

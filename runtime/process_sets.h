@@ -59,9 +59,11 @@ struct ProcessSet {
                                             std::size_t cache_capacity);
 };
 
-// The shared-memory transport's settings for `set`: pieces of ACCORD_CHUNK_BYTES, the
-// negotiation vector of the set's cache (controller.h), ACCORD_STALL_SHUTDOWN_TIME.
-mpi::SharedMemoryOptions sharedMemoryOptions(const Config& config, const ProcessSet& set);
+// Gives `set` the shared-memory transport when ACCORD_SHARED_MEMORY allows it and all
+// its members share this host: pieces of ACCORD_CHUNK_BYTES, the negotiation vector of
+// the set's cache (controller.h), ACCORD_STALL_SHUTDOWN_TIME as deadline. Collective
+// over the set's communicator; does nothing on ranks outside the set.
+void attachSharedMemory(const Config& config, ProcessSet& set);
 
 class ProcessSetTable {
  public:
