@@ -52,9 +52,9 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
 // Decides, per pending tensor, whether the cache answers it (hit bit) or it must go to
 // the coordinator. A hit that waits too long is demoted to a regular request so that
 // the coordinator's stall inspector sees it.
-std::vector<Request> Controller::classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
-                                          std::size_t& hits, Clock::time_point now) {
-  const std::size_t w = set.cache->words();
+std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
+                                          std::vector<std::uint64_t>& bits, std::size_t& hits,
+                                          Clock::time_point now) {
   const auto demote_after = std::min<Clock::duration>(std::chrono::seconds(1),
                                                       config_.stall_check_time / 2);
   std::vector<Request> to_send;
@@ -98,10 +98,9 @@ void forEachBit(const std::vector<std::uint64_t>& v, std::size_t word0, std::siz
 
 // Applies the AND-reduced bits: erase invalidated slots, then emit the common hits in
 // slot order. Every rank runs this on the same bits, so the caches stay identical.
-void Controller::applyCacheVerdict(ProcessSet& set, const std::vector<std::uint64_t>& bits,
-                                   Negotiated& out) {
+void Controller::applyCacheVerdict(ProcessSet& set, std::size_t w,
+                                   const std::vector<std::uint64_t>& bits, Negotiated& out) {
   auto& cache = *set.cache;
-  const std::size_t w = cache.words();
   forEachBit(bits, 1 + w, w, false, [&](std::uint32_t slot) {
     if (cache.contains(slot)) cache.erase(slot);
   });
@@ -114,11 +113,11 @@ void Controller::applyCacheVerdict(ProcessSet& set, const std::vector<std::uint6
 }
 
 Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now) {
-  const std::size_t w = set.cache->words();
+  const std::size_t w = set.cache->activeWords();
   std::vector<std::uint64_t> bits(1 + 3 * w, 0);
   std::fill(bits.begin() + 1 + w, bits.begin() + 1 + 2 * w, ~std::uint64_t{0});
   std::size_t hits = 0;
-  std::vector<Request> to_send = classify(set, bits, hits, now);
+  std::vector<Request> to_send = classify(set, w, bits, hits, now);
 
   std::uint64_t flags = 0;
   const bool rank0_must_speak = set.coordinator && stallsExpired(set, now);
@@ -141,7 +140,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   for (std::size_t i = 0; i < w && same_hits; ++i) same_hits = bits[1 + i] == ~bits[1 + 2 * w + i];
   out.anyone_pending =
       !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
-  applyCacheVerdict(set, bits, out);
+  applyCacheVerdict(set, w, bits, out);
   if (!(bits[0] & kNothingToSend)) {
     auto fresh = gatherAndDecide(set, to_send, now);
     for (auto& r : fresh) {

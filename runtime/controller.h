@@ -1,7 +1,8 @@
 // Negotiation of one process set for one cycle: the MPI transport around the pure
 // coordinator and response cache.
 //
-// Every cycle each member contributes one bit vector to a bitwise-AND all-reduce:
+// Every cycle each member contributes one bit vector to a bitwise-AND all-reduce, with
+// W = the cache's activeWords() (the same on every rank):
 //   word 0        flags (each bit means "true on every rank" after the AND)
 //   words 1..W    cache hits: this rank has submitted the tensor in that slot
 //   words W+1..2W valid bits: cleared by a rank whose request no longer matches the slot
@@ -38,9 +39,9 @@ class Controller {
   Negotiated negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now);
 
  private:
-  std::vector<Request> classify(ProcessSet& set, std::vector<std::uint64_t>& bits,
+  std::vector<Request> classify(ProcessSet& set, std::size_t w, std::vector<std::uint64_t>& bits,
                                 std::size_t& hits, Clock::time_point now);
-  void applyCacheVerdict(ProcessSet& set, const std::vector<std::uint64_t>& bits,
+  void applyCacheVerdict(ProcessSet& set, std::size_t w, const std::vector<std::uint64_t>& bits,
                          Negotiated& out);
   std::vector<Response> gatherAndDecide(ProcessSet& set, const std::vector<Request>& to_send,
                                         Clock::time_point now);

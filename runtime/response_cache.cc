@@ -8,6 +8,8 @@
 
 #include <accord/error.h>
 
+#include <algorithm>
+
 namespace accord {
 
 namespace {
@@ -58,6 +60,7 @@ void ResponseCache::put(const Response& response, const std::optional<Request>& 
     by_name_.emplace(response.names.front(), index);
   }
   Slot& slot = slots_[index];
+  in_use_end_ = std::max<std::size_t>(in_use_end_, index + 1);
   slot.used = true;
   slot.response = response;
   slot.local = local;
@@ -80,6 +83,7 @@ void ResponseCache::erase(std::uint32_t slot) {
   by_name_.erase(s.response.names.front());
   lru_.erase(s.lru_pos);
   s = Slot{};
+  while (in_use_end_ > 0 && !slots_[in_use_end_ - 1].used) --in_use_end_;
 }
 
 bool ResponseCache::contains(std::uint32_t slot) const {

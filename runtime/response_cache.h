@@ -45,7 +45,11 @@ class ResponseCache {
   const Response& response(std::uint32_t slot) const;
   std::size_t capacity() const { return capacity_; }
   std::size_t size() const { return by_name_.size(); }
-  std::size_t words() const { return (capacity_ + 63) / 64; }  // bit-vector length
+  std::size_t words() const { return (capacity_ + 63) / 64; }  // longest bit vector
+  // Bit-vector length that covers every slot in use: what a cycle exchanges. Identical
+  // on every rank, since the caches are; usually far below words() (a 4 KiB step
+  // exchanged 392 bytes per rank with the default capacity, 32 once trimmed).
+  std::size_t activeWords() const { return (in_use_end_ + 63) / 64; }
 
  private:
   struct Slot {
@@ -58,6 +62,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, std::uint32_t> by_name_;
   std::list<std::uint32_t> lru_;  // front = most recently used
+  std::size_t in_use_end_ = 0;    // 1 + the highest slot in use; 0 when empty
 };
 
 }  // namespace accord

@@ -34,7 +34,7 @@ namespace accord::mpi {
 
 struct SharedMemoryOptions {
   std::size_t piece_bytes = 1 << 20;  // allreduce piece (one slot per rank); same everywhere
-  std::size_t negotiation_words = 1;  // length of bitwiseAnd's vector; same everywhere
+  std::size_t negotiation_words = 1;  // longest vector bitwiseAnd takes; same everywhere
   // A peer that has not arrived after this long (0: wait forever) is reported as a
   // CommError, and every later call fails at once: the ranks' counters no longer agree.
   std::chrono::milliseconds timeout{0};
@@ -54,8 +54,9 @@ class SharedMemory {
   // scales this rank's input, `post` the result.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
                  const Scaling& post);
-  // In-place bitwise AND over every rank; bits.size() == negotiation_words. Waits for
-  // late peers politely: they may be busy elsewhere for milliseconds.
+  // In-place bitwise AND over every rank; bits.size() <= negotiation_words, the same on
+  // every rank. Waits for late peers politely: they may be busy elsewhere for
+  // milliseconds.
   void bitwiseAnd(std::vector<std::uint64_t>& bits);
 
  private:

@@ -157,3 +157,19 @@ TEST_CASE("touching or reading an empty slot is an error", "[cache]") {
   CHECK_THROWS_AS(c.response(5), InvalidArgument);
   CHECK_FALSE(c.contains(7));
 }
+
+TEST_CASE("the exchanged bit vector covers exactly the slots in use", "[cache]") {
+  ResponseCache c(200);
+  CHECK(c.activeWords() == 0);
+  for (int i = 0; i < 65; ++i) put(c, request(std::to_string(i)));
+  CHECK(c.activeWords() == 2);  // slot 64 is in use
+  c.erase(c.lookup(request("3")).slot);
+  CHECK(c.activeWords() == 2);  // a hole below the highest slot changes nothing
+  c.erase(c.lookup(request("64")).slot);
+  CHECK(c.activeWords() == 1);  // slots 0..63 remain (3 is free)
+  put(c, request("again"));     // refills the hole, slot 3
+  CHECK(c.lookup(request("again")).slot == 3);
+  CHECK(c.activeWords() == 1);
+  for (int i = 0; i < 64; ++i) c.erase(static_cast<std::uint32_t>(i));
+  CHECK(c.activeWords() == 0);
+}
