@@ -25,7 +25,8 @@ namespace {
 //   at ~2x one MPI_Allreduce. Against 512 KiB and 768 KiB they ran 1-2 MiB tensors
 //   closest to raw MPI (1 MiB: 0.91x vs 0.81x; 2 MiB: 0.96x vs 0.91-0.94x), with the
 //   ResNet-50 gradient set unchanged (0.93-0.97x the best raw-MPI time). 2 MiB pieces
-//   were 1.21-1.23x on the gradient set.
+//   were 1.21-1.23x on the gradient set. The shared-memory transport reduces a buffer
+//   of up to two pieces whole (see ops/mpi/shared_memory.cc).
 // - Fusion threshold: on the gradient set (Sum) 64 KiB gave 0.83-0.90x the best
 //   raw-MPI time, 256 KiB 0.88-0.90x, no fusion 0.87-0.92x, 1 MiB 0.91x, 4 MiB 1.10x
 //   and 16 MiB 1.79x: past a few hundred KiB the copies in and out cost more than the

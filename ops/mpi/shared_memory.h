@@ -33,7 +33,8 @@
 namespace accord::mpi {
 
 struct SharedMemoryOptions {
-  std::size_t piece_bytes = 1 << 20;  // allreduce piece (one slot per rank); same everywhere
+  // Allreduce piece; a buffer of up to two pieces goes whole. The same everywhere.
+  std::size_t piece_bytes = 1 << 20;
   std::size_t negotiation_words = 1;  // longest vector bitwiseAnd takes; same everywhere
   // A peer that has not arrived after this long (0: wait forever) is reported as a
   // CommError, and every later call fails at once: the ranks' counters no longer agree.
@@ -80,7 +81,8 @@ class SharedMemory {
   int size_ = 1;
   SharedMemoryOptions options_;
   std::size_t negotiation_bytes_ = 0;  // one negotiation slot, cache-line aligned
-  std::size_t slot_bytes_ = 0;         // the data slot
+  std::size_t piece_bytes_ = 0;        // options_.piece_bytes, cache-line aligned
+  std::size_t slot_bytes_ = 0;         // the data slot: two pieces
   std::vector<char*> bases_;           // every rank's region, mapped into this process
   std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
   std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank
