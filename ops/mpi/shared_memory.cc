@@ -92,8 +92,8 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
   }
   s->negotiation_bytes_ = roundUp(std::max<std::size_t>(s->options_.negotiation_words, 1) * 8, kLine);
   s->piece_bytes_ = roundUp(std::max<std::size_t>(s->options_.piece_bytes, kLine), kLine);
-  s->slot_bytes_ = 2 * s->piece_bytes_;
-  const auto bytes = static_cast<MPI_Aint>(kHeaderBytes + 2 * s->negotiation_bytes_ + s->slot_bytes_);
+  const auto bytes = static_cast<MPI_Aint>(kHeaderBytes + 2 * s->negotiation_bytes_ +
+                                           2 * s->piece_bytes_);  // the data slot: two pieces
   MPI_Info info;
   ACCORD_MPI_CHECK(MPI_Info_create(&info));
   // Each rank's region in its own pages, placed near that rank.

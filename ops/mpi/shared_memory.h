@@ -82,7 +82,6 @@ class SharedMemory {
   SharedMemoryOptions options_;
   std::size_t negotiation_bytes_ = 0;  // one negotiation slot, cache-line aligned
   std::size_t piece_bytes_ = 0;        // options_.piece_bytes, cache-line aligned
-  std::size_t slot_bytes_ = 0;         // the data slot: two pieces
   std::vector<char*> bases_;           // every rank's region, mapped into this process
   std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
   std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank

@@ -63,11 +63,13 @@ TEST_CASE("allreduce: every dtype x op x size, submitted together per dtype") {
 
 TEST_CASE("allreduce: sizes around one and two reduction pieces") {
   // A buffer of up to two pieces (ACCORD_CHUNK_BYTES) is reduced whole, a larger one in
-  // pieces; both sides of each edge, with scaling (Average) and without.
+  // pieces; both sides of each edge, with scaling (Average) and without. CTest gives
+  // ACCORD_CHUNK_BYTES in plain bytes.
   const char* env = std::getenv("ACCORD_CHUNK_BYTES");
   const std::int64_t piece = (env ? std::atoll(env) : 1 << 20) / 4;  // float32 elements
   std::vector<Case> cases;
-  for (std::int64_t n : {piece - 1, piece + 1, 2 * piece - 1, 2 * piece, 2 * piece + 1, 3 * piece + 5})
+  for (std::int64_t n :
+       {piece - 1, piece + 1, 2 * piece - 1, 2 * piece, 2 * piece + 1, 3 * piece + 5})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
       cases.push_back(submit(DType::Float32, op, n, "ar.pieces"));
   for (auto& c : cases) checkCase(c);
