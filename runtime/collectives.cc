@@ -24,13 +24,13 @@ std::string describe(const Request& r) {
 void checkTensor(const Request& r, const TensorView& t) {
   for (auto d : t.shape) {
     if (d < 0) {
-      throw InvalidArgument(describe(r) + ": shape " + shapeString(t.shape) +
+      throw InvalidArgument(describe(r) + ": shape " + shape_string(t.shape) +
                             " has a negative dimension");
     }
   }
   if (t.data == nullptr && t.numel() > 0) {
     throw InvalidArgument(describe(r) + ": data pointer is null for shape " +
-                          shapeString(t.shape));
+                          shape_string(t.shape));
   }
   if (t.device.type != DeviceType::CPU) {
     throw InvalidArgument(describe(r) + ": tensor is on " + t.device.str() +
@@ -123,11 +123,10 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
                                     options.name.empty() ? "" : options.name);
   for (const auto& t : tensors) {
     if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
-      throw InvalidArgument("grouped allreduce '" + group + "': mixes " +
-                            dtypeName(tensors.front().dtype) + " on " +
-                            tensors.front().device.str() + " with " + dtypeName(t.dtype) +
-                            " on " + t.device.str() +
-                            "; a group is fused into one buffer and needs one dtype and device");
+      throw InvalidArgument(
+          "grouped allreduce '" + group + "': mixes " + dtype_name(tensors.front().dtype) + " on " +
+          tensors.front().device.str() + " with " + dtype_name(t.dtype) + " on " + t.device.str() +
+          "; a group is fused into one buffer and needs one dtype and device");
     }
   }
   std::vector<Submission> subs;
@@ -191,7 +190,7 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
   if (static_cast<int>(splits.size()) != n || negative || sum != rows) {
     throw InvalidArgument(describe(s.request) + ": splits must be " + std::to_string(n) +
                           " non-negative row counts summing to the first dimension " +
-                          std::to_string(rows) + " (got " + shapeString(splits) + ")");
+                          std::to_string(rows) + " (got " + shape_string(splits) + ")");
   }
   s.request.splits = splits;
   s.entry.splits = std::move(splits);
@@ -234,7 +233,7 @@ Handle join_async(ProcessSetId process_set) {
   return enqueue(rt, process_set, std::move(subs));
 }
 
-int join(ProcessSetId process_set) { return join_async(process_set).lastJoinedRank(); }
+int join(ProcessSetId process_set) { return join_async(process_set).last_joined_rank(); }
 
 ProcessSetId add_process_set(std::vector<int> ranks) {
   auto& rt = runtime("accord::add_process_set");
@@ -242,16 +241,15 @@ ProcessSetId add_process_set(std::vector<int> ranks) {
   const bool bad = ranks.empty() || ranks.front() < 0 || ranks.back() >= rt.size ||
                    std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end();
   if (bad) {
-    throw InvalidArgument("add_process_set: ranks " +
-                          shapeString(Shape(ranks.begin(), ranks.end())) +
-                          " must be distinct ranks in 0.." + std::to_string(rt.size - 1) +
-                          " (at least one)");
+    throw InvalidArgument(
+        "add_process_set: ranks " + shape_string(Shape(ranks.begin(), ranks.end())) +
+        " must be distinct ranks in 0.." + std::to_string(rt.size - 1) + " (at least one)");
   }
   auto s = start(rt, RequestType::AddProcessSet, "", kGlobalProcessSet, nullptr);
   s.request.splits.assign(ranks.begin(), ranks.end());
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
-  return enqueue(rt, kGlobalProcessSet, std::move(subs)).processSet();
+  return enqueue(rt, kGlobalProcessSet, std::move(subs)).process_set();
 }
 
 void remove_process_set(ProcessSetId id) {

@@ -198,9 +198,9 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
          !sameScale(r.prescale, head.prescale) || !sameScale(r.postscale, head.postscale))) {
       r = errorResponse(
           *name,
-          prefix(e.requests.front()) + "group '" + group + "' mixes " + dtypeName(head.dtype) +
-              " " + reduceOpName(head.op) + " on " + head.device.str() + " ('" +
-              head.names.front() + "') with " + dtypeName(r.dtype) + " " + reduceOpName(r.op) +
+          prefix(e.requests.front()) + "group '" + group + "' mixes " + dtype_name(head.dtype) +
+              " " + reduce_op_name(head.op) + " on " + head.device.str() + " ('" +
+              head.names.front() + "') with " + dtype_name(r.dtype) + " " + reduce_op_name(r.op) +
               " on " + r.device.str() +
               "; the tensors of a group are fused into one buffer and must share dtype, "
               "device, op and scale factors",

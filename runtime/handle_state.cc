@@ -49,19 +49,19 @@ const detail::HandleState& checked(const std::shared_ptr<detail::HandleState>& s
 bool Handle::poll() const { return checked(state_).done(); }
 void Handle::wait() const { checked(state_).wait(); }
 
-const std::vector<std::int64_t>& Handle::receivedSplits() const {
+const std::vector<std::int64_t>& Handle::received_splits() const {
   const auto& s = checked(state_);
   s.wait();
   return s.received_splits;
 }
 
-int Handle::lastJoinedRank() const {
+int Handle::last_joined_rank() const {
   const auto& s = checked(state_);
   s.wait();
   return s.last_joined_rank;
 }
 
-ProcessSetId Handle::processSet() const {
+ProcessSetId Handle::process_set() const {
   const auto& s = checked(state_);
   s.wait();
   return s.process_set;

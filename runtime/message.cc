@@ -63,7 +63,7 @@ std::size_t Response::tensorBytes(std::size_t i) const {
     throw InvalidArgument("Response::tensorBytes(" + std::to_string(i) + "): the response has " +
                           std::to_string(shapes.size()) + " shapes");
   }
-  return static_cast<std::size_t>(numElements(shapes[i])) * dtypeSize(dtype);
+  return static_cast<std::size_t>(num_elements(shapes[i])) * dtype_size(dtype);
 }
 
 // Responses without tensors (barrier, join, process sets, errors) carry no shapes and

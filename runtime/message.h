@@ -85,7 +85,7 @@ struct Response {
   enum class ErrorKind : std::uint8_t { Mismatch, Stall, Invalid } error_kind = ErrorKind::Mismatch;
 
   bool operator==(const Response&) const = default;
-  std::size_t tensorBytes(std::size_t i) const;  // numel(shapes[i]) * dtypeSize(dtype)
+  std::size_t tensorBytes(std::size_t i) const;  // numel(shapes[i]) * dtype_size(dtype)
   std::size_t totalBytes() const;
 };
 

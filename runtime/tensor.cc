@@ -20,7 +20,7 @@ std::string invalidValue(const char* what, int value) {
 
 }  // namespace
 
-std::size_t dtypeSize(DType dtype) {
+std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::UInt8:
     case DType::Int8:
@@ -38,7 +38,7 @@ std::size_t dtypeSize(DType dtype) {
   throw InvalidArgument(invalidValue("dtype", static_cast<int>(dtype)));
 }
 
-const char* dtypeName(DType dtype) {
+const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::UInt8:
       return "uint8";
@@ -60,7 +60,7 @@ const char* dtypeName(DType dtype) {
   return "invalid-dtype";
 }
 
-bool isFloatingPoint(DType dtype) {
+bool is_floating_point(DType dtype) {
   switch (dtype) {
     case DType::Float16:
     case DType::BFloat16:
@@ -84,16 +84,16 @@ std::string Device::str() const {
 
 // A scalar (empty shape) has one element. Negative dimensions never describe a real
 // tensor; they are rejected here so that a byte count can never wrap around.
-std::int64_t numElements(const Shape& shape) {
+std::int64_t num_elements(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
-    if (d < 0) throw InvalidArgument("shape " + shapeString(shape) + " has a negative dimension");
+    if (d < 0) throw InvalidArgument("shape " + shape_string(shape) + " has a negative dimension");
     n *= d;
   }
   return n;
 }
 
-std::string shapeString(const Shape& shape) {
+std::string shape_string(const Shape& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (i > 0) s += ',';
@@ -103,7 +103,7 @@ std::string shapeString(const Shape& shape) {
   return s;
 }
 
-const char* reduceOpName(ReduceOp op) {
+const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
       return "sum";
@@ -121,9 +121,9 @@ const char* reduceOpName(ReduceOp op) {
 
 // rows = q * set_size + r: every rank gets q rows and the first r ranks one more, so
 // block sizes differ by at most one and rank order matches row order.
-std::int64_t reducescatterRows(std::int64_t rows, int rank, int set_size) {
+std::int64_t reducescatter_rows(std::int64_t rows, int rank, int set_size) {
   if (set_size <= 0 || rank < 0 || rank >= set_size || rows < 0) {
-    throw InvalidArgument("reducescatterRows(rows=" + std::to_string(rows) + ", rank=" +
+    throw InvalidArgument("reducescatter_rows(rows=" + std::to_string(rows) + ", rank=" +
                           std::to_string(rank) + ", set_size=" + std::to_string(set_size) +
                           "): expected rows >= 0 and 0 <= rank < set_size");
   }

@@ -91,11 +91,11 @@ const Field kFields[] = {
      [](const Request& a, const Request& b) { return a.type == b.type; },
      [](const Request& r) { return std::string("type ") + requestTypeName(r.type); }},
     {isTensorOp, [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
-     [](const Request& r) { return std::string("dtype ") + dtypeName(r.dtype); }},
+     [](const Request& r) { return std::string("dtype ") + dtype_name(r.dtype); }},
     {isTensorOp, [](const Request& a, const Request& b) { return a.device.type == b.device.type; },
      [](const Request& r) { return "device " + r.device.str(); }},
     {reduces, [](const Request& a, const Request& b) { return a.op == b.op; },
-     [](const Request& r) { return std::string("op ") + reduceOpName(r.op); }},
+     [](const Request& r) { return std::string("op ") + reduce_op_name(r.op); }},
     {reduces, [](const Request& a, const Request& b) { return sameScale(a.prescale, b.prescale); },
      [](const Request& r) { return "prescale " + number(r.prescale); }},
     {reduces,
@@ -108,7 +108,7 @@ const Field kFields[] = {
      [](const Request& a, const Request& b) {
        return firstDimVaries(a.type) ? tail(a.shape) == tail(b.shape) : a.shape == b.shape;
      },
-     [](const Request& r) { return "shape " + shapeString(r.shape); }, true},
+     [](const Request& r) { return "shape " + shape_string(r.shape); }, true},
     {isTensorOp,
      [](const Request& a, const Request& b) {
        return a.group == b.group && a.group_size == b.group_size;
@@ -123,7 +123,7 @@ const Field kFields[] = {
      [](const Request& a, const Request& b) { return a.splits == b.splits; },
      [](const Request& r) {
        return (r.type == RequestType::AddProcessSet ? "ranks " : "process set ") +
-              shapeString(r.splits);
+              shape_string(r.splits);
      }},
 };
 
@@ -154,7 +154,7 @@ std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
     if (i > 0 && reqs[i - 1]->rank == r.rank) return at + " sent it twice";
     if (!isTensorOp(r.type)) continue;
     if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; }))
-      return at + " sent shape " + shapeString(r.shape) + " with a negative dimension";
+      return at + " sent shape " + shape_string(r.shape) + " with a negative dimension";
     if (r.shape.empty() && (firstDimVaries(r.type) || r.type == RequestType::Reducescatter))
       return at + " sent a scalar, but " + requestTypeName(r.type) +
              " needs at least one dimension";
@@ -187,11 +187,11 @@ std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n,
       return at + std::to_string(splits.size()) + " splits for a process set of size " +
              std::to_string(n);
     if (std::any_of(splits.begin(), splits.end(), [](std::int64_t s) { return s < 0; }))
-      return at + "splits " + shapeString(splits) + " with a negative entry";
+      return at + "splits " + shape_string(splits) + " with a negative entry";
     std::int64_t sum = 0;
     for (std::int64_t s : splits) sum += s;
     if (sum != rows)
-      return at + "splits " + shapeString(splits) + " that sum to " + std::to_string(sum) +
+      return at + "splits " + shape_string(splits) + " that sum to " + std::to_string(sum) +
              ", but its first dimension is " + std::to_string(rows);
     std::copy(splits.begin(), splits.end(), m.begin() + static_cast<std::ptrdiff_t>(r->rank) * n);
   }
@@ -202,19 +202,19 @@ std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n,
 std::string checkProcessSet(const Request& r, int set_size) {
   if (r.type == RequestType::RemoveProcessSet) {
     if (r.splits.size() != 1 || r.splits[0] <= 0)
-      return prefix(r) + "expected the id of an added process set, got " + shapeString(r.splits);
+      return prefix(r) + "expected the id of an added process set, got " + shape_string(r.splits);
     return "";
   }
   if (r.splits.empty()) return prefix(r) + "the list of ranks is empty";
   std::vector<std::int64_t> sorted = r.splits;
   std::sort(sorted.begin(), sorted.end());
   if (sorted.front() < 0 || sorted.back() >= set_size)
-    return prefix(r) + "ranks " + shapeString(r.splits) + " include " +
+    return prefix(r) + "ranks " + shape_string(r.splits) + " include " +
            std::to_string(sorted.front() < 0 ? sorted.front() : sorted.back()) +
            ", which is not a rank of the process set of size " + std::to_string(set_size);
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end())
-    return prefix(r) + "ranks " + shapeString(r.splits) + " list rank " + std::to_string(*dup) +
+    return prefix(r) + "ranks " + shape_string(r.splits) + " list rank " + std::to_string(*dup) +
            " twice";
   return "";
 }

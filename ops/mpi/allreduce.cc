@@ -42,7 +42,7 @@ class MpiAllreduce final : public Op {
   void reduceInPlace(const ExecContext& ctx, const Response& response, std::size_t i,
                      TensorEntry* entry) {
     const std::size_t bytes = response.tensorBytes(i);
-    const std::size_t count = bytes / dtypeSize(response.dtype);
+    const std::size_t count = bytes / dtype_size(response.dtype);
     if (count == 0) return;  // same on every rank: nothing to exchange
     void* data;
     mpi::Scaling pre, post;
@@ -61,7 +61,7 @@ class MpiAllreduce final : public Op {
   void reduceFused(const ExecContext& ctx, const Response& response,
                    std::vector<TensorEntry*>& entries) {
     const DType dtype = response.dtype;
-    const std::size_t elem = dtypeSize(dtype);
+    const std::size_t elem = dtype_size(dtype);
     const std::size_t total = response.totalBytes();
     char* fused = buffer_.reserve(total);
 

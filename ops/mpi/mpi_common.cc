@@ -51,17 +51,17 @@ std::string describeTensor(const Response& response, std::size_t i) {
 std::size_t rowBytes(const Shape& shape, DType dtype) {
   std::int64_t elems = 1;
   for (std::size_t d = 1; d < shape.size(); ++d) elems *= shape[d];
-  return static_cast<std::size_t>(elems) * dtypeSize(dtype);
+  return static_cast<std::size_t>(elems) * dtype_size(dtype);
 }
 
 void checkInput(const Response& response, std::size_t i, const TensorEntry& entry,
                 std::size_t bytes) {
   const TensorView& t = entry.tensor;
   if (t.dtype != response.dtype || t.bytes() != bytes || (bytes > 0 && t.data == nullptr))
-    throw InvalidArgument(describeTensor(response, i) + ": local input is " +
-                          dtypeName(t.dtype) + shapeString(t.shape) + " (" +
-                          std::to_string(t.bytes()) + " bytes), the negotiated response needs " +
-                          dtypeName(response.dtype) + " with " + std::to_string(bytes) + " bytes");
+    throw InvalidArgument(describeTensor(response, i) + ": local input is " + dtype_name(t.dtype) +
+                          shape_string(t.shape) + " (" + std::to_string(t.bytes()) +
+                          " bytes), the negotiated response needs " + dtype_name(response.dtype) +
+                          " with " + std::to_string(bytes) + " bytes");
 }
 
 TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& entry,
@@ -69,13 +69,13 @@ TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& 
   if (!entry.output)
     throw InvalidArgument(describeTensor(response, i) + ": no output allocator was given");
   TensorView out = entry.output(shape);
-  const std::size_t need = static_cast<std::size_t>(numElements(shape)) * dtypeSize(response.dtype);
+  const std::size_t need =
+      static_cast<std::size_t>(num_elements(shape)) * dtype_size(response.dtype);
   if (out.dtype != response.dtype || out.bytes() < need || (need > 0 && out.data == nullptr))
-    throw InvalidArgument(describeTensor(response, i) + ": the output allocator returned " +
-                          dtypeName(out.dtype) + shapeString(out.shape) +
-                          (out.data ? "" : " with no storage") + ", expected " +
-                          dtypeName(response.dtype) + shapeString(shape) + " (" +
-                          std::to_string(need) + " bytes)");
+    throw InvalidArgument(
+        describeTensor(response, i) + ": the output allocator returned " + dtype_name(out.dtype) +
+        shape_string(out.shape) + (out.data ? "" : " with no storage") + ", expected " +
+        dtype_name(response.dtype) + shape_string(shape) + " (" + std::to_string(need) + " bytes)");
   return out;
 }
 
@@ -83,7 +83,7 @@ void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DTy
                       ReduceOp op, const Scaling& pre, const Scaling& post) {
   if (ctx.shm) return ctx.shm->allreduce(data, count, dtype, op, pre, post);
   // Every rank holds the same response, so all of them make the same sequence of calls.
-  const std::size_t elem = dtypeSize(dtype);
+  const std::size_t elem = dtype_size(dtype);
   const std::size_t step = chunkElements(ctx, elem);
   const MPI_Datatype type = mpiDatatype(dtype);
   const MPI_Op mpi_op = mpiOp(op, dtype);

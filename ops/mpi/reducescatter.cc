@@ -1,6 +1,6 @@
 // Reducescatter on host memory with MPI.
 //
-// Every rank holds the same input shape; rank r receives reducescatterRows(rows, r, n)
+// Every rank holds the same input shape; rank r receives reducescatter_rows(rows, r, n)
 // rows of the reduced tensor (the first ranks one more when rows do not divide). MPI_
 // Reduce_scatter wants each rank's block contiguous, which a lone tensor already is,
 // so it goes straight from the input to the output. A fused group is packed rank-major
@@ -36,12 +36,12 @@ Plan makePlan(const Response& response, int size) {
     const Shape& shape = response.shapes[t];
     if (shape.empty())
       throw InvalidArgument(mpi::describeTensor(response, t) + ": needs at least one dimension");
-    plan.row_elems.push_back(mpi::rowBytes(shape, response.dtype) / dtypeSize(response.dtype));
+    plan.row_elems.push_back(mpi::rowBytes(shape, response.dtype) / dtype_size(response.dtype));
     plan.rows.emplace_back(size);
     plan.first.emplace_back(size);
     std::int64_t row = 0;
     for (int r = 0; r < size; ++r) {
-      plan.rows[t][r] = reducescatterRows(shape[0], r, size);
+      plan.rows[t][r] = reducescatter_rows(shape[0], r, size);
       plan.first[t][r] = row;
       row += plan.rows[t][r];
       per_rank[r] += plan.rows[t][r] * plan.row_elems[t];
@@ -98,7 +98,7 @@ class MpiReducescatter final : public Op {
   void reducePacked(const ExecContext& ctx, const Response& response, const Plan& plan,
                     std::vector<TensorEntry*>& entries, std::vector<TensorView>& outputs) {
     const DType dtype = response.dtype;
-    const std::size_t elem = dtypeSize(dtype);
+    const std::size_t elem = dtype_size(dtype);
     const std::size_t send_bytes = alignUp(plan.total * elem);
     char* send = buffer_.reserve(send_bytes + plan.recv_counts[ctx.rank] * elem);
     char* recv = send + send_bytes;

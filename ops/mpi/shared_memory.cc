@@ -187,7 +187,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
   static constexpr Patience kPatience{std::chrono::microseconds(20),
                                       std::chrono::microseconds(1000),
                                       std::chrono::microseconds(20), std::chrono::microseconds(20)};
-  const std::size_t elem = dtypeSize(dtype);
+  const std::size_t elem = dtype_size(dtype);
   const std::uint64_t gen = ++pieces_;
   auto begin = [&](int block) { return count * block / size_ * elem; };
   auto length = [&](int block) { return begin(block + 1) - begin(block); };
@@ -222,7 +222,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                              const Scaling& pre, const Scaling& post) {
   if (!broken_.empty()) throw CommError(broken_);
-  const std::size_t elem = dtypeSize(dtype);
+  const std::size_t elem = dtype_size(dtype);
   const std::size_t step = std::max<std::size_t>(1, piece_bytes_ / elem);
   const std::size_t pieces = count <= 2 * step ? 1 : (count + step - 1) / step;
   for (std::size_t i = 0; i < pieces; ++i) {

@@ -117,7 +117,7 @@ bool isSigned(DType dtype) { return dtype != DType::UInt8; }
 // ---- test values ------------------------------------------------------------------------
 
 std::vector<std::int64_t> testSizes(DType dtype) {
-  const auto element = static_cast<std::int64_t>(accord::dtypeSize(dtype));
+  const auto element = static_cast<std::int64_t>(accord::dtype_size(dtype));
   return {0, 1, 1023, kAboveFusionBytes / element + 3};
 }
 
@@ -176,7 +176,7 @@ std::vector<int> allRanks(int size) {
 Buffer::Buffer(DType dtype, Shape shape)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      bytes_(static_cast<std::size_t>(accord::numElements(shape_)) * accord::dtypeSize(dtype)) {}
+      bytes_(static_cast<std::size_t>(accord::num_elements(shape_)) * accord::dtype_size(dtype)) {}
 
 accord::TensorView Buffer::view() {
   accord::TensorView v;
@@ -193,7 +193,7 @@ void Buffer::fill(const std::function<double(std::int64_t)>& value, std::int64_t
   for (std::int64_t i = 0; i < computed; ++i) set(i, value(i));
   // Doubling copies of the first period: a 9 MiB buffer in ~17 memcpy calls.
   const std::size_t total = bytes_.size();
-  std::size_t have = static_cast<std::size_t>(computed) * accord::dtypeSize(dtype_);
+  std::size_t have = static_cast<std::size_t>(computed) * accord::dtype_size(dtype_);
   while (have < total) {
     const std::size_t chunk = std::min(have, total - have);
     std::memcpy(bytes_.data() + have, bytes_.data(), chunk);
@@ -206,8 +206,9 @@ accord::Allocator Output::allocator() {
     ++calls_;
     shape_ = shape;
     // 0xAB: elements the collective forgets to write show up as wrong values.
-    bytes_.assign(static_cast<std::size_t>(accord::numElements(shape)) * accord::dtypeSize(dtype_),
-                  std::byte{0xAB});
+    bytes_.assign(
+        static_cast<std::size_t>(accord::num_elements(shape)) * accord::dtype_size(dtype_),
+        std::byte{0xAB});
     accord::TensorView v;
     v.data = bytes_.data();
     v.dtype = dtype_;
@@ -239,7 +240,7 @@ std::string compareElements(DType dtype, const void* data, std::int64_t n,
   }
   if (bad == 0) return "";
   return std::to_string(bad) + " of " + std::to_string(checked) + " checked " +
-         accord::dtypeName(dtype) + " elements (of " + std::to_string(n) + ") wrong:" + out.str();
+         accord::dtype_name(dtype) + " elements (of " + std::to_string(n) + ") wrong:" + out.str();
 }
 
 // ---- handles ----------------------------------------------------------------------------
@@ -323,8 +324,8 @@ std::string describe(const Outcome& outcome, const std::string& what) {
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
-std::string str(DType dtype) { return accord::dtypeName(dtype); }
-std::string str(ReduceOp op) { return accord::reduceOpName(op); }
+std::string str(DType dtype) { return accord::dtype_name(dtype); }
+std::string str(ReduceOp op) { return accord::reduce_op_name(op); }
 
 int worldRank() {
   static int cached = -1;

@@ -97,7 +97,7 @@ class Buffer {
  public:
   Buffer(DType dtype, Shape shape);
   accord::TensorView view();
-  std::int64_t numel() const { return accord::numElements(shape_); }
+  std::int64_t numel() const { return accord::num_elements(shape_); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   void set(std::int64_t i, double value) { storeValue(dtype_, bytes_.data(), i, value); }
@@ -124,7 +124,7 @@ class Output {
   accord::Allocator allocator();
   int calls() const { return calls_; }
   const Shape& shape() const { return shape_; }
-  std::int64_t numel() const { return accord::numElements(shape_); }
+  std::int64_t numel() const { return accord::num_elements(shape_); }
   double get(std::int64_t i) const { return loadValue(dtype_, bytes_.data(), i); }
   const void* data() const { return bytes_.data(); }
 

@@ -29,8 +29,11 @@ Gather submit(DType dtype, const std::string& name, const std::function<std::int
   const int me = accord::rank();
   Shape shape{rows(me)};
   shape.insert(shape.end(), trailing.begin(), trailing.end());
-  Gather g{name, accord::numElements(trailing), std::make_unique<Buffer>(dtype, shape),
-           std::make_unique<Output>(dtype), {}};
+  Gather g{name,
+           accord::num_elements(trailing),
+           std::make_unique<Buffer>(dtype, shape),
+           std::make_unique<Output>(dtype),
+           {}};
   g.input->fill([&](std::int64_t i) {
     return tagValue(dtype, me, static_cast<int>(i / g.row_elems), i % g.row_elems);
   });
@@ -60,8 +63,8 @@ void check(Gather& g, const std::function<std::int64_t(int)>& rows, const Shape&
   }
   Shape want{total_rows};
   want.insert(want.end(), trailing.begin(), trailing.end());
-  INFO(g.name << ": output shape " << accord::shapeString(g.output->shape()) << ", expected "
-              << accord::shapeString(want));
+  INFO(g.name << ": output shape " << accord::shape_string(g.output->shape()) << ", expected "
+              << accord::shape_string(want));
   CHECK(g.output->calls() == 1);
   CHECK(g.output->shape() == want);
   if (g.output->shape() != want) return;

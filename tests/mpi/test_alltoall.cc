@@ -1,7 +1,7 @@
 // alltoall: every dtype with uneven splits (some zero), equal parts (empty splits), a
 // tensor above the fusion threshold, and bad splits rejected before communication.
 // Rank `src` sends rows(src, dst) rows to `dst`; the k-th of them holds
-// tagValue(dtype, src * 8 + dst, k, c). receivedSplits() must say how many rows came
+// tagValue(dtype, src * 8 + dst, k, c). received_splits() must say how many rows came
 // from each rank, and the output holds them in source-rank order.
 #include <catch2/catch.hpp>
 
@@ -72,10 +72,10 @@ void check(Exchange& x, const Splits& rows) {
       for (std::int64_t c = 0; c < x.row_elems; ++c) want.push_back(element(dtype, src, me, k, c));
   }
   const std::int64_t total_rows = static_cast<std::int64_t>(want.size()) / x.row_elems;
-  INFO(x.name << ": output shape " << accord::shapeString(x.output->shape()));
+  INFO(x.name << ": output shape " << accord::shape_string(x.output->shape()));
   CHECK(x.output->calls() == 1);
   CHECK(x.output->shape() == Shape{total_rows, x.row_elems});
-  CHECK(x.handle.receivedSplits() == want_splits);
+  CHECK(x.handle.received_splits() == want_splits);
   if (x.output->shape() != Shape{total_rows, x.row_elems}) return;
   const auto diff = compareElements(dtype, x.output->data(), x.output->numel(),
                                     [&](std::int64_t i) { return want[static_cast<std::size_t>(i)]; });

@@ -73,7 +73,7 @@ void runUnevenSteps(const std::function<int(int)>& steps, const std::string& tag
   const auto error = describe(finish(joined, tag + " join"), tag + " join");
   INFO(error);
   CHECK(error.empty());
-  if (error.empty()) CHECK(joined.lastJoinedRank() == want_last);
+  if (error.empty()) CHECK(joined.last_joined_rank() == want_last);
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ TEST_CASE("negotiation: mixed collective types in a different order on each rank
         h = accord::alltoall_async(in->view(), out->allocator(), o);
         checks.push_back([=] {
           CHECK(out->shape() == Shape{2 * n, 3});
-          CHECK(h.receivedSplits() == std::vector<std::int64_t>(static_cast<std::size_t>(n), 2));
+          CHECK(h.received_splits() == std::vector<std::int64_t>(static_cast<std::size_t>(n), 2));
         });
         break;
       }

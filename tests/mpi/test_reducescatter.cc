@@ -15,7 +15,7 @@ using namespace accord_test;
 
 namespace {
 
-// Computed here, independently of accord::reducescatterRows.
+// Computed here, independently of accord::reducescatter_rows.
 std::int64_t rowsFor(std::int64_t rows, int rank, int n) {
   return rows / n + (rank < rows % n ? 1 : 0);
 }
@@ -64,8 +64,8 @@ void check(Scatter& s) {
   if (!error.empty()) return;
 
   const Shape want{rowsFor(rows, me, n), cols};
-  INFO(s.name << ": output shape " << accord::shapeString(s.output->shape()) << ", expected "
-              << accord::shapeString(want));
+  INFO(s.name << ": output shape " << accord::shape_string(s.output->shape()) << ", expected "
+              << accord::shape_string(want));
   CHECK(s.output->calls() == 1);
   CHECK(s.output->shape() == want);
   if (s.output->shape() != want) return;
@@ -81,12 +81,12 @@ void check(Scatter& s) {
 
 }  // namespace
 
-TEST_CASE("reducescatterRows splits like the documentation says") {
+TEST_CASE("reducescatter_rows splits like the documentation says") {
   for (std::int64_t rows : {0, 1, 2, 7, 8, 1023})
     for (int n = 1; n <= 5; ++n)
       for (int r = 0; r < n; ++r) {
         INFO("rows " << rows << ", rank " << r << " of " << n);
-        CHECK(accord::reducescatterRows(rows, r, n) == rowsFor(rows, r, n));
+        CHECK(accord::reducescatter_rows(rows, r, n) == rowsFor(rows, r, n));
       }
 }
 
@@ -94,8 +94,8 @@ TEST_CASE("reducescatter: every dtype x op x rows") {
   const int n = accord::size();
   for (DType dtype : kAllDTypes) {
     const std::int64_t cols = 3;
-    const std::int64_t big_rows = kAboveFusionBytes / static_cast<std::int64_t>(
-                                      accord::dtypeSize(dtype) * cols) + 1;
+    const std::int64_t big_rows =
+        kAboveFusionBytes / static_cast<std::int64_t>(accord::dtype_size(dtype) * cols) + 1;
     std::vector<Scatter> all;
     for (ReduceOp op : kAllOps)
       for (std::int64_t rows : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2 * n + 1}, big_rows})

@@ -105,7 +105,7 @@ void checkIntReduce(DType dtype, double lo, double hi) {
       auto expect = a;
       for (std::size_t i = 0; i < n; ++i) expect[i] = refInt(a[i], b[i], op);
       reduce(a.data(), b.data(), n, dtype, op);
-      INFO(dtypeName(dtype) << " " << reduceOpName(op) << " n=" << n);
+      INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n);
       CHECK(a == expect);
     }
 }
@@ -120,7 +120,7 @@ void checkFloatReduce(DType dtype) {
       for (std::size_t i = 0; i < n; ++i)
         expect[i] = static_cast<T>(refReal(a[i], b[i], op));  // exact in double, one rounding
       reduce(a.data(), b.data(), n, dtype, op);
-      INFO(dtypeName(dtype) << " " << reduceOpName(op) << " n=" << n);
+      INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n);
       CHECK(a == expect);
     }
 }
@@ -136,7 +136,7 @@ void checkHalfReduce(DType dtype, Encode encode, Decode decode) {
       for (std::size_t i = 0; i < n; ++i)
         expect[i] = encode(refReal(decode(a[i]), decode(b[i]), op));
       reduce(a.data(), b.data(), n, dtype, op);
-      INFO(dtypeName(dtype) << " " << reduceOpName(op) << " n=" << n);
+      INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n);
       CHECK(a == expect);
     }
 }
@@ -291,7 +291,7 @@ TEST_CASE("fillNeutral writes each op's identity for every dtype", "[kernels]") 
   auto fill = [](DType dtype, ReduceOp op, auto value) {
     std::vector<decltype(value)> v(300'001);
     fillNeutral(v.data(), v.size(), dtype, op);
-    INFO(dtypeName(dtype) << " " << reduceOpName(op));
+    INFO(dtype_name(dtype) << " " << reduce_op_name(op));
     CHECK(v.front() == value);
     CHECK(v.back() == value);
   };
@@ -339,11 +339,11 @@ TEST_CASE("reducing with the neutral element leaves values unchanged", "[kernels
 // Random values of `dtype` that no op turns into NaN: small integers, floats in
 // [-4, 4] (a product of three stays far from overflow).
 std::vector<unsigned char> randomBytes(DType dtype, std::size_t n, std::mt19937& rng) {
-  std::vector<unsigned char> out(n * dtypeSize(dtype));
+  std::vector<unsigned char> out(n * dtype_size(dtype));
   std::uniform_real_distribution<double> d(-4, 4);
   for (std::size_t i = 0; i < n; ++i) {
     const double x = d(rng);
-    unsigned char* at = out.data() + i * dtypeSize(dtype);
+    unsigned char* at = out.data() + i * dtype_size(dtype);
     auto put = [&](auto v) { std::memcpy(at, &v, sizeof v); };
     switch (dtype) {
       case DType::UInt8: put(static_cast<std::uint8_t>(std::fabs(x) * 10)); break;
@@ -382,8 +382,8 @@ TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", 
             if (f.factor != 1 || f.divisor != 1) scale(expect.data(), n, dtype, f.factor, f.divisor);
             std::vector<unsigned char> mirror(acc.size(), 0xAB);
             reduceScaleMirror(acc.data(), ptrs, n, dtype, op, f.factor, f.divisor, mirror.data());
-            INFO(dtypeName(dtype) << " " << reduceOpName(op) << " n=" << n << " inputs=" << inputs
-                                  << " factor=" << f.factor << " divisor=" << f.divisor);
+            INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n << " inputs="
+                                   << inputs << " factor=" << f.factor << " divisor=" << f.divisor);
             REQUIRE(acc == expect);
             REQUIRE(mirror == expect);
           }

@@ -21,44 +21,44 @@ TEST_CASE("dtypes have their sizes and names", "[tensor]") {
                  {DType::BFloat16, 2, "bfloat16", true},
                  {DType::Float32, 4, "float32", true},
                  {DType::Float64, 8, "float64", true}}) {
-    CHECK(dtypeSize(e.dtype) == e.size);
-    CHECK(std::string(dtypeName(e.dtype)) == e.name);
-    CHECK(isFloatingPoint(e.dtype) == e.floating);
+    CHECK(dtype_size(e.dtype) == e.size);
+    CHECK(std::string(dtype_name(e.dtype)) == e.name);
+    CHECK(is_floating_point(e.dtype) == e.floating);
   }
-  CHECK_THROWS_AS(dtypeSize(static_cast<DType>(kNumDTypes)), InvalidArgument);
+  CHECK_THROWS_AS(dtype_size(static_cast<DType>(kNumDTypes)), InvalidArgument);
 }
 
 TEST_CASE("devices, shapes and element counts", "[tensor]") {
   CHECK(Device::cpu().str() == "cpu");
   CHECK(Device::cuda(1).str() == "cuda:1");
-  CHECK(shapeString({4, 3}) == "[4,3]");
-  CHECK(shapeString({}) == "[]");
-  CHECK(numElements({}) == 1);
-  CHECK(numElements({4, 0, 3}) == 0);
-  CHECK(numElements({64, 3, 7, 7}) == 9408);
-  CHECK_THROWS_WITH(numElements({2, -1}), "shape [2,-1] has a negative dimension");
+  CHECK(shape_string({4, 3}) == "[4,3]");
+  CHECK(shape_string({}) == "[]");
+  CHECK(num_elements({}) == 1);
+  CHECK(num_elements({4, 0, 3}) == 0);
+  CHECK(num_elements({64, 3, 7, 7}) == 9408);
+  CHECK_THROWS_WITH(num_elements({2, -1}), "shape [2,-1] has a negative dimension");
   TensorView v{nullptr, DType::Float64, {2, 3}, Device::cpu()};
   CHECK(v.bytes() == 48);
 }
 
 TEST_CASE("reducescatter gives the first ranks one extra row", "[tensor]") {
-  CHECK(reducescatterRows(10, 0, 4) == 3);
-  CHECK(reducescatterRows(10, 1, 4) == 3);
-  CHECK(reducescatterRows(10, 2, 4) == 2);
-  CHECK(reducescatterRows(10, 3, 4) == 2);
-  CHECK(reducescatterRows(2, 3, 4) == 0);
-  CHECK(reducescatterRows(8, 1, 4) == 2);
-  CHECK(reducescatterRows(0, 0, 1) == 0);
+  CHECK(reducescatter_rows(10, 0, 4) == 3);
+  CHECK(reducescatter_rows(10, 1, 4) == 3);
+  CHECK(reducescatter_rows(10, 2, 4) == 2);
+  CHECK(reducescatter_rows(10, 3, 4) == 2);
+  CHECK(reducescatter_rows(2, 3, 4) == 0);
+  CHECK(reducescatter_rows(8, 1, 4) == 2);
+  CHECK(reducescatter_rows(0, 0, 1) == 0);
   std::int64_t total = 0;
-  for (int r = 0; r < 7; ++r) total += reducescatterRows(100, r, 7);
+  for (int r = 0; r < 7; ++r) total += reducescatter_rows(100, r, 7);
   CHECK(total == 100);
-  CHECK_THROWS_AS(reducescatterRows(4, 4, 4), InvalidArgument);
-  CHECK_THROWS_AS(reducescatterRows(4, 0, 0), InvalidArgument);
+  CHECK_THROWS_AS(reducescatter_rows(4, 4, 4), InvalidArgument);
+  CHECK_THROWS_AS(reducescatter_rows(4, 0, 0), InvalidArgument);
 }
 
 TEST_CASE("type and op names match the public function names", "[tensor]") {
-  CHECK(std::string(reduceOpName(ReduceOp::Average)) == "average");
-  CHECK(std::string(reduceOpName(ReduceOp::Product)) == "product");
+  CHECK(std::string(reduce_op_name(ReduceOp::Average)) == "average");
+  CHECK(std::string(reduce_op_name(ReduceOp::Product)) == "product");
   CHECK(std::string(requestTypeName(RequestType::Reducescatter)) == "reducescatter");
   CHECK(std::string(requestTypeName(RequestType::AddProcessSet)) == "add_process_set");
   CHECK(std::string(responseTypeName(ResponseType::Error)) == "error");

@@ -25,7 +25,7 @@ struct HandleState;
 }
 
 enum class ReduceOp : std::uint8_t { Sum, Average, Min, Max, Product };
-const char* reduceOpName(ReduceOp op);
+const char* reduce_op_name(ReduceOp op);
 
 using ProcessSetId = std::int32_t;
 inline constexpr ProcessSetId kGlobalProcessSet = 0;
@@ -62,9 +62,9 @@ class Handle {
   void wait() const;  // blocks; rethrows the failure in the caller's thread
 
   // Results of particular collectives, valid after wait():
-  const std::vector<std::int64_t>& receivedSplits() const;  // alltoall: rows from each rank
-  int lastJoinedRank() const;                               // join
-  ProcessSetId processSet() const;                          // add_process_set_async
+  const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank
+  int last_joined_rank() const;                              // join
+  ProcessSetId process_set() const;                          // add_process_set (internal)
 
  private:
   std::shared_ptr<detail::HandleState> state_;
@@ -132,7 +132,7 @@ struct ReducescatterOptions {
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options = {});
 // Rows of the first dimension that `rank` of `set_size` receives from reducescatter.
-std::int64_t reducescatterRows(std::int64_t rows, int rank, int set_size);
+std::int64_t reducescatter_rows(std::int64_t rows, int rank, int set_size);
 
 Handle barrier_async(ProcessSetId process_set = kGlobalProcessSet);
 void barrier(ProcessSetId process_set = kGlobalProcessSet);

@@ -24,9 +24,9 @@ enum class DType : std::uint8_t {
 };
 inline constexpr int kNumDTypes = 8;
 
-std::size_t dtypeSize(DType dtype);
-const char* dtypeName(DType dtype);
-bool isFloatingPoint(DType dtype);
+std::size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+bool is_floating_point(DType dtype);
 
 enum class DeviceType : std::uint8_t { CPU, CUDA };
 
@@ -42,8 +42,8 @@ struct Device {
 
 using Shape = std::vector<std::int64_t>;
 
-std::int64_t numElements(const Shape& shape);
-std::string shapeString(const Shape& shape);  // "[4,3]"
+std::int64_t num_elements(const Shape& shape);
+std::string shape_string(const Shape& shape);  // "[4,3]"
 
 struct TensorView {
   void* data = nullptr;
@@ -51,8 +51,8 @@ struct TensorView {
   Shape shape;
   Device device;
 
-  std::int64_t numel() const { return numElements(shape); }
-  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtypeSize(dtype); }
+  std::int64_t numel() const { return num_elements(shape); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
 };
 
 }  // namespace accord
