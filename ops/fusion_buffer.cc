@@ -4,6 +4,7 @@
 #include <accord/error.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -15,6 +16,8 @@ void FusionBuffer::Free::operator()(char* p) const {
 
 char* FusionBuffer::reserve(std::size_t bytes) {
   if (data_ && bytes <= capacity_) return data_.get();
+  if (bytes > SIZE_MAX / 4)
+    throw InvalidArgument("fusion buffer: " + std::to_string(bytes) + " bytes cannot be allocated");
   // Grow by at least half the current size so a slowly rising demand (a model whose
   // fused groups differ a little from step to step) reallocates O(log n) times, and
   // round to 4 KiB pages. The old contents are dropped before allocating the new

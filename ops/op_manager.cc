@@ -1,34 +1,47 @@
-// OpManager: runs each negotiated response on the first backend op that accepts it.
+// OpManager: the MPI backend (runtime/backend.h). Connects process sets and runs each
+// negotiated response on the first registered op that accepts it.
 //
-// Ops are tried in registration order. Device backends (NCCL) must be registered
-// before MPI, so that CUDA tensors go to them and host tensors fall through to MPI.
-// The manager owns the fusion buffer the MPI ops share, so it persists across cycles.
-// Barrier, Join, process-set changes and errors never arrive here: the controller
-// completes those itself.
+// Ops are tried in registration order: a device backend (NCCL) would come before MPI,
+// so that CUDA tensors go to it and host tensors fall through to MPI. The manager owns
+// the buffers the ops share, so they persist across cycles: a training loop that fuses
+// the same gradients every step allocates once. Barrier, Join, process-set changes and
+// errors never arrive here: the runtime completes those itself.
+#include "ops/cpu/kernels.h"
+#include "ops/mpi/mpi_ops.h"
+#include "ops/mpi/mpi_transport.h"
 #include "ops/op.h"
 
-#include "ops/fusion_buffer.h"
-#include "ops/mpi/mpi_ops.h"
+#include <algorithm>
+#include <thread>
 
 namespace accord {
 
-struct OpManager::Impl {
-  FusionBuffer buffer;
-  std::vector<std::unique_ptr<Op>> ops;
+namespace {
+
+class OpManager final : public Backend {
+ public:
+  explicit OpManager(const Config& config) : config_(config) {
+    ops_.push_back(makeMpiAllreduce());
+    ops_.push_back(makeMpiAllgather());
+    ops_.push_back(makeMpiBroadcast());
+    ops_.push_back(makeMpiAlltoall());
+    ops_.push_back(makeMpiReducescatter());
+  }
+
+  std::unique_ptr<SetTransport> connect(MPI_Comm comm, std::vector<int> global_ranks) override {
+    return std::make_unique<mpi::MpiTransport>(comm, std::move(global_ranks), config_);
+  }
+
+  void execute(SetTransport& transport, const Response& response,
+               std::vector<TensorEntry*>& entries) override;
+
+ private:
+  const Config& config_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  FusionBuffer fusion_, scratch_, spare_;
 };
 
-OpManager::OpManager() : impl_(std::make_unique<Impl>()) {
-  FusionBuffer& buffer = impl_->buffer;
-  impl_->ops.push_back(makeMpiAllreduce(buffer));
-  impl_->ops.push_back(makeMpiAllgather(buffer));
-  impl_->ops.push_back(makeMpiBroadcast(buffer));
-  impl_->ops.push_back(makeMpiAlltoall(buffer));
-  impl_->ops.push_back(makeMpiReducescatter(buffer));
-}
-
-OpManager::~OpManager() = default;
-
-void OpManager::execute(ExecContext& ctx, const Response& response,
+void OpManager::execute(SetTransport& transport, const Response& response,
                         std::vector<TensorEntry*>& entries) {
   const std::string what = std::string(responseTypeName(response.type)) + " response" +
                            (response.names.empty() ? "" : " '" + response.names[0] + "'");
@@ -36,28 +49,28 @@ void OpManager::execute(ExecContext& ctx, const Response& response,
     throw InvalidArgument(what + ": " + std::to_string(response.names.size()) + " names, " +
                           std::to_string(response.shapes.size()) + " shapes and " +
                           std::to_string(entries.size()) + " entries; they must match");
-  switch (response.type) {
-    case ResponseType::Barrier:
-    case ResponseType::Join:
-    case ResponseType::AddProcessSet:
-    case ResponseType::RemoveProcessSet:
-    case ResponseType::Error:
-      throw InvalidArgument(what + ": the controller completes this response type itself; "
-                            "it must not reach the OpManager");
-    default:
-      break;
-  }
-  for (const auto& op : impl_->ops) {
-    if (op->enabled(response)) {
-      op->execute(ctx, response, entries);
-      return;
-    }
+  // Every transport this backend hands out is an MpiTransport.
+  auto& mpi_transport = static_cast<mpi::MpiTransport&>(transport);
+  mpi_transport.link().checkUsable();
+  ExecContext ctx{mpi_transport.link(), mpi_transport.shm(), config_, fusion_, scratch_, spare_};
+  for (const auto& op : ops_) {
+    if (op->enabled(response)) return op->execute(ctx, response, entries);
   }
   throw InvalidArgument("no backend op is enabled for " + what + " on device " +
                         response.device.str() +
                         (response.device.type == DeviceType::CPU
                              ? ""
                              : " (device tensors need a build with a device backend, e.g. NCCL)"));
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host) {
+  // Ranks sharing a host already fill its cores: more kernel threads per rank would
+  // only preempt each other, and the ranks' communication.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::setThreads(std::max(1, cores / std::max(1, ranks_per_host)));
+  return std::make_unique<OpManager>(config);
 }
 
 }  // namespace accord

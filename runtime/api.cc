@@ -2,14 +2,19 @@
 //
 // Accord works whether or not the application initialized MPI: it initializes MPI
 // itself only when needed (and then finalizes it), and always talks on its own
-// duplicate of MPI_COMM_WORLD so the application's traffic never mixes with its own.
-#include "logging.h"
-#include "ops/cpu/kernels.h"
-#include "ops/mpi/mpi_check.h"
-#include "ops/mpi/mpi_types.h"
-#include "runtime.h"
+// duplicates of MPI_COMM_WORLD so the application's traffic never mixes with its own.
+//
+// After a communication failure (a peer died or stopped answering) MPI cannot be torn
+// down: freeing a communicator or finalizing waits for peers that will never come.
+// shutdown() then returns without touching MPI, leaves the runtime's resources
+// allocated, and the process should exit (with a non-zero code, so that the launcher
+// reports the failure); Accord cannot be started again in that process.
+#include "runtime/logging.h"
+#include "runtime/mpi_check.h"
+#include "runtime/runtime.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -24,17 +29,22 @@ namespace {
 std::mutex g_lifetime_mu;  // serializes init() and shutdown()
 std::unique_ptr<Runtime> g_runtime;
 bool g_finalized_mpi = false;
+std::string g_broken;  // why a failed runtime could not be torn down: no restart
 
 void initMpi(Runtime& rt) {
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
   ACCORD_MPI_CHECK(MPI_Initialized(&initialized));
+  ACCORD_MPI_CHECK(MPI_Finalized(&finalized));
+  if (finalized) {
+    throw NotInitialized(
+        g_finalized_mpi
+            ? "accord::init after accord::shutdown: Accord finalized MPI, which cannot be "
+              "initialized twice; initialize MPI in the application to restart Accord"
+            : "accord::init: MPI has been finalized; Accord needs MPI to be initialized (or "
+              "never initialized, so that Accord initializes it)");
+  }
   int provided = 0;
   if (!initialized) {
-    if (g_finalized_mpi) {
-      throw NotInitialized(
-          "accord::init after accord::shutdown: Accord finalized MPI, which cannot be "
-          "initialized twice; initialize MPI in the application to restart Accord");
-    }
     ACCORD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     rt.finalize_mpi = true;
   } else {
@@ -114,9 +124,42 @@ Runtime& runtime(const char* what) {
   return *g_runtime;
 }
 
+Runtime::~Runtime() {
+  if (loop.joinable()) loop.detach();
+}
+
+namespace {
+
+// Returning from main without shutdown() shuts down as Horovod does: the other ranks'
+// pending collectives then fail with ShutDown instead of waiting for this rank.
+void shutdownAtExit() {
+  if (!is_initialized()) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    // The application finalized MPI under a running Accord: nothing can be torn down.
+    log().error("MPI was finalized before accord::shutdown(); call accord::shutdown() first");
+    static_cast<void>(g_runtime.release());
+    return;
+  }
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    log().error("accord::shutdown at exit failed: {}", e.what());
+  }
+}
+
+}  // namespace
+
 void init() {
   std::lock_guard<std::mutex> lock(g_lifetime_mu);
   if (g_runtime) return;
+  if (!g_broken.empty()) {
+    throw NotInitialized(
+        "accord::init: Accord cannot restart in this process after a "
+        "communication failure (" +
+        g_broken + "); start a new process");
+  }
   auto rt = std::make_unique<Runtime>();
   rt->config = Config::fromEnvironment();  // a bad value fails before MPI is touched
   initMpi(*rt);
@@ -124,20 +167,21 @@ void init() {
   warnUnknownVariables(rt->rank);
   initTopology(*rt);
   checkConfigAgrees(*rt);
-  initMpiOps();
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  cpu::setThreads(std::max(1, cores / rt->local_size));
+  rt->backend = makeBackend(rt->config, rt->local_size);
   std::vector<int> all(rt->size);
   std::iota(all.begin(), all.end(), 0);
-  auto global = ProcessSet::create(kGlobalProcessSet, all, rt->world, rt->rank,
-                                  rt->config.cache_capacity);
-  attachSharedMemory(rt->config, *global);
-  rt->sets.add(std::move(global));
+  MPI_Comm global;
+  ACCORD_MPI_CHECK(MPI_Comm_dup(rt->world, &global));
+  auto transport = rt->backend->connect(global, all);
+  rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, std::move(transport), rt->rank,
+                                  rt->config.cache_capacity));
   log().info("initialized: {} ranks, {} per host\n{}", rt->size, rt->local_size,
              rt->config.describe());
   Runtime& ref = *rt;
   rt->loop = std::thread([&ref] { runBackgroundLoop(ref); });
   g_runtime = std::move(rt);
+  static const bool registered = std::atexit(shutdownAtExit) == 0;
+  if (!registered) log().warn("could not register Accord's shutdown at exit");
 }
 
 void shutdown() {
@@ -145,11 +189,21 @@ void shutdown() {
   if (!g_runtime) return;
   auto& rt = *g_runtime;
   rt.queue.requestShutdown();
+  // Returns within ACCORD_STALL_SHUTDOWN_TIME even when a peer stopped answering:
+  // every wait of the loop has that deadline.
   rt.loop.join();
-  for (auto& set : rt.sets.takeAll()) {
-    if (set->comm != MPI_COMM_NULL && set->comm != rt.world) MPI_Comm_free(&set->comm);
+  if (rt.failed) {
+    g_broken = "a rank stopped answering or failed";
+    log().warn(
+        "shutdown after a communication failure: MPI is left as it is (finalizing would "
+        "wait for the failed rank). Exit the process with a non-zero status; do not call "
+        "MPI_Finalize.");
+    static_cast<void>(g_runtime.release());  // MPI may still use its memory
+    return;
   }
-  freeMpiOps();
+  // The loop freed every transport in its last cycle, in step with the other ranks.
+  rt.sets.takeAll();
+  rt.backend.reset();
   MPI_Comm_free(&rt.world);
   const bool finalize = rt.finalize_mpi;
   g_runtime.reset();
@@ -177,6 +231,22 @@ bool process_set_included(ProcessSetId id) {
 int process_set_rank(ProcessSetId id) {
   return runtime("accord::process_set_rank").sets.rankIn(id);
 }
+Transport process_set_transport(ProcessSetId id) {
+  return runtime("accord::process_set_transport").sets.kind(id);
+}
+
+const char* transport_name(Transport transport) {
+  switch (transport) {
+    case Transport::Local:
+      return "local";
+    case Transport::SharedMemory:
+      return "shared-memory";
+    case Transport::Mpi:
+      return "mpi";
+  }
+  return "invalid-transport";
+}
+
 int process_set_size(ProcessSetId id) {
   return static_cast<int>(runtime("accord::process_set_size").sets.ranks(id).size());
 }

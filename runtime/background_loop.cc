@@ -5,11 +5,11 @@
 // blocking collectives on different sets cannot cross), execute the agreed responses,
 // then apply process-set changes. Between cycles the thread sleeps on the queue's
 // condition variable; it never spins.
-#include "controller.h"
-#include "executor.h"
-#include "logging.h"
-#include "ops/mpi/mpi_check.h"
-#include "runtime.h"
+#include "runtime/controller.h"
+#include "runtime/executor.h"
+#include "runtime/logging.h"
+#include "runtime/mpi_check.h"
+#include "runtime/runtime.h"
 
 #include <algorithm>
 #include <thread>
@@ -28,7 +28,7 @@ constexpr auto kMinBusyWait = std::chrono::microseconds(50);
 class BackgroundLoop {
  public:
   explicit BackgroundLoop(Runtime& rt)
-      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, ops_) {}
+      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, *rt.backend) {}
 
   void run() noexcept;
 
@@ -42,7 +42,6 @@ class BackgroundLoop {
   void failEverything(std::exception_ptr reason, bool shut_down);
 
   Runtime& rt_;
-  OpManager ops_;
   Controller controller_;
   Executor executor_;
   bool last_progress_ = false;
@@ -76,7 +75,7 @@ void BackgroundLoop::pace() {
 void BackgroundLoop::admitNew(Clock::time_point now) {
   for (auto& op : rt_.queue.drain()) {
     ProcessSet* set = rt_.sets.find(op.process_set);
-    if (!set || set->comm == MPI_COMM_NULL) {
+    if (!set || !set->member()) {
       rt_.queue.release(op.process_set, op.request.name);
       op.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
           "process set " + std::to_string(op.process_set) + " was removed before '" +
@@ -120,7 +119,8 @@ void BackgroundLoop::applyChanges(std::vector<SetChange>& changes) {
 }
 
 // MPI_Comm_create is collective over the runtime's world communicator; every rank
-// applies the same changes in the same order, so the calls line up.
+// applies the same changes in the same order, so the calls line up. So does connect(),
+// collective over the new set's members.
 void BackgroundLoop::addSet(SetChange& change) {
   MPI_Group world_group, group;
   ACCORD_MPI_CHECK(MPI_Comm_group(rt_.world, &world_group));
@@ -130,11 +130,14 @@ void BackgroundLoop::addSet(SetChange& change) {
   ACCORD_MPI_CHECK(MPI_Comm_create(rt_.world, group, &comm));
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
-  if (comm != MPI_COMM_NULL) ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  std::unique_ptr<SetTransport> transport;
+  if (comm != MPI_COMM_NULL) {
+    ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    transport = rt_.backend->connect(comm, change.ranks);
+  }
   const ProcessSetId id = rt_.sets.nextId();
-  auto set = ProcessSet::create(id, change.ranks, comm, rt_.rank, rt_.config.cache_capacity);
-  attachSharedMemory(rt_.config, *set);
-  rt_.sets.add(std::move(set));
+  rt_.sets.add(ProcessSet::create(id, change.ranks, std::move(transport), rt_.rank,
+                                  rt_.config.cache_capacity));
   log().debug("added process set {} with {} ranks", id, change.ranks.size());
   if (change.handle) {
     change.handle->process_set = id;
@@ -151,8 +154,7 @@ void BackgroundLoop::removeSet(SetChange& change) {
           std::string(requestTypeName(p.request.type)) + " '" + name + "': process set " +
           std::to_string(set->id) + " was removed while it was pending")));
     }
-    set->shm.reset();  // collective over the set, whose members all remove it now
-    if (set->comm != MPI_COMM_NULL) MPI_Comm_free(&set->comm);
+    set->transport.reset();  // collective over the set, whose members all remove it now
   }
   if (change.handle) change.handle->completePart();
 }
@@ -160,9 +162,11 @@ void BackgroundLoop::removeSet(SetChange& change) {
 void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
   rt_.queue.close(reason);
   if (!shut_down) {
-    // The peers may never free their side of a shared-memory window: leave ours
-    // mapped rather than block in a collective free.
-    for (auto* set : rt_.sets.memberSets()) static_cast<void>(set->shm.release());
+    // The peers may never take part in a collective free, and MPI may still complete
+    // transfers it could not cancel: keep every transport and buffer allocated.
+    rt_.failed = true;
+    for (auto* set : rt_.sets.memberSets()) static_cast<void>(set->transport.release());
+    static_cast<void>(rt_.backend.release());
   }
   auto fail = [&](const std::string& what, detail::HandleState& handle) {
     if (!shut_down) return handle.fail(reason);
@@ -188,7 +192,7 @@ void BackgroundLoop::run() noexcept {
     }
     log().debug("background loop finished: shutdown negotiated");
     // Every rank leaves the loop in this same cycle, so the collective frees line up.
-    for (auto* set : rt_.sets.memberSets()) set->shm.reset();
+    for (auto* set : rt_.sets.memberSets()) set->transport.reset();
     failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
   } catch (const Error& e) {
     log().error("background loop failed: {}", e.what());

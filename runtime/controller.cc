@@ -1,7 +1,6 @@
 #include "controller.h"
 
-#include "logging.h"
-#include "mpi_exchange.h"
+#include "runtime/logging.h"
 #include "runtime/wire.h"
 
 #include <algorithm>
@@ -126,11 +125,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   if (hits == set.pending.size()) flags |= kOnlyHitsPending;
   bits[0] = flags;
 
-  if (set.shm) {
-    set.shm->bitwiseAnd(bits);
-  } else {
-    andAllreduce(bits, set, config_.stall_shutdown_time);
-  }
+  set.transport->channel().bitwiseAnd(bits);
 
   Negotiated out;
   out.shutdown = !(bits[0] & kNoShutdown);
@@ -161,7 +156,8 @@ std::vector<Response> Controller::gatherAndDecide(ProcessSet& set,
                                                   const std::vector<Request>& to_send,
                                                   Clock::time_point now) {
   const auto timeout = config_.stall_shutdown_time;
-  auto parts = gatherToRoot(encodeRequests(to_send), set, timeout);
+  NegotiationChannel& channel = set.transport->channel();
+  auto parts = channel.gatherToRoot(encodeRequests(to_send));
   std::vector<std::uint8_t> reply;
   if (set.coordinator) {
     for (const auto& part : parts) set.coordinator->add(decodeRequests(part), now);
@@ -175,7 +171,7 @@ std::vector<Response> Controller::gatherAndDecide(ProcessSet& set,
     }
     reply = encodeResponses(list);
   }
-  broadcastFromRoot(reply, set, timeout);
+  channel.broadcastFromRoot(reply);
   return decodeResponses(reply).responses;
 }
 
@@ -185,10 +181,11 @@ bool Controller::stallsExpired(const ProcessSet& set, Clock::time_point now) con
 }
 
 void Controller::reportStalls(ProcessSet& set, Clock::time_point now) {
-  if (now - last_stall_report_ < config_.stall_check_time) return;
+  // Per set: one set's report must not silence another's.
+  if (now - set.last_stall_report < config_.stall_check_time) return;
   auto stalls = set.coordinator->stalled(now, config_.stall_check_time);
   if (stalls.empty()) return;
-  last_stall_report_ = now;
+  set.last_stall_report = now;
   log().warn("process set {}: tensors waiting for other ranks:\n{}", set.id,
              formatStallReport(stalls, set.size));
 }

@@ -11,13 +11,13 @@
 // a request the cache cannot answer do the ranks gather serialized requests to the
 // set's rank 0, which decides and broadcasts the new responses.
 //
-// The exchanges go through shared memory when the set's ranks share one host, else
-// through MPI (mpi_exchange.h); either way every wait is polite and has a deadline.
+// The exchanges go through the set's NegotiationChannel (channel.h), whatever carries
+// it; every wait there has a deadline.
 #pragma once
 
-#include "process_sets.h"
 #include "runtime/config.h"
-#include "tensor_queue.h"
+#include "runtime/process_sets.h"
+#include "runtime/tensor_queue.h"
 
 #include <vector>
 
@@ -49,7 +49,6 @@ class Controller {
   bool stallsExpired(const ProcessSet& set, Clock::time_point now) const;
 
   const Config& config_;
-  Clock::time_point last_stall_report_{};
 };
 
 }  // namespace accord

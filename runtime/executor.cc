@@ -1,7 +1,7 @@
 #include "executor.h"
 
-#include "logging.h"
 #include "runtime/fusion.h"
+#include "runtime/logging.h"
 
 namespace accord {
 
@@ -66,18 +66,28 @@ void Executor::runData(ProcessSet& set, const Response& response) {
       }
     }
   }
-  ExecContext ctx{set.comm, set.rank, set.size, &config_, set.shm.get()};
-  try {
-    ops_.execute(ctx, response, entries);
-  } catch (...) {
-    auto error = std::current_exception();
+  auto failAll = [&](std::exception_ptr error) {
     for (auto* e : entries) {
       if (e) e->handle->fail(error);
     }
+  };
+  try {
+    backend_.execute(*set.transport, response, entries);
+  } catch (const CommError&) {
+    failAll(std::current_exception());
+    throw;  // the transport is broken: the runtime cannot go on
+  } catch (...) {
+    // Identical on every rank, since every rank holds the same response: only this
+    // response fails.
+    failAll(std::current_exception());
     return;
   }
   for (auto* e : entries) {
     if (!e) continue;
+    if (e->error) {  // this rank took part with scratch space; its own part failed
+      e->handle->fail(e->error);
+      continue;
+    }
     if (response.type == ResponseType::Alltoall) e->handle->received_splits = e->received_splits;
     e->handle->completePart();
   }

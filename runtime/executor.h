@@ -6,8 +6,9 @@
 // cycle, when no set is being walked.
 #pragma once
 
-#include "process_sets.h"
-#include "tensor_queue.h"
+#include "runtime/backend.h"
+#include "runtime/process_sets.h"
+#include "runtime/tensor_queue.h"
 
 #include <optional>
 #include <vector>
@@ -23,10 +24,12 @@ struct SetChange {
 
 class Executor {
  public:
-  Executor(const Config& config, TensorQueue& queue, OpManager& ops)
-      : config_(config), queue_(queue), ops_(ops) {}
+  Executor(const Config& config, TensorQueue& queue, Backend& backend)
+      : config_(config), queue_(queue), backend_(backend) {}
 
-  // Takes the responses by value: fusion planning merges them in place.
+  // Takes the responses by value: fusion planning merges them in place. Throws
+  // CommError when the set's transport failed: its pending handles of the failed
+  // response have been failed, and the caller gives up on the runtime.
   void run(ProcessSet& set, std::vector<Response> responses,
            std::vector<SetChange>& changes);
 
@@ -39,7 +42,7 @@ class Executor {
 
   const Config& config_;
   TensorQueue& queue_;
-  OpManager& ops_;
+  Backend& backend_;
 };
 
 // The exception a failed handle raises for an error response.

@@ -8,28 +8,19 @@
 namespace accord {
 
 std::unique_ptr<ProcessSet> ProcessSet::create(ProcessSetId id, std::vector<int> ranks,
-                                               MPI_Comm comm, int my_rank,
+                                               std::unique_ptr<SetTransport> transport, int my_rank,
                                                std::size_t cache_capacity) {
   auto set = std::make_unique<ProcessSet>();
   set->id = id;
-  set->comm = comm;
   set->size = static_cast<int>(ranks.size());
   auto it = std::find(ranks.begin(), ranks.end(), my_rank);
-  set->rank = it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+  set->rank = it == ranks.end() || !transport ? -1 : static_cast<int>(it - ranks.begin());
   set->ranks = std::move(ranks);
+  if (transport) set->kind = transport->kind();
+  set->transport = std::move(transport);
   set->cache = std::make_unique<ResponseCache>(cache_capacity);
   if (set->rank == 0) set->coordinator = std::make_unique<Coordinator>(set->size);
   return set;
-}
-
-void attachSharedMemory(const Config& config, ProcessSet& set) {
-  if (!config.shared_memory || set.comm == MPI_COMM_NULL) return;
-  mpi::SharedMemoryOptions options;
-  options.piece_bytes = config.chunk_bytes;
-  options.negotiation_words = 1 + 3 * set.cache->words();
-  options.timeout = config.stall_shutdown_time;
-  options.global_ranks = set.ranks;
-  set.shm = mpi::SharedMemory::create(set.comm, std::move(options));
 }
 
 void ProcessSetTable::add(std::unique_ptr<ProcessSet> set) {
@@ -64,19 +55,19 @@ std::vector<int> ProcessSetTable::ranks(ProcessSetId id) const {
 
 bool ProcessSetTable::included(ProcessSetId id) const {
   std::shared_lock lock(mu_);
-  return lookup(sets_, id).comm != MPI_COMM_NULL;
+  return lookup(sets_, id).member();
 }
 
 int ProcessSetTable::rankIn(ProcessSetId id) const {
   std::shared_lock lock(mu_);
   const auto& set = lookup(sets_, id);
-  return set.comm == MPI_COMM_NULL ? -1 : set.rank;
+  return set.rank;
 }
 
 std::pair<int, int> ProcessSetTable::member(ProcessSetId id, const char* what) const {
   std::shared_lock lock(mu_);
   const auto& set = lookup(sets_, id);
-  if (set.comm == MPI_COMM_NULL) {
+  if (!set.member()) {
     throw InvalidArgument(std::string(what) + ": this rank is not a member of process set " +
                           std::to_string(id));
   }
@@ -87,9 +78,19 @@ std::vector<ProcessSet*> ProcessSetTable::memberSets() const {
   std::shared_lock lock(mu_);
   std::vector<ProcessSet*> out;
   for (const auto& [id, set] : sets_) {
-    if (set->comm != MPI_COMM_NULL) out.push_back(set.get());
+    if (set->member()) out.push_back(set.get());
   }
   return out;
+}
+
+Transport ProcessSetTable::kind(ProcessSetId id) const {
+  std::shared_lock lock(mu_);
+  const auto& set = lookup(sets_, id);
+  if (!set.member()) {
+    throw InvalidArgument("process_set_transport: this rank is not a member of process set " +
+                          std::to_string(id));
+  }
+  return set.kind;
 }
 
 ProcessSet* ProcessSetTable::find(ProcessSetId id) const {

@@ -1,10 +1,12 @@
 // The process-wide runtime state between init() and shutdown().
 #pragma once
 
-#include "process_sets.h"
+#include "runtime/backend.h"
 #include "runtime/config.h"
-#include "tensor_queue.h"
+#include "runtime/process_sets.h"
+#include "runtime/tensor_queue.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -12,6 +14,8 @@
 namespace accord {
 
 struct Runtime {
+  ~Runtime();  // never std::terminate on a joinable loop thread
+
   Config config;
   MPI_Comm world = MPI_COMM_NULL;  // Accord's own duplicate of MPI_COMM_WORLD
   int rank = 0, size = 1;
@@ -21,7 +25,12 @@ struct Runtime {
 
   TensorQueue queue;
   ProcessSetTable sets;
+  // Created before the loop starts, then used by the background thread only.
+  std::unique_ptr<Backend> backend;
   std::thread loop;
+  // Set by the background thread when a transport failed: MPI can then no longer be
+  // torn down (see shutdown()).
+  std::atomic<bool> failed{false};
 
   // Generated names ("allreduce.3") count per process set and collective type, in the
   // order the application issues unnamed collectives.

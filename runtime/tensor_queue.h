@@ -6,8 +6,8 @@
 // live requests with one name could pair with the wrong requests on other ranks.
 #pragma once
 
-#include "ops/op.h"
 #include "runtime/message.h"
+#include "runtime/tensor_entry.h"
 
 #include <chrono>
 #include <condition_variable>

@@ -1,36 +1,54 @@
-// Allreduce on host memory with MPI.
+// Allreduce on host memory.
 //
 // A lone tensor, or a fused group bigger than the fusion threshold, is reduced in place
 // in the application's buffer: copying it would cost more than the call it saves. A
-// fused group is copied into the fusion buffer (in parallel), reduced with one
-// sequence of calls and copied back. Either way the buffer is reduced in pieces of
-// ACCORD_CHUNK_BYTES: on the development machine a 256 MiB buffer reduced as 1-4 MiB
-// MPI_Allreduce calls ran at ~3.5 GB/s against 1.56 GB/s as one call, because each
-// piece's reduction stays in cache between receiving and sending it.
+// fused group is copied into the fusion buffer (in parallel), reduced once and copied
+// back. Either way the buffer is reduced in pieces of ACCORD_CHUNK_BYTES, each of which
+// stays in cache between arriving and being passed on: through the shared-memory
+// window when the set's ranks share this host, else as a ring over MPI (ring.h).
 //
 // A joined rank (null entry) contributes the op's neutral element from scratch space
 // in the fusion buffer and throws the result away. Prescale runs on the inputs only
 // (scaling a neutral 1 or +inf would change it); postscale and Average's division run
-// as one pass over the result.
+// on each rank's reduced block before it is passed around.
 #include "ops/cpu/kernels.h"
+#include "ops/mpi/link.h"
 #include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
+#include "ops/mpi/ring.h"
+#include "ops/mpi/shared_memory.h"
 
 namespace accord {
 namespace {
 
+// Reduces `count` elements in place, in the fewest near-equal pieces of at most
+// ACCORD_CHUNK_BYTES (1.5 chunks go as two 0.75-chunk pieces, not a full and a half).
+void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+                    const mpi::Scaling& pre, const mpi::Scaling& post, const std::string& what) {
+  if (ctx.shm) return ctx.shm->allreduce(data, count, dtype, op, pre, post);
+  const std::size_t elem = dtype_size(dtype);
+  const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes / elem);
+  const std::size_t pieces = (count + step - 1) / step;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
+    char* piece = static_cast<char*>(data) + lo * elem;
+    mpi::applyScaling(pre, piece, hi - lo, dtype);
+    const mpi::Blocks blocks = mpi::evenBlocks(hi - lo, elem, ctx.size());
+    mpi::ringReduceScatter(ctx, piece, blocks, piece + blocks.offset[ctx.rank()], dtype, op, post,
+                           what);
+    mpi::ringAllgather(ctx, piece, blocks, what);
+  }
+}
+
 class MpiAllreduce final : public Op {
  public:
-  explicit MpiAllreduce(FusionBuffer& buffer) : buffer_(buffer) {}
-
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CPU;
   }
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    const std::size_t threshold = ctx.config ? ctx.config->fusion_threshold : 0;
-    if (response.names.size() == 1 || response.totalBytes() > threshold) {
+    if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
       for (std::size_t i = 0; i < response.names.size(); ++i)
         reduceInPlace(ctx, response, i, entries[i]);
     } else {
@@ -39,65 +57,63 @@ class MpiAllreduce final : public Op {
   }
 
  private:
-  void reduceInPlace(const ExecContext& ctx, const Response& response, std::size_t i,
-                     TensorEntry* entry) {
+  static void reduceInPlace(ExecContext& ctx, const Response& response, std::size_t i,
+                            TensorEntry* entry) {
     const std::size_t bytes = response.tensorBytes(i);
     const std::size_t count = bytes / dtype_size(response.dtype);
     if (count == 0) return;  // same on every rank: nothing to exchange
-    void* data;
+    void* data = nullptr;
     mpi::Scaling pre, post;
-    if (entry) {
-      mpi::checkInput(response, i, *entry, bytes);
+    if (entry && mpi::prepareLocal(*entry, [&] { mpi::checkInput(response, i, *entry, bytes); })) {
       data = entry->tensor.data;
       pre = mpi::preScaling(response);
-      post = mpi::postScaling(response, ctx.size);
+      post = mpi::postScaling(response, ctx.size());
     } else {
-      data = buffer_.reserve(bytes);
+      data = ctx.fusion.reserve(bytes);
       cpu::fillNeutral(data, count, response.dtype, response.op);
     }
-    mpi::chunkedAllreduce(ctx, data, count, response.dtype, response.op, pre, post);
+    reduceInPieces(ctx, data, count, response.dtype, response.op, pre, post,
+                   mpi::describeTensor(response, i));
   }
 
-  void reduceFused(const ExecContext& ctx, const Response& response,
-                   std::vector<TensorEntry*>& entries) {
+  static void reduceFused(ExecContext& ctx, const Response& response,
+                          std::vector<TensorEntry*>& entries) {
     const DType dtype = response.dtype;
     const std::size_t elem = dtype_size(dtype);
     const std::size_t total = response.totalBytes();
-    char* fused = buffer_.reserve(total);
+    char* fused = ctx.fusion.reserve(total);
 
     // Copy in; tensors sit back to back (one dtype, so every offset is element-aligned).
     std::vector<cpu::CopyPiece> in, out;
     std::vector<std::size_t> offset(entries.size() + 1, 0);
+    std::vector<bool> local(entries.size(), false);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t bytes = response.tensorBytes(i);
       offset[i + 1] = offset[i] + bytes;
-      if (!entries[i] || bytes == 0) continue;
-      mpi::checkInput(response, i, *entries[i], bytes);
-      in.push_back({fused + offset[i], entries[i]->tensor.data, bytes});
-      out.push_back({entries[i]->tensor.data, fused + offset[i], bytes});
+      TensorEntry* e = entries[i];
+      local[i] = e && mpi::prepareLocal(*e, [&] { mpi::checkInput(response, i, *e, bytes); });
+      if (!local[i] || bytes == 0) continue;
+      in.push_back({fused + offset[i], e->tensor.data, bytes});
+      out.push_back({e->tensor.data, fused + offset[i], bytes});
     }
     cpu::parallelCopy(in);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t count = (offset[i + 1] - offset[i]) / elem;
-      if (entries[i])
+      if (local[i])
         mpi::applyScaling(mpi::preScaling(response), fused + offset[i], count, dtype);
       else
         cpu::fillNeutral(fused + offset[i], count, dtype, response.op);
     }
 
     // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
-    mpi::chunkedAllreduce(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
-                          mpi::postScaling(response, ctx.size));
+    reduceInPieces(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
+                   mpi::postScaling(response, ctx.size()), mpi::describe(response));
     cpu::parallelCopy(out);
   }
-
-  FusionBuffer& buffer_;
 };
 
 }  // namespace
 
-std::unique_ptr<Op> makeMpiAllreduce(FusionBuffer& buffer) {
-  return std::make_unique<MpiAllreduce>(buffer);
-}
+std::unique_ptr<Op> makeMpiAllreduce() { return std::make_unique<MpiAllreduce>(); }
 
 }  // namespace accord

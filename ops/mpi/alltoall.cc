@@ -1,12 +1,12 @@
-// Alltoall on host memory with MPI.
+// Alltoall on host memory: every rank sends each peer its rows and receives the
+// peer's, all at once, as point-to-point messages straight from the input to the
+// output.
 //
 // response.rank_rows is the full split matrix, rows sent from src to dst at
 // [src * size + dst], so every rank computes both its send and receive layouts without
-// another exchange; then one MPI_Alltoallv moves the bytes straight from the input to
-// the output. Counts above INT_MAX bytes are expressed in a larger contiguous unit
-// (ByteLayout); only when that fails too does the op throw, naming the tensor.
-// A joined rank sends zeros for any rows assigned to it and receives into scratch.
-#include "ops/mpi/mpi_check.h"
+// another exchange. A joined rank sends zeros for any rows assigned to it and receives
+// into scratch, as does a rank whose output allocator failed (its handle then fails).
+#include "ops/mpi/link.h"
 #include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
 
@@ -14,6 +14,8 @@
 
 namespace accord {
 namespace {
+
+constexpr int kAlltoallTag = 0x4154;
 
 // This rank's side of the split matrix, in bytes.
 struct Exchange {
@@ -23,15 +25,15 @@ struct Exchange {
 };
 
 Exchange plan(const ExecContext& ctx, const Response& response) {
-  const int n = ctx.size;
+  const int n = ctx.size(), me = ctx.rank();
   const std::size_t row = mpi::rowBytes(response.shapes[0], response.dtype);
   Exchange x;
   for (int r = 0; r < n; ++r) {
-    const std::int64_t to = response.rank_rows[ctx.rank * n + r];
-    const std::int64_t from = response.rank_rows[r * n + ctx.rank];
+    const std::int64_t to = response.rank_rows[me * n + r];
+    const std::int64_t from = response.rank_rows[r * n + me];
     if (to < 0 || from < 0)
       throw InvalidArgument(mpi::describe(response) + ": negative split between ranks " +
-                            std::to_string(ctx.rank) + " and " + std::to_string(r));
+                            std::to_string(me) + " and " + std::to_string(r));
     x.send_at.push_back(x.send_total);
     x.send.push_back(to * row);
     x.send_total += to * row;
@@ -45,55 +47,60 @@ Exchange plan(const ExecContext& ctx, const Response& response) {
 
 class MpiAlltoall final : public Op {
  public:
-  explicit MpiAlltoall(FusionBuffer& buffer) : buffer_(buffer) {}
-
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Alltoall && response.device.type == DeviceType::CPU;
   }
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    const int n = ctx.size;
+    const int n = ctx.size();
     if (response.names.size() != 1 || response.rank_rows.size() != std::size_t(n) * n)
       throw InvalidArgument(mpi::describe(response) + ": expected one tensor and a " +
                             std::to_string(n) + "x" + std::to_string(n) + " split matrix, got " +
                             std::to_string(response.names.size()) + " tensors and " +
                             std::to_string(response.rank_rows.size()) + " splits");
     const Exchange x = plan(ctx, response);
-    const void* in;
-    void* out;
-    if (TensorEntry* entry = entries[0]) {
-      mpi::checkInput(response, 0, *entry, x.send_total);
+    const char* in = nullptr;
+    char* out = nullptr;
+    TensorEntry* e = entries[0];
+    if (e && mpi::prepareLocal(*e, [&] { mpi::checkInput(response, 0, *e, x.send_total); })) {
       Shape shape = response.shapes[0].empty() ? Shape{0} : response.shapes[0];
       shape[0] = 0;
       for (std::int64_t rows : x.received_rows) shape[0] += rows;
-      in = entry->tensor.data;
-      out = mpi::allocateOutput(response, 0, *entry, shape).data;
-      entry->received_splits = x.received_rows;
+      in = static_cast<const char*>(e->tensor.data);
+      out = static_cast<char*>(mpi::outputOrSpare(ctx, response, 0, *e, shape));
+      e->received_splits = x.received_rows;
     } else {
-      char* scratch = buffer_.reserve(alignUp(x.send_total) + x.recv_total);
+      char* scratch = ctx.spare.reserve(alignUp(x.send_total) + x.recv_total);
       std::memset(scratch, 0, x.send_total);
       in = scratch;
       out = scratch + alignUp(x.send_total);
     }
-    bool any = false;  // the whole matrix is known, so all ranks agree on skipping
-    for (std::int64_t rows : response.rank_rows) any = any || rows > 0;
-    if (!any || mpi::rowBytes(response.shapes[0], response.dtype) == 0) return;
-    const mpi::ByteLayout send(x.send, x.send_at, mpi::describe(response) + " (send)");
-    const mpi::ByteLayout recv(x.recv, x.recv_at, mpi::describe(response) + " (receive)");
-    ACCORD_MPI_CHECK(MPI_Alltoallv(mpi::nonNull(in), send.counts.data(), send.displs.data(),
-                                   send.type, mpi::nonNull(out), recv.counts.data(),
-                                   recv.displs.data(), recv.type, ctx.comm));
+    exchange(ctx, x, in, out, mpi::describe(response));
   }
 
  private:
-  FusionBuffer& buffer_;
+  // Peers are visited starting after this rank, so that not every rank sends to rank 0
+  // first; this rank's own rows are a copy.
+  static void exchange(ExecContext& ctx, const Exchange& x, const char* in, char* out,
+                       const std::string& what) {
+    const int n = ctx.size(), me = ctx.rank();
+    mpi::Requests requests;
+    for (int k = 1; k < n; ++k) {
+      const int peer = (me + k) % n;
+      ctx.link.recv(requests, out + x.recv_at[peer], x.recv[peer], peer, kAlltoallTag);
+    }
+    for (int k = 1; k < n; ++k) {
+      const int peer = (me + k) % n;
+      ctx.link.send(requests, in + x.send_at[peer], x.send[peer], peer, kAlltoallTag);
+    }
+    if (x.send[me] > 0) std::memcpy(out + x.recv_at[me], in + x.send_at[me], x.send[me]);
+    ctx.link.await(requests, what, "exchange its rows", mpi::Patience::Data);
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<Op> makeMpiAlltoall(FusionBuffer& buffer) {
-  return std::make_unique<MpiAlltoall>(buffer);
-}
+std::unique_ptr<Op> makeMpiAlltoall() { return std::make_unique<MpiAlltoall>(); }
 
 }  // namespace accord

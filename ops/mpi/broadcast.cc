@@ -1,52 +1,72 @@
-// Broadcast on host memory with MPI: in place from response.root (a rank of ctx.comm).
+// Broadcast on host memory: in place from response.root, down a binomial tree of
+// point-to-point messages (tree.h).
 //
-// Large tensors go in pieces of ACCORD_CHUNK_BYTES, like allreduce, which also keeps
-// every call's count within MPI's int range. A joined rank receives into scratch
-// space in the fusion buffer and discards it (zeros if it were ever the root).
+// Large tensors go in pieces of ACCORD_CHUNK_BYTES and are pipelined: a rank passes
+// piece p on to its children while it receives piece p + 1, so a chain of ranks works
+// on consecutive pieces at once. A joined rank receives into scratch space and
+// discards it (zeros if it were ever the root), as does a rank whose own tensor does
+// not match the negotiated response, whose handle then fails.
+#include "ops/mpi/link.h"
 #include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
+#include "ops/mpi/tree.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace accord {
 namespace {
 
+constexpr int kBroadcastTag = 0x4243 + 0x100;
+
+void broadcastTree(ExecContext& ctx, char* data, std::size_t bytes, int root,
+                   const std::string& what) {
+  if (bytes == 0 || ctx.size() == 1) return;
+  const mpi::Tree tree = mpi::binomialTree(ctx.rank(), ctx.size(), root);
+  const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes);
+  const std::size_t pieces = (bytes + step - 1) / step;
+  mpi::Requests sends;
+  for (std::size_t p = 0; p < pieces; ++p) {
+    const std::size_t lo = bytes * p / pieces, hi = bytes * (p + 1) / pieces;
+    if (tree.parent >= 0) {
+      mpi::Requests receive;
+      ctx.link.recv(receive, data + lo, hi - lo, tree.parent, kBroadcastTag);
+      ctx.link.await(receive, what, "pass on the broadcast", mpi::Patience::Data);
+    }
+    for (int child : tree.children) ctx.link.send(sends, data + lo, hi - lo, child, kBroadcastTag);
+  }
+  ctx.link.await(sends, what, "receive the broadcast", mpi::Patience::Data);
+}
+
 class MpiBroadcast final : public Op {
  public:
-  explicit MpiBroadcast(FusionBuffer& buffer) : buffer_(buffer) {}
-
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Broadcast && response.device.type == DeviceType::CPU;
   }
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    if (response.root < 0 || response.root >= ctx.size)
+    if (response.root < 0 || response.root >= ctx.size())
       throw InvalidArgument(mpi::describe(response) + ": root rank " +
                             std::to_string(response.root) + " is outside the process set of " +
-                            std::to_string(ctx.size) + " ranks");
+                            std::to_string(ctx.size()) + " ranks");
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t bytes = response.tensorBytes(i);
-      void* data;
-      if (entries[i]) {
-        mpi::checkInput(response, i, *entries[i], bytes);
-        data = entries[i]->tensor.data;
+      TensorEntry* e = entries[i];
+      char* data;
+      if (e && mpi::prepareLocal(*e, [&] { mpi::checkInput(response, i, *e, bytes); })) {
+        data = static_cast<char*>(e->tensor.data);
       } else {
-        data = buffer_.reserve(bytes);
-        if (ctx.rank == response.root) std::memset(data, 0, bytes);
+        data = ctx.spare.reserve(bytes);
+        if (ctx.rank() == response.root) std::memset(data, 0, bytes);
       }
-      mpi::chunkedBroadcast(ctx, data, bytes, response.root);
+      broadcastTree(ctx, data, bytes, response.root, mpi::describeTensor(response, i));
     }
   }
-
- private:
-  FusionBuffer& buffer_;
 };
 
 }  // namespace
 
-std::unique_ptr<Op> makeMpiBroadcast(FusionBuffer& buffer) {
-  return std::make_unique<MpiBroadcast>(buffer);
-}
+std::unique_ptr<Op> makeMpiBroadcast() { return std::make_unique<MpiBroadcast>(); }
 
 }  // namespace accord

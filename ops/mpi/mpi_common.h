@@ -1,23 +1,15 @@
-// Helpers the MPI ops share: argument checks that name the tensor, output allocation,
-// chunked in-place collectives, scaling, and byte layouts for the v-collectives.
-//
-// MPI counts are ints. Byte layouts that do not fit are expressed in a larger
-// contiguous unit (the gcd of all counts and displacements, usually the row size), and
-// only when even that overflows do we throw, naming the tensor and the sizes.
+// Helpers the MPI ops share: how messages name tensors, argument checks, output
+// allocation that never leaves the other ranks waiting, and scaling.
 #pragma once
 
 #include "ops/op.h"
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace accord::mpi {
-
-// p, or a valid dummy address when p is null: a size-0 tensor may have no storage,
-// and MPI implementations are free to reject null buffers even with count 0.
-void* nonNull(void* p);
-const void* nonNull(const void* p);
 
 // "allreduce 'a', 'b'": how error messages name a response's tensors.
 std::string describe(const Response& response);
@@ -30,21 +22,20 @@ std::size_t rowBytes(const Shape& shape, DType dtype);
 // Throws InvalidArgument unless entry's input has `dtype` and exactly `bytes` bytes.
 void checkInput(const Response& response, std::size_t i, const TensorEntry& entry,
                 std::size_t bytes);
+
+// Runs `prepare` (a check or an output allocation of this rank's entry). When it
+// throws, the error goes into entry.error and this returns false: the caller then does
+// this rank's part with scratch space, as a joined rank does, so the other ranks are
+// never left waiting in the collective, and the handle fails afterwards.
+bool prepareLocal(TensorEntry& entry, const std::function<void()>& prepare);
 // Calls entry.output(shape) and checks the view: right dtype, at least numel(shape)
 // elements, non-null storage when non-empty.
 TensorView allocateOutput(const Response& response, std::size_t i, TensorEntry& entry,
                           const Shape& shape);
-
-// In-place MPI_Allreduce / MPI_Bcast over `count` elements, cut into the fewest
-// near-equal pieces of at most config->chunk_bytes (element-aligned; 0 = one call,
-// bounded by INT_MAX elements).
-struct Scaling;
-// Reduces in pieces of ACCORD_CHUNK_BYTES; `pre` scales each piece just before its call
-// and `post` just after, while the piece is still in cache (a separate pass over a
-// 100 MB gradient set costs as much as a third of its reduction).
-void chunkedAllreduce(const ExecContext& ctx, void* data, std::size_t count, DType dtype,
-                      ReduceOp op, const Scaling& pre, const Scaling& post);
-void chunkedBroadcast(const ExecContext& ctx, void* data, std::size_t bytes, int root);
+// entry's output for `shape` through prepareLocal; on failure a stand-in of the same
+// size from ctx.spare, whose contents are discarded.
+void* outputOrSpare(ExecContext& ctx, const Response& response, std::size_t i, TensorEntry& entry,
+                    const Shape& shape);
 
 // Scaling applied around a reduction: prescale, then postscale divided by the set
 // size for Average. isOne() lets callers skip a pass that would multiply by 1.
@@ -56,22 +47,5 @@ struct Scaling {
 Scaling preScaling(const Response& response);
 Scaling postScaling(const Response& response, int set_size);
 void applyScaling(const Scaling& s, void* data, std::size_t count, DType dtype);
-
-// Counts and displacements in bytes, turned into MPI ints of a contiguous unit type.
-class ByteLayout {
- public:
-  ByteLayout(const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs,
-             const std::string& what);
-  ~ByteLayout();
-  ByteLayout(const ByteLayout&) = delete;
-  ByteLayout& operator=(const ByteLayout&) = delete;
-
-  std::vector<int> counts;
-  std::vector<int> displs;
-  MPI_Datatype type = MPI_BYTE;
-
- private:
-  bool derived_ = false;
-};
 
 }  // namespace accord::mpi

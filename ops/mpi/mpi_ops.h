@@ -1,20 +1,19 @@
-// Factories for the MPI (host memory) backend ops, registered by the OpManager.
+// Factories for the MPI (host memory) backend's ops, registered by the OpManager.
 //
-// Each op accepts one response type on CPU tensors. They share the OpManager's fusion
-// buffer, which outlives them; all of them run only on the background thread.
+// Each op accepts one response type on CPU tensors and runs only on the background
+// thread, with the buffers and the set's transport that ExecContext hands it.
 #pragma once
 
-#include "ops/fusion_buffer.h"
 #include "ops/op.h"
 
 #include <memory>
 
 namespace accord {
 
-std::unique_ptr<Op> makeMpiAllreduce(FusionBuffer& buffer);
-std::unique_ptr<Op> makeMpiAllgather(FusionBuffer& buffer);
-std::unique_ptr<Op> makeMpiBroadcast(FusionBuffer& buffer);
-std::unique_ptr<Op> makeMpiAlltoall(FusionBuffer& buffer);
-std::unique_ptr<Op> makeMpiReducescatter(FusionBuffer& buffer);
+std::unique_ptr<Op> makeMpiAllreduce();
+std::unique_ptr<Op> makeMpiAllgather();
+std::unique_ptr<Op> makeMpiBroadcast();
+std::unique_ptr<Op> makeMpiAlltoall();
+std::unique_ptr<Op> makeMpiReducescatter();
 
 }  // namespace accord

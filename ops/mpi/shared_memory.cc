@@ -26,7 +26,7 @@
 // for every peer's round k + 1 before I start round k + 2.
 #include "ops/mpi/shared_memory.h"
 
-#include "ops/mpi/mpi_check.h"
+#include "runtime/mpi_check.h"
 
 #include <accord/error.h>
 
@@ -44,6 +44,9 @@ namespace {
 constexpr std::size_t kLine = 64;
 constexpr int kPublished = 0, kReduced = 1, kCollected = 2, kNegotiated = 3;
 constexpr std::size_t kHeaderBytes = 4 * kLine;
+// Far above any piece size ACCORD_CHUNK_BYTES allows; keeps every offset computation
+// below in range.
+constexpr std::size_t kMaxWindowBytes = std::size_t{1} << 40;
 
 std::size_t roundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -90,20 +93,28 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
     ranks.resize(size);
     std::iota(ranks.begin(), ranks.end(), 0);
   }
-  s->negotiation_bytes_ = roundUp(std::max<std::size_t>(s->options_.negotiation_words, 1) * 8, kLine);
-  s->piece_bytes_ = roundUp(std::max<std::size_t>(s->options_.piece_bytes, kLine), kLine);
-  const auto bytes = static_cast<MPI_Aint>(kHeaderBytes + 2 * s->negotiation_bytes_ +
-                                           2 * s->piece_bytes_);  // the data slot: two pieces
+  // The sizes come from validated settings, but a window that wraps around would
+  // corrupt silently: check the arithmetic anyway.
+  const std::size_t words = std::max<std::size_t>(s->options_.negotiation_words, 1);
+  const std::size_t piece = std::max<std::size_t>(s->options_.piece_bytes, kLine);
+  std::size_t bytes = 0;
+  if (words > kMaxWindowBytes / 8 || piece > kMaxWindowBytes / 2)
+    throw InvalidArgument("shared-memory transport: " + std::to_string(piece) +
+                          "-byte pieces and " + std::to_string(words) +
+                          " negotiation words do not fit a window");
+  s->negotiation_bytes_ = roundUp(words * 8, kLine);
+  s->piece_bytes_ = roundUp(piece, kLine);
+  bytes = kHeaderBytes + 2 * s->negotiation_bytes_ + 2 * s->piece_bytes_;  // data slot: two pieces
   MPI_Info info;
   ACCORD_MPI_CHECK(MPI_Info_create(&info));
   // Each rank's region in its own pages, placed near that rank.
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
   char* mine = nullptr;
-  const int rc = MPI_Win_allocate_shared(bytes, 1, info, comm, &mine, &s->win_);
+  const int rc =
+      MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info, comm, &mine, &s->win_);
   MPI_Info_free(&info);
   ACCORD_MPI_CHECK(rc);
   ACCORD_MPI_CHECK(MPI_Win_set_errhandler(s->win_, MPI_ERRORS_RETURN));
-  std::memset(mine, 0, kHeaderBytes);
   s->bases_.resize(size);
   for (int r = 0; r < size; ++r) {
     MPI_Aint got = 0;
@@ -111,9 +122,14 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
     ACCORD_MPI_CHECK(MPI_Win_shared_query(s->win_, r, &got, &unit, &s->bases_[r]));
   }
   // Loads and stores from here on are synchronized by the counters; the passive epoch
-  // makes that legal under MPI's unified memory model.
+  // makes that legal under MPI's unified memory model. Zeroing the header is the first
+  // store: MPI_Win_sync makes it visible to the other processes before the barrier
+  // tells them to look, and the second sync orders their later loads after it.
   ACCORD_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win_));
-  ACCORD_MPI_CHECK(MPI_Barrier(comm));  // every header is zeroed before anyone signals
+  std::memset(mine, 0, kHeaderBytes);
+  ACCORD_MPI_CHECK(MPI_Win_sync(s->win_));
+  ACCORD_MPI_CHECK(MPI_Barrier(comm));
+  ACCORD_MPI_CHECK(MPI_Win_sync(s->win_));
   return s;
 }
 

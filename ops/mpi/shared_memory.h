@@ -48,6 +48,7 @@ class SharedMemory {
   static std::unique_ptr<SharedMemory> create(MPI_Comm comm, SharedMemoryOptions options);
   // Frees the window: collective, so every member destroys it in the same order.
   ~SharedMemory();
+
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
 

@@ -32,14 +32,24 @@ inline constexpr ProcessSetId kGlobalProcessSet = 0;
 
 // ---- lifetime and topology ------------------------------------------------------
 
-// Starts the runtime on every rank. Calls MPI_Init_thread if the application has not
-// initialized MPI itself; either way Accord works on its own duplicate of
-// MPI_COMM_WORLD. Reads and validates every ACCORD_* environment variable.
+// Starts the runtime on every rank (collective: every rank calls it). Calls
+// MPI_Init_thread if the application has not initialized MPI itself; either way Accord
+// works on its own duplicates of MPI_COMM_WORLD. Reads and validates every ACCORD_*
+// environment variable. After shutdown() it may start Accord again if the application
+// owns MPI; it throws NotInitialized if Accord finalized MPI, or if the last runtime
+// ended in a communication failure.
 void init();
 // The first rank to call shutdown() ends the runtime on every rank: all ranks leave
 // the background loop in the same cycle, and collectives still pending on any rank
 // complete with ShutDown (so a rank that stops early cannot leave the others hanging).
-// Every rank should still call it to release resources. Safe to call more than once.
+// Every rank should still call it to release resources. Safe to call more than once;
+// a process that returns from main without it shuts down at exit.
+//
+// After a CommError (a rank died or stopped answering) shutdown() returns within
+// ACCORD_STALL_SHUTDOWN_TIME without tearing MPI down, since that would wait for the
+// failed rank. The process should then exit with a non-zero status and must not call
+// MPI_Finalize; buffers of the failed collective may still be written by MPI until it
+// exits.
 void shutdown();
 bool is_initialized();
 
@@ -154,5 +164,13 @@ std::vector<int> process_set_ranks(ProcessSetId id);  // global ranks, ascending
 bool process_set_included(ProcessSetId id);           // is this rank a member?
 int process_set_rank(ProcessSetId id);                // this rank's rank in the set
 int process_set_size(ProcessSetId id);
+
+// How a process set's members reach each other for host memory, fixed when the set is
+// created: Local (a set of one rank), SharedMemory (every member on this host and
+// ACCORD_SHARED_MEMORY=1: negotiation and allreduce through a shared window, other
+// collectives through MPI) or Mpi (MPI point-to-point messages). Only on members.
+enum class Transport : std::uint8_t { Local, SharedMemory, Mpi };
+Transport process_set_transport(ProcessSetId id);
+const char* transport_name(Transport transport);  // "local", "shared-memory", "mpi"
 
 }  // namespace accord

@@ -12,7 +12,8 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A bad argument or configuration value, detected before any communication.
+// A bad argument or configuration value; also a collective whose output this rank could
+// not provide (its allocator threw or returned too little), which it still took part in.
 class InvalidArgument : public Error {
  public:
   using Error::Error;
@@ -30,13 +31,18 @@ class MismatchError : public Error {
   using Error::Error;
 };
 
-// MPI, NCCL or the CUDA runtime reported a failure.
+// Communication failed: MPI reported an error, or a rank stopped answering for
+// ACCORD_STALL_SHUTDOWN_TIME (died, frozen, hung) inside negotiation or a collective.
+// The runtime cannot go on: every pending and later collective fails with the same
+// error, naming the rank (see shutdown() for what to do next).
 class CommError : public Error {
  public:
   using Error::Error;
 };
 
-// The stall inspector gave up waiting for ranks that never submitted a tensor.
+// The stall inspector gave up, after ACCORD_STALL_SHUTDOWN_TIME, on a collective that
+// some ranks never submitted; the message names them. Only that collective fails: the
+// runtime goes on.
 class Timeout : public Error {
  public:
   using Error::Error;

@@ -1,0 +1,179 @@
+// Link and Requests (see link.h).
+#include "ops/mpi/link.h"
+
+#include "runtime/mpi_check.h"
+
+#include <accord/error.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <thread>
+
+namespace accord::mpi {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Larger transfers go as several messages: MPI counts are ints.
+constexpr std::size_t kMaxMessage = std::size_t{1} << 30;
+
+struct Waiting {
+  std::chrono::microseconds spin, yield_until, first_sleep, max_sleep;
+};
+
+// Negotiation: a peer that is already negotiating answers within microseconds; one
+// sleeping between idle cycles (up to 20 ms) takes longer, and waking a few thousand
+// times a second at most bounds the added latency to 200 us.
+constexpr Waiting kNegotiation{std::chrono::microseconds(50), std::chrono::microseconds(50),
+                               std::chrono::microseconds(5), std::chrono::microseconds(200)};
+// Data: as the shared-memory transport waits for a peer's piece.
+constexpr Waiting kData{std::chrono::microseconds(20), std::chrono::microseconds(1000),
+                        std::chrono::microseconds(20), std::chrono::microseconds(20)};
+
+std::string seconds(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+void Requests::add(MPI_Request request, int peer, bool receive) {
+  requests_.push_back(request);
+  peers_.push_back(peer);
+  receives_.push_back(receive);
+}
+
+Link::Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::milliseconds timeout)
+    : comm_(comm), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
+  ACCORD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ACCORD_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  if (static_cast<int>(global_ranks_.size()) != size_) {
+    global_ranks_.resize(size_);
+    for (int r = 0; r < size_; ++r) global_ranks_[r] = r;
+  }
+}
+
+Link::~Link() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void Link::send(Requests& requests, const void* data, std::size_t bytes, int peer, int tag) {
+  const char* p = static_cast<const char*>(data);
+  for (std::size_t off = 0; off < bytes; off += kMaxMessage) {
+    const int n = static_cast<int>(std::min(kMaxMessage, bytes - off));
+    MPI_Request request;
+    ACCORD_MPI_CHECK(MPI_Isend(p + off, n, MPI_BYTE, peer, tag, comm_, &request));
+    requests.add(request, peer, false);
+  }
+}
+
+void Link::recv(Requests& requests, void* data, std::size_t bytes, int peer, int tag) {
+  char* p = static_cast<char*>(data);
+  for (std::size_t off = 0; off < bytes; off += kMaxMessage) {
+    const int n = static_cast<int>(std::min(kMaxMessage, bytes - off));
+    MPI_Request request;
+    ACCORD_MPI_CHECK(MPI_Irecv(p + off, n, MPI_BYTE, peer, tag, comm_, &request));
+    requests.add(request, peer, true);
+  }
+}
+
+void Link::checkUsable() const {
+  if (!broken_.empty()) throw CommError(broken_);
+}
+
+void Link::fail(const std::string& message) {
+  if (broken_.empty()) broken_ = message;
+  throw CommError(message);
+}
+
+// True when at least one request completed; `remaining` counts the others.
+bool Link::progress(Requests& requests, int& remaining) {
+  static thread_local std::vector<int> done;
+  done.resize(requests.requests_.size());
+  int count = 0;
+  ACCORD_MPI_CHECK(MPI_Testsome(static_cast<int>(requests.requests_.size()),
+                                requests.requests_.data(), &count, done.data(),
+                                MPI_STATUSES_IGNORE));
+  if (count == MPI_UNDEFINED) {
+    remaining = 0;
+    return false;
+  }
+  remaining -= count;
+  return count > 0;
+}
+
+void Link::await(Requests& requests, const std::string& what, const char* step,
+                 Patience patience) {
+  checkUsable();
+  const Waiting& w = patience == Patience::Data ? kData : kNegotiation;
+  int remaining = static_cast<int>(requests.requests_.size());
+  try {
+    auto last = Clock::now();  // of the last completion: the deadline counts from it
+    auto sleep = w.first_sleep;
+    while (remaining > 0) {
+      if (progress(requests, remaining)) {
+        last = Clock::now();
+        sleep = w.first_sleep;
+        continue;
+      }
+      const auto now = Clock::now();
+      const auto idle = now - last;
+      if (idle < w.spin) continue;
+      if (timeout_.count() > 0 && idle >= timeout_) giveUp(requests, what, step);
+      if (idle < w.yield_until) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, w.max_sleep);
+    }
+  } catch (const CommError& e) {
+    if (broken_.empty()) broken_ = e.what();
+    throw;
+  }
+  requests = Requests();
+}
+
+void Link::giveUp(Requests& requests, const std::string& what, const char* step) {
+  std::vector<int> silent;
+  int writes_pending = 0;
+  for (std::size_t i = 0; i < requests.requests_.size(); ++i) {
+    MPI_Request& request = requests.requests_[i];
+    if (request == MPI_REQUEST_NULL) continue;
+    const int peer = global_ranks_[requests.peers_[i]];
+    if (std::find(silent.begin(), silent.end(), peer) == silent.end()) silent.push_back(peer);
+    // Only a receive that no message has matched yet can be cancelled; an unmatched
+    // send needs no cancelling once the transport is abandoned.
+    int completed = 0;
+    if (requests.receives_[i] && MPI_Cancel(&request) == MPI_SUCCESS)
+      MPI_Test(&request, &completed, MPI_STATUS_IGNORE);
+    if (requests.receives_[i] && !completed) ++writes_pending;
+  }
+  std::sort(silent.begin(), silent.end());
+  const bool one = silent.size() == 1;
+  std::string message =
+      what + ": rank" + (one ? " " : "s ") + joinRanks(silent) + " did not " + step + " within " +
+      seconds(timeout_) + " s (ACCORD_STALL_SHUTDOWN_TIME): " +
+      (one ? "it, or a rank it waits for in turn, has died or hangs. Accord cannot go on without "
+             "it"
+           : "they, or ranks they wait for in turn, have died or hang. Accord cannot go on "
+             "without them") +
+      "; every pending and later collective fails";
+  if (writes_pending > 0)
+    message += ". MPI could not cancel " + std::to_string(writes_pending) +
+               " receive(s) already under way: this collective's buffers may still be written "
+               "until the process exits, so keep them allocated";
+  requests = Requests();  // the handles are MPI's now: never freed
+  fail(message);
+}
+
+}  // namespace accord::mpi

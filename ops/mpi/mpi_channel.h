@@ -1,0 +1,38 @@
+// The negotiation channel over MPI point-to-point messages (see runtime/channel.h),
+// for process sets whose ranks do not share one host, or with ACCORD_SHARED_MEMORY=0.
+//
+// AND: dissemination, ceil(log2 n) rounds of one send and one receive each. Gather:
+// rank 0 receives from every rank separately, so a timeout names exactly the ranks
+// missing. Broadcast: a binomial tree. Every wait is Link::await's, with the deadline.
+#pragma once
+
+#include "ops/mpi/link.h"
+#include "runtime/channel.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace accord::mpi {
+
+class MpiChannel final : public NegotiationChannel {
+ public:
+  explicit MpiChannel(Link& link) : link_(link) {}
+
+  void bitwiseAnd(std::vector<std::uint64_t>& bits) override;
+  std::vector<std::vector<std::uint8_t>> gatherToRoot(
+      const std::vector<std::uint8_t>& mine) override;
+  void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override;
+
+ private:
+  Link& link_;
+  // Every message is sent from or received into one of these, never a local: after a
+  // timeout its request stays with MPI, and a peer that wakes up later may still
+  // complete it. The runtime then never destroys the transport, so these stay valid.
+  std::vector<std::uint64_t> and_out_, and_in_;
+  std::uint64_t length_ = 0;
+  std::vector<std::uint64_t> lengths_;
+  std::vector<std::uint8_t> bytes_;
+  std::vector<std::vector<std::uint8_t>> parts_;
+};
+
+}  // namespace accord::mpi

@@ -1,0 +1,49 @@
+// MpiTransport (see mpi_transport.h).
+#include "ops/mpi/mpi_transport.h"
+
+namespace accord::mpi {
+
+// The shared-memory AND with MpiChannel's gather and broadcast.
+class MpiTransport::ShmChannel final : public NegotiationChannel {
+ public:
+  ShmChannel(SharedMemory& shm, MpiChannel& mpi) : shm_(shm), mpi_(mpi) {}
+  void bitwiseAnd(std::vector<std::uint64_t>& bits) override { shm_.bitwiseAnd(bits); }
+  std::vector<std::vector<std::uint8_t>> gatherToRoot(
+      const std::vector<std::uint8_t>& mine) override {
+    return mpi_.gatherToRoot(mine);
+  }
+  void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override {
+    mpi_.broadcastFromRoot(bytes);
+  }
+
+ private:
+  SharedMemory& shm_;
+  MpiChannel& mpi_;
+};
+
+MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const Config& config)
+    : link_(comm, std::move(global_ranks), config.stall_shutdown_time), mpi_channel_(link_) {
+  if (!config.shared_memory) return;
+  SharedMemoryOptions options;
+  options.piece_bytes = config.chunk_bytes;
+  options.negotiation_words = negotiationWords(config.cache_capacity);
+  options.timeout = config.stall_shutdown_time;
+  options.global_ranks.resize(link_.size());
+  for (int r = 0; r < link_.size(); ++r) options.global_ranks[r] = link_.globalRank(r);
+  shm_ = SharedMemory::create(link_.comm(), std::move(options));
+  if (shm_) shm_channel_ = std::make_unique<ShmChannel>(*shm_, mpi_channel_);
+}
+
+MpiTransport::~MpiTransport() = default;
+
+NegotiationChannel& MpiTransport::channel() {
+  if (shm_channel_) return *shm_channel_;
+  return mpi_channel_;
+}
+
+Transport MpiTransport::kind() const {
+  if (link_.size() == 1) return Transport::Local;
+  return shm_ ? Transport::SharedMemory : Transport::Mpi;
+}
+
+}  // namespace accord::mpi

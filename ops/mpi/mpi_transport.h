@@ -1,0 +1,41 @@
+// The MPI backend's transport of one process set: its communicator as a Link, and,
+// when every member shares this host, the shared-memory window.
+//
+// Negotiation goes through MpiChannel, or through SharedMemory's AND with MpiChannel's
+// gather and broadcast when the window exists (the AND runs every cycle; the other two
+// only when the response cache cannot answer). Data collectives use link() and shm().
+#pragma once
+
+#include "ops/mpi/link.h"
+#include "ops/mpi/mpi_channel.h"
+#include "ops/mpi/shared_memory.h"
+#include "runtime/backend.h"
+
+#include <memory>
+
+namespace accord::mpi {
+
+class MpiTransport final : public SetTransport {
+ public:
+  // Collective over `comm` (see Backend::connect).
+  MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const Config& config);
+  ~MpiTransport() override;
+
+  NegotiationChannel& channel() override;
+  Transport kind() const override;
+
+  Link& link() { return link_; }
+  SharedMemory* shm() { return shm_.get(); }
+
+ private:
+  class ShmChannel;
+
+  Link link_;
+  MpiChannel mpi_channel_;
+  // Declared after link_: destroyed first, since the window lives on link_'s
+  // communicator.
+  std::unique_ptr<SharedMemory> shm_;
+  std::unique_ptr<ShmChannel> shm_channel_;
+};
+
+}  // namespace accord::mpi
