@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 namespace accord {
 namespace {
@@ -25,7 +26,11 @@ void broadcastTree(ExecContext& ctx, char* data, std::size_t bytes, int root,
   const mpi::Tree tree = mpi::binomialTree(ctx.rank(), ctx.size(), root);
   const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes);
   const std::size_t pieces = (bytes + step - 1) / step;
-  mpi::Requests sends;
+  // At most this many pieces in flight to the children: enough to keep the pipeline
+  // full, few enough that a child that stops answering is seen (and named) while the
+  // other children's pieces have long arrived.
+  constexpr std::size_t kWindow = 4;
+  std::deque<mpi::Requests> sends;
   for (std::size_t p = 0; p < pieces; ++p) {
     const std::size_t lo = bytes * p / pieces, hi = bytes * (p + 1) / pieces;
     if (tree.parent >= 0) {
@@ -33,9 +38,17 @@ void broadcastTree(ExecContext& ctx, char* data, std::size_t bytes, int root,
       ctx.link.recv(receive, data + lo, hi - lo, tree.parent, kBroadcastTag);
       ctx.link.await(receive, what, "pass on the broadcast", mpi::Patience::Data);
     }
-    for (int child : tree.children) ctx.link.send(sends, data + lo, hi - lo, child, kBroadcastTag);
+    if (tree.children.empty()) continue;
+    if (sends.size() == kWindow) {
+      ctx.link.await(sends.front(), what, "receive the broadcast", mpi::Patience::Data);
+      sends.pop_front();
+    }
+    sends.emplace_back();
+    for (int child : tree.children)
+      ctx.link.send(sends.back(), data + lo, hi - lo, child, kBroadcastTag);
   }
-  ctx.link.await(sends, what, "receive the broadcast", mpi::Patience::Data);
+  for (auto& piece : sends)
+    ctx.link.await(piece, what, "receive the broadcast", mpi::Patience::Data);
 }
 
 class MpiBroadcast final : public Op {

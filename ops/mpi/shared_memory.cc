@@ -162,14 +162,15 @@ void SharedMemory::waitForPeers(int which, std::uint64_t gen, const Patience& pa
 }
 
 void SharedMemory::giveUp(int which, int rank) {
-  const char* step[] = {"publish its part of an allreduce", "reduce its block of an allreduce",
-                        "collect the result of an allreduce", "join a negotiation round"};
+  const char* step[] = {"publish its part", "reduce its block", "collect the result",
+                        "join a negotiation round"};
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
-  broken_ = "shared-memory transport: rank " + std::to_string(options_.global_ranks[rank]) +
-            " did not " + step[which] + " within " + seconds +
-            " s (ACCORD_STALL_SHUTDOWN_TIME): it has died or hangs. The ranks no longer agree "
-            "on the transport's state, so every later collective on this process set fails";
+  broken_ = (which == kNegotiated ? std::string("negotiation") : what_) + ": rank " +
+            std::to_string(options_.global_ranks[rank]) + " did not " + step[which] + " within " +
+            seconds +
+            " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): it has died or hangs. "
+            "Accord cannot go on without it; every pending and later collective fails";
   throw CommError(broken_);
 }
 
@@ -236,8 +237,9 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
 }
 
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
-                             const Scaling& pre, const Scaling& post) {
+                             const Scaling& pre, const Scaling& post, const std::string& what) {
   if (!broken_.empty()) throw CommError(broken_);
+  what_ = what;
   const std::size_t elem = dtype_size(dtype);
   const std::size_t step = std::max<std::size_t>(1, piece_bytes_ / elem);
   const std::size_t pieces = count <= 2 * step ? 1 : (count + step - 1) / step;

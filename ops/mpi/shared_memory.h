@@ -53,9 +53,9 @@ class SharedMemory {
   SharedMemory& operator=(const SharedMemory&) = delete;
 
   // In-place allreduce of `count` elements, in the same pieces on every rank; `pre`
-  // scales this rank's input, `post` the result.
+  // scales this rank's input, `post` the result. `what` names the tensors in errors.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
-                 const Scaling& post);
+                 const Scaling& post, const std::string& what);
   // In-place bitwise AND over every rank; bits.size() <= negotiation_words, the same on
   // every rank. Waits for late peers politely: they may be busy elsewhere for
   // milliseconds.
@@ -87,6 +87,7 @@ class SharedMemory {
   std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
   std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank
   std::string broken_;                 // why the transport is unusable; empty while it works
+  std::string what_;                   // the allreduce under way, for messages
   std::vector<const void*> peers_;     // per-piece scratch, kept to avoid allocations
   std::vector<cpu::CopyPiece> collect_;
 };

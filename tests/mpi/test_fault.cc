@@ -1,0 +1,231 @@
+// A rank that stops answering inside a data collective must not hold the others: every
+// survivor's collective fails with a CommError naming it within ACCORD_STALL_SHUTDOWN_TIME
+// (plus a second), later collectives fail at once, and shutdown() returns at once so
+// that the survivor can exit.
+//
+//   mpi_test_fault --fault freeze|exit --collective allreduce|broadcast|allgather|alltoall|reducescatter
+//
+// The last rank is the victim. It stops (SIGSTOP, as a debugger or a hung process
+// would) or leaves (_exit, as a crash the launcher is told to ignore would) in the
+// middle of the collective: for allreduce and broadcast as soon as the first piece of
+// its buffer has changed (the buffers are large and go in 4 KiB pieces, so most of the
+// collective is still ahead); for the others inside its output allocator, which Accord
+// calls on its background thread once the collective runs.
+//
+// Plain main, not Catch: after the failure MPI cannot be finalized (see
+// accord::shutdown), so each survivor reports with a marker line and exits 1, and
+// run_expect_abort.cmake counts the markers. Rank 0 then kills a frozen victim.
+#include <accord/accord.h>
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string fault = "freeze";
+  std::string collective = "allreduce";
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--fault") a.fault = argv[i + 1];
+    else if (flag == "--collective") a.collective = argv[i + 1];
+  }
+  const bool ok = (a.fault == "freeze" || a.fault == "exit") &&
+                  (a.collective == "allreduce" || a.collective == "broadcast" ||
+                   a.collective == "allgather" || a.collective == "alltoall" ||
+                   a.collective == "reducescatter");
+  if (!ok) {
+    std::fprintf(stderr, "usage: %s --fault freeze|exit --collective allreduce|broadcast|"
+                 "allgather|alltoall|reducescatter\n", argv[0]);
+    std::exit(2);
+  }
+  return a;
+}
+
+std::string g_fault;
+
+void fail() {
+  const char* line = g_fault == "freeze" ? "[victim] stopping myself\n" : "[victim] leaving\n";
+  if (write(2, line, std::strlen(line)) < 0) {}  // async-signal-safe, unlike fprintf
+  if (g_fault == "freeze") {
+    raise(SIGSTOP);  // stops every thread of the process; rank 0 kills it later
+    return;
+  }
+  _exit(3);
+}
+
+// Waits (on the victim's application thread) until element 0 differs from `before`,
+// i.e. the collective is under way, then fails.
+void failOnceChanged(const float* data, float before) {
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(data);
+  std::uint32_t b;
+  std::memcpy(&b, &before, sizeof b);
+  while (__atomic_load_n(bits, __ATOMIC_RELAXED) == b) {
+  }
+  fail();
+}
+
+accord::Allocator into(std::vector<float>& out, bool victim) {
+  return [&out, victim](const accord::Shape& shape) {
+    if (victim) fail();
+    out.resize(static_cast<std::size_t>(accord::num_elements(shape)));
+    return accord::TensorView{out.data(), accord::DType::Float32, shape, {}};
+  };
+}
+
+// Submits the collective; on the victim also injects the fault.
+accord::Handle run(const std::string& collective, bool victim, std::vector<float>& in,
+                   std::vector<float>& out) {
+  const int me = accord::rank(), n = accord::size();
+  const std::string name = "fault." + collective;
+  if (collective == "allreduce" || collective == "broadcast") {
+    in.assign(std::size_t{16} << 20, collective == "broadcast" ? (me == 0 ? 1.0f : 0.0f) : 1.0f);
+    const float before = in[0];
+    accord::TensorView view{in.data(), accord::DType::Float32,
+                            {static_cast<std::int64_t>(in.size())}, {}};
+    accord::Handle h;
+    if (collective == "allreduce") {
+      accord::AllreduceOptions o;
+      o.name = name;
+      h = accord::allreduce_async(view, o);
+    } else {
+      accord::BroadcastOptions o;
+      o.name = name;
+      h = accord::broadcast_async(view, o);
+    }
+    if (victim) failOnceChanged(in.data(), before);
+    return h;
+  }
+  const std::int64_t rows = 1024 * n;
+  in.assign(static_cast<std::size_t>(rows), static_cast<float>(me));
+  accord::TensorView view{in.data(), accord::DType::Float32, {rows}, {}};
+  if (collective == "allgather") {
+    accord::AllgatherOptions o;
+    o.name = name;
+    return accord::allgather_async(view, into(out, victim), o);
+  }
+  if (collective == "alltoall") {
+    accord::AlltoallOptions o;
+    o.name = name;
+    return accord::alltoall_async(view, into(out, victim), o);
+  }
+  accord::ReducescatterOptions o;
+  o.name = name;
+  return accord::reducescatter_async(view, into(out, victim), o);
+}
+
+std::string outcome(const accord::Handle& h, std::string& message) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!h.poll()) {
+    if (Clock::now() > deadline) return "hang";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  try {
+    h.wait();
+    return "ok";
+  } catch (const accord::CommError& e) {
+    message = e.what();
+    return "CommError";
+  } catch (const std::exception& e) {
+    message = e.what();
+    return "other";
+  }
+}
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  g_fault = args.fault;
+  accord::init();
+  const int me = accord::rank(), n = accord::size();
+  const int victim = n - 1;
+  const char* t_env = std::getenv("ACCORD_STALL_SHUTDOWN_TIME");
+  const double limit = (t_env ? std::atof(t_env) : 300.0) + 1.0;
+  std::vector<int> pids(n);
+  int pid = static_cast<int>(getpid());
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Comm survivors;
+  MPI_Comm_split(MPI_COMM_WORLD, me == victim ? 1 : 0, me, &survivors);
+  {  // everything is connected before the fault
+    std::vector<float> warm(1024, 1.0f);
+    accord::allreduce({warm.data(), accord::DType::Float32, {1024}, {}});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  std::vector<float> in, out;
+  const auto t0 = Clock::now();
+  accord::Handle h = run(args.collective, me == victim, in, out);
+  if (me == victim) {
+    // The allocator fails on the background thread: the process stops or leaves there.
+    // Only a victim whose fault point never came gets past this.
+    try {
+      h.wait();
+    } catch (const std::exception&) {
+    }
+    std::fprintf(stderr, "[victim] the collective ended before the fault\n");
+    std::_Exit(1);
+  }
+  std::string message;
+  const std::string kind = outcome(h, message);
+  const double waited = since(t0);
+  // Failed inside the data collective (it names the tensor), pointing at the victim or
+  // at a rank that waited for it in turn.
+  const std::string name = args.collective + " 'fault." + args.collective + "'";
+  const bool named = contains(message, name);
+  const bool points = contains(message, "rank " + std::to_string(victim) + " did not") ||
+                      contains(message, "or a rank it waits for in turn");
+  std::string later_message;
+  std::string later = "ok";
+  try {
+    std::vector<float> x(16, 1.0f);
+    accord::AllreduceOptions o;
+    o.name = "fault.later";
+    const auto t1 = Clock::now();
+    accord::allreduce_async({x.data(), accord::DType::Float32, {16}, {}}, o).wait();
+    later = since(t1) < 1.0 ? "ok" : "slow";
+  } catch (const accord::CommError& e) {
+    later = "CommError";
+    later_message = e.what();
+  } catch (const std::exception& e) {
+    later = "other";
+  }
+  const auto t2 = Clock::now();
+  accord::shutdown();
+  const double shut = since(t2);
+  const bool pass = kind == "CommError" && named && points && waited <= limit &&
+                    later == "CommError" && shut <= 1.0;
+  std::fprintf(stderr, "%s by rank %d: %s after %.2f s (limit %.2f), later: %s, shutdown %.3f s: %s\n",
+               pass ? "FAULT-DETECTED" : "FAULT-CHECK-FAILED", me, kind.c_str(), waited, limit,
+               later.c_str(), shut, message.c_str());
+  std::fflush(stderr);
+  MPI_Barrier(survivors);  // every survivor has reported before the victim is killed
+  if (me == 0 && args.fault == "freeze") kill(pids[victim], SIGKILL);
+  return 1;  // as documented after a CommError: exit non-zero, without MPI_Finalize
+}

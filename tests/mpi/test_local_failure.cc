@@ -1,0 +1,150 @@
+// A rank that cannot do its part locally must not leave the others waiting: when its
+// output allocator throws (out of memory) or returns too small a buffer, it still takes
+// part in the collective with scratch space, its own handle fails with that error, and
+// every other rank's collective completes with the right values. The runtime goes on.
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace accord_test;
+
+namespace {
+
+enum class Fault { Throws, TooSmall };
+
+// Wraps a test Output: on rank `victim` the allocator throws or returns one element too
+// few instead.
+accord::Allocator faulty(Output& out, int victim, Fault fault) {
+  auto good = out.allocator();
+  return [good, victim, fault](const Shape& shape) -> accord::TensorView {
+    if (accord::rank() != victim) return good(shape);
+    if (fault == Fault::Throws) throw std::runtime_error("test allocator: out of memory");
+    accord::TensorView v = good(shape);
+    if (!v.shape.empty() && v.shape[0] > 0) v.shape[0] -= 1;
+    else v.shape = {0};
+    return v;
+  };
+}
+
+// The victim's handle fails with the allocator's own error; everyone else's completes.
+void expectOnlyVictimFails(const Outcome& outcome, int victim, Fault fault) {
+  INFO("rank " << accord::rank() << ": " << outcome.kind << ": " << outcome.message);
+  if (accord::rank() != victim) {
+    CHECK(outcome.ok());
+    return;
+  }
+  if (fault == Fault::Throws) {
+    CHECK(outcome.kind == "std::exception");
+    CHECK(contains(outcome.message, "test allocator: out of memory"));
+  } else {
+    CHECK(outcome.kind == "InvalidArgument");
+    CHECK(contains(outcome.message, "the output allocator returned"));
+  }
+}
+
+// The runtime still works on every rank afterwards.
+void allreduceStillWorks(const std::string& name) {
+  Buffer b(DType::Int32, {5});
+  b.fill([](std::int64_t i) { return static_cast<double>(i); });
+  accord::AllreduceOptions o;
+  o.name = name;
+  CHECK(finish(accord::allreduce_async(b.view(), o), name).ok());
+  for (std::int64_t i = 0; i < 5; ++i) CHECK(b.get(i) == i * accord::size());
+}
+
+}  // namespace
+
+TEST_CASE("allgather: a rank whose output allocator fails still takes part") {
+  const int n = accord::size(), me = accord::rank();
+  for (Fault fault : {Fault::Throws, Fault::TooSmall}) {
+    const int victim = fault == Fault::Throws ? n - 1 : 0;
+    Buffer in(DType::Float32, {3, 2});
+    in.fill([&](std::int64_t i) { return tagValue(DType::Float32, me, 0, i); });
+    Output out(DType::Float32);
+    accord::AllgatherOptions o;
+    o.name = std::string("local.allgather.") + (fault == Fault::Throws ? "throws" : "small");
+    const Outcome outcome =
+        finish(accord::allgather_async(in.view(), faulty(out, victim, fault), o), o.name);
+    expectOnlyVictimFails(outcome, victim, fault);
+    if (me != victim) {
+      REQUIRE(out.numel() == 6 * n);
+      INFO(compareElements(DType::Float32, out.data(), 6 * n, [](std::int64_t i) {
+        return tagValue(DType::Float32, static_cast<int>(i / 6), 0, i % 6);
+      }));
+      CHECK(compareElements(DType::Float32, out.data(), 6 * n, [](std::int64_t i) {
+              return tagValue(DType::Float32, static_cast<int>(i / 6), 0, i % 6);
+            }).empty());
+    }
+    allreduceStillWorks(o.name + ".after");
+  }
+}
+
+TEST_CASE("allgather: a failing rank in a fused group fails only its own tensor") {
+  const int n = accord::size(), me = accord::rank();
+  const int victim = n - 1;
+  Buffer a(DType::Int32, {2}), b(DType::Int32, {3});
+  a.fill([&](std::int64_t i) { return 10 * me + i; });
+  b.fill([&](std::int64_t i) { return 100 * me + i; });
+  Output out_a(DType::Int32), out_b(DType::Int32);
+  accord::AllgatherOptions oa, ob;
+  oa.name = "local.fused.a";
+  ob.name = "local.fused.b";
+  auto ha = accord::allgather_async(a.view(), faulty(out_a, victim, Fault::Throws), oa);
+  auto hb = accord::allgather_async(b.view(), out_b.allocator(), ob);
+  expectOnlyVictimFails(finish(ha, oa.name), victim, Fault::Throws);
+  CHECK(finish(hb, ob.name).ok());
+  REQUIRE(out_b.numel() == 3 * n);
+  for (std::int64_t i = 0; i < 3 * n; ++i) CHECK(out_b.get(i) == 100 * (i / 3) + i % 3);
+  allreduceStillWorks("local.fused.after");
+}
+
+TEST_CASE("alltoall: a rank whose output allocator fails still takes part") {
+  const int n = accord::size(), me = accord::rank();
+  for (Fault fault : {Fault::Throws, Fault::TooSmall}) {
+    const int victim = fault == Fault::Throws ? 0 : n - 1;
+    Buffer in(DType::Int64, {2 * n});  // two rows for every rank
+    in.fill([&](std::int64_t i) { return 1000 * me + i; });
+    Output out(DType::Int64);
+    accord::AlltoallOptions o;
+    o.name = std::string("local.alltoall.") + (fault == Fault::Throws ? "throws" : "small");
+    expectOnlyVictimFails(
+        finish(accord::alltoall_async(in.view(), faulty(out, victim, fault), o), o.name), victim,
+        fault);
+    if (me != victim) {
+      REQUIRE(out.numel() == 2 * n);
+      for (std::int64_t i = 0; i < 2 * n; ++i) CHECK(out.get(i) == 1000 * (i / 2) + 2 * me + i % 2);
+    }
+    allreduceStillWorks(o.name + ".after");
+  }
+}
+
+TEST_CASE("reducescatter: a rank whose output allocator fails still takes part") {
+  const int n = accord::size(), me = accord::rank();
+  for (Fault fault : {Fault::Throws, Fault::TooSmall}) {
+    const int victim = fault == Fault::Throws ? n - 1 : 0;
+    const std::int64_t rows = 3 * n + 1;
+    Buffer in(DType::Float64, {rows, 2});
+    in.fill([&](std::int64_t i) { return static_cast<double>(i + me); });
+    Output out(DType::Float64);
+    accord::ReducescatterOptions o;
+    o.name = std::string("local.reducescatter.") + (fault == Fault::Throws ? "throws" : "small");
+    expectOnlyVictimFails(
+        finish(accord::reducescatter_async(in.view(), faulty(out, victim, fault), o), o.name),
+        victim, fault);
+    if (me != victim) {
+      std::int64_t first = 0;
+      for (int r = 0; r < me; ++r) first += accord::reducescatter_rows(rows, r, n);
+      const std::int64_t mine = accord::reducescatter_rows(rows, me, n);
+      REQUIRE(out.numel() == 2 * mine);
+      const double rank_sum = n * (n - 1) / 2.0;
+      for (std::int64_t i = 0; i < 2 * mine; ++i) CHECK(out.get(i) == n * (2 * first + i) + rank_sum);
+    }
+    allreduceStillWorks(o.name + ".after");
+  }
+}
+
+int main(int argc, char** argv) { return runMain(argc, argv); }
