@@ -1,0 +1,242 @@
+// The Controller's negotiation protocol, in one process: three "ranks" on three threads,
+// each with its own Controller and ProcessSet, talking through an in-memory channel.
+// No MPI: the channel is the controller's only way out, which is what makes this test
+// possible (see runtime/channel.h).
+#include "runtime/controller.h"
+
+#include <accord/error.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+using namespace accord;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Every rank deposits its bytes and gets everyone's back: the one primitive the three
+// channel operations are built from. A rank missing for 10 s fails the test instead of
+// hanging it.
+class Hub {
+ public:
+  explicit Hub(int size) : size_(size), slots_(size) {}
+
+  std::vector<std::vector<std::uint8_t>> exchange(int rank, std::vector<std::uint8_t> mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::uint64_t generation = generation_;
+    slots_[rank] = std::move(mine);
+    if (++arrived_ == size_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lock, 10s, [&] { return generation_ != generation; })) {
+      throw CommError("in-memory channel: a rank did not arrive within 10 s");
+    }
+    return result_;
+  }
+  int gathers() const { return gathers_; }
+  void countGather() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++gathers_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int size_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  int gathers_ = 0;
+  std::vector<std::vector<std::uint8_t>> slots_, result_;
+};
+
+class InMemoryChannel final : public NegotiationChannel {
+ public:
+  InMemoryChannel(Hub& hub, int rank) : hub_(hub), rank_(rank) {}
+
+  void bitwiseAnd(std::vector<std::uint64_t>& bits) override {
+    std::vector<std::uint8_t> mine(bits.size() * 8);
+    std::memcpy(mine.data(), bits.data(), mine.size());
+    for (const auto& theirs : hub_.exchange(rank_, std::move(mine))) {
+      REQUIRE(theirs.size() == bits.size() * 8);  // same length on every rank
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        std::uint64_t w;
+        std::memcpy(&w, theirs.data() + 8 * i, 8);
+        bits[i] &= w;
+      }
+    }
+  }
+  std::vector<std::vector<std::uint8_t>> gatherToRoot(const std::vector<std::uint8_t>& mine) override {
+    if (rank_ == 0) hub_.countGather();
+    auto all = hub_.exchange(rank_, mine);
+    if (rank_ != 0) return {};
+    return all;
+  }
+  void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override {
+    bytes = hub_.exchange(rank_, bytes)[0];
+  }
+
+ private:
+  Hub& hub_;
+  int rank_;
+};
+
+class InMemoryTransport final : public SetTransport {
+ public:
+  InMemoryTransport(Hub& hub, int rank) : channel_(hub, rank) {}
+  NegotiationChannel& channel() override { return channel_; }
+  Transport kind() const override { return Transport::Local; }
+
+ private:
+  InMemoryChannel channel_;
+};
+
+constexpr int kRanks = 3;
+
+// One rank: its controller, its view of the global set, and what it negotiated.
+struct Rank {
+  Rank(Hub& hub, int rank, const Config& config)
+      : controller(config),
+        set(ProcessSet::create(kGlobalProcessSet, {0, 1, 2},
+                               std::make_unique<InMemoryTransport>(hub, rank), rank,
+                               config.cache_capacity)) {}
+
+  void submit(const std::string& name, Shape shape, ReduceOp op = ReduceOp::Sum) {
+    QueuedOp op_;
+    op_.request.type = RequestType::Allreduce;
+    op_.request.name = name;
+    op_.request.shape = std::move(shape);
+    op_.request.op = op;
+    op_.entry.name = name;
+    op_.entry.handle = std::make_shared<detail::HandleState>();
+    controller.admit(*set, std::move(op_), Clock::now());
+  }
+
+  // Negotiates until nothing this rank submitted is waiting; every response's names.
+  std::vector<std::string> negotiateAll(bool want_shutdown = false) {
+    std::vector<std::string> out;
+    for (int cycle = 0; cycle < 20; ++cycle) {
+      auto n = controller.negotiate(*set, want_shutdown, Clock::now());
+      shutdown = shutdown || n.shutdown;
+      for (const auto& r : n.responses) {
+        for (const auto& name : r.names) {
+          out.push_back(r.type == ResponseType::Error ? "error:" + name : name);
+          set->pending.erase(name);  // what the executor does once it ran the response
+        }
+        if (r.type == ResponseType::Error) errors.push_back(r.error);
+      }
+      if (!n.anyone_pending) break;
+    }
+    return out;
+  }
+
+  Controller controller;
+  std::unique_ptr<ProcessSet> set;
+  bool shutdown = false;
+  std::vector<std::string> errors;
+};
+
+// Runs body(rank) on one thread per rank and rethrows the first failure.
+void onEveryRank(std::vector<std::unique_ptr<Rank>>& ranks,
+                 const std::function<void(Rank&, int)>& body) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(*ranks[r], static_cast<int>(r));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+struct Fixture {
+  Fixture() : hub(kRanks) {
+    for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(hub, r, config));
+  }
+  Config config;
+  Hub hub;
+  std::vector<std::unique_ptr<Rank>> ranks;
+};
+
+}  // namespace
+
+TEST_CASE("ranks that submit in different orders execute one identical order", "[controller]") {
+  Fixture f;
+  std::vector<std::vector<std::string>> seen(kRanks);
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    std::vector<std::string> names = {"a", "b", "c", "d", "e"};
+    std::rotate(names.begin(), names.begin() + r, names.end());  // a different order each
+    for (const auto& name : names) rank.submit(name, {4});
+    seen[r] = rank.negotiateAll();
+  });
+  REQUIRE(seen[0].size() == 5);
+  CHECK(seen[1] == seen[0]);
+  CHECK(seen[2] == seen[0]);
+}
+
+TEST_CASE("in steady state the cache answers: nothing is gathered to rank 0", "[controller]") {
+  Fixture f;
+  std::vector<std::vector<std::string>> first(kRanks), second(kRanks);
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    for (const char* name : {"w1", "w2", "w3"}) rank.submit(name, {8});
+    first[r] = rank.negotiateAll();
+  });
+  const int gathers_cold = f.hub.gathers();
+  CHECK(gathers_cold > 0);
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    for (const char* name : {"w3", "w1", "w2"}) rank.submit(name, {8});
+    second[r] = rank.negotiateAll();
+  });
+  CHECK(f.hub.gathers() == gathers_cold);  // answered by the AND of cache bits alone
+  REQUIRE(second[0].size() == 3);
+  CHECK(second[1] == second[0]);
+  CHECK(second[2] == second[0]);
+}
+
+TEST_CASE("a changed shape misses the cache and is negotiated again", "[controller]") {
+  Fixture f;
+  onEveryRank(f.ranks, [&](Rank& rank, int) {
+    rank.submit("w", {8});
+    rank.negotiateAll();
+  });
+  const int before = f.hub.gathers();
+  std::vector<std::vector<std::string>> seen(kRanks);
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    rank.submit("w", {9});
+    seen[r] = rank.negotiateAll();
+  });
+  CHECK(f.hub.gathers() > before);
+  for (const auto& s : seen) CHECK(s == std::vector<std::string>{"w"});
+}
+
+TEST_CASE("ranks that disagree get the same error naming them", "[controller]") {
+  Fixture f;
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    rank.submit("x", {r == 2 ? 5 : 4});
+    CHECK(rank.negotiateAll() == std::vector<std::string>{"error:x"});
+  });
+  for (auto& rank : f.ranks) {
+    REQUIRE(rank->errors.size() == 1);
+    CHECK(rank->errors[0] == f.ranks[0]->errors[0]);
+    CHECK_THAT(rank->errors[0], Catch::Contains("rank 2") && Catch::Contains("[5]"));
+  }
+}
+
+TEST_CASE("one rank asking to shut down ends the loop on every rank", "[controller]") {
+  Fixture f;
+  onEveryRank(f.ranks, [&](Rank& rank, int r) { rank.negotiateAll(r == 1); });
+  for (auto& rank : f.ranks) CHECK(rank->shutdown);
+}
