@@ -61,9 +61,9 @@ void visitDType(DType dtype, Fn&& fn) {
 }
 
 // Runs body(begin, end) over [0, count). Buffers up to kParallelGrainBytes stay on the
-// calling thread: at ~10 GB/s per core, 128 KiB is ~13 us of work, an order of
-// magnitude above what waking and stealing a oneTBB task costs (~1 us), so splitting
-// finer would spend more on scheduling than it gains. The same grain bounds the
+// calling thread: at memory speed that is over ten microseconds of work, an order of
+// magnitude above what waking and stealing a oneTBB task costs, so splitting finer
+// would spend more on scheduling than it gains. The same grain bounds the
 // smallest piece a worker receives for large buffers.
 std::atomic<int> g_threads{0};
 std::unique_ptr<tbb::task_arena> g_arena;  // set by setThreads() before any kernel runs
@@ -157,8 +157,8 @@ void scaleLoop(T* data, std::size_t n, double factor, double divisor) {
   if constexpr (std::is_floating_point_v<T>) {
     // A lone factor or divisor that T holds exactly is applied in T. That is the same
     // correctly rounded result as in double (one operation on two values of T, rounded
-    // once, since double has more than 2p + 2 bits), and for float it runs 2-3x faster
-    // than converting every element to double and back.
+    // once, since double has more than 2p + 2 bits), and for float it saves converting
+    // every element to double and back, which costs more than the multiply itself.
     const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
     if (divisor == 1.0 && static_cast<double>(f) == factor) {
       for (std::size_t i = 0; i < n; ++i) data[i] *= f;

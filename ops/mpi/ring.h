@@ -3,10 +3,9 @@
 //
 // Rank r sends to r + 1 and receives from r - 1, n - 1 steps per phase, moving one
 // block per step; every rank sends and receives (n - 1)/n of the data per phase, which
-// is bandwidth-optimal. Against Open MPI's own blocking MPI_Allreduce on one host this
-// ran as fast up to 4 MiB and faster above, where MPI's non-blocking MPI_Iallreduce
-// took twice as long; and unlike either, every step's wait has a deadline and knows
-// which peer it waits for (link.h).
+// is bandwidth-optimal. Unlike MPI's blocking collectives, every step's wait has a
+// deadline and knows which peer it waits for (link.h); and unlike MPI's non-blocking
+// ones, it keeps the speed of the blocking ones (README, "Why the defaults").
 //
 // Every block is reduced once, along the chain that ends at its owner, and then only
 // copied: all ranks hold bit-identical results.

@@ -5,10 +5,8 @@
 // one data slot of two pieces.
 //
 // A buffer of up to two pieces is reduced whole, a larger one in pieces of piece_bytes.
-// Each piece costs three waits for the slowest rank, and those add up: on the
-// development machine (2 ranks, 2 MiB of L2 per core) a 2 MiB allreduce ran at 0.97x
-// raw MPI in one piece against 0.94x in two 1 MiB pieces (medians of 16 runs), while
-// large buffers still run fastest in 1 MiB pieces, which stay in L2.
+// Each piece costs three waits for the slowest rank, and those add up, while large
+// buffers still run fastest in pieces that stay in L2 (README, "Why the defaults").
 //
 // Allreduce piece number gen (counted from 1, identical on every rank):
 //   0. wait for every peer's collected >= gen - 1: nobody reads my data slot any more
@@ -18,8 +16,8 @@
 //      my slot in the same pass; reduced = gen; wait for every peer's reduced >= gen
 //   3. copy each peer's reduced block out of its slot into my buffer; collected = gen
 // One data slot rather than two alternating ones keeps the working set small enough to
-// stay in L2 between pieces (a 1 MiB allreduce ran ~5% faster); the wait of step 0 is
-// nearly always over at once, since peers collect while I finish my own collection.
+// stay in L2 between pieces; the wait of step 0 is nearly always over at once, since
+// peers collect while I finish my own collection.
 //
 // Negotiation round k writes slot k % 2. A slot is rewritten two rounds later, when its
 // readers are done: a peer enters round k + 1 only after reading round k, and I wait
