@@ -1,0 +1,30 @@
+# Runs an mpirun job that must succeed and whose output must match every one of
+# EXPECT_1 .. EXPECT_9 (regular expressions; numbered variables, because a list would
+# be split into separate arguments on its way here).
+#   cmake -DMPIEXEC=... -DNP=2 -DEXE=... [-DPREFLAGS=a;b] [-DENV=NAME=VALUE|...]
+#         -DEXPECT_1=regex [-DEXPECT_2=regex ...] -P run_expect_output.cmake
+foreach(var MPIEXEC NP EXE EXPECT_1)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run_expect_output.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+string(REPLACE "|" ";" ENV "${ENV}")
+set(env_args)
+foreach(kv IN LISTS ENV)
+  list(APPEND env_args -x ${kv})
+endforeach()
+execute_process(
+  COMMAND ${MPIEXEC} -np ${NP} ${PREFLAGS} ${env_args} ${EXE}
+  RESULT_VARIABLE rc
+  OUTPUT_VARIABLE out
+  ERROR_VARIABLE err)
+message("---- output ----\n${out}\n---- errors ----\n${err}")
+if(NOT rc STREQUAL "0")
+  message(FATAL_ERROR "FAILED: mpirun exited with '${rc}'")
+endif()
+foreach(i RANGE 1 9)
+  if(DEFINED EXPECT_${i} AND NOT "${out}\n${err}" MATCHES "${EXPECT_${i}}")
+    message(FATAL_ERROR "FAILED: nothing in the output matches '${EXPECT_${i}}'")
+  endif()
+endforeach()
+message("PASSED")
