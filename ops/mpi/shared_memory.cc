@@ -164,7 +164,7 @@ void SharedMemory::giveUp(int which, int rank) {
                         "join a negotiation round"};
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
-  broken_ = (which == kNegotiated ? std::string("negotiation") : what_) + ": rank " +
+  broken_ = (which == kNegotiated || !what_ ? std::string("negotiation") : *what_) + ": rank " +
             std::to_string(options_.global_ranks[rank]) + " did not " + step[which] + " within " +
             seconds +
             " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): it has died or hangs. "
@@ -237,7 +237,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                              const Scaling& pre, const Scaling& post, const std::string& what) {
   if (!broken_.empty()) throw CommError(broken_);
-  what_ = what;
+  what_ = &what;
   const std::size_t elem = dtype_size(dtype);
   const std::size_t step = std::max<std::size_t>(1, piece_bytes_ / elem);
   const std::size_t pieces = count <= 2 * step ? 1 : (count + step - 1) / step;
@@ -247,6 +247,7 @@ void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceO
     applyScaling(pre, p, hi - lo, dtype);
     piece(p, hi - lo, dtype, op, post);
   }
+  what_ = nullptr;
 }
 
 }  // namespace accord::mpi

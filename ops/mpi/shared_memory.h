@@ -87,7 +87,7 @@ class SharedMemory {
   std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
   std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank
   std::string broken_;                 // why the transport is unusable; empty while it works
-  std::string what_;                   // the allreduce under way, for messages
+  const std::string* what_ = nullptr;  // the allreduce under way, for messages
   std::vector<const void*> peers_;     // per-piece scratch, kept to avoid allocations
   std::vector<cpu::CopyPiece> collect_;
 };
