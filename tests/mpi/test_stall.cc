@@ -1,7 +1,7 @@
 // Stall inspector: a rank that never submits a tensor must not hang the others. With
 // ACCORD_STALL_CHECK_TIME=1 and ACCORD_STALL_SHUTDOWN_TIME=2 (seconds), every rank that
 // did submit gets accord::Timeout naming the tensor and the missing rank(s) within a
-// few seconds, and the runtime keeps working afterwards. Run with 2 or 3 ranks.
+// few seconds, and the runtime keeps working afterwards. Run with 1 to 4 ranks.
 #include <catch2/catch.hpp>
 
 #include "mpi_test.h"
