@@ -2,6 +2,10 @@
 // one rank. Collectives on A, on B and on the global set are in flight at the
 // same time, submitted in a different order on each rank; roots and ranks are within
 // the set. Adding and removing is collective over all ranks.
+//
+// Every test case adds the sets it uses and removes them before it ends, and takes their
+// ids from add_process_set: any case runs alone or in any order (CTest also runs them
+// shuffled with --order rand).
 #include <catch2/catch.hpp>
 
 #include "mpi_test.h"
@@ -36,14 +40,31 @@ int indexIn(const std::vector<int>& ranks, int r) {
   return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
 }
 
-struct Sets {
-  accord::ProcessSetId a = -1, b = -1;
+// A and B for the length of one test case: added by the constructor, removed by the
+// destructor unless remove() did it before. Both are collective over all ranks, so every
+// rank constructs and destroys it at the same point, members of A and B or not.
+class TwoSets {
+ public:
+  TwoSets()
+      : a(accord::add_process_set(setA(accord::size()))),
+        b(accord::add_process_set(setB(accord::size()))) {}
+  TwoSets(const TwoSets&) = delete;
+  TwoSets& operator=(const TwoSets&) = delete;
+  ~TwoSets() {
+    if (!removed_) remove();
+  }
+  // Removes both sets; returns "" or what went wrong, for INFO().
+  std::string remove() {
+    removed_ = true;
+    return describe(attempt([&] { accord::remove_process_set(a); }), "remove A") +
+           describe(attempt([&] { accord::remove_process_set(b); }), "remove B");
+  }
+  const accord::ProcessSetId a;
+  const accord::ProcessSetId b;
+
+ private:
+  bool removed_ = false;
 };
-// Added once by the first test case and used by the rest (Catch runs them in order).
-Sets& sets() {
-  static Sets s;
-  return s;
-}
 
 struct Pending {
   std::string name;
@@ -75,15 +96,14 @@ Pending allreduceOn(accord::ProcessSetId id, const std::vector<int>& members, co
 TEST_CASE("process sets: add two overlapping sets; topology queries") {
   const int n = accord::size();
   const int me = accord::rank();
-  sets().a = accord::add_process_set(setA(n));
-  sets().b = accord::add_process_set(setB(n));
-  CHECK(sets().a != accord::kGlobalProcessSet);
-  CHECK(sets().b != accord::kGlobalProcessSet);
-  CHECK(sets().a != sets().b);
+  TwoSets sets;
+  CHECK(sets.a != accord::kGlobalProcessSet);
+  CHECK(sets.b != accord::kGlobalProcessSet);
+  CHECK(sets.a != sets.b);
   CHECK(accord::process_set_ranks(accord::kGlobalProcessSet) == allRanks(n));
   CHECK(accord::process_set_size(accord::kGlobalProcessSet) == n);
   CHECK(accord::process_set_rank(accord::kGlobalProcessSet) == me);
-  for (const auto& [id, members] : {std::pair{sets().a, setA(n)}, std::pair{sets().b, setB(n)}}) {
+  for (const auto& [id, members] : {std::pair{sets.a, setA(n)}, std::pair{sets.b, setB(n)}}) {
     INFO("set " << id);
     CHECK(accord::process_set_ranks(id) == members);
     CHECK(accord::process_set_size(id) == static_cast<int>(members.size()));
@@ -96,15 +116,16 @@ TEST_CASE("process sets: collectives on A, B and the global set in flight at onc
   const int n = accord::size();
   const int me = accord::rank();
   const auto a = setA(n), b = setB(n);
+  TwoSets sets;
   std::vector<std::unique_ptr<Buffer>> keep;
   // Build the submissions, then submit them in a rank-dependent order.
   std::vector<std::function<Pending()>> submissions;
   for (int t = 0; t < 10; ++t) {
     const std::string k = std::to_string(t);
     if (indexIn(a, me) >= 0)
-      submissions.push_back([&, k] { return allreduceOn(sets().a, a, "ps.A." + k, keep); });
+      submissions.push_back([&, k] { return allreduceOn(sets.a, a, "ps.A." + k, keep); });
     if (indexIn(b, me) >= 0)
-      submissions.push_back([&, k] { return allreduceOn(sets().b, b, "ps.B." + k, keep); });
+      submissions.push_back([&, k] { return allreduceOn(sets.b, b, "ps.B." + k, keep); });
     submissions.push_back(
         [&, k] { return allreduceOn(accord::kGlobalProcessSet, allRanks(n), "ps.G." + k, keep); });
   }
@@ -127,10 +148,11 @@ TEST_CASE("process sets: the same name in A, B and the global set at once") {
   // Names are negotiated per process set: one name may be in flight in each.
   const int n = accord::size();
   const int me = accord::rank();
+  TwoSets sets;
   std::vector<std::unique_ptr<Buffer>> keep;
   std::vector<Pending> pending;
-  if (indexIn(setA(n), me) >= 0) pending.push_back(allreduceOn(sets().a, setA(n), "ps.same", keep));
-  if (indexIn(setB(n), me) >= 0) pending.push_back(allreduceOn(sets().b, setB(n), "ps.same", keep));
+  if (indexIn(setA(n), me) >= 0) pending.push_back(allreduceOn(sets.a, setA(n), "ps.same", keep));
+  if (indexIn(setB(n), me) >= 0) pending.push_back(allreduceOn(sets.b, setB(n), "ps.same", keep));
   pending.push_back(allreduceOn(accord::kGlobalProcessSet, allRanks(n), "ps.same", keep));
   for (std::size_t k = 0; k < pending.size(); ++k) {
     auto& p = pending[k];
@@ -147,6 +169,7 @@ TEST_CASE("process sets: broadcast and allgather with set-relative ranks") {
   const int n = accord::size();
   const int me = accord::rank();
   const auto b = setB(n);
+  TwoSets sets;  // every rank adds and removes them
   const int set_rank = indexIn(b, me);
   if (set_rank < 0) return;  // not a member of B: nothing to submit (collective over B only)
   // Broadcast from B's last member, given as B-relative root.
@@ -156,7 +179,7 @@ TEST_CASE("process sets: broadcast and allgather with set-relative ranks") {
   accord::BroadcastOptions bo;
   bo.name = "ps.B.bcast";
   bo.root = root;
-  bo.process_set = sets().b;
+  bo.process_set = sets.b;
   auto hb = accord::broadcast_async(x.view(), bo);
   // Allgather in B: member k sends k + 1 rows.
   Buffer rows(DType::Float64, {set_rank + 1, 2});
@@ -164,7 +187,7 @@ TEST_CASE("process sets: broadcast and allgather with set-relative ranks") {
   Output out(DType::Float64);
   accord::AllgatherOptions go;
   go.name = "ps.B.gather";
-  go.process_set = sets().b;
+  go.process_set = sets.b;
   auto hg = accord::allgather_async(rows.view(), out.allocator(), go);
 
   const auto eb = describe(finish(hb, bo.name), bo.name);
@@ -193,12 +216,13 @@ TEST_CASE("process sets: broadcast and allgather with set-relative ranks") {
 TEST_CASE("process sets: a collective on a set this rank is not in is rejected") {
   const int n = accord::size();
   const int me = accord::rank();
+  TwoSets sets;                           // every rank adds and removes them
   if (indexIn(setA(n), me) >= 0) return;  // only non-members of A (n >= 3)
   // Leaked on purpose: should the runtime accept the call, the buffer must outlive it.
   auto* b = new Buffer(DType::Float32, {4});
   accord::AllreduceOptions options;
   options.name = "ps.A.nonmember";
-  options.process_set = sets().a;
+  options.process_set = sets.a;
   accord::Handle h;
   const auto outcome = attempt([&] { h = accord::allreduce_async(b->view(), options); });
   std::string kind = outcome.kind;
@@ -220,14 +244,15 @@ TEST_CASE("process sets: adding a set with a bad rank fails on every rank") {
 
 TEST_CASE("process sets: remove both; the global set still works") {
   const int n = accord::size();
-  const auto ra = attempt([] { accord::remove_process_set(sets().a); });
-  const auto rb = attempt([] { accord::remove_process_set(sets().b); });
-  INFO(describe(ra, "remove A") << describe(rb, "remove B"));
-  CHECK(ra.ok());
-  CHECK(rb.ok());
-  const auto gone = attempt([] { accord::process_set_ranks(sets().a); });
-  INFO("process_set_ranks of a removed set: " << describe(gone, "query"));
-  CHECK(gone.kind == "InvalidArgument");
+  TwoSets sets;
+  const auto removed = sets.remove();
+  INFO(removed);
+  CHECK(removed.empty());
+  for (const accord::ProcessSetId id : {sets.a, sets.b}) {
+    const auto gone = attempt([id] { accord::process_set_ranks(id); });
+    INFO("process_set_ranks of removed set " << id << ": " << describe(gone, "query"));
+    CHECK(gone.kind == "InvalidArgument");
+  }
   std::vector<std::unique_ptr<Buffer>> keep;
   auto p = allreduceOn(accord::kGlobalProcessSet, allRanks(n), "ps.after.remove", keep);
   const auto error = describe(finish(p.handle, p.name), p.name);
@@ -236,6 +261,33 @@ TEST_CASE("process sets: remove both; the global set still works") {
   const auto diff = p.check();
   INFO(diff);
   CHECK(diff.empty());
+}
+
+TEST_CASE("process sets: sets added after others were removed work the same") {
+  // Sets added after others were removed work like the first ones did.
+  const int n = accord::size();
+  const int me = accord::rank();
+  for (int round = 0; round < 3; ++round) {
+    TwoSets sets;
+    INFO("round " << round << ": sets " << sets.a << " and " << sets.b);
+    CHECK(accord::process_set_ranks(sets.a) == setA(n));
+    CHECK(accord::process_set_ranks(sets.b) == setB(n));
+    std::vector<std::unique_ptr<Buffer>> keep;
+    std::vector<Pending> pending;
+    const std::string tag = ".round" + std::to_string(round);
+    if (indexIn(setA(n), me) >= 0)
+      pending.push_back(allreduceOn(sets.a, setA(n), "ps.A" + tag, keep));
+    if (indexIn(setB(n), me) >= 0)
+      pending.push_back(allreduceOn(sets.b, setB(n), "ps.B" + tag, keep));
+    for (auto& p : pending) {
+      const auto error = describe(finish(p.handle, p.name), p.name);
+      INFO(error);
+      CHECK(error.empty());
+      const auto diff = p.check();
+      INFO(p.name << ": " << diff);
+      CHECK(diff.empty());
+    }
+  }
 }
 
 int main(int argc, char** argv) { return runMain(argc, argv); }

@@ -8,16 +8,48 @@
 
 #include "mpi_test.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 using namespace accord_test;
+
+namespace {
+
+// True once thread `tid` (0: not yet started) of this process is asleep (state 'S'
+// in /proc/self/task/<tid>/stat: blocked on a futex, say) within `limit`; false when
+// `returned` becomes ready first or the limit passes.
+bool awaitAsleep(const std::atomic<pid_t>& tid, const std::future<void>& returned,
+                 std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (returned.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return false;
+    if (const pid_t t = tid.load(); t != 0) {
+      std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows
+      // the last ')'.
+      const auto paren = line.rfind(')');
+      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S')
+        return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+}  // namespace
 
 TEST_CASE("shutdown: pending handles complete with ShutDown; twice is fine") {
   const int me = accord::rank();
@@ -30,15 +62,26 @@ TEST_CASE("shutdown: pending handles complete with ShutDown; twice is fine") {
   accord::Handle ha = accord::allreduce_async(a.view(), oa);
   accord::Handle hb = accord::allreduce_async(b.view(), ob);
 
-  // A thread blocked in wait() (not polling) must be woken by the shutdown.
-  std::atomic<bool> woke{false};
+  // A thread blocked in wait() (not polling) must be woken by the shutdown. The main
+  // thread shuts down only once the waiter, after announcing its thread id, is asleep
+  // in the kernel: between the two it does nothing but call wait() (no allocation, no
+  // lock held by anyone else for long), so asleep means blocked in wait().
+  std::atomic<pid_t> waiter_tid{0};
   Outcome waited;
+  std::promise<void> woke;
+  std::future<void> woken = woke.get_future();
   std::thread waiter([&] {
+    waiter_tid = static_cast<pid_t>(syscall(SYS_gettid));
     waited = attempt([&] { hb.wait(); });
-    woke = true;
+    woke.set_value();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  if (n > 1) CHECK_FALSE(ha.poll());  // still pending before the shutdown
+  const bool blocked = awaitAsleep(waiter_tid, woken, std::chrono::seconds(30));
+  if (n > 1) {  // with one rank both handles complete on their own
+    INFO("rank " << me << ": the thread in wait() " << (blocked ? "is" : "never got") << " asleep");
+    CHECK(blocked);
+    CHECK_FALSE(hb.poll());  // blocked in wait(), not finished
+    CHECK_FALSE(ha.poll());  // still pending before the shutdown
+  }
   // Any rank's shutdown() shuts every rank down (the negotiation ANDs a "keep running"
   // bit): no rank may shut down before every rank has checked the above.
   const auto aligned = finish(accord::barrier_async(), "barrier");
@@ -54,8 +97,7 @@ TEST_CASE("shutdown: pending handles complete with ShutDown; twice is fine") {
     CHECK(oa_out.kind == "ShutDown");
     CHECK(contains(oa_out.message, oa.name));
   }
-  for (int k = 0; k < 300 && !woke; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (!woke) {
+  if (woken.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
     std::fprintf(stderr, "[rank %d] a thread in wait() was not woken by shutdown\n", me);
     std::abort();  // the waiter would block forever; joining it would hang the test
   }
