@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <set>
 
 namespace accord {
@@ -21,14 +20,17 @@ std::string describe(const Request& r) {
   return std::string(requestTypeName(r.type)) + " '" + r.name + "'";
 }
 
+// The size must not wrap (a shape of 2^64 elements would otherwise pass as empty), and
+// is checked before anything is queued, so a bad tensor fails in the caller's thread
+// and never reaches other ranks.
 void checkTensor(const Request& r, const TensorView& t) {
-  for (auto d : t.shape) {
-    if (d < 0) {
-      throw InvalidArgument(describe(r) + ": shape " + shape_string(t.shape) +
-                            " has a negative dimension");
-    }
+  std::size_t bytes = 0;
+  try {
+    bytes = t.bytes();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(describe(r) + ": " + e.what());
   }
-  if (t.data == nullptr && t.numel() > 0) {
+  if (t.data == nullptr && bytes > 0) {
     throw InvalidArgument(describe(r) + ": data pointer is null for shape " +
                           shape_string(t.shape));
   }
@@ -186,8 +188,10 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
     splits.assign(n, rows / n);
   }
   const bool negative = std::any_of(splits.begin(), splits.end(), [](auto v) { return v < 0; });
-  const auto sum = std::accumulate(splits.begin(), splits.end(), std::int64_t{0});
-  if (static_cast<int>(splits.size()) != n || negative || sum != rows) {
+  std::int64_t sum = 0;
+  bool overflow = false;  // huge splits could wrap around to exactly `rows`
+  for (auto v : splits) overflow = __builtin_add_overflow(sum, v, &sum) || overflow;
+  if (static_cast<int>(splits.size()) != n || negative || overflow || sum != rows) {
     throw InvalidArgument(describe(s.request) + ": splits must be " + std::to_string(n) +
                           " non-negative row counts summing to the first dimension " +
                           std::to_string(rows) + " (got " + shape_string(splits) + ")");

@@ -63,14 +63,20 @@ std::size_t Response::tensorBytes(std::size_t i) const {
     throw InvalidArgument("Response::tensorBytes(" + std::to_string(i) + "): the response has " +
                           std::to_string(shapes.size()) + " shapes");
   }
-  return static_cast<std::size_t>(num_elements(shapes[i])) * dtype_size(dtype);
+  return num_bytes(shapes[i], dtype);
 }
 
 // Responses without tensors (barrier, join, process sets, errors) carry no shapes and
 // so weigh nothing, which keeps them out of any fusion arithmetic.
 std::size_t Response::totalBytes() const {
   std::size_t total = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) total += tensorBytes(i);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (__builtin_add_overflow(total, tensorBytes(i), &total)) {
+      throw InvalidArgument(std::string(responseTypeName(type)) + " of " +
+                            std::to_string(shapes.size()) +
+                            " tensors: their byte counts sum past SIZE_MAX");
+    }
+  }
   return total;
 }
 

@@ -85,7 +85,8 @@ struct Response {
   enum class ErrorKind : std::uint8_t { Mismatch, Stall, Invalid } error_kind = ErrorKind::Mismatch;
 
   bool operator==(const Response&) const = default;
-  std::size_t tensorBytes(std::size_t i) const;  // numel(shapes[i]) * dtype_size(dtype)
+  // num_bytes(shapes[i], dtype); both throw InvalidArgument rather than wrap around.
+  std::size_t tensorBytes(std::size_t i) const;
   std::size_t totalBytes() const;
 };
 

@@ -8,6 +8,7 @@
 #include <accord/error.h>
 #include <accord/tensor.h>
 
+#include <cstdint>
 #include <string>
 
 namespace accord {
@@ -83,14 +84,36 @@ std::string Device::str() const {
 }
 
 // A scalar (empty shape) has one element. Negative dimensions never describe a real
-// tensor; they are rejected here so that a byte count can never wrap around.
+// tensor, and a count past int64 would wrap (to 0: "empty"; or negative): both are
+// rejected here, so that a byte count can never wrap around. A zero dimension makes
+// any shape empty, however large the others.
 std::int64_t num_elements(const Shape& shape) {
-  std::int64_t n = 1;
+  bool empty = false;
   for (std::int64_t d : shape) {
     if (d < 0) throw InvalidArgument("shape " + shape_string(shape) + " has a negative dimension");
-    n *= d;
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw InvalidArgument("shape " + shape_string(shape) +
+                            " has more elements than an int64 can count");
+    }
   }
   return n;
+}
+
+std::size_t num_bytes(const Shape& shape, DType dtype) {
+  const std::int64_t n = num_elements(shape);
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes) ||
+      bytes > PTRDIFF_MAX) {
+    throw InvalidArgument("shape " + shape_string(shape) + " of " + dtype_name(dtype) +
+                          " has more bytes than a buffer can span (at most " +
+                          std::to_string(PTRDIFF_MAX) + ")");
+  }
+  return static_cast<std::size_t>(bytes);
 }
 
 std::string shape_string(const Shape& shape) {

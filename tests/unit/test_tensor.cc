@@ -70,3 +70,29 @@ TEST_CASE("type and op names match the public function names", "[tensor]") {
   CHECK(r.totalBytes() == 22);
   CHECK_THROWS_AS(r.tensorBytes(2), InvalidArgument);
 }
+
+TEST_CASE("element and byte counts that overflow are rejected, naming the shape", "[tensor]") {
+  const std::int64_t p31 = std::int64_t{1} << 31, p32 = std::int64_t{1} << 32;
+  const std::int64_t p62 = std::int64_t{1} << 62;
+  // 2^64 elements wrapped to 0 (an "empty" tensor); 2^63 + 2^32 to a negative count.
+  CHECK_THROWS_WITH(num_elements({p62, 4}),
+                    "shape [4611686018427387904,4] has more elements than an int64 can count");
+  CHECK_THROWS_WITH(num_elements({p32, p31 + 1}),
+                    "shape [4294967296,2147483649] has more elements than an int64 can count");
+  CHECK_THROWS_AS(num_elements({p32, p32, p32}), InvalidArgument);
+  CHECK(num_elements({INT64_MAX}) == INT64_MAX);
+  CHECK(num_elements({p62, 4, 0}) == 0);  // a zero dimension makes any shape empty
+  CHECK_THROWS_WITH(num_elements({p62, 4, 0, -1}),
+                    "shape [4611686018427387904,4,0,-1] has a negative dimension");
+  // Countable elements, but more bytes than any buffer (or ptrdiff_t) can hold.
+  TensorView big{nullptr, DType::Float64, {p62}, Device::cpu()};
+  CHECK_THROWS_WITH(big.bytes(),
+                    "shape [4611686018427387904] of float64 has more bytes than a "
+                    "buffer can span (at most 9223372036854775807)");
+  TensorView half{nullptr, DType::Float32, {p62 / 2 - 1}, Device::cpu()};
+  CHECK(half.bytes() == static_cast<std::size_t>(p62 / 2 - 1) * 4);
+  Response r;
+  r.dtype = DType::Int64;
+  r.shapes = {{p62}};
+  CHECK_THROWS_AS(r.tensorBytes(0), InvalidArgument);
+}
