@@ -20,10 +20,12 @@ std::string describe(const Request& r) {
   return std::string(requestTypeName(r.type)) + " '" + r.name + "'";
 }
 
-// The size must not wrap (a shape of 2^64 elements would otherwise pass as empty), and
-// is checked before anything is queued, so a bad tensor fails in the caller's thread
-// and never reaches other ranks.
+// Enums first: a byte count needs a valid dtype. Then the size, which must not wrap
+// (a shape of 2^64 elements would otherwise pass as empty). All before anything is
+// queued, so a bad tensor fails in the caller's thread and never reaches other ranks.
 void checkTensor(const Request& r, const TensorView& t) {
+  for (const std::string& bad : {invalidEnum(t.dtype), invalidEnum(t.device.type)})
+    if (!bad.empty()) throw InvalidArgument(describe(r) + ": " + bad);
   std::size_t bytes = 0;
   try {
     bytes = t.bytes();
@@ -72,7 +74,14 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
   return s;
 }
 
+// The last check every request passes, whichever collective built it: the op is set
+// after start() by the reducing collectives, and a value outside ReduceOp would
+// otherwise surface on rank 0 as a corrupt message, blamed on rank 0.
 Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
+  for (const auto& s : subs) {
+    if (std::string bad = invalidEnum(s.request.op); !bad.empty())
+      throw InvalidArgument(describe(s.request) + ": " + bad);
+  }
   auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
   if (subs.empty()) {
     state->completePart();

@@ -25,6 +25,7 @@ enum class RequestType : std::uint8_t {
   AddProcessSet,
   RemoveProcessSet,
 };
+inline constexpr int kNumRequestTypes = 9;      // one past the last (asserted in message.cc)
 const char* requestTypeName(RequestType type);  // "allreduce", ...
 
 struct Request {
@@ -50,6 +51,14 @@ struct Request {
   bool operator==(const Request&) const = default;
 };
 
+// "" when the value is one of its enum's, else why not, e.g. "op 17 is not a ReduceOp
+// (expected 0..4: sum, average, min, max, product)". Only a cast in the caller can make
+// such a value; rejected at submission, it never reaches the other ranks. Defined in
+// tensor.cc beside the names.
+std::string invalidEnum(DType dtype);
+std::string invalidEnum(DeviceType type);
+std::string invalidEnum(ReduceOp op);
+
 enum class ResponseType : std::uint8_t {
   Allreduce,
   Allgather,
@@ -62,6 +71,7 @@ enum class ResponseType : std::uint8_t {
   RemoveProcessSet,
   Error,
 };
+inline constexpr int kNumResponseTypes = 10;  // one past the last (asserted in message.cc)
 const char* responseTypeName(ResponseType type);
 
 struct Response {
@@ -96,5 +106,20 @@ struct ResponseList {
 
   bool operator==(const ResponseList&) const = default;
 };
+
+namespace detail {
+
+// True when exactly the values 0..count-1 of the one-byte enum E have a name (name()
+// returns nullptr for the others): how each kNum* constant is asserted against the
+// switch that names its enum's values.
+template <typename E>
+constexpr bool namedExactly(const char* (*name)(E), int count) {
+  static_assert(sizeof(E) == 1, "the loop below covers one-byte enums");
+  for (int v = 0; v <= UINT8_MAX; ++v)
+    if ((name(static_cast<E>(v)) != nullptr) != (v < count)) return false;
+  return true;
+}
+
+}  // namespace detail
 
 }  // namespace accord

@@ -311,7 +311,8 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
   if (std::string m = checkJoined(ref, gone); !m.empty()) return invalid(m);
 
   Response out;
-  out.type = static_cast<ResponseType>(ref.type);  // the enums share their first values
+  // The enums share their first values and names (asserted in message.cc).
+  out.type = static_cast<ResponseType>(ref.type);
   out.names = {ref.name};
   if (isTensorOp(ref.type)) {
     out.dtype = ref.dtype;

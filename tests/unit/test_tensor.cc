@@ -96,3 +96,22 @@ TEST_CASE("element and byte counts that overflow are rejected, naming the shape"
   r.shapes = {{p62}};
   CHECK_THROWS_AS(r.tensorBytes(0), InvalidArgument);
 }
+
+TEST_CASE("values outside an enum are named with the range the enum derives", "[tensor]") {
+  for (int v = 0; v < kNumReduceOps; ++v) CHECK(invalidEnum(static_cast<ReduceOp>(v)).empty());
+  for (int v = 0; v < kNumDTypes; ++v) CHECK(invalidEnum(static_cast<DType>(v)).empty());
+  for (int v = 0; v < kNumDeviceTypes; ++v) CHECK(invalidEnum(static_cast<DeviceType>(v)).empty());
+  CHECK(invalidEnum(static_cast<ReduceOp>(17)) ==
+        "op 17 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+  CHECK(invalidEnum(static_cast<ReduceOp>(kNumReduceOps)) ==
+        "op 5 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+  CHECK(invalidEnum(static_cast<DType>(kNumDTypes)) ==
+        "dtype 8 is not a DType (expected 0..7: uint8, int8, int32, int64, float16, bfloat16, "
+        "float32, float64)");
+  CHECK(invalidEnum(static_cast<DeviceType>(255)) ==
+        "device type 255 is not a DeviceType (expected 0..1: cpu, cuda)");
+  // The names printed for such values stay printable.
+  CHECK(std::string(reduce_op_name(static_cast<ReduceOp>(17))) == "invalid-op");
+  CHECK(std::string(dtype_name(static_cast<DType>(9))) == "invalid-dtype");
+  CHECK(Device{static_cast<DeviceType>(7), 0}.str() == "invalid device type 7");
+}

@@ -22,6 +22,8 @@ enum class DType : std::uint8_t {
   Float32,
   Float64,
 };
+// One past the last DType: the valid values are 0..kNumDTypes-1 (tensor.cc asserts this
+// against the enumerators, so the two cannot drift apart).
 inline constexpr int kNumDTypes = 8;
 
 std::size_t dtype_size(DType dtype);
@@ -29,6 +31,7 @@ const char* dtype_name(DType dtype);
 bool is_floating_point(DType dtype);
 
 enum class DeviceType : std::uint8_t { CPU, CUDA };
+inline constexpr int kNumDeviceTypes = 2;  // one past the last DeviceType (asserted in tensor.cc)
 
 struct Device {
   DeviceType type = DeviceType::CPU;
