@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <set>
 
 namespace accord {
@@ -55,6 +56,33 @@ std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::
   auto n = rt.name_counters[{set, type}]++;
   return std::string(requestTypeName(type)) + "." + std::to_string(n);
 }
+
+// A refused submission must not use up a generated name: the ranks that did not refuse
+// it would name their next unnamed collective differently, and the two would never
+// pair. Gives the number back when the scope ends by an exception, unless another
+// thread has taken one since (then the numbering depends on thread timing anyway).
+class NameGuard {
+ public:
+  NameGuard(Runtime& rt, ProcessSetId set, RequestType type)
+      : rt_(rt), key_{set, type}, exceptions_(std::uncaught_exceptions()) {
+    std::lock_guard<std::mutex> lock(rt.names_mu);
+    before_ = rt.name_counters[key_];
+  }
+  NameGuard(const NameGuard&) = delete;
+  NameGuard& operator=(const NameGuard&) = delete;
+  ~NameGuard() {
+    if (std::uncaught_exceptions() <= exceptions_) return;  // submitted: the name is used
+    std::lock_guard<std::mutex> lock(rt_.names_mu);
+    auto& next = rt_.name_counters[key_];
+    if (next == before_ + 1) next = before_;
+  }
+
+ private:
+  Runtime& rt_;
+  std::pair<ProcessSetId, RequestType> key_;
+  int exceptions_;
+  std::uint64_t before_ = 0;
+};
 
 // Builds the request every collective starts from; checks the process set.
 Submission start(Runtime& rt, RequestType type, const std::string& name, ProcessSetId set,
@@ -119,6 +147,7 @@ void requireRows(const Request& r) {
 
 Handle allreduce_async(TensorView tensor, const AllreduceOptions& options) {
   auto& rt = runtime("accord::allreduce");
+  NameGuard names(rt, options.process_set, RequestType::Allreduce);
   std::vector<Submission> subs;
   subs.push_back(allreduceSubmission(rt, tensor, options, options.name));
   return enqueue(rt, options.process_set, std::move(subs));
@@ -130,6 +159,7 @@ void allreduce(TensorView tensor, const AllreduceOptions& options) {
 
 Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceOptions& options) {
   auto& rt = runtime("accord::grouped_allreduce");
+  NameGuard names(rt, options.process_set, RequestType::Allreduce);
   const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
                                     options.name.empty() ? "" : options.name);
   for (const auto& t : tensors) {
@@ -152,6 +182,7 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
 
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
   auto& rt = runtime("accord::allgather");
+  NameGuard names(rt, options.process_set, RequestType::Allgather);
   auto s = start(rt, RequestType::Allgather, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
@@ -163,6 +194,7 @@ Handle allgather_async(TensorView input, Allocator output, const AllgatherOption
 
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
   auto& rt = runtime("accord::broadcast");
+  NameGuard names(rt, options.process_set, RequestType::Broadcast);
   auto s = start(rt, RequestType::Broadcast, options.name, options.process_set, &tensor);
   const int set_size = rt.sets.member(options.process_set, "broadcast").second;
   if (options.root < 0 || options.root >= set_size) {
@@ -182,6 +214,7 @@ void broadcast(TensorView tensor, const BroadcastOptions& options) {
 
 Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options) {
   auto& rt = runtime("accord::alltoall");
+  NameGuard names(rt, options.process_set, RequestType::Alltoall);
   auto s = start(rt, RequestType::Alltoall, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
@@ -216,6 +249,7 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options) {
   auto& rt = runtime("accord::reducescatter");
+  NameGuard names(rt, options.process_set, RequestType::Reducescatter);
   auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");

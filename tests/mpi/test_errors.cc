@@ -244,6 +244,13 @@ TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its
     CHECK(o.message == message);
   };
   if (me == n - 1) {  // these never become collectives, so the other ranks need not call them
+    accord::AllreduceOptions unnamed;
+    unnamed.op = static_cast<ReduceOp>(5);
+    const Outcome o =
+        attemptSubmit([&] { return accord::allreduce_async(b.view(), unnamed); }, "unnamed op");
+    INFO(describe(o, "unnamed op 5"));
+    CHECK(o.kind == "InvalidArgument");
+    CHECK(contains(o.message, "op 5 is not a ReduceOp"));
     accord::AllreduceOptions bad_op;
     bad_op.name = "err.bad.op";
     bad_op.op = static_cast<ReduceOp>(17);
@@ -301,12 +308,11 @@ TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its
                   "allreduce 'err.bad.shape': shape [4294967296,2147483649] "
                   "has more elements than an int64 can count");
   }
-  // Every rank, the refusing one included, carries on as if nothing happened.
+  // Every rank, the refusing one included, carries on as if nothing happened; unnamed,
+  // so that the refused unnamed call must not have used up a generated name.
   b.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
-  accord::AllreduceOptions good;
-  good.name = "err.after.refused";
-  const auto error =
-      describe(finish(accord::allreduce_async(b.view(), good), good.name), good.name);
+  const auto error = describe(finish(accord::allreduce_async(b.view()), "unnamed after refusals"),
+                              "unnamed after refusals");
   INFO(error);
   CHECK(error.empty());
   const auto diff = compareElements(DType::Float32, b.data(), 8, [&](std::int64_t i) {
