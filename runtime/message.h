@@ -8,6 +8,7 @@
 
 #include <accord/accord.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,9 +29,10 @@ enum class RequestType : std::uint8_t {
 inline constexpr int kNumRequestTypes = 9;      // one past the last (asserted in message.cc)
 const char* requestTypeName(RequestType type);  // "allreduce", ...
 
-struct Request {
-  std::int32_t rank = 0;  // sender's rank within the process set
-  std::uint64_t seq = 0;  // sender's submission counter in this process set (ordering)
+// What a rank asks for: every field that says which collective, on what, and how. The
+// response cache compares signatures with this struct's own ==, so a field added here
+// is compared there too; wire.cc counts the fields so that it cannot miss one either.
+struct RequestSignature {
   RequestType type = RequestType::Allreduce;
   std::string name;
   DType dtype = DType::Float32;
@@ -47,6 +49,14 @@ struct Request {
   // group becomes ready, and is fused, as one unit. Empty group = not grouped.
   std::string group;
   std::int32_t group_size = 0;
+
+  bool operator==(const RequestSignature&) const = default;
+};
+
+// One submission of a signature: the envelope that differs per rank and per call.
+struct Request : RequestSignature {
+  std::int32_t rank = 0;  // sender's rank within the process set
+  std::uint64_t seq = 0;  // sender's submission counter in this process set (ordering)
 
   bool operator==(const Request&) const = default;
 };
@@ -118,6 +128,23 @@ constexpr bool namedExactly(const char* (*name)(E), int count) {
   for (int v = 0; v <= UINT8_MAX; ++v)
     if ((name(static_cast<E>(v)) != nullptr) != (v < count)) return false;
   return true;
+}
+
+// Converts to any member type, so that fieldCount can probe an aggregate's members.
+struct AnyField {
+  template <typename T>
+  operator T() const;
+};
+
+// The number of members of aggregate T (a base class counts as one): the most
+// initializers T{...} accepts. Code that must list every field by hand (the wire
+// format, tests) asserts this count, so a new field cannot be forgotten there.
+template <typename T, typename... Fields>
+constexpr std::size_t fieldCount() {
+  if constexpr (requires { T{Fields{}..., AnyField{}}; })
+    return fieldCount<T, Fields..., AnyField>();
+  else
+    return sizeof...(Fields);
 }
 
 }  // namespace detail

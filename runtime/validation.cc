@@ -86,6 +86,10 @@ struct Field {
   bool first_dim_note = false;  // say that the first dimension may differ, where it may
 };
 
+// Every signature field but the name (the key) has a row below, or a check of its own
+// (alltoall's splits, per rank, in alltoallMatrix): a new field needs one too.
+static_assert(fieldCount<RequestSignature>() == 12, "compare the new field across ranks");
+
 const Field kFields[] = {
     {[](RequestType) { return true; },
      [](const Request& a, const Request& b) { return a.type == b.type; },

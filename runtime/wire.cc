@@ -82,6 +82,13 @@ class Writer {
   std::vector<std::uint8_t> buf_;
 };
 
+// The encoders, decoders and fixed sizes below list every field by hand: these counts
+// make a field added to a message fail the build here until it is listed.
+static_assert(detail::fieldCount<RequestSignature>() == 12, "encode and decode the new field");
+static_assert(detail::fieldCount<Request>() == 1 + 2, "encode and decode the new field");
+static_assert(detail::fieldCount<Device>() == 2, "encode and decode the new field");
+static_assert(detail::fieldCount<Response>() == 12, "encode and decode the new field");
+
 // Fixed part of one request: everything except the strings' and vectors' items.
 constexpr std::size_t kRequestFixedBytes =
     4 + 8 + 1 + 4 + 1 + 1 + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
