@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <exception>
 #include <set>
 
 namespace accord {
@@ -21,14 +21,19 @@ std::string describe(const Request& r) {
   return std::string(requestTypeName(r.type)) + " '" + r.name + "'";
 }
 
+// Enums first: a byte count needs a valid dtype. Then the size, which must not wrap
+// (a shape of 2^64 elements would otherwise pass as empty). All before anything is
+// queued, so a bad tensor fails in the caller's thread and never reaches other ranks.
 void checkTensor(const Request& r, const TensorView& t) {
-  for (auto d : t.shape) {
-    if (d < 0) {
-      throw InvalidArgument(describe(r) + ": shape " + shape_string(t.shape) +
-                            " has a negative dimension");
-    }
+  for (const std::string& bad : {invalidEnum(t.dtype), invalidEnum(t.device.type)})
+    if (!bad.empty()) throw InvalidArgument(describe(r) + ": " + bad);
+  std::size_t bytes = 0;
+  try {
+    bytes = t.bytes();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(describe(r) + ": " + e.what());
   }
-  if (t.data == nullptr && t.numel() > 0) {
+  if (t.data == nullptr && bytes > 0) {
     throw InvalidArgument(describe(r) + ": data pointer is null for shape " +
                           shape_string(t.shape));
   }
@@ -52,6 +57,33 @@ std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::
   return std::string(requestTypeName(type)) + "." + std::to_string(n);
 }
 
+// A refused submission must not use up a generated name: the ranks that did not refuse
+// it would name their next unnamed collective differently, and the two would never
+// pair. Gives the number back when the scope ends by an exception, unless another
+// thread has taken one since (then the numbering depends on thread timing anyway).
+class NameGuard {
+ public:
+  NameGuard(Runtime& rt, ProcessSetId set, RequestType type)
+      : rt_(rt), key_{set, type}, exceptions_(std::uncaught_exceptions()) {
+    std::lock_guard<std::mutex> lock(rt.names_mu);
+    before_ = rt.name_counters[key_];
+  }
+  NameGuard(const NameGuard&) = delete;
+  NameGuard& operator=(const NameGuard&) = delete;
+  ~NameGuard() {
+    if (std::uncaught_exceptions() <= exceptions_) return;  // submitted: the name is used
+    std::lock_guard<std::mutex> lock(rt_.names_mu);
+    auto& next = rt_.name_counters[key_];
+    if (next == before_ + 1) next = before_;
+  }
+
+ private:
+  Runtime& rt_;
+  std::pair<ProcessSetId, RequestType> key_;
+  int exceptions_;
+  std::uint64_t before_ = 0;
+};
+
 // Builds the request every collective starts from; checks the process set.
 Submission start(Runtime& rt, RequestType type, const std::string& name, ProcessSetId set,
                  const TensorView* tensor) {
@@ -70,7 +102,14 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
   return s;
 }
 
+// The last check every request passes, whichever collective built it: the op is set
+// after start() by the reducing collectives, and a value outside ReduceOp would
+// otherwise surface on rank 0 as a corrupt message, blamed on rank 0.
 Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
+  for (const auto& s : subs) {
+    if (std::string bad = invalidEnum(s.request.op); !bad.empty())
+      throw InvalidArgument(describe(s.request) + ": " + bad);
+  }
   auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
   if (subs.empty()) {
     state->completePart();
@@ -108,6 +147,7 @@ void requireRows(const Request& r) {
 
 Handle allreduce_async(TensorView tensor, const AllreduceOptions& options) {
   auto& rt = runtime("accord::allreduce");
+  NameGuard names(rt, options.process_set, RequestType::Allreduce);
   std::vector<Submission> subs;
   subs.push_back(allreduceSubmission(rt, tensor, options, options.name));
   return enqueue(rt, options.process_set, std::move(subs));
@@ -119,6 +159,7 @@ void allreduce(TensorView tensor, const AllreduceOptions& options) {
 
 Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceOptions& options) {
   auto& rt = runtime("accord::grouped_allreduce");
+  NameGuard names(rt, options.process_set, RequestType::Allreduce);
   const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
                                     options.name.empty() ? "" : options.name);
   for (const auto& t : tensors) {
@@ -141,6 +182,7 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
 
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
   auto& rt = runtime("accord::allgather");
+  NameGuard names(rt, options.process_set, RequestType::Allgather);
   auto s = start(rt, RequestType::Allgather, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
@@ -152,6 +194,7 @@ Handle allgather_async(TensorView input, Allocator output, const AllgatherOption
 
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
   auto& rt = runtime("accord::broadcast");
+  NameGuard names(rt, options.process_set, RequestType::Broadcast);
   auto s = start(rt, RequestType::Broadcast, options.name, options.process_set, &tensor);
   const int set_size = rt.sets.member(options.process_set, "broadcast").second;
   if (options.root < 0 || options.root >= set_size) {
@@ -171,6 +214,7 @@ void broadcast(TensorView tensor, const BroadcastOptions& options) {
 
 Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options) {
   auto& rt = runtime("accord::alltoall");
+  NameGuard names(rt, options.process_set, RequestType::Alltoall);
   auto s = start(rt, RequestType::Alltoall, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
@@ -186,8 +230,10 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
     splits.assign(n, rows / n);
   }
   const bool negative = std::any_of(splits.begin(), splits.end(), [](auto v) { return v < 0; });
-  const auto sum = std::accumulate(splits.begin(), splits.end(), std::int64_t{0});
-  if (static_cast<int>(splits.size()) != n || negative || sum != rows) {
+  std::int64_t sum = 0;
+  bool overflow = false;  // huge splits could wrap around to exactly `rows`
+  for (auto v : splits) overflow = __builtin_add_overflow(sum, v, &sum) || overflow;
+  if (static_cast<int>(splits.size()) != n || negative || overflow || sum != rows) {
     throw InvalidArgument(describe(s.request) + ": splits must be " + std::to_string(n) +
                           " non-negative row counts summing to the first dimension " +
                           std::to_string(rows) + " (got " + shape_string(splits) + ")");
@@ -203,6 +249,7 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options) {
   auto& rt = runtime("accord::reducescatter");
+  NameGuard names(rt, options.process_set, RequestType::Reducescatter);
   auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");

@@ -43,11 +43,25 @@ constexpr double kDefaultStallCheckSeconds = 60.0;
 constexpr double kDefaultStallShutdownSeconds = 300.0;
 constexpr const char* kDefaultLogLevel = "warn";
 
-constexpr double kMaxCycleTimeMs = 10'000.0;
+// Upper bounds: what can really be allocated and used, so that a typo ("16G" for "16M")
+// fails here, naming the variable, rather than deep inside MPI or as a wrapped size.
+// - Chunk: the shared-memory window holds two pieces for every rank of the host, so
+//   1 GiB pieces already take 2 GiB of /dev/shm per rank, 16 GiB for 8 ranks: about
+//   what a large node offers (16G failed inside MPI_Win_allocate_shared, and 2^63
+//   wrapped the window's size). Past 1 MiB, larger pieces were only slower (above).
+// - Fusion threshold: the fusion buffer grows to the largest fused group, so this much
+//   heap per rank must be there for the taking; 4 GiB is allocatable on any 64-bit
+//   training node, and fusion stopped paying off at a few hundred KiB (above).
+// - Cache: every process set allocates all its slots at init, ~350 bytes each (a cached
+//   response and request), and exchanges a bit per slot; 65536 slots are 22 MiB and an
+//   8 KiB vector, for models that have at most a few thousand tensors.
 constexpr std::size_t kMinChunkBytes = 4u << 10;  // below a page, chunking is all overhead
-// The bit vector of an all-reduce grows with the capacity; a million tensors is far
-// beyond any model while still keeping that vector under 128 KiB.
-constexpr std::size_t kMaxCacheCapacity = 1u << 20;
+constexpr std::size_t kMaxChunkBytes = 1u << 30;
+constexpr std::size_t kMaxFusionThreshold = std::size_t{4} << 30;
+constexpr std::size_t kMaxCacheCapacity = 1u << 16;
+// Times: the cycle time is kept in microseconds and the stall times in milliseconds; a
+// value below that resolution would round to 0, which means "no wait" or "never".
+constexpr double kMaxCycleTimeMs = 10'000.0;
 constexpr double kMaxSeconds = 1e9;  // keeps the milliseconds well inside int64
 const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -82,10 +96,48 @@ bool parseBytes(const std::string& s, std::size_t& out) {
   return true;
 }
 
+// Whole numbers in full ("1000000000", not "1e+09"), so that messages read as written.
+std::string formatNumber(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(std::llround(v));
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+// "4K": bytes with the largest suffix that writes them whole.
+std::string suffixed(std::size_t bytes) {
+  for (auto [shift, suffix] : {std::pair{30, 'G'}, {20, 'M'}, {10, 'K'}}) {
+    if (bytes != 0 && bytes % (std::size_t{1} << shift) == 0)
+      return std::to_string(bytes >> shift) + suffix;
+  }
+  return std::to_string(bytes);
+}
+
+// "4096 (4K)": the exact count, and the short form where there is one.
+std::string withUnit(std::size_t bytes) {
+  std::string exact = std::to_string(bytes), short_form = suffixed(bytes);
+  return short_form == exact ? exact : exact + " (" + short_form + ")";
+}
+
 bool parseNumber(const std::string& s, double& out) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && end == s.data() + s.size() && std::isfinite(out);
 }
+
+// How a time setting is written and what the runtime can represent of it.
+struct TimeSetting {
+  const char* unit;             // as the user writes it: "milliseconds", "seconds"
+  double resolution;            // the smallest nonzero value, in `unit`
+  const char* resolution_name;  // that resolution in words: "microsecond"
+  double max;
+  const char* zero;     // what 0 means, or nullptr where 0 is not accepted
+  const char* example;  // appended to "(fractional allowed"
+};
+
+constexpr TimeSetting kCycleTime{"milliseconds",  0.001,     "microsecond",
+                                 kMaxCycleTimeMs, "no wait", ", e.g. 0.5"};
+constexpr TimeSetting kStallCheckTime{"seconds", 0.001, "millisecond", kMaxSeconds, nullptr, ""};
+constexpr TimeSetting kStallShutdownTime{"seconds", 0.001, "millisecond", kMaxSeconds, "never", ""};
 
 class Reader {
  public:
@@ -100,15 +152,16 @@ class Reader {
     return s;
   }
 
-  std::size_t bytes(const char* var, std::size_t fallback, std::size_t min) const {
+  // Bytes in [min, max]; `note` (may be empty) says what special values mean.
+  std::size_t bytes(const char* var, std::size_t fallback, std::size_t min, std::size_t max,
+                    const std::string& note) const {
     auto s = get(var);
     if (!s) return fallback;
     std::size_t v = 0;
-    if (!parseBytes(*s, v) || v < min) {
+    if (!parseBytes(*s, v) || v < min || v > max) {
       reject(var, *s,
-             min == 0 ? "bytes >= 0 (suffixes K, M, G)"
-                      : "bytes >= " + std::to_string(min) + " (" + std::to_string(min >> 10) +
-                            "K; suffixes K, M, G)");
+             "bytes between " + withUnit(min) + " and " + withUnit(max) + ", suffixes K, M, G" +
+                 (note.empty() ? "" : "; " + note));
     }
     return v;
   }
@@ -124,14 +177,21 @@ class Reader {
     return static_cast<std::size_t>(v);
   }
 
-  // A fractional number in [min, max]; `open_min` excludes min itself.
-  double number(const char* var, double fallback, double min, double max, bool open_min,
-                const std::string& expected) const {
+  // A fractional time: 0 when `time.zero` allows it, else in [time.resolution, time.max].
+  double time(const char* var, double fallback, const TimeSetting& t) const {
     auto s = get(var);
     if (!s) return fallback;
+    std::string expected = std::string(t.unit) + " between " + formatNumber(t.resolution) +
+                           " and " + formatNumber(t.max) + " (fractional allowed" + t.example +
+                           ")" + (t.zero ? std::string(", or 0 = ") + t.zero : "");
     double v = 0;
-    if (!parseNumber(*s, v) || v < min || (open_min && v == min) || v > max)
-      reject(var, *s, expected);
+    if (!parseNumber(*s, v) || v < 0 || v > t.max || (v == 0 && !t.zero)) reject(var, *s, expected);
+    if (v > 0 && v < t.resolution) {
+      throw InvalidArgument(std::string(var) + "='" + *s + "': below the resolution of 1 " +
+                            t.resolution_name + ", where it would round to 0" +
+                            (t.zero ? std::string(" (") + t.zero + ")" : "") + "; expected " +
+                            expected);
+    }
     return v;
   }
 
@@ -153,34 +213,26 @@ std::chrono::milliseconds secondsToMs(double s) {
   return std::chrono::milliseconds(std::llround(s * 1000.0));
 }
 
-std::string formatNumber(double v) {
-  char buf[32];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
-
 }  // namespace
 
 Config Config::parse(const Getenv& getenv) {
   Reader env(getenv);
   Config c;
-  double cycle_ms =
-      env.number("ACCORD_CYCLE_TIME", kDefaultCycleTimeMs, 0.0, kMaxCycleTimeMs, false,
-                 "milliseconds between 0 and 10000 (fractional allowed, e.g. 0.5)");
-  c.cycle_time = std::chrono::microseconds(std::llround(cycle_ms * 1000.0));
-  c.fusion_threshold = env.bytes("ACCORD_FUSION_THRESHOLD", kDefaultFusionThreshold, 0);
-  c.chunk_bytes = env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes);
+  c.cycle_time = std::chrono::microseconds(
+      std::llround(env.time("ACCORD_CYCLE_TIME", kDefaultCycleTimeMs, kCycleTime) * 1000.0));
+  c.fusion_threshold = env.bytes("ACCORD_FUSION_THRESHOLD", kDefaultFusionThreshold, 0,
+                                 kMaxFusionThreshold, "0 disables fusion");
+  c.chunk_bytes =
+      env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes, kMaxChunkBytes, "");
   c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
                               "1: allreduces among ranks of one host go through shared "
                               "memory; 0: always MPI") == 1;
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
   c.stall_check_time =
-      secondsToMs(env.number("ACCORD_STALL_CHECK_TIME", kDefaultStallCheckSeconds, 0.0, kMaxSeconds,
-                             true, "seconds > 0 and <= 1e9 (fractional allowed)"));
+      secondsToMs(env.time("ACCORD_STALL_CHECK_TIME", kDefaultStallCheckSeconds, kStallCheckTime));
   c.stall_shutdown_time = secondsToMs(
-      env.number("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, 0.0, kMaxSeconds,
-                 false, "seconds >= 0 and <= 1e9 (fractional allowed, 0 = never)"));
+      env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
   return c;
 }
@@ -191,7 +243,7 @@ Config Config::fromEnvironment() {
 
 // One line per known variable: its effective value, then what it does and accepts.
 std::string Config::describe() const {
-  auto line = [](const char* var, const std::string& value, const char* about) {
+  auto line = [](const char* var, const std::string& value, const std::string& about) {
     std::string s = std::string(var) + "=" + value;
     s.resize(std::max<std::size_t>(s.size() + 2, 44), ' ');
     return s + about + "\n";
@@ -200,20 +252,29 @@ std::string Config::describe() const {
   double check_s = std::chrono::duration<double>(stall_check_time).count();
   double shutdown_s = std::chrono::duration<double>(stall_shutdown_time).count();
   std::string out;
-  out += line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms",
-              "least time between negotiation cycles (0..10000 ms)");
+  out +=
+      line("ACCORD_CYCLE_TIME", formatNumber(cycle_ms) + " ms",
+           "least time between negotiation cycles (0, or " + formatNumber(kCycleTime.resolution) +
+               ".." + formatNumber(kCycleTime.max) + " ms)");
   out += line("ACCORD_FUSION_THRESHOLD", std::to_string(fusion_threshold) + " bytes",
-              "fusion buffer size (K/M/G suffixes, 0 = no fusion)");
+              "fusion buffer size (0.." + suffixed(kMaxFusionThreshold) +
+                  ", K/M/G suffixes, 0 = no fusion)");
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",
-              "piece size of large reductions (>= 4K)");
+              "piece size of large reductions (" + suffixed(kMinChunkBytes) + ".." +
+                  suffixed(kMaxChunkBytes) + ")");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
-  out += line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
-              "response cache entries (0 = no cache)");
+  out +=
+      line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
+           "response cache entries (0.." + std::to_string(kMaxCacheCapacity) + ", 0 = no cache)");
   out += line("ACCORD_STALL_CHECK_TIME", formatNumber(check_s) + " s",
-              "report tensors some ranks have not submitted (> 0)");
+              "report tensors some ranks have not submitted (" +
+                  formatNumber(kStallCheckTime.resolution) + ".." +
+                  formatNumber(kStallCheckTime.max) + " s)");
   out += line("ACCORD_STALL_SHUTDOWN_TIME", formatNumber(shutdown_s) + " s",
-              "fail stalled tensors, give up on silent ranks (0 = never)");
+              "fail stalled tensors, give up on silent ranks (0 = never, or " +
+                  formatNumber(kStallShutdownTime.resolution) + ".." +
+                  formatNumber(kStallShutdownTime.max) + " s)");
   out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
   return out;
 }

@@ -1,7 +1,8 @@
 // Runtime configuration from ACCORD_* environment variables, parsed once at init.
 //
 // A bad value throws InvalidArgument naming the variable, the value and the accepted
-// range, e.g. "ACCORD_FUSION_THRESHOLD='abc': expected bytes >= 0 (suffixes K, M, G)".
+// range, e.g. "ACCORD_CHUNK_BYTES='16G': expected bytes between 4096 (4K) and
+// 1073741824 (1G), suffixes K, M, G".
 #pragma once
 
 #include <chrono>

@@ -6,9 +6,15 @@
 
 #include <accord/error.h>
 
+#include <string_view>
+
 namespace accord {
 
-const char* requestTypeName(RequestType type) {
+namespace {
+
+// Each switch names every enumerator, so -Wswitch flags one added without a name, and
+// the static_asserts below then flag a kNum* constant that was not raised with it.
+constexpr const char* requestName(RequestType type) {
   switch (type) {
     case RequestType::Allreduce:
       return "allreduce";
@@ -29,10 +35,10 @@ const char* requestTypeName(RequestType type) {
     case RequestType::RemoveProcessSet:
       return "remove_process_set";
   }
-  return "invalid-request-type";
+  return nullptr;
 }
 
-const char* responseTypeName(ResponseType type) {
+constexpr const char* responseName(ResponseType type) {
   switch (type) {
     case ResponseType::Allreduce:
       return "allreduce";
@@ -55,7 +61,37 @@ const char* responseTypeName(ResponseType type) {
     case ResponseType::Error:
       return "error";
   }
-  return "invalid-response-type";
+  return nullptr;
+}
+
+static_assert(detail::namedExactly(requestName, kNumRequestTypes),
+              "kNumRequestTypes must count the RequestTypes");
+static_assert(detail::namedExactly(responseName, kNumResponseTypes),
+              "kNumResponseTypes must count the ResponseTypes");
+
+// validation.cc turns a request's type into its response's with a cast: every
+// RequestType must have the ResponseType of the same value and name.
+constexpr bool responseTypesMirrorRequestTypes() {
+  for (int v = 0; v < kNumRequestTypes; ++v) {
+    if (std::string_view(requestName(static_cast<RequestType>(v))) !=
+        responseName(static_cast<ResponseType>(v)))
+      return false;
+  }
+  return true;
+}
+static_assert(responseTypesMirrorRequestTypes(),
+              "ResponseType must begin with the RequestTypes, in the same order");
+
+}  // namespace
+
+const char* requestTypeName(RequestType type) {
+  const char* name = requestName(type);
+  return name ? name : "invalid-request-type";
+}
+
+const char* responseTypeName(ResponseType type) {
+  const char* name = responseName(type);
+  return name ? name : "invalid-response-type";
 }
 
 std::size_t Response::tensorBytes(std::size_t i) const {
@@ -63,14 +99,20 @@ std::size_t Response::tensorBytes(std::size_t i) const {
     throw InvalidArgument("Response::tensorBytes(" + std::to_string(i) + "): the response has " +
                           std::to_string(shapes.size()) + " shapes");
   }
-  return static_cast<std::size_t>(num_elements(shapes[i])) * dtype_size(dtype);
+  return num_bytes(shapes[i], dtype);
 }
 
 // Responses without tensors (barrier, join, process sets, errors) carry no shapes and
 // so weigh nothing, which keeps them out of any fusion arithmetic.
 std::size_t Response::totalBytes() const {
   std::size_t total = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) total += tensorBytes(i);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (__builtin_add_overflow(total, tensorBytes(i), &total)) {
+      throw InvalidArgument(std::string(responseTypeName(type)) + " of " +
+                            std::to_string(shapes.size()) +
+                            " tensors: their byte counts sum past SIZE_MAX");
+    }
+  }
   return total;
 }
 

@@ -8,6 +8,7 @@
 
 #include <accord/accord.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,11 +26,13 @@ enum class RequestType : std::uint8_t {
   AddProcessSet,
   RemoveProcessSet,
 };
+inline constexpr int kNumRequestTypes = 9;      // one past the last (asserted in message.cc)
 const char* requestTypeName(RequestType type);  // "allreduce", ...
 
-struct Request {
-  std::int32_t rank = 0;  // sender's rank within the process set
-  std::uint64_t seq = 0;  // sender's submission counter in this process set (ordering)
+// What a rank asks for: every field that says which collective, on what, and how. The
+// response cache compares signatures with this struct's own ==, so a field added here
+// is compared there too; wire.cc counts the fields so that it cannot miss one either.
+struct RequestSignature {
   RequestType type = RequestType::Allreduce;
   std::string name;
   DType dtype = DType::Float32;
@@ -47,8 +50,24 @@ struct Request {
   std::string group;
   std::int32_t group_size = 0;
 
+  bool operator==(const RequestSignature&) const = default;
+};
+
+// One submission of a signature: the envelope that differs per rank and per call.
+struct Request : RequestSignature {
+  std::int32_t rank = 0;  // sender's rank within the process set
+  std::uint64_t seq = 0;  // sender's submission counter in this process set (ordering)
+
   bool operator==(const Request&) const = default;
 };
+
+// "" when the value is one of its enum's, else why not, e.g. "op 17 is not a ReduceOp
+// (expected 0..4: sum, average, min, max, product)". Only a cast in the caller can make
+// such a value; rejected at submission, it never reaches the other ranks. Defined in
+// tensor.cc beside the names.
+std::string invalidEnum(DType dtype);
+std::string invalidEnum(DeviceType type);
+std::string invalidEnum(ReduceOp op);
 
 enum class ResponseType : std::uint8_t {
   Allreduce,
@@ -62,6 +81,7 @@ enum class ResponseType : std::uint8_t {
   RemoveProcessSet,
   Error,
 };
+inline constexpr int kNumResponseTypes = 10;  // one past the last (asserted in message.cc)
 const char* responseTypeName(ResponseType type);
 
 struct Response {
@@ -85,7 +105,8 @@ struct Response {
   enum class ErrorKind : std::uint8_t { Mismatch, Stall, Invalid } error_kind = ErrorKind::Mismatch;
 
   bool operator==(const Response&) const = default;
-  std::size_t tensorBytes(std::size_t i) const;  // numel(shapes[i]) * dtype_size(dtype)
+  // num_bytes(shapes[i], dtype); both throw InvalidArgument rather than wrap around.
+  std::size_t tensorBytes(std::size_t i) const;
   std::size_t totalBytes() const;
 };
 
@@ -95,5 +116,37 @@ struct ResponseList {
 
   bool operator==(const ResponseList&) const = default;
 };
+
+namespace detail {
+
+// True when exactly the values 0..count-1 of the one-byte enum E have a name (name()
+// returns nullptr for the others): how each kNum* constant is asserted against the
+// switch that names its enum's values.
+template <typename E>
+constexpr bool namedExactly(const char* (*name)(E), int count) {
+  static_assert(sizeof(E) == 1, "the loop below covers one-byte enums");
+  for (int v = 0; v <= UINT8_MAX; ++v)
+    if ((name(static_cast<E>(v)) != nullptr) != (v < count)) return false;
+  return true;
+}
+
+// Converts to any member type, so that fieldCount can probe an aggregate's members.
+struct AnyField {
+  template <typename T>
+  operator T() const;
+};
+
+// The number of members of aggregate T (a base class counts as one): the most
+// initializers T{...} accepts. Code that must list every field by hand (the wire
+// format, tests) asserts this count, so a new field cannot be forgotten there.
+template <typename T, typename... Fields>
+constexpr std::size_t fieldCount() {
+  if constexpr (requires { T{Fields{}..., AnyField{}}; })
+    return fieldCount<T, Fields..., AnyField>();
+  else
+    return sizeof...(Fields);
+}
+
+}  // namespace detail
 
 }  // namespace accord

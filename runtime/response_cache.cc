@@ -20,14 +20,6 @@ bool cacheable(ResponseType t) {
          t == ResponseType::Reducescatter;
 }
 
-// Request equality without rank and seq, which differ per rank and per submission.
-bool sameSignature(const Request& a, const Request& b) {
-  return a.type == b.type && a.name == b.name && a.dtype == b.dtype && a.op == b.op &&
-         a.device == b.device && a.shape == b.shape && a.root == b.root &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.splits == b.splits &&
-         a.group == b.group && a.group_size == b.group_size;
-}
-
 }  // namespace
 
 ResponseCache::ResponseCache(std::size_t capacity) : capacity_(capacity), slots_(capacity) {
@@ -43,7 +35,10 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& request) const {
   auto it = by_name_.find(request.name);
   if (it == by_name_.end()) return {};
   const Slot& slot = slots_[it->second];
-  bool hit = slot.local.has_value() && sameSignature(*slot.local, request);
+  // The signature's own ==: rank and seq, which differ per rank and per submission, sit
+  // outside it, and every field inside it is compared, including any added later.
+  const RequestSignature& wanted = request;
+  bool hit = slot.local.has_value() && *slot.local == wanted;
   return {hit ? Status::Hit : Status::Invalid, it->second};
 }
 
@@ -63,7 +58,10 @@ void ResponseCache::put(const Response& response, const std::optional<Request>& 
   in_use_end_ = std::max<std::size_t>(in_use_end_, index + 1);
   slot.used = true;
   slot.response = response;
-  slot.local = local;
+  if (local)
+    slot.local = static_cast<const RequestSignature&>(*local);  // the envelope is not kept
+  else
+    slot.local.reset();
   lru_.push_front(index);
   slot.lru_pos = lru_.begin();
 }

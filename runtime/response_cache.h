@@ -29,8 +29,8 @@ class ResponseCache {
     Status status = Status::Miss;
     std::uint32_t slot = 0;  // meaningful for Hit and Invalid
   };
-  // Compares the request with the local request stored for the same name, ignoring
-  // rank and seq.
+  // Compares the request's signature (RequestSignature's ==, so not rank and seq) with
+  // that of the local request stored for the same name.
   Lookup lookup(const Request& request) const;
 
   // Caches an executed single-tensor response with this rank's own request for it
@@ -55,7 +55,7 @@ class ResponseCache {
   struct Slot {
     bool used = false;
     Response response;
-    std::optional<Request> local;
+    std::optional<RequestSignature> local;
     std::list<std::uint32_t>::iterator lru_pos;
   };
   std::size_t capacity_;

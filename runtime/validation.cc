@@ -86,6 +86,10 @@ struct Field {
   bool first_dim_note = false;  // say that the first dimension may differ, where it may
 };
 
+// Every signature field but the name (the key) has a row below, or a check of its own
+// (alltoall's splits, per rank, in alltoallMatrix): a new field needs one too.
+static_assert(fieldCount<RequestSignature>() == 12, "compare the new field across ranks");
+
 const Field kFields[] = {
     {[](RequestType) { return true; },
      [](const Request& a, const Request& b) { return a.type == b.type; },
@@ -189,11 +193,31 @@ std::string alltoallMatrix(const std::vector<const Request*>& reqs, int n,
     if (std::any_of(splits.begin(), splits.end(), [](std::int64_t s) { return s < 0; }))
       return at + "splits " + shape_string(splits) + " with a negative entry";
     std::int64_t sum = 0;
-    for (std::int64_t s : splits) sum += s;
+    bool overflow = false;  // huge splits could wrap around to exactly `rows`
+    for (std::int64_t s : splits) overflow = __builtin_add_overflow(sum, s, &sum) || overflow;
+    if (overflow) return at + "splits " + shape_string(splits) + " whose sum overflows an int64";
     if (sum != rows)
       return at + "splits " + shape_string(splits) + " that sum to " + std::to_string(sum) +
              ", but its first dimension is " + std::to_string(rows);
     std::copy(splits.begin(), splits.end(), m.begin() + static_cast<std::ptrdiff_t>(r->rank) * n);
+  }
+  return "";
+}
+
+// Allgather: the output's first dimension is the sum of every rank's, which can
+// overflow, or make a buffer too large to exist, even though each rank's own shape fit.
+std::string gatheredShape(const Request& ref, Response& out) {
+  std::int64_t rows = 0;
+  for (std::int64_t r : out.rank_rows) {
+    if (__builtin_add_overflow(rows, r, &rows))
+      return prefix(ref) + "the ranks' first dimensions " + shape_string(out.rank_rows) +
+             " sum past what an int64 can count";
+  }
+  out.shapes[0][0] = rows;
+  try {
+    num_bytes(out.shapes[0], out.dtype);
+  } catch (const InvalidArgument& e) {
+    return prefix(ref) + "the gathered " + e.what();
   }
   return "";
 }
@@ -291,7 +315,8 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
   if (std::string m = checkJoined(ref, gone); !m.empty()) return invalid(m);
 
   Response out;
-  out.type = static_cast<ResponseType>(ref.type);  // the enums share their first values
+  // The enums share their first values and names (asserted in message.cc).
+  out.type = static_cast<ResponseType>(ref.type);
   out.names = {ref.name};
   if (isTensorOp(ref.type)) {
     out.dtype = ref.dtype;
@@ -310,8 +335,7 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
     case RequestType::Allgather:
       out.rank_rows.assign(set_size, 0);
       for (const Request* r : reqs) out.rank_rows[r->rank] = r->shape.front();
-      out.shapes[0][0] = 0;
-      for (std::int64_t rows : out.rank_rows) out.shapes[0][0] += rows;
+      if (std::string m = gatheredShape(ref, out); !m.empty()) return invalid(m);
       break;
     case RequestType::Alltoall:
       if (std::string m = alltoallMatrix(reqs, set_size, out.rank_rows); !m.empty())

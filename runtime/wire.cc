@@ -82,6 +82,13 @@ class Writer {
   std::vector<std::uint8_t> buf_;
 };
 
+// The encoders, decoders and fixed sizes below list every field by hand: these counts
+// make a field added to a message fail the build here until it is listed.
+static_assert(detail::fieldCount<RequestSignature>() == 12, "encode and decode the new field");
+static_assert(detail::fieldCount<Request>() == 1 + 2, "encode and decode the new field");
+static_assert(detail::fieldCount<Device>() == 2, "encode and decode the new field");
+static_assert(detail::fieldCount<Response>() == 12, "encode and decode the new field");
+
 // Fixed part of one request: everything except the strings' and vectors' items.
 constexpr std::size_t kRequestFixedBytes =
     4 + 8 + 1 + 4 + 1 + 1 + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
@@ -165,14 +172,15 @@ class Reader {
   std::uint64_t u64(const char* field) { return uint<std::uint64_t>(field); }
   double f64(const char* field) { return std::bit_cast<double>(u64(field)); }
 
-  // Reads a one-byte enum and rejects values past `last`.
+  // Reads a one-byte enum and rejects values from `count` (the enum's kNum*) on.
   template <typename E>
-  E enumeration(const char* field, E last) {
+  E enumeration(const char* field, int count) {
+    static_assert(sizeof(E) == 1, "enums travel as one byte");
     std::size_t at = pos_;
     std::uint8_t v = u8(field);
-    if (v > static_cast<std::uint8_t>(last)) {
+    if (v >= count) {
       fail("value " + std::to_string(v) + " at byte " + std::to_string(at) +
-               " is out of range (0.." + std::to_string(static_cast<int>(last)) + ")",
+               " is out of range (0.." + std::to_string(count - 1) + ")",
            field);
     }
     return static_cast<E>(v);
@@ -268,7 +276,7 @@ class Reader {
 
 Device device(Reader& r) {
   Device d;
-  d.type = r.enumeration("device type", DeviceType::CUDA);
+  d.type = r.enumeration<DeviceType>("device type", kNumDeviceTypes);
   d.index = r.i32("device index");
   return d;
 }
@@ -277,10 +285,10 @@ Request decodeRequest(Reader& r) {
   Request q;
   q.rank = r.i32("rank");
   q.seq = r.u64("seq");
-  q.type = r.enumeration("request type", RequestType::RemoveProcessSet);
+  q.type = r.enumeration<RequestType>("request type", kNumRequestTypes);
   q.name = r.str("name");
-  q.dtype = r.enumeration("dtype", DType::Float64);
-  q.op = r.enumeration("reduce op", ReduceOp::Product);
+  q.dtype = r.enumeration<DType>("dtype", kNumDTypes);
+  q.op = r.enumeration<ReduceOp>("reduce op", kNumReduceOps);
   q.device = device(r);
   q.shape = r.i64s("shape");
   q.root = r.i32("root");
@@ -294,20 +302,21 @@ Request decodeRequest(Reader& r) {
 
 Response decodeResponse(Reader& r) {
   Response p;
-  p.type = r.enumeration("response type", ResponseType::Error);
+  p.type = r.enumeration<ResponseType>("response type", kNumResponseTypes);
   p.names.resize(r.count("name count", 4, "names"));
   for (auto& name : p.names) name = r.str("name");
   p.shapes.resize(r.count("shape count", 4, "shapes"));
   for (auto& shape : p.shapes) shape = r.i64s("shape");
-  p.dtype = r.enumeration("dtype", DType::Float64);
-  p.op = r.enumeration("reduce op", ReduceOp::Product);
+  p.dtype = r.enumeration<DType>("dtype", kNumDTypes);
+  p.op = r.enumeration<ReduceOp>("reduce op", kNumReduceOps);
   p.device = device(r);
   p.root = r.i32("root");
   p.prescale = r.f64("prescale");
   p.postscale = r.f64("postscale");
   p.rank_rows = r.i64s("rank rows");
   p.error = r.str("error");
-  p.error_kind = r.enumeration("error kind", Response::ErrorKind::Invalid);
+  p.error_kind = r.enumeration<Response::ErrorKind>(
+      "error kind", static_cast<int>(Response::ErrorKind::Invalid) + 1);
   return p;
 }
 

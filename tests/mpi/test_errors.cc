@@ -230,6 +230,98 @@ TEST_CASE("invalid arguments are rejected at once, before any communication") {
   CHECK(o4.kind == "InvalidArgument");
 }
 
+// A value outside its enum (a bad cast in the caller, a binding bug) or a shape whose
+// size overflows, on one rank only, is refused in that rank's call: nothing reaches the
+// other ranks, whose next collectives work as usual.
+TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its call") {
+  const int n = accord::size(), me = accord::rank();
+  const auto p31 = std::int64_t{1} << 31, p32 = std::int64_t{1} << 32, p62 = std::int64_t{1} << 62;
+  Buffer b(DType::Float32, {4, 2});
+  Output out(DType::Float32);
+  auto expectRefused = [](const Outcome& o, const std::string& what, const std::string& message) {
+    INFO(describe(o, what));
+    CHECK(o.kind == "InvalidArgument");
+    CHECK(o.message == message);
+  };
+  if (me == n - 1) {  // these never become collectives, so the other ranks need not call them
+    accord::AllreduceOptions unnamed;
+    unnamed.op = static_cast<ReduceOp>(5);
+    const Outcome o =
+        attemptSubmit([&] { return accord::allreduce_async(b.view(), unnamed); }, "unnamed op");
+    INFO(describe(o, "unnamed op 5"));
+    CHECK(o.kind == "InvalidArgument");
+    CHECK(contains(o.message, "op 5 is not a ReduceOp"));
+    accord::AllreduceOptions bad_op;
+    bad_op.name = "err.bad.op";
+    bad_op.op = static_cast<ReduceOp>(17);
+    expectRefused(attemptSubmit([&] { return accord::allreduce_async(b.view(), bad_op); }, "op"),
+                  "op 17",
+                  "allreduce 'err.bad.op': op 17 is not a ReduceOp (expected 0..4: sum, "
+                  "average, min, max, product)");
+    bad_op.name = "err.bad.group";
+    expectRefused(attemptSubmit([&] { return accord::grouped_allreduce_async({b.view()}, bad_op); },
+                                "grouped op"),
+                  "grouped op 17",
+                  "allreduce 'err.bad.group.0': op 17 is not a ReduceOp "
+                  "(expected 0..4: sum, average, min, max, product)");
+    accord::ReducescatterOptions rs;
+    rs.name = "err.bad.rs.op";
+    rs.op = static_cast<ReduceOp>(255);
+    expectRefused(
+        attemptSubmit([&] { return accord::reducescatter_async(b.view(), out.allocator(), rs); },
+                      "reducescatter op"),
+        "reducescatter op 255",
+        "reducescatter 'err.bad.rs.op': op 255 is not a ReduceOp "
+        "(expected 0..4: sum, average, min, max, product)");
+    accord::TensorView bad_dtype = b.view();
+    bad_dtype.dtype = static_cast<DType>(9);
+    accord::AllgatherOptions g;
+    g.name = "err.bad.dtype";
+    expectRefused(
+        attemptSubmit([&] { return accord::allgather_async(bad_dtype, out.allocator(), g); },
+                      "dtype"),
+        "dtype 9",
+        "allgather 'err.bad.dtype': dtype 9 is not a DType (expected 0..7: "
+        "uint8, int8, int32, int64, float16, bfloat16, float32, float64)");
+    accord::TensorView bad_device = b.view();
+    bad_device.device.type = static_cast<accord::DeviceType>(5);
+    accord::BroadcastOptions bc;
+    bc.name = "err.bad.device";
+    expectRefused(attemptSubmit([&] { return accord::broadcast_async(bad_device, bc); }, "device"),
+                  "device type 5",
+                  "broadcast 'err.bad.device': device type 5 is not a "
+                  "DeviceType (expected 0..1: cpu, cuda)");
+    accord::AllreduceOptions named;
+    named.name = "err.bad.shape";
+    accord::TensorView wraps_to_empty = b.view();
+    wraps_to_empty.shape = {p62, 4};
+    expectRefused(attemptSubmit([&] { return accord::allreduce_async(wraps_to_empty, named); },
+                                "2^64 elements"),
+                  "shape [2^62,4]",
+                  "allreduce 'err.bad.shape': shape [4611686018427387904,4] "
+                  "has more elements than an int64 can count");
+    accord::TensorView wraps_negative = b.view();
+    wraps_negative.shape = {p32, p31 + 1};
+    expectRefused(attemptSubmit([&] { return accord::allreduce_async(wraps_negative, named); },
+                                "2^63+2^32 elements"),
+                  "shape [2^32,2^31+1]",
+                  "allreduce 'err.bad.shape': shape [4294967296,2147483649] "
+                  "has more elements than an int64 can count");
+  }
+  // Every rank, the refusing one included, carries on as if nothing happened; unnamed,
+  // so that the refused unnamed call must not have used up a generated name.
+  b.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
+  const auto error = describe(finish(accord::allreduce_async(b.view()), "unnamed after refusals"),
+                              "unnamed after refusals");
+  INFO(error);
+  CHECK(error.empty());
+  const auto diff = compareElements(DType::Float32, b.data(), 8, [&](std::int64_t i) {
+    return reducedValue(DType::Float32, ReduceOp::Sum, allRanks(n), i);
+  });
+  INFO(diff);
+  CHECK(diff.empty());
+}
+
 TEST_CASE("mismatch: grouped allreduce member count") {
   // The odd rank groups 2 tensors, the others 3. Should this be (wrongly) left to the
   // stall inspector, ACCORD_STALL_SHUTDOWN_TIME=10 below turns it into a Timeout that

@@ -64,7 +64,7 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK_FALSE(c.shared_memory);
   CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
-  CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0001"}}).cycle_time == 0us);  // below the clock's grain
+  CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0015"}}).cycle_time == 2us);  // to the nearest microsecond
 }
 
 TEST_CASE("sizes take plain bytes or K/M/G multiples of 1024", "[config]") {
@@ -81,47 +81,48 @@ TEST_CASE("sizes take plain bytes or K/M/G multiples of 1024", "[config]") {
 }
 
 TEST_CASE("bad sizes name the variable, the value and the range", "[config]") {
+  const std::string fusion =
+      "': expected bytes between 0 and 4294967296 (4G), suffixes K, M, G; 0 disables fusion";
   for (std::string bad :
-       {"abc", "-1", "1.5M", "1T", "M", "10 M B", "1KX", "99999999999999999999"}) {
+       {"abc", "-1", "1.5M", "1T", "M", "10 M B", "1KX", "99999999999999999999", "99999999999G"}) {
     INFO(bad);
-    CHECK(error("ACCORD_FUSION_THRESHOLD", bad) ==
-          "ACCORD_FUSION_THRESHOLD='" + bad + "': expected bytes >= 0 (suffixes K, M, G)");
+    CHECK(error("ACCORD_FUSION_THRESHOLD", bad) == "ACCORD_FUSION_THRESHOLD='" + bad + fusion);
   }
-  CHECK(error("ACCORD_FUSION_THRESHOLD", "99999999999G") ==
-        "ACCORD_FUSION_THRESHOLD='99999999999G': expected bytes >= 0 (suffixes K, M, G)");
-  CHECK(error("ACCORD_CHUNK_BYTES", "4095") ==
-        "ACCORD_CHUNK_BYTES='4095': expected bytes >= 4096 (4K; suffixes K, M, G)");
-  CHECK(error("ACCORD_CHUNK_BYTES", "0") ==
-        "ACCORD_CHUNK_BYTES='0': expected bytes >= 4096 (4K; suffixes K, M, G)");
+  const std::string chunk =
+      "': expected bytes between 4096 (4K) and 1073741824 (1G), suffixes K, M, G";
+  CHECK(error("ACCORD_CHUNK_BYTES", "4095") == "ACCORD_CHUNK_BYTES='4095" + chunk);
+  CHECK(error("ACCORD_CHUNK_BYTES", "0") == "ACCORD_CHUNK_BYTES='0" + chunk);
 }
 
 TEST_CASE("bad times name the variable, the value and the range", "[config]") {
-  const std::string cycle = "milliseconds between 0 and 10000 (fractional allowed, e.g. 0.5)";
+  const std::string cycle =
+      "milliseconds between 0.001 and 10000 (fractional allowed, e.g. 0.5), or 0 = no wait";
   for (std::string bad : {"-0.1", "10000.5", "fast", "1ms", "nan", "inf", ""}) {
     if (bad.empty()) continue;  // empty means unset
     INFO(bad);
     CHECK(error("ACCORD_CYCLE_TIME", bad) == "ACCORD_CYCLE_TIME='" + bad + "': expected " + cycle);
   }
-  CHECK(error("ACCORD_STALL_CHECK_TIME", "0") ==
-        "ACCORD_STALL_CHECK_TIME='0': expected seconds > 0 and <= 1e9 (fractional allowed)");
-  CHECK(error("ACCORD_STALL_CHECK_TIME", "-5") ==
-        "ACCORD_STALL_CHECK_TIME='-5': expected seconds > 0 and <= 1e9 (fractional allowed)");
-  CHECK(error("ACCORD_STALL_CHECK_TIME", "1e10") ==
-        "ACCORD_STALL_CHECK_TIME='1e10': expected seconds > 0 and <= 1e9 (fractional allowed)");
-  CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", "-1") ==
-        "ACCORD_STALL_SHUTDOWN_TIME='-1': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 "
-        "= never)");
-  CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", "5m") ==
-        "ACCORD_STALL_SHUTDOWN_TIME='5m': expected seconds >= 0 and <= 1e9 (fractional allowed, 0 "
-        "= never)");
+  const std::string check = "': expected seconds between 0.001 and 1000000000 (fractional allowed)";
+  for (std::string bad : {"0", "-5", "1e10"}) {
+    INFO(bad);
+    CHECK(error("ACCORD_STALL_CHECK_TIME", bad) == "ACCORD_STALL_CHECK_TIME='" + bad + check);
+  }
+  const std::string shutdown =
+      "': expected seconds between 0.001 and 1000000000 (fractional "
+      "allowed), or 0 = never";
+  for (std::string bad : {"-1", "5m", "1e10"}) {
+    INFO(bad);
+    CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", bad) ==
+          "ACCORD_STALL_SHUTDOWN_TIME='" + bad + shutdown);
+  }
 }
 
 TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
-  for (std::string bad : {"-1", "1.5", "lots", "1048577"}) {
+  for (std::string bad : {"-1", "1.5", "lots", "65537", "1048576"}) {
     INFO(bad);
     CHECK(error("ACCORD_CACHE_CAPACITY", bad) ==
           "ACCORD_CACHE_CAPACITY='" + bad +
-              "': expected an integer between 0 and 1048576 (0 disables the cache)");
+              "': expected an integer between 0 and 65536 (0 disables the cache)");
   }
   for (std::string bad : {"2", "yes", "-1"}) {
     INFO(bad);
@@ -158,4 +159,46 @@ TEST_CASE("unknown ACCORD_ variables are reported, everything else is not", "[co
   CHECK(Config::unknownVariables({"ACCORD_FUSION_THRESHHOLD=1M", "ACCORD_TIMELINE=t.json",
                                   "ACCORD_FUSION_THRESHHOLD=2M", "ACCORD_NOVALUE"}) ==
         std::vector<std::string>{"ACCORD_FUSION_THRESHHOLD", "ACCORD_NOVALUE", "ACCORD_TIMELINE"});
+}
+
+TEST_CASE("sizes past what can be allocated are rejected with their range", "[config]") {
+  // 2^63 wrapped the shared-memory window's size; 16G failed deep inside MPI.
+  for (std::string big : {"1025M", "16G", "9223372036854775808", "8589934592G"}) {
+    INFO(big);
+    CHECK(error("ACCORD_CHUNK_BYTES", big) ==
+          "ACCORD_CHUNK_BYTES='" + big +
+              "': expected bytes between 4096 (4K) and 1073741824 (1G), suffixes K, M, G");
+  }
+  CHECK(parse({{"ACCORD_CHUNK_BYTES", "1G"}}).chunk_bytes == std::size_t{1} << 30);
+  for (std::string big : {"4097M", "5G", "18446744073709551615"}) {
+    INFO(big);
+    CHECK(error("ACCORD_FUSION_THRESHOLD", big) ==
+          "ACCORD_FUSION_THRESHOLD='" + big +
+              "': expected bytes between 0 and 4294967296 (4G), suffixes K, M, G; 0 disables "
+              "fusion");
+  }
+  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", "4G"}}).fusion_threshold == std::size_t{4} << 30);
+  CHECK(parse({{"ACCORD_CACHE_CAPACITY", "65536"}}).cache_capacity == 1u << 16);
+}
+
+TEST_CASE("times below the clock's resolution are rejected, not rounded to 0", "[config]") {
+  // 0 means "never" (stall shutdown) or "no wait" (cycle): a tiny positive value must
+  // not silently turn into that.
+  CHECK(error("ACCORD_STALL_SHUTDOWN_TIME", "0.0004") ==
+        "ACCORD_STALL_SHUTDOWN_TIME='0.0004': below the resolution of 1 millisecond, where it "
+        "would round to 0 (never); expected seconds between 0.001 and 1000000000 (fractional "
+        "allowed), or 0 = never");
+  CHECK(error("ACCORD_STALL_CHECK_TIME", "0.0009") ==
+        "ACCORD_STALL_CHECK_TIME='0.0009': below the resolution of 1 millisecond, where it "
+        "would round to 0; expected seconds between 0.001 and 1000000000 (fractional allowed)");
+  CHECK(error("ACCORD_CYCLE_TIME", "0.0001") ==
+        "ACCORD_CYCLE_TIME='0.0001': below the resolution of 1 microsecond, where it would "
+        "round to 0 (no wait); expected milliseconds between 0.001 and 10000 (fractional "
+        "allowed, e.g. 0.5), or 0 = no wait");
+  // The smallest accepted values keep their meaning; 0 keeps its own.
+  CHECK(parse({{"ACCORD_STALL_SHUTDOWN_TIME", "0.001"}}).stall_shutdown_time == 1ms);
+  CHECK(parse({{"ACCORD_STALL_CHECK_TIME", "0.001"}}).stall_check_time == 1ms);
+  CHECK(parse({{"ACCORD_CYCLE_TIME", "0.001"}}).cycle_time == 1us);
+  CHECK(parse({{"ACCORD_CYCLE_TIME", "0"}}).cycle_time == 0us);
+  CHECK(parse({{"ACCORD_STALL_SHUTDOWN_TIME", "0.0"}}).stall_shutdown_time == 0ms);
 }

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 using namespace accord;
 
 namespace {
@@ -172,4 +174,46 @@ TEST_CASE("the exchanged bit vector covers exactly the slots in use", "[cache]")
   CHECK(c.activeWords() == 1);
   for (int i = 0; i < 64; ++i) c.erase(static_cast<std::uint32_t>(i));
   CHECK(c.activeWords() == 0);
+}
+
+// The list below must name every field of RequestSignature (device twice: type and
+// index); the count stops the build when a new field has no line here.
+static_assert(detail::fieldCount<RequestSignature>() == 12, "add the new field to the list below");
+
+TEST_CASE("changing any one signature field misses the cache; rank and seq do not", "[cache]") {
+  Request base = request("w", {4, 3});
+  base.type = RequestType::Allreduce;
+  base.group = std::string("g");  // not a literal: GCC 12 -Wrestrict false positive
+  base.group_size = 2;
+  base.splits = {1, 3};
+  ResponseCache c(4);
+  put(c, base);
+  const std::vector<std::pair<const char*, std::function<void(Request&)>>> changes = {
+      {"type", [](Request& r) { r.type = RequestType::Allgather; }},
+      {"name", [](Request& r) { r.name += "x"; }},
+      {"dtype", [](Request& r) { r.dtype = DType::BFloat16; }},
+      {"op", [](Request& r) { r.op = ReduceOp::Product; }},
+      {"device type", [](Request& r) { r.device.type = DeviceType::CUDA; }},
+      {"device index", [](Request& r) { r.device.index = 1; }},
+      {"shape", [](Request& r) { r.shape.back() = 4; }},
+      {"root", [](Request& r) { r.root = 2; }},
+      {"prescale", [](Request& r) { r.prescale = -1; }},
+      {"postscale", [](Request& r) { r.postscale = 0.5; }},
+      {"splits", [](Request& r) { r.splits.push_back(0); }},
+      {"group", [](Request& r) { r.group += "h"; }},
+      {"group_size", [](Request& r) { r.group_size = 3; }},
+  };
+  for (const auto& [field, change] : changes) {
+    INFO(field);
+    Request r = base;
+    change(r);
+    REQUIRE_FALSE(r == base);  // the change is real
+    // Same name: the stored signature no longer matches. A new name: simply unknown.
+    CHECK(c.lookup(r).status ==
+          (r.name == base.name ? ResponseCache::Status::Invalid : ResponseCache::Status::Miss));
+  }
+  Request envelope = base;
+  envelope.rank = 7;
+  envelope.seq = 12345;
+  CHECK(c.lookup(envelope).status == ResponseCache::Status::Hit);
 }

@@ -70,3 +70,48 @@ TEST_CASE("type and op names match the public function names", "[tensor]") {
   CHECK(r.totalBytes() == 22);
   CHECK_THROWS_AS(r.tensorBytes(2), InvalidArgument);
 }
+
+TEST_CASE("element and byte counts that overflow are rejected, naming the shape", "[tensor]") {
+  const std::int64_t p31 = std::int64_t{1} << 31, p32 = std::int64_t{1} << 32;
+  const std::int64_t p62 = std::int64_t{1} << 62;
+  // 2^64 elements wrapped to 0 (an "empty" tensor); 2^63 + 2^32 to a negative count.
+  CHECK_THROWS_WITH(num_elements({p62, 4}),
+                    "shape [4611686018427387904,4] has more elements than an int64 can count");
+  CHECK_THROWS_WITH(num_elements({p32, p31 + 1}),
+                    "shape [4294967296,2147483649] has more elements than an int64 can count");
+  CHECK_THROWS_AS(num_elements({p32, p32, p32}), InvalidArgument);
+  CHECK(num_elements({INT64_MAX}) == INT64_MAX);
+  CHECK(num_elements({p62, 4, 0}) == 0);  // a zero dimension makes any shape empty
+  CHECK_THROWS_WITH(num_elements({p62, 4, 0, -1}),
+                    "shape [4611686018427387904,4,0,-1] has a negative dimension");
+  // Countable elements, but more bytes than any buffer (or ptrdiff_t) can hold.
+  TensorView big{nullptr, DType::Float64, {p62}, Device::cpu()};
+  CHECK_THROWS_WITH(big.bytes(),
+                    "shape [4611686018427387904] of float64 has more bytes than a "
+                    "buffer can span (at most 9223372036854775807)");
+  TensorView half{nullptr, DType::Float32, {p62 / 2 - 1}, Device::cpu()};
+  CHECK(half.bytes() == static_cast<std::size_t>(p62 / 2 - 1) * 4);
+  Response r;
+  r.dtype = DType::Int64;
+  r.shapes = {{p62}};
+  CHECK_THROWS_AS(r.tensorBytes(0), InvalidArgument);
+}
+
+TEST_CASE("values outside an enum are named with the range the enum derives", "[tensor]") {
+  for (int v = 0; v < kNumReduceOps; ++v) CHECK(invalidEnum(static_cast<ReduceOp>(v)).empty());
+  for (int v = 0; v < kNumDTypes; ++v) CHECK(invalidEnum(static_cast<DType>(v)).empty());
+  for (int v = 0; v < kNumDeviceTypes; ++v) CHECK(invalidEnum(static_cast<DeviceType>(v)).empty());
+  CHECK(invalidEnum(static_cast<ReduceOp>(17)) ==
+        "op 17 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+  CHECK(invalidEnum(static_cast<ReduceOp>(kNumReduceOps)) ==
+        "op 5 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+  CHECK(invalidEnum(static_cast<DType>(kNumDTypes)) ==
+        "dtype 8 is not a DType (expected 0..7: uint8, int8, int32, int64, float16, bfloat16, "
+        "float32, float64)");
+  CHECK(invalidEnum(static_cast<DeviceType>(255)) ==
+        "device type 255 is not a DeviceType (expected 0..1: cpu, cuda)");
+  // The names printed for such values stay printable.
+  CHECK(std::string(reduce_op_name(static_cast<ReduceOp>(17))) == "invalid-op");
+  CHECK(std::string(dtype_name(static_cast<DType>(9))) == "invalid-dtype");
+  CHECK(Device{static_cast<DeviceType>(7), 0}.str() == "invalid device type 7");
+}

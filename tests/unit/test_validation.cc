@@ -280,3 +280,29 @@ TEST_CASE("process set requests agree on valid, distinct ranks", "[validation]")
   CHECK(error(reqs, 4) ==
         "remove_process_set 'ps': rank 0 sent process set [3], rank 3 sent process set [2]");
 }
+
+TEST_CASE("sizes summed across ranks that overflow are refused, naming the tensor",
+          "[validation]") {
+  const std::int64_t p62 = std::int64_t{1} << 62;
+  // Each rank's shape fits; their sum 2^63 would wrap to a negative first dimension.
+  std::vector<Request> reqs = {req(0, RequestType::Allgather, "g", {p62, 1}),
+                               req(1, RequestType::Allgather, "g", {p62, 1})};
+  reqs[0].dtype = reqs[1].dtype = DType::UInt8;
+  CHECK(error(reqs, 2) ==
+        "allgather 'g': the ranks' first dimensions "
+        "[4611686018427387904,4611686018427387904] sum past what an int64 can "
+        "count");
+  CHECK(kind(reqs, 2) == Response::ErrorKind::Invalid);
+  // The rows add up, the gathered buffer's bytes do not.
+  reqs[0].shape = reqs[1].shape = {p62 / 2, 1};
+  reqs[0].dtype = reqs[1].dtype = DType::Float32;
+  CHECK(error(reqs, 2) ==
+        "allgather 'g': the gathered shape [4611686018427387904,1] of float32 "
+        "has more bytes than a buffer can span (at most 9223372036854775807)");
+  // Alltoall splits that wrap around to exactly the first dimension.
+  std::vector<Request> x = same(4, req(0, RequestType::Alltoall, "x", {0, 2}));
+  for (auto& r : x) r.splits = {p62, p62, p62, p62};
+  CHECK(error(x, 4) ==
+        "alltoall 'x': rank 0 sent splits [4611686018427387904,4611686018427387904,"
+        "4611686018427387904,4611686018427387904] whose sum overflows an int64");
+}

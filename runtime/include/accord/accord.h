@@ -25,6 +25,7 @@ struct HandleState;
 }
 
 enum class ReduceOp : std::uint8_t { Sum, Average, Min, Max, Product };
+inline constexpr int kNumReduceOps = 5;  // one past the last ReduceOp (asserted in tensor.cc)
 const char* reduce_op_name(ReduceOp op);
 
 using ProcessSetId = std::int32_t;

@@ -22,6 +22,8 @@ enum class DType : std::uint8_t {
   Float32,
   Float64,
 };
+// One past the last DType: the valid values are 0..kNumDTypes-1 (tensor.cc asserts this
+// against the enumerators, so the two cannot drift apart).
 inline constexpr int kNumDTypes = 8;
 
 std::size_t dtype_size(DType dtype);
@@ -29,6 +31,7 @@ const char* dtype_name(DType dtype);
 bool is_floating_point(DType dtype);
 
 enum class DeviceType : std::uint8_t { CPU, CUDA };
+inline constexpr int kNumDeviceTypes = 2;  // one past the last DeviceType (asserted in tensor.cc)
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -42,7 +45,12 @@ struct Device {
 
 using Shape = std::vector<std::int64_t>;
 
+// Elements of `shape` (a scalar has one). Throws InvalidArgument naming the shape when a
+// dimension is negative or the count does not fit an int64.
 std::int64_t num_elements(const Shape& shape);
+// num_elements(shape) * dtype_size(dtype). Throws InvalidArgument naming the shape when
+// that exceeds PTRDIFF_MAX: no buffer can be larger, nor can offsets into it be formed.
+std::size_t num_bytes(const Shape& shape, DType dtype);
 std::string shape_string(const Shape& shape);  // "[4,3]"
 
 struct TensorView {
@@ -52,7 +60,7 @@ struct TensorView {
   Device device;
 
   std::int64_t numel() const { return num_elements(shape); }
-  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::size_t bytes() const { return num_bytes(shape, dtype); }
 };
 
 }  // namespace accord
