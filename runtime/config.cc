@@ -19,21 +19,17 @@ namespace accord {
 
 namespace {
 
-// Defaults, from accord-bench on 2 ranks of the development machine (2 MiB of L2 per
-// core; medians of 3-4 alternating runs):
-// - Chunk: 1 MiB pieces keep a piece and its receive buffer in L2, so large buffers run
-//   at ~2x one MPI_Allreduce. Against 512 KiB and 768 KiB they ran 1-2 MiB tensors
-//   closest to raw MPI (1 MiB: 0.91x vs 0.81x; 2 MiB: 0.96x vs 0.91-0.94x), with the
-//   ResNet-50 gradient set unchanged (0.93-0.97x the best raw-MPI time). 2 MiB pieces
-//   were 1.21-1.23x on the gradient set. The shared-memory transport reduces a buffer
-//   of up to two pieces whole (see ops/mpi/shared_memory.cc).
-// - Fusion threshold: on the gradient set (Sum) 64 KiB gave 0.83-0.90x the best
-//   raw-MPI time, 256 KiB 0.88-0.90x, no fusion 0.87-0.92x, 1 MiB 0.91x, 4 MiB 1.10x
-//   and 16 MiB 1.79x: past a few hundred KiB the copies in and out cost more than the
-//   calls they save. 64 KiB still merges the many small batch-norm and bias tensors.
-// - Cycle time: 0 (negotiate as soon as work arrives). 0.1/0.5/1/2 ms raised the 4 KiB
-//   latency to 148/552/1047/2059 us and left the gradient set where it was
-//   (0.88-0.95x against 0.89x at 0).
+// Defaults; the accord-bench measurements behind them are in the README ("Why the
+// defaults").
+// - Chunk: 1 MiB pieces keep a piece and what arrives for it in L2 between arriving and
+//   being passed on; smaller pieces pay more waits per byte, larger ones leave the cache.
+//   The shared-memory transport reduces a buffer of up to two pieces whole (see
+//   ops/mpi/shared_memory.cc).
+// - Fusion threshold: fusing saves calls but costs a copy in and out; past a few hundred
+//   KiB the copies cost more than the calls they save. 64 KiB still merges the many
+//   small batch-norm and bias tensors.
+// - Cycle time: 0, negotiate as soon as work arrives. A training step's tensors arrive
+//   in a stream and are fused anyway; waiting for more only adds latency.
 // Stall times follow Horovod: report after a minute, give up after five.
 constexpr double kDefaultCycleTimeMs = 0.0;
 constexpr std::size_t kDefaultFusionThreshold = 64u << 10;  // 64 KiB
@@ -48,10 +44,10 @@ constexpr const char* kDefaultLogLevel = "warn";
 // - Chunk: the shared-memory window holds two pieces for every rank of the host, so
 //   1 GiB pieces already take 2 GiB of /dev/shm per rank, 16 GiB for 8 ranks: about
 //   what a large node offers (16G failed inside MPI_Win_allocate_shared, and 2^63
-//   wrapped the window's size). Past 1 MiB, larger pieces were only slower (above).
+//   wrapped the window's size). Past 1 MiB, larger pieces were only slower.
 // - Fusion threshold: the fusion buffer grows to the largest fused group, so this much
 //   heap per rank must be there for the taking; 4 GiB is allocatable on any 64-bit
-//   training node, and fusion stopped paying off at a few hundred KiB (above).
+//   training node, and fusion stops paying off at a few hundred KiB.
 // - Cache: every process set allocates all its slots at init, ~350 bytes each (a cached
 //   response and request), and exchanges a bit per slot; 65536 slots are 22 MiB and an
 //   8 KiB vector, for models that have at most a few thousand tensors.
