@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <utility>
 
 namespace accord::resnet {
 namespace {
@@ -87,6 +89,23 @@ void writeAll(int fd, const std::string& bytes, const std::string& path) {
   }
 }
 
+// Creates the temporary file beside the target, never through an existing name:
+// O_EXCL | O_NOFOLLOW refuse a file or symlink already there (planted, or left by a
+// crash), which O_TRUNC would have followed and overwritten. Such a name is left alone
+// and a random one tried; 16 tries make a collision by chance impossible in practice.
+std::pair<int, std::string> createTemp(const std::string& path) {
+  const std::string base = path + ".tmp." + std::to_string(::getpid());
+  std::random_device random;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string name = attempt == 0 ? base : base + "." + std::to_string(random());
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return {fd, name};
+    if (errno != EEXIST) sysFail("create", name);
+  }
+  throw CheckpointError("cannot create a temporary file beside " + path + ": " + base +
+                        " and 15 random variants of it exist already");
+}
+
 void fsyncDir(const std::filesystem::path& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
@@ -114,9 +133,7 @@ void saveCheckpoint(const std::string& path, const std::string& description,
   put(out, crcOf(out.data(), out.size()));
 
   const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) sysFail("create", tmp);
+  const auto [fd, tmp] = createTemp(path);
   try {
     writeAll(fd, out, tmp);
     if (::fsync(fd) != 0) sysFail("fsync", tmp);

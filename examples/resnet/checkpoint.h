@@ -9,7 +9,9 @@
 // and the tensor names and sizes must match the model being resumed.
 //
 // Writing is atomic: a temporary file beside the target, fsync, rename, fsync of the
-// directory. A crash leaves either the old checkpoint or the new one, never half.
+// directory. A crash leaves either the old checkpoint or the new one, never half. The
+// temporary file is always a new one (O_EXCL): nothing already at its name, a symlink
+// included, is opened or written.
 #pragma once
 
 #include <cstddef>

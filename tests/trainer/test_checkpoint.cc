@@ -1,5 +1,6 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
-// other-model files are rejected with a message naming the file.
+// other-model files are rejected with a message naming the file; a symlink planted at
+// the temporary name redirects nothing.
 #include "checkpoint.h"
 
 #include <catch2/catch.hpp>
@@ -100,4 +101,36 @@ TEST_CASE("truncated, corrupt and foreign checkpoints are rejected", "[checkpoin
   std::vector<TensorRef> wrong = {{"conv1.weight", small.data(), small.size()}, f.refs()[1]};
   CHECK_THROWS_WITH(loadCheckpoint(p.string(), "resnet18 test", wrong),
                     Catch::Contains("conv1.weight"));
+}
+
+// The temporary name is predictable (<path>.tmp.<pid>); a symlink planted there must
+// not redirect the write, whether its target exists or not.
+TEST_CASE("a symlink at the temporary name is neither followed nor replaced", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("linked.ckpt");
+  const fs::path tmp = p.string() + ".tmp." + std::to_string(::getpid());
+  const fs::path victim = tempPath("victim.txt"), absent = tempPath("absent-target");
+  for (const fs::path& target : {victim, absent}) {
+    INFO("symlink to " << target);
+    fs::remove(p);
+    fs::remove(tmp);
+    fs::remove(absent);
+    writeAll(victim, "precious");
+    fs::create_symlink(target, tmp);
+    saveCheckpoint(p.string(), "resnet18 test", {2, 5, 50}, saved.refs());
+    CHECK(readAll(victim) == "precious");
+    CHECK_FALSE(fs::exists(absent));
+    CHECK(fs::is_symlink(tmp));
+    CHECK_FALSE(fs::is_symlink(p));
+    Fixture loaded;
+    std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+    CHECK(loadCheckpoint(p.string(), "resnet18 test", loaded.refs()).global_step == 50);
+    CHECK(loaded.a == saved.a);
+    int leftovers = 0;  // temporary files besides the planted link
+    for (const auto& e : fs::directory_iterator(p.parent_path()))
+      leftovers +=
+          e.path().filename().string().rfind("linked.ckpt.tmp.", 0) == 0 && e.path() != tmp;
+    CHECK(leftovers == 0);
+  }
+  fs::remove(tmp);
 }
