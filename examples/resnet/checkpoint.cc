@@ -117,13 +117,17 @@ void fsyncDir(const std::filesystem::path& dir) {
 }  // namespace
 
 void saveCheckpoint(const std::string& path, const std::string& description,
-                    const TrainState& state, const std::vector<TensorRef>& tensors) {
+                    const TrainState& state, const std::vector<TensorRef>& tensors,
+                    const StepGeometry& geometry) {
   std::string out(kMagic, sizeof(kMagic));
   put(out, kCheckpointVersion);
   putString(out, description);
   put(out, state.epoch);
   put(out, state.step_in_epoch);
   put(out, state.global_step);
+  put(out, geometry.batch_size);
+  put(out, geometry.ranks);
+  put(out, geometry.train_size);
   put(out, static_cast<std::uint32_t>(tensors.size()));
   for (const TensorRef& t : tensors) {
     putString(out, t.name);
@@ -160,14 +164,19 @@ CheckpointContents readCheckpoint(const std::string& path) {
                           std::to_string(bytes.size()) + " bytes)");
   Reader r(path, bytes);
   const auto version = r.get<std::uint32_t>("version");
-  if (version != kCheckpointVersion)
+  if (version < 1 || version > kCheckpointVersion)
     throw CheckpointError(path + ": checkpoint version " + std::to_string(version) +
-                          ", this build reads version " + std::to_string(kCheckpointVersion));
+                          ", this build reads versions 1 to " + std::to_string(kCheckpointVersion));
   CheckpointContents c;
   c.description = r.getString("model description");
   c.state.epoch = r.get<std::int64_t>("epoch");
   c.state.step_in_epoch = r.get<std::int64_t>("step");
   c.state.global_step = r.get<std::int64_t>("global step");
+  if (version >= 2) {
+    c.geometry.batch_size = r.get<std::int64_t>("batch size");
+    c.geometry.ranks = r.get<std::int64_t>("rank count");
+    c.geometry.train_size = r.get<std::int64_t>("training-set size");
+  }
   const auto count = r.get<std::uint32_t>("tensor count");
   for (std::uint32_t i = 0; i < count; ++i) {
     c.names.push_back(r.getString("tensor name"));
@@ -179,12 +188,33 @@ CheckpointContents readCheckpoint(const std::string& path) {
   return c;
 }
 
+void checkResumable(const std::string& path, const StepGeometry& saved, const StepGeometry& run) {
+  if (saved.batch_size == 0 || run.batch_size == 0) return;
+  auto batch = [](const StepGeometry& g) {
+    return "global batch " + std::to_string(g.globalBatch()) + " (--batch-size " +
+           std::to_string(g.batch_size) + " x " + std::to_string(g.ranks) + " ranks)";
+  };
+  if (saved.globalBatch() != run.globalBatch())
+    throw CheckpointError(
+        path + ": written at " + batch(saved) + ", this run has " + batch(run) +
+        "; the checkpoint's epoch position and LR schedule count steps of " +
+        std::to_string(saved.globalBatch()) +
+        " samples, so resume with --batch-size x ranks = " + std::to_string(saved.globalBatch()));
+  if (saved.train_size != run.train_size)
+    throw CheckpointError(path + ": written for a training set of " +
+                          std::to_string(saved.train_size) + " samples, this run has " +
+                          std::to_string(run.train_size) +
+                          " (--dataset, --train-limit, --synthetic-size); the checkpoint's epoch "
+                          "position would point at other samples");
+}
+
 TrainState loadCheckpoint(const std::string& path, const std::string& description,
-                          const std::vector<TensorRef>& tensors) {
+                          const std::vector<TensorRef>& tensors, const StepGeometry& run) {
   CheckpointContents c = readCheckpoint(path);
   if (c.description != description)
     throw CheckpointError(path + ": checkpoint is of a different model: '" + c.description +
                           "', this run is '" + description + "'");
+  checkResumable(path, c.geometry, run);
   if (c.names.size() != tensors.size())
     throw CheckpointError(path + ": checkpoint holds " + std::to_string(c.names.size()) +
                           " tensors, the model expects " + std::to_string(tensors.size()));

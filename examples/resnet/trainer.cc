@@ -123,13 +123,16 @@ std::vector<TensorRef> Trainer::checkpointTensors() {
   return out;
 }
 
+StepGeometry Trainer::stepGeometry() const { return {opt_.batch_size, world_, train_src_->size()}; }
+
 // Rank 0's parameters (fresh, or from --resume) become everyone's. A failed resume on
 // rank 0 fails every rank with rank 0's message instead of leaving them waiting.
 void Trainer::startFromRankZero() {
   std::string error;
   if (!opt_.resume.empty() && rank_ == 0) {
     try {
-      state_ = loadCheckpoint(opt_.resume, model_.cfg.describe(), checkpointTensors());
+      state_ =
+          loadCheckpoint(opt_.resume, model_.cfg.describe(), checkpointTensors(), stepGeometry());
     } catch (const std::exception& e) {
       error = e.what();
     }

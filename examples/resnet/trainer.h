@@ -46,6 +46,7 @@ class Trainer {
   void buildModel();
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();
+  StepGeometry stepGeometry() const;
   bool trainEpoch(int epoch, StepTimes& times);  // false: --steps reached
   bool capReached() const { return opt_.max_steps > 0 && state_.global_step >= opt_.max_steps; }
   void trainStep(StepTimes& times);

@@ -67,7 +67,8 @@ void Trainer::saveCheckpoint(const TrainState& state) {
   std::string error;
   if (rank_ == 0) {
     try {
-      resnet::saveCheckpoint(opt_.checkpoint, model_.cfg.describe(), state, checkpointTensors());
+      resnet::saveCheckpoint(opt_.checkpoint, model_.cfg.describe(), state, checkpointTensors(),
+                             stepGeometry());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -86,7 +87,7 @@ void Trainer::dumpParams() {
   if (rank_ != 0) return;
   std::vector<TensorRef> tensors;
   for (const ParamRef& p : parameterList(model_)) tensors.push_back({p.name, p.w, p.n});
-  resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors);
+  resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors, stepGeometry());
 }
 
 }  // namespace accord::resnet

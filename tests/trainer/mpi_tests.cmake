@@ -2,6 +2,8 @@
 # two driven by trainer_mpi_check.cmake:
 #   equivalence  2 ranks x batch B == 1 rank x batch 2B after K steps (BN inference mode)
 #   resume       a run interrupted mid-epoch and resumed == the uninterrupted run
+#   resume-batch a checkpoint resumed at another global batch is refused on every rank;
+#                the same global batch on other ranks resumes at the same sample
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 if(NOT TARGET accord-resnet)
@@ -23,5 +25,6 @@ endfunction()
 
 accord_trainer_mpi_test(equivalence 300)
 accord_trainer_mpi_test(resume 300)
+accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(accuracy 900)

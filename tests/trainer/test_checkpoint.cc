@@ -1,11 +1,14 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
 // other-model files are rejected with a message naming the file; a symlink planted at
-// the temporary name redirects nothing.
+// the temporary name redirects nothing; a checkpoint resumes only with the global batch
+// and training set it was written with.
 #include "checkpoint.h"
 
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
+#include <zlib.h>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -133,4 +136,60 @@ TEST_CASE("a symlink at the temporary name is neither followed nor replaced", "[
     CHECK(leftovers == 0);
   }
   fs::remove(tmp);
+}
+
+namespace {
+
+std::string resumeError(const fs::path& p, Fixture& f, const StepGeometry& run) {
+  try {
+    loadCheckpoint(p.string(), "resnet18 test", f.refs(), run);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint resumes only with its global batch and training set", "[checkpoint]") {
+  Fixture f;
+  const fs::path p = tempPath("geometry.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {0, 12, 12}, f.refs(), {16, 2, 512});
+  const CheckpointContents c = readCheckpoint(p.string());
+  CHECK(c.geometry.batch_size == 16);
+  CHECK(c.geometry.ranks == 2);
+  CHECK(c.geometry.train_size == 512);
+
+  const std::string larger = resumeError(p, f, {32, 2, 512});
+  CHECK(larger.find("geometry.ckpt: written at global batch 32 (--batch-size 16 x 2 ranks), "
+                    "this run has global batch 64 (--batch-size 32 x 2 ranks)") !=
+        std::string::npos);
+  CHECK(resumeError(p, f, {16, 2, 256}).find("training set of 512 samples, this run has 256") !=
+        std::string::npos);
+  CHECK(resumeError(p, f, {32, 1, 512}).empty());  // the same samples per step
+  CHECK(resumeError(p, f, {}).empty());            // no geometry to compare
+}
+
+// Files written before the geometry was recorded: the same bytes without it.
+TEST_CASE("version 1 checkpoints still load", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("v2.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {1, 2, 18}, saved.refs(), {16, 2, 512});
+  std::string bytes = readAll(p);
+  const std::size_t geometry_at = 8 + 4 + 4 + std::strlen("resnet18 test") + 3 * 8;
+  bytes.erase(geometry_at, 3 * 8);
+  const std::uint32_t v1 = 1;
+  std::memcpy(&bytes[8], &v1, 4);
+  bytes.resize(bytes.size() - 4);
+  const auto crc = static_cast<std::uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  bytes.append(reinterpret_cast<const char*>(&crc), 4);
+  const fs::path old = tempPath("v1.ckpt");
+  writeAll(old, bytes);
+  Fixture loaded;
+  std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+  const TrainState s = loadCheckpoint(old.string(), "resnet18 test", loaded.refs(), {64, 4, 60000});
+  CHECK(s.global_step == 18);
+  CHECK(loaded.a == saved.a);
+  CHECK(readCheckpoint(old.string()).geometry.batch_size == 0);
 }
