@@ -30,7 +30,7 @@ struct EpochReport {
   int world = 1;
 };
 
-// Returns {"epoch":1,...} (one line, no trailing newline).
+// Returns {"epoch":1,...} (one line, no trailing newline); NaN and infinities as null.
 std::string toJson(const EpochReport& r);
 // Returns "epoch 1  lr 0.1000  loss 0.512 acc 81.2%  val top-1 85.3% ...".
 std::string toLine(const EpochReport& r);
