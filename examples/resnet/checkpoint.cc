@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -228,6 +230,33 @@ TrainState loadCheckpoint(const std::string& path, const std::string& descriptio
   for (std::size_t i = 0; i < tensors.size(); ++i)
     std::copy(c.values[i].begin(), c.values[i].end(), tensors[i].data);
   return c.state;
+}
+
+TensorDiff compareTensors(const CheckpointContents& a, const CheckpointContents& b, double atol,
+                          double rtol) {
+  TensorDiff d;
+  d.tensors = a.names.size();
+  d.same_tensors = a.names == b.names;
+  for (std::size_t t = 0; d.same_tensors && t < a.names.size(); ++t)
+    d.same_tensors = a.values[t].size() == b.values[t].size();
+  if (!d.same_tensors) return d;
+  double worst_excess = -std::numeric_limits<double>::infinity();
+  for (std::size_t t = 0; t < a.names.size(); ++t) {
+    for (std::size_t i = 0; i < a.values[t].size(); ++i) {
+      const double x = a.values[t][i], y = b.values[t][i];
+      // Arithmetic on NaN or inf gives NaN, and "NaN > worst" is false: test explicitly.
+      const bool finite = std::isfinite(x) && std::isfinite(y);
+      const double diff = finite ? std::fabs(x - y) : std::numeric_limits<double>::infinity();
+      const double excess = finite ? diff - (atol + rtol * std::fabs(y)) : diff;
+      d.max_abs = std::max(d.max_abs, diff);
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        d.tightest = a.names[t];
+      }
+    }
+  }
+  d.equal = !(worst_excess > 0);
+  return d;
 }
 
 }  // namespace accord::resnet

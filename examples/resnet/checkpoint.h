@@ -80,4 +80,17 @@ struct CheckpointContents {
 };
 CheckpointContents readCheckpoint(const std::string& path);
 
+// How far apart two files' tensors are (`accord-resnet compare`): every value must
+// satisfy |a - b| <= atol + rtol * |b|. A NaN or infinity on either side never does: a
+// run that diverged equals nothing, not even itself.
+struct TensorDiff {
+  bool same_tensors = true;  // same names and sizes; nothing else is meaningful if false
+  bool equal = true;         // every value within tolerance
+  std::size_t tensors = 0;
+  double max_abs = 0;    // largest |a - b| (infinite where a value is not finite)
+  std::string tightest;  // the tensor closest to (or furthest past) its tolerance
+};
+TensorDiff compareTensors(const CheckpointContents& a, const CheckpointContents& b, double atol,
+                          double rtol);
+
 }  // namespace accord::resnet

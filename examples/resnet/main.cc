@@ -13,7 +13,6 @@
 
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,32 +20,18 @@ using namespace accord::resnet;
 
 namespace {
 
-// `accord-resnet compare A B`: max |a - b| <= atol + rtol * |b| for every parameter.
+// `accord-resnet compare A B`: 0 if every value is within tolerance, 1 if not, 2 if the
+// files hold different tensors.
 int compareParams(const std::string& a_path, const std::string& b_path, double atol, double rtol) {
-  const CheckpointContents a = readCheckpoint(a_path), b = readCheckpoint(b_path);
-  if (a.names != b.names) {
+  const TensorDiff d = compareTensors(readCheckpoint(a_path), readCheckpoint(b_path), atol, rtol);
+  if (!d.same_tensors) {
     std::fprintf(stderr, "compare: %s and %s hold different tensors\n", a_path.c_str(),
                  b_path.c_str());
     return 2;
   }
-  double worst = 0, worst_excess = -1;
-  std::string worst_name;
-  for (std::size_t t = 0; t < a.names.size(); ++t) {
-    if (a.values[t].size() != b.values[t].size()) return 2;
-    for (std::size_t i = 0; i < a.values[t].size(); ++i) {
-      const double d = std::fabs(double(a.values[t][i]) - b.values[t][i]);
-      const double excess = d - (atol + rtol * std::fabs(double(b.values[t][i])));
-      worst = std::max(worst, d);
-      if (excess > worst_excess) {
-        worst_excess = excess;
-        worst_name = a.names[t];
-      }
-    }
-  }
-  std::printf("compare: %zu tensors, max |a-b| = %.3g (tightest: %s) -> %s\n", a.names.size(),
-              worst, worst_name.c_str(),
-              worst_excess <= 0 ? "EQUAL within tolerance" : "DIFFERENT");
-  return worst_excess <= 0 ? 0 : 1;
+  std::printf("compare: %zu tensors, max |a-b| = %.3g (tightest: %s) -> %s\n", d.tensors, d.max_abs,
+              d.tightest.c_str(), d.equal ? "EQUAL within tolerance" : "DIFFERENT");
+  return d.equal ? 0 : 1;
 }
 
 // oneDNN (Debian's build) runs on OpenMP, whose idle threads spin between parallel

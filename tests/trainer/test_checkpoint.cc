@@ -1,7 +1,7 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
 // other-model files are rejected with a message naming the file; a symlink planted at
 // the temporary name redirects nothing; a checkpoint resumes only with the global batch
-// and training set it was written with.
+// and training set it was written with; `compare` never calls a NaN equal.
 #include "checkpoint.h"
 
 #include <catch2/catch.hpp>
@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <numeric>
 
 using namespace accord::resnet;
@@ -192,4 +193,38 @@ TEST_CASE("version 1 checkpoints still load", "[checkpoint]") {
   CHECK(s.global_step == 18);
   CHECK(loaded.a == saved.a);
   CHECK(readCheckpoint(old.string()).geometry.batch_size == 0);
+}
+
+// The equivalence and skip tests rely on compare: a NaN or inf must not slip through as
+// equal (every comparison with NaN is false, so a naive "excess > worst" never sees it).
+TEST_CASE("compare passes values within tolerance and never a NaN", "[checkpoint]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CheckpointContents a;
+  a.names = {"w", "b"};
+  a.values = {{1, 2, 3}, {0.5f}};
+  CheckpointContents b = a;
+  CHECK(compareTensors(a, b, 0, 0).equal);
+  b.values[0][1] = 2.001f;
+  const TensorDiff close = compareTensors(a, b, 0, 1e-4);
+  CHECK_FALSE(close.equal);
+  CHECK(close.tightest == "w");
+  CHECK(compareTensors(a, b, 0, 1e-3).equal);
+
+  b = a;
+  b.values[1][0] = nan;
+  const TensorDiff one_nan = compareTensors(a, b, 1, 1);
+  CHECK_FALSE(one_nan.equal);
+  CHECK(one_nan.tightest == "b");
+  CHECK(std::isinf(one_nan.max_abs));
+  a.values[1][0] = nan;
+  CHECK_FALSE(compareTensors(a, b, 1, 1).equal);  // NaN on both sides
+  a.values[1][0] = b.values[1][0] = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(compareTensors(a, b, 1, 1).equal);
+
+  b = a;
+  b.names[1] = "c";
+  CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
+  b = a;
+  b.values[0].push_back(4);
+  CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
 }
