@@ -150,6 +150,11 @@ void addOptimOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the cross-entropy")
       ->check(realIn(0, true, 1, false))
       ->capture_default_str();
+  app.add_flag("--skip-nonfinite-steps", o.skip_nonfinite_steps,
+               "skip a step whose loss or gradients are NaN or infinite on any rank, leaving "
+               "parameters, momentum and BN statistics as they were (default: a non-finite "
+               "loss stops the run); " +
+                   std::to_string(kMaxNonFiniteInARow) + " such steps in a row still stop the run");
   app.add_option("--train-bn-mode", o.train_bn_mode,
                  "BN while training: batch statistics, or running (inference mode)")
       ->check(CLI::IsMember({"batch", "running"}))

@@ -14,6 +14,10 @@ class App;
 
 namespace accord::resnet {
 
+// With --skip-nonfinite-steps, this many skipped steps in a row stop the run anyway: a
+// bad batch fails one step, a model that has diverged fails every step from then on.
+inline constexpr int kMaxNonFiniteInARow = 16;
+
 struct TrainOptions {
   // model
   std::string model = "resnet18";
@@ -45,6 +49,7 @@ struct TrainOptions {
   double weight_decay = 5e-5;
   bool no_bn_decay = false;
   double label_smoothing = 0.1;
+  bool skip_nonfinite_steps = false;     // false: a NaN or infinite loss stops the run
   std::string train_bn_mode = "batch";   // batch | running (BN in inference mode)
   std::string eval_bn_mode = "running";  // running | batch
   std::uint64_t seed = 42;

@@ -42,6 +42,11 @@ TEST_CASE("epoch reports as JSON lines and text", "[metrics]") {
   CHECK(line.find("test top-1 87.50%") != std::string::npos);
   CHECK(line.find("top-5 99.00%") != std::string::npos);
   CHECK(line.find("comm wait 1.0s") != std::string::npos);
+  CHECK(line.find("skipped") == std::string::npos);
+  CHECK(json.find("\"skipped_steps\":0") != std::string::npos);
+  r.skipped_steps = 4;
+  CHECK(toJson(r).find("\"skipped_steps\":4") != std::string::npos);
+  CHECK(toLine(r).find("(4 non-finite steps skipped)") != std::string::npos);
 }
 
 // A diverged run's NaN loss must leave the line valid JSON, which has no NaN or inf.

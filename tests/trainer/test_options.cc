@@ -90,7 +90,9 @@ TEST_CASE("in-range values and the documented special values parse", "[options]"
     INFO(args);
     CHECK(parseError(args).empty());
   }
-  REQUIRE(parseError("--lr 0.5 --milestones 3,7 --threads 2", &o).empty());
+  CHECK_FALSE(o.skip_nonfinite_steps);
+  REQUIRE(parseError("--lr 0.5 --milestones 3,7 --threads 2 --skip-nonfinite-steps", &o).empty());
+  CHECK(o.skip_nonfinite_steps);
   CHECK(o.lr == 0.5);
   CHECK(o.milestones == std::vector<double>{3, 7});
   CHECK(o.threads == 2);
