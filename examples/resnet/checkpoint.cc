@@ -7,10 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <random>
+#include <utility>
 
 namespace accord::resnet {
 namespace {
@@ -87,6 +91,23 @@ void writeAll(int fd, const std::string& bytes, const std::string& path) {
   }
 }
 
+// Creates the temporary file beside the target, never through an existing name:
+// O_EXCL | O_NOFOLLOW refuse a file or symlink already there (planted, or left by a
+// crash), which O_TRUNC would have followed and overwritten. Such a name is left alone
+// and a random one tried; 16 tries make a collision by chance impossible in practice.
+std::pair<int, std::string> createTemp(const std::string& path) {
+  const std::string base = path + ".tmp." + std::to_string(::getpid());
+  std::random_device random;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string name = attempt == 0 ? base : base + "." + std::to_string(random());
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return {fd, name};
+    if (errno != EEXIST) sysFail("create", name);
+  }
+  throw CheckpointError("cannot create a temporary file beside " + path + ": " + base +
+                        " and 15 random variants of it exist already");
+}
+
 void fsyncDir(const std::filesystem::path& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
@@ -98,13 +119,17 @@ void fsyncDir(const std::filesystem::path& dir) {
 }  // namespace
 
 void saveCheckpoint(const std::string& path, const std::string& description,
-                    const TrainState& state, const std::vector<TensorRef>& tensors) {
+                    const TrainState& state, const std::vector<TensorRef>& tensors,
+                    const StepGeometry& geometry) {
   std::string out(kMagic, sizeof(kMagic));
   put(out, kCheckpointVersion);
   putString(out, description);
   put(out, state.epoch);
   put(out, state.step_in_epoch);
   put(out, state.global_step);
+  put(out, geometry.batch_size);
+  put(out, geometry.ranks);
+  put(out, geometry.train_size);
   put(out, static_cast<std::uint32_t>(tensors.size()));
   for (const TensorRef& t : tensors) {
     putString(out, t.name);
@@ -114,9 +139,7 @@ void saveCheckpoint(const std::string& path, const std::string& description,
   put(out, crcOf(out.data(), out.size()));
 
   const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) sysFail("create", tmp);
+  const auto [fd, tmp] = createTemp(path);
   try {
     writeAll(fd, out, tmp);
     if (::fsync(fd) != 0) sysFail("fsync", tmp);
@@ -143,14 +166,19 @@ CheckpointContents readCheckpoint(const std::string& path) {
                           std::to_string(bytes.size()) + " bytes)");
   Reader r(path, bytes);
   const auto version = r.get<std::uint32_t>("version");
-  if (version != kCheckpointVersion)
+  if (version < 1 || version > kCheckpointVersion)
     throw CheckpointError(path + ": checkpoint version " + std::to_string(version) +
-                          ", this build reads version " + std::to_string(kCheckpointVersion));
+                          ", this build reads versions 1 to " + std::to_string(kCheckpointVersion));
   CheckpointContents c;
   c.description = r.getString("model description");
   c.state.epoch = r.get<std::int64_t>("epoch");
   c.state.step_in_epoch = r.get<std::int64_t>("step");
   c.state.global_step = r.get<std::int64_t>("global step");
+  if (version >= 2) {
+    c.geometry.batch_size = r.get<std::int64_t>("batch size");
+    c.geometry.ranks = r.get<std::int64_t>("rank count");
+    c.geometry.train_size = r.get<std::int64_t>("training-set size");
+  }
   const auto count = r.get<std::uint32_t>("tensor count");
   for (std::uint32_t i = 0; i < count; ++i) {
     c.names.push_back(r.getString("tensor name"));
@@ -162,12 +190,33 @@ CheckpointContents readCheckpoint(const std::string& path) {
   return c;
 }
 
+void checkResumable(const std::string& path, const StepGeometry& saved, const StepGeometry& run) {
+  if (saved.batch_size == 0 || run.batch_size == 0) return;
+  auto batch = [](const StepGeometry& g) {
+    return "global batch " + std::to_string(g.globalBatch()) + " (--batch-size " +
+           std::to_string(g.batch_size) + " x " + std::to_string(g.ranks) + " ranks)";
+  };
+  if (saved.globalBatch() != run.globalBatch())
+    throw CheckpointError(
+        path + ": written at " + batch(saved) + ", this run has " + batch(run) +
+        "; the checkpoint's epoch position and LR schedule count steps of " +
+        std::to_string(saved.globalBatch()) +
+        " samples, so resume with --batch-size x ranks = " + std::to_string(saved.globalBatch()));
+  if (saved.train_size != run.train_size)
+    throw CheckpointError(path + ": written for a training set of " +
+                          std::to_string(saved.train_size) + " samples, this run has " +
+                          std::to_string(run.train_size) +
+                          " (--dataset, --train-limit, --synthetic-size); the checkpoint's epoch "
+                          "position would point at other samples");
+}
+
 TrainState loadCheckpoint(const std::string& path, const std::string& description,
-                          const std::vector<TensorRef>& tensors) {
+                          const std::vector<TensorRef>& tensors, const StepGeometry& run) {
   CheckpointContents c = readCheckpoint(path);
   if (c.description != description)
     throw CheckpointError(path + ": checkpoint is of a different model: '" + c.description +
                           "', this run is '" + description + "'");
+  checkResumable(path, c.geometry, run);
   if (c.names.size() != tensors.size())
     throw CheckpointError(path + ": checkpoint holds " + std::to_string(c.names.size()) +
                           " tensors, the model expects " + std::to_string(tensors.size()));
@@ -181,6 +230,33 @@ TrainState loadCheckpoint(const std::string& path, const std::string& descriptio
   for (std::size_t i = 0; i < tensors.size(); ++i)
     std::copy(c.values[i].begin(), c.values[i].end(), tensors[i].data);
   return c.state;
+}
+
+TensorDiff compareTensors(const CheckpointContents& a, const CheckpointContents& b, double atol,
+                          double rtol) {
+  TensorDiff d;
+  d.tensors = a.names.size();
+  d.same_tensors = a.names == b.names;
+  for (std::size_t t = 0; d.same_tensors && t < a.names.size(); ++t)
+    d.same_tensors = a.values[t].size() == b.values[t].size();
+  if (!d.same_tensors) return d;
+  double worst_excess = -std::numeric_limits<double>::infinity();
+  for (std::size_t t = 0; t < a.names.size(); ++t) {
+    for (std::size_t i = 0; i < a.values[t].size(); ++i) {
+      const double x = a.values[t][i], y = b.values[t][i];
+      // Arithmetic on NaN or inf gives NaN, and "NaN > worst" is false: test explicitly.
+      const bool finite = std::isfinite(x) && std::isfinite(y);
+      const double diff = finite ? std::fabs(x - y) : std::numeric_limits<double>::infinity();
+      const double excess = finite ? diff - (atol + rtol * std::fabs(y)) : diff;
+      d.max_abs = std::max(d.max_abs, diff);
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        d.tightest = a.names[t];
+      }
+    }
+  }
+  d.equal = !(worst_excess > 0);
+  return d;
 }
 
 }  // namespace accord::resnet

@@ -32,6 +32,14 @@ void GradExchange::submit(const std::string& name, float* grad, std::size_t n) {
   handles_.push_back(allreduce_async(view(grad, DType::Float32, n), o));
 }
 
+void GradExchange::submitValue(const std::string& name, double* value) {
+  if (world_ == 1) return;
+  AllreduceOptions o;
+  o.name = name;
+  o.op = ReduceOp::Average;
+  handles_.push_back(allreduce_async(view(value, DType::Float64, 1), o));
+}
+
 double GradExchange::waitAll() {
   const auto t0 = std::chrono::steady_clock::now();
   for (const Handle& h : handles_) h.wait();

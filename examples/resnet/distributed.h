@@ -22,6 +22,9 @@ class GradExchange {
   explicit GradExchange(int world) : world_(world) {}
   // Called from the model's GradSink on the training thread; returns at once.
   void submit(const std::string& name, float* grad, std::size_t n);
+  // Averages one value (the step's loss) along with the gradients, so every rank ends
+  // the step with the same value at no extra wait; ready after waitAll().
+  void submitValue(const std::string& name, double* value);
   // Blocks until every submitted gradient is averaged; returns the seconds waited.
   double waitAll();
 

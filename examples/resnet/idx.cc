@@ -16,8 +16,20 @@ struct GzCloser {
 };
 using GzPtr = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
 
+// The largest payload accepted: about twice EMNIST "byclass" (697,932 images of 28x28,
+// 547 MB), the largest file of the MNIST family. A header asking for more is corrupt.
+constexpr std::size_t kMaxIdxBytes = std::size_t{1} << 30;
+// Gzipped payloads are read in pieces of this size (see readPayload).
+constexpr std::size_t kReadChunk = std::size_t{16} << 20;
+
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw DataError(path + ": " + what);
+}
+
+[[noreturn]] void failGzip(gzFile f, const std::string& path, const char* what) {
+  int errnum = 0;
+  fail(path, std::string("corrupt gzip data while reading the ") + what + " (" +
+                 gzerror(f, &errnum) + ")");
 }
 
 // Reads exactly n bytes or throws, telling truncation from a gzip error.
@@ -27,11 +39,7 @@ void readExactly(gzFile f, const std::string& path, void* out, std::size_t n, co
   while (got < n) {
     const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - got, 1u << 30));
     const int r = gzread(f, p + got, chunk);
-    if (r < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(f, &errnum);
-      fail(path, std::string("corrupt gzip data while reading the ") + what + " (" + msg + ")");
-    }
+    if (r < 0) failGzip(f, path, what);
     if (r == 0)
       fail(path, std::string("truncated: the ") + what + " ends after " + std::to_string(got) +
                      " of " + std::to_string(n) + " bytes");
@@ -42,6 +50,49 @@ void readExactly(gzFile f, const std::string& path, void* out, std::size_t n, co
 std::uint32_t bigEndian(const unsigned char* b) {
   return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
          std::uint32_t{b[3]};
+}
+
+// "10 x 28 x 28", as the header states it, for messages.
+std::string describe(const std::vector<std::uint32_t>& dims) {
+  std::string s;
+  for (std::uint32_t d : dims) s += (s.empty() ? "" : " x ") + std::to_string(d);
+  return s;
+}
+
+// The payload size the header declares, checked before anything is allocated: the
+// product must not overflow and must fit the reader's limit.
+std::size_t declaredBytes(const std::string& path, const std::vector<std::uint32_t>& dims) {
+  std::size_t total = 1;
+  for (std::uint32_t d : dims)
+    if (__builtin_mul_overflow(total, std::size_t{d}, &total))
+      fail(path, "corrupt header: the sizes " + describe(dims) + " overflow 64 bits");
+  if (total == 0) fail(path, "corrupt header: the sizes " + describe(dims) + " hold no data");
+  if (total > kMaxIdxBytes)
+    fail(path, "the header declares " + describe(dims) + " = " + std::to_string(total) +
+                   " bytes, more than the " + std::to_string(kMaxIdxBytes) +
+                   " bytes an IDX file may hold here");
+  return total;
+}
+
+// Reads the payload in pieces, so memory follows the bytes actually present (a gzip
+// stream's decompressed size is unknown until it ends), never the header's claim.
+std::vector<std::uint8_t> readPayload(gzFile f, const std::string& path,
+                                      const std::string& declared, std::size_t total) {
+  std::vector<std::uint8_t> data;
+  while (data.size() < total) {
+    const std::size_t got = data.size();
+    data.resize(got + std::min(kReadChunk, total - got));
+    const int r = gzread(f, data.data() + got, static_cast<unsigned>(data.size() - got));
+    if (r < 0) failGzip(f, path, "data");
+    data.resize(got + static_cast<std::size_t>(r));
+    if (r == 0)
+      fail(path, "truncated: the header declares " + declared + ", the file holds " +
+                     std::to_string(got) + " bytes of data");
+  }
+  unsigned char extra;
+  if (gzread(f, &extra, 1) > 0)
+    fail(path, "corrupt: the header declares " + declared + ", the data continues past them");
+  return data;
 }
 
 }  // namespace
@@ -58,18 +109,21 @@ IdxArray readIdx(const std::string& path) {
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] < 1 || magic[3] > 4)
     fail(path, "not an IDX file of unsigned bytes (bad magic number)");
   IdxArray out;
-  std::size_t total = 1;
   for (int d = 0; d < magic[3]; ++d) {
     unsigned char b[4];
     readExactly(f.get(), path, b, 4, "header");
     out.dims.push_back(bigEndian(b));
-    total *= out.dims.back();
   }
-  if (total == 0 || total > (std::size_t{1} << 34)) fail(path, "implausible dimensions");
-  out.data.resize(total);
-  readExactly(f.get(), path, out.data.data(), total, "data");
-  unsigned char extra;
-  if (gzread(f.get(), &extra, 1) > 0) fail(path, "corrupt: data continues past the declared size");
+  const std::size_t total = declaredBytes(path, out.dims);
+  const std::string declared = describe(out.dims) + " = " + std::to_string(total) + " bytes";
+  // An uncompressed file's payload size is known up front: no reading needed to refuse.
+  if (gzdirect(f.get())) {
+    const std::size_t held = std::filesystem::file_size(path) - 4 * (1 + out.dims.size());
+    if (held != total)
+      fail(path, std::string(held < total ? "truncated" : "corrupt") + ": the header declares " +
+                     declared + ", the file holds " + std::to_string(held) + " bytes of data");
+  }
+  out.data = readPayload(f.get(), path, declared, total);
   return out;
 }
 

@@ -2,7 +2,10 @@
 //
 // IDX: a big-endian header {0, 0, type, ndims} then ndims big-endian uint32 sizes,
 // then the data. Only unsigned bytes (type 0x08) are needed here. Every failure names
-// the file and says what is wrong with it: missing, not gzip, wrong magic, truncated.
+// the file and says what is wrong with it: missing, not gzip, wrong magic, truncated,
+// or header sizes that the data does not match. The header is not trusted: its sizes
+// are checked for overflow and against a limit before anything is allocated, and the
+// data is read in pieces, so a lying header costs no more memory than the file holds.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -17,22 +18,26 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// JSON has no NaN or infinity: printf's "nan" and "inf" would make the line unreadable
+// to every JSON parser, so a value that is not a number is written as null.
+std::string json(double v, int digits) { return std::isfinite(v) ? fixed(v, digits) : "null"; }
+
 }  // namespace
 
 std::string toJson(const EpochReport& r) {
   std::ostringstream o;
-  o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps << ",\"global_step\":" << r.global_step
-    << ",\"lr\":" << fixed(r.lr, 8) << ",\"train_loss\":" << fixed(r.train_loss, 6)
-    << ",\"train_acc\":" << fixed(r.train_acc, 6);
+  o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps
+    << ",\"skipped_steps\":" << r.skipped_steps << ",\"global_step\":" << r.global_step
+    << ",\"lr\":" << json(r.lr, 8) << ",\"train_loss\":" << json(r.train_loss, 6)
+    << ",\"train_acc\":" << json(r.train_acc, 6);
   if (r.has_val) {
-    o << ",\"val_loss\":" << fixed(r.val_loss, 6) << ",\"val_top1\":" << fixed(r.val_top1, 6);
-    if (r.has_top5) o << ",\"val_top5\":" << fixed(r.val_top5, 6);
+    o << ",\"val_loss\":" << json(r.val_loss, 6) << ",\"val_top1\":" << json(r.val_top1, 6);
+    if (r.has_top5) o << ",\"val_top5\":" << json(r.val_top5, 6);
   }
-  o << ",\"seconds\":" << fixed(r.seconds, 3)
-    << ",\"images_per_sec\":" << fixed(r.images_per_sec, 2)
-    << ",\"images_per_sec_per_rank\":" << fixed(r.images_per_sec_rank, 2)
-    << ",\"compute_s\":" << fixed(r.compute_s, 3) << ",\"comm_wait_s\":" << fixed(r.comm_wait_s, 3)
-    << ",\"data_wait_s\":" << fixed(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
+  o << ",\"seconds\":" << json(r.seconds, 3) << ",\"images_per_sec\":" << json(r.images_per_sec, 2)
+    << ",\"images_per_sec_per_rank\":" << json(r.images_per_sec_rank, 2)
+    << ",\"compute_s\":" << json(r.compute_s, 3) << ",\"comm_wait_s\":" << json(r.comm_wait_s, 3)
+    << ",\"data_wait_s\":" << json(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
   return o.str();
 }
 
@@ -40,6 +45,7 @@ std::string toLine(const EpochReport& r) {
   std::ostringstream o;
   o << "epoch " << r.epoch << "  lr " << fixed(r.lr, 5) << "  train loss " << fixed(r.train_loss, 4)
     << " acc " << fixed(100 * r.train_acc, 2) << "%";
+  if (r.skipped_steps > 0) o << " (" << r.skipped_steps << " non-finite steps skipped)";
   if (r.has_val) {
     o << "  test top-1 " << fixed(100 * r.val_top1, 2) << "%";
     if (r.has_top5) o << " top-5 " << fixed(100 * r.val_top5, 2) << "%";

@@ -16,6 +16,7 @@ namespace accord::resnet {
 struct EpochReport {
   int epoch = 0;                 // 1-based, as printed
   std::int64_t steps = 0;        // optimizer steps in this epoch
+  std::int64_t skipped_steps = 0;  // of those, skipped for a non-finite loss
   std::int64_t global_step = 0;  // after the epoch
   double lr = 0;                 // at the epoch's last step
   double train_loss = 0, train_acc = 0;
@@ -30,7 +31,7 @@ struct EpochReport {
   int world = 1;
 };
 
-// Returns {"epoch":1,...} (one line, no trailing newline).
+// Returns {"epoch":1,...} (one line, no trailing newline); NaN and infinities as null.
 std::string toJson(const EpochReport& r);
 // Returns "epoch 1  lr 0.1000  loss 0.512 acc 81.2%  val top-1 85.3% ...".
 std::string toLine(const EpochReport& r);

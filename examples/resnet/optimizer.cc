@@ -4,7 +4,9 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace accord::resnet {
@@ -20,6 +22,20 @@ Sgd::Sgd(std::vector<ParamRef> params, SgdOptions options)
 
 void Sgd::step(double lr) {
   for (std::size_t i = 0; i < params_.size(); ++i) update(i, lr);
+}
+
+bool Sgd::gradientsFinite() const {
+  for (const ParamRef& p : params_) {
+    const bool finite = tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, p.n, 16384), true,
+        [&](const tbb::blocked_range<std::size_t>& r, bool ok) {
+          for (std::size_t k = r.begin(); ok && k < r.end(); ++k) ok = std::isfinite(p.g[k]);
+          return ok;
+        },
+        [](bool a, bool b) { return a && b; });
+    if (!finite) return false;
+  }
+  return true;
 }
 
 void Sgd::update(std::size_t i, double lr) {

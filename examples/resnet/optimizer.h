@@ -38,6 +38,7 @@ class Sgd {
   Sgd(std::vector<ParamRef> params, SgdOptions options);
 
   void step(double lr);  // one update of every parameter from its gradient
+  bool gradientsFinite() const;  // no NaN or infinity in any gradient
   const std::vector<ParamRef>& params() const { return params_; }
   std::vector<std::vector<float>>& momentum() { return buf_; }  // (one per param)
   const SgdOptions& options() const { return options_; }

@@ -1,13 +1,22 @@
 // Everything a training run can be told, with the defaults of `accord-resnet` run with
 // no flags: a small ResNet-18 (cifar stem, width 1/8) on Fashion-MNIST that trains in a
-// few minutes on a laptop's CPU. main.cc maps one long flag onto each field.
+// few minutes on a laptop's CPU. options.cc maps one long flag onto each field and
+// bounds its value.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace accord::resnet {
+
+// With --skip-nonfinite-steps, this many skipped steps in a row stop the run anyway: a
+// bad batch fails one step, a model that has diverged fails every step from then on.
+inline constexpr int kMaxNonFiniteInARow = 16;
 
 struct TrainOptions {
   // model
@@ -40,6 +49,7 @@ struct TrainOptions {
   double weight_decay = 5e-5;
   bool no_bn_decay = false;
   double label_smoothing = 0.1;
+  bool skip_nonfinite_steps = false;     // false: a NaN or infinite loss stops the run
   std::string train_bn_mode = "batch";   // batch | running (BN in inference mode)
   std::string eval_bn_mode = "running";  // running | batch
   std::uint64_t seed = 42;
@@ -53,5 +63,17 @@ struct TrainOptions {
   std::string dump_params;  // write the final parameters here (rank 0)
   bool progress = true;
 };
+
+// `accord-resnet compare A B`: the equivalence tests' parameter comparison.
+struct CompareOptions {
+  std::string a, b;  // --dump-params files
+  double atol = 1e-5, rtol = 1e-4;
+};
+
+// Adds every training flag to app, bound to o's fields; a value outside a flag's range
+// makes app.parse() throw CLI::ValidationError naming the flag, the value and the range.
+void addTrainOptions(CLI::App& app, TrainOptions& o);
+// Adds the `compare` subcommand, bound to c; returns it so the caller can see if it ran.
+CLI::App* addCompareCommand(CLI::App& app, CompareOptions& c);
 
 }  // namespace accord::resnet

@@ -123,13 +123,16 @@ std::vector<TensorRef> Trainer::checkpointTensors() {
   return out;
 }
 
+StepGeometry Trainer::stepGeometry() const { return {opt_.batch_size, world_, train_src_->size()}; }
+
 // Rank 0's parameters (fresh, or from --resume) become everyone's. A failed resume on
 // rank 0 fails every rank with rank 0's message instead of leaving them waiting.
 void Trainer::startFromRankZero() {
   std::string error;
   if (!opt_.resume.empty() && rank_ == 0) {
     try {
-      state_ = loadCheckpoint(opt_.resume, model_.cfg.describe(), checkpointTensors());
+      state_ =
+          loadCheckpoint(opt_.resume, model_.cfg.describe(), checkpointTensors(), stepGeometry());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -156,23 +159,70 @@ void Trainer::trainStep(StepTimes& t) {
   const int n = train_loader_->next(model_.input, labels_.data());
   t.data += since(t0);
   t0 = Clock::now();
+  if (opt_.skip_nonfinite_steps)
+    bn_before_.assign(model_.buffers.base, model_.buffers.base + model_.buffers.capacity);
   model_.bn_training = opt_.train_bn_mode == "batch";
   forward(model_, n);
   const float loss_value =
       loss(model_, labels_.data(), n, static_cast<float>(opt_.label_smoothing), true);
+  // NaN on any rank makes the average NaN: all ranks take the same decision below.
+  step_loss_ = loss_value;
+  grads_.submitValue("loss", &step_loss_);
   const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
   backward(model_, n);  // hands every layer's gradients to grads_ as it goes
   t.compute += since(t0);
   t.comm += grads_.waitAll();
   t0 = Clock::now();
   last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
-  sgd_->step(last_lr_);
+  if (const std::string reason = nonFiniteReason(); reason.empty()) {
+    sgd_->step(last_lr_);
+    nonfinite_in_a_row_ = 0;
+    t.loss_sum += static_cast<double>(loss_value) * n;
+    t.correct += hits.top1;
+    t.scored += n;
+  } else {
+    skipNonFiniteStep(reason, t);
+  }
   t.compute += since(t0);
-  t.loss_sum += static_cast<double>(loss_value) * n;
-  t.correct += hits.top1;
   t.seen += n;
   ++state_.global_step;
   ++state_.step_in_epoch;
+}
+
+// "step 3 (epoch 1, step 3 of 16)" for the step being taken, 1-based as --steps counts.
+std::string Trainer::stepName() const {
+  return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
+         std::to_string(state_.epoch + 1) + ", step " + std::to_string(state_.step_in_epoch + 1) +
+         " of " + std::to_string(train_loader_->steps()) + ")";
+}
+
+// Why this step must not update the model, the same on every rank: the loss is averaged
+// over the ranks (NaN anywhere makes the average NaN). When skipping, the gradients are
+// checked too, as a finite loss can come with infinite gradients whose update would make
+// the parameters infinite for good; the ranks vote, so all skip together.
+std::string Trainer::nonFiniteReason() {
+  if (std::isnan(step_loss_)) return "the loss is NaN";
+  if (std::isinf(step_loss_)) return "the loss is infinite";
+  if (!opt_.skip_nonfinite_steps) return "";
+  std::vector<double> bad = {sgd_->gradientsFinite() ? 0.0 : 1.0};
+  sumDoubles(bad, "step.nonfinite_gradients");
+  return bad[0] > 0 ? "the gradients are not finite" : "";
+}
+
+// Stops every rank, or with --skip-nonfinite-steps skips the step: no update, so the
+// parameters and momentum stay as they were, and the BN statistics the forward pass
+// moved are restored.
+void Trainer::skipNonFiniteStep(const std::string& reason, StepTimes& t) {
+  if (!opt_.skip_nonfinite_steps)
+    throw Error(reason + " at " + stepName() +
+                ": training has diverged (lower --lr, or pass --skip-nonfinite-steps to skip "
+                "such steps)");
+  std::copy(bn_before_.begin(), bn_before_.end(), model_.buffers.base);
+  ++t.skipped;
+  if (++nonfinite_in_a_row_ >= kMaxNonFiniteInARow)
+    throw Error(reason + " at " + stepName() + ", the " + std::to_string(kMaxNonFiniteInARow) +
+                " steps up to it all skipped: the model has diverged (lower --lr)");
+  metrics_->message("skipped " + stepName() + ": " + reason);
 }
 
 bool Trainer::trainEpoch(int epoch, StepTimes& times) {
@@ -184,7 +234,7 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
     trainStep(times);
     const double rate = times.seen * world_ / std::max(since(t0), 1e-9);
     metrics_->step(epoch + 1, state_.step_in_epoch - 1, steps,
-                   times.loss_sum / std::max(times.seen, 1.0), rate);
+                   times.loss_sum / std::max(times.scored, 1.0), rate);
   }
   return !capReached();
 }

@@ -7,6 +7,8 @@
 //     average BN statistics      backward -> named allreduces, one per layer, in flight
 //     evaluate                   wait for them     (communication wait)
 //     report, checkpoint         SGD step          (compute)
+//                                  unless the loss averaged over the ranks is not
+//                                  finite: then every rank stops, or skips the step
 #pragma once
 
 #include "checkpoint.h"
@@ -39,16 +41,22 @@ class Trainer {
  private:
   struct StepTimes {
     double compute = 0, comm = 0, data = 0;
-    double loss_sum = 0, correct = 0, seen = 0;
+    double loss_sum = 0, correct = 0, scored = 0;  // over the steps applied
+    double seen = 0;                               // images, skipped steps included
+    double skipped = 0;                            // steps with a non-finite loss
   };
 
   void buildData();
   void buildModel();
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();
+  StepGeometry stepGeometry() const;
   bool trainEpoch(int epoch, StepTimes& times);  // false: --steps reached
   bool capReached() const { return opt_.max_steps > 0 && state_.global_step >= opt_.max_steps; }
   void trainStep(StepTimes& times);
+  std::string nonFiniteReason();  // "" if this step may update the model
+  void skipNonFiniteStep(const std::string& reason, StepTimes& times);
+  std::string stepName() const;
   EvalResult evaluate();
   void syncBatchNormStats();
   void report(int epoch, std::int64_t steps, double seconds, StepTimes times,
@@ -68,6 +76,9 @@ class Trainer {
   TrainState state_;
   std::vector<std::int32_t> labels_;  // (batch)
   double last_lr_ = 0;
+  double step_loss_ = 0;          // this step's loss, averaged over the ranks
+  std::vector<float> bn_before_;  // BN statistics before the step (skipping only)
+  int nonfinite_in_a_row_ = 0;
 };
 
 // "resnet50" -> 50; throws InvalidArgument otherwise.

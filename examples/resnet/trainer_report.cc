@@ -3,6 +3,7 @@
 #include "trainer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace accord::resnet {
 
@@ -36,16 +37,19 @@ EvalResult Trainer::evaluate() {
 
 void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
                      const EvalResult* val) {
-  std::vector<double> sums = {t.loss_sum, t.correct, t.seen, t.compute, t.comm, t.data, seconds};
+  std::vector<double> sums = {t.loss_sum, t.correct, t.scored, t.seen,
+                              t.compute,  t.comm,    t.data,   seconds};
   sumDoubles(sums, "metrics.sums");
   EpochReport r;
   r.epoch = epoch;
   r.steps = steps;
+  r.skipped_steps = static_cast<std::int64_t>(t.skipped);  // the same on every rank
   r.global_step = state_.global_step;
   r.lr = last_lr_;
-  const double seen = std::max(sums[2], 1.0);
-  r.train_loss = sums[0] / seen;
-  r.train_acc = sums[1] / seen;
+  // No applied step, no training loss: NaN, written as null, rather than a made-up 0.
+  const double scored = sums[2] > 0 ? sums[2] : std::nan("");
+  r.train_loss = sums[0] / scored;
+  r.train_acc = sums[1] / scored;
   if (val) {
     r.has_val = true;
     r.val_loss = val->loss;
@@ -54,11 +58,11 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
     r.has_top5 = model_.fc.out > 5;
   }
   r.world = world_;
-  r.seconds = sums[6] / world_;
-  r.compute_s = sums[3] / world_;
-  r.comm_wait_s = sums[4] / world_;
-  r.data_wait_s = sums[5] / world_;
-  r.images_per_sec = r.seconds > 0 ? sums[2] / r.seconds : 0;
+  r.seconds = sums[7] / world_;
+  r.compute_s = sums[4] / world_;
+  r.comm_wait_s = sums[5] / world_;
+  r.data_wait_s = sums[6] / world_;
+  r.images_per_sec = r.seconds > 0 ? sums[3] / r.seconds : 0;
   r.images_per_sec_rank = r.images_per_sec / world_;
   metrics_->epoch(r);
 }
@@ -67,7 +71,8 @@ void Trainer::saveCheckpoint(const TrainState& state) {
   std::string error;
   if (rank_ == 0) {
     try {
-      resnet::saveCheckpoint(opt_.checkpoint, model_.cfg.describe(), state, checkpointTensors());
+      resnet::saveCheckpoint(opt_.checkpoint, model_.cfg.describe(), state, checkpointTensors(),
+                             stepGeometry());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -86,7 +91,7 @@ void Trainer::dumpParams() {
   if (rank_ != 0) return;
   std::vector<TensorRef> tensors;
   for (const ParamRef& p : parameterList(model_)) tensors.push_back({p.name, p.w, p.n});
-  resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors);
+  resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors, stepGeometry());
 }
 
 }  // namespace accord::resnet

@@ -2,6 +2,10 @@
 # two driven by trainer_mpi_check.cmake:
 #   equivalence  2 ranks x batch B == 1 rank x batch 2B after K steps (BN inference mode)
 #   resume       a run interrupted mid-epoch and resumed == the uninterrupted run
+#   resume-batch a checkpoint resumed at another global batch is refused on every rank;
+#                the same global batch on other ranks resumes at the same sample
+#   nonfinite    a NaN loss stops every rank naming the step, or with
+#                --skip-nonfinite-steps leaves the model as it was
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 if(NOT TARGET accord-resnet)
@@ -23,5 +27,7 @@ endfunction()
 
 accord_trainer_mpi_test(equivalence 300)
 accord_trainer_mpi_test(resume 300)
+accord_trainer_mpi_test(resume-batch 300)
+accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(accuracy 900)

@@ -1,13 +1,18 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
-// other-model files are rejected with a message naming the file.
+// other-model files are rejected with a message naming the file; a symlink planted at
+// the temporary name redirects nothing; a checkpoint resumes only with the global batch
+// and training set it was written with; `compare` never calls a NaN equal.
 #include "checkpoint.h"
 
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
+#include <zlib.h>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <numeric>
 
 using namespace accord::resnet;
@@ -100,4 +105,126 @@ TEST_CASE("truncated, corrupt and foreign checkpoints are rejected", "[checkpoin
   std::vector<TensorRef> wrong = {{"conv1.weight", small.data(), small.size()}, f.refs()[1]};
   CHECK_THROWS_WITH(loadCheckpoint(p.string(), "resnet18 test", wrong),
                     Catch::Contains("conv1.weight"));
+}
+
+// The temporary name is predictable (<path>.tmp.<pid>); a symlink planted there must
+// not redirect the write, whether its target exists or not.
+TEST_CASE("a symlink at the temporary name is neither followed nor replaced", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("linked.ckpt");
+  const fs::path tmp = p.string() + ".tmp." + std::to_string(::getpid());
+  const fs::path victim = tempPath("victim.txt"), absent = tempPath("absent-target");
+  for (const fs::path& target : {victim, absent}) {
+    INFO("symlink to " << target);
+    fs::remove(p);
+    fs::remove(tmp);
+    fs::remove(absent);
+    writeAll(victim, "precious");
+    fs::create_symlink(target, tmp);
+    saveCheckpoint(p.string(), "resnet18 test", {2, 5, 50}, saved.refs());
+    CHECK(readAll(victim) == "precious");
+    CHECK_FALSE(fs::exists(absent));
+    CHECK(fs::is_symlink(tmp));
+    CHECK_FALSE(fs::is_symlink(p));
+    Fixture loaded;
+    std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+    CHECK(loadCheckpoint(p.string(), "resnet18 test", loaded.refs()).global_step == 50);
+    CHECK(loaded.a == saved.a);
+    int leftovers = 0;  // temporary files besides the planted link
+    for (const auto& e : fs::directory_iterator(p.parent_path()))
+      leftovers +=
+          e.path().filename().string().rfind("linked.ckpt.tmp.", 0) == 0 && e.path() != tmp;
+    CHECK(leftovers == 0);
+  }
+  fs::remove(tmp);
+}
+
+namespace {
+
+std::string resumeError(const fs::path& p, Fixture& f, const StepGeometry& run) {
+  try {
+    loadCheckpoint(p.string(), "resnet18 test", f.refs(), run);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint resumes only with its global batch and training set", "[checkpoint]") {
+  Fixture f;
+  const fs::path p = tempPath("geometry.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {0, 12, 12}, f.refs(), {16, 2, 512});
+  const CheckpointContents c = readCheckpoint(p.string());
+  CHECK(c.geometry.batch_size == 16);
+  CHECK(c.geometry.ranks == 2);
+  CHECK(c.geometry.train_size == 512);
+
+  const std::string larger = resumeError(p, f, {32, 2, 512});
+  CHECK(larger.find("geometry.ckpt: written at global batch 32 (--batch-size 16 x 2 ranks), "
+                    "this run has global batch 64 (--batch-size 32 x 2 ranks)") !=
+        std::string::npos);
+  CHECK(resumeError(p, f, {16, 2, 256}).find("training set of 512 samples, this run has 256") !=
+        std::string::npos);
+  CHECK(resumeError(p, f, {32, 1, 512}).empty());  // the same samples per step
+  CHECK(resumeError(p, f, {}).empty());            // no geometry to compare
+}
+
+// Files written before the geometry was recorded: the same bytes without it.
+TEST_CASE("version 1 checkpoints still load", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("v2.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {1, 2, 18}, saved.refs(), {16, 2, 512});
+  std::string bytes = readAll(p);
+  const std::size_t geometry_at = 8 + 4 + 4 + std::strlen("resnet18 test") + 3 * 8;
+  bytes.erase(geometry_at, 3 * 8);
+  const std::uint32_t v1 = 1;
+  std::memcpy(&bytes[8], &v1, 4);
+  bytes.resize(bytes.size() - 4);
+  const auto crc = static_cast<std::uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  bytes.append(reinterpret_cast<const char*>(&crc), 4);
+  const fs::path old = tempPath("v1.ckpt");
+  writeAll(old, bytes);
+  Fixture loaded;
+  std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+  const TrainState s = loadCheckpoint(old.string(), "resnet18 test", loaded.refs(), {64, 4, 60000});
+  CHECK(s.global_step == 18);
+  CHECK(loaded.a == saved.a);
+  CHECK(readCheckpoint(old.string()).geometry.batch_size == 0);
+}
+
+// The equivalence and skip tests rely on compare: a NaN or inf must not slip through as
+// equal (every comparison with NaN is false, so a naive "excess > worst" never sees it).
+TEST_CASE("compare passes values within tolerance and never a NaN", "[checkpoint]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CheckpointContents a;
+  a.names = {"w", "b"};
+  a.values = {{1, 2, 3}, {0.5f}};
+  CheckpointContents b = a;
+  CHECK(compareTensors(a, b, 0, 0).equal);
+  b.values[0][1] = 2.001f;
+  const TensorDiff close = compareTensors(a, b, 0, 1e-4);
+  CHECK_FALSE(close.equal);
+  CHECK(close.tightest == "w");
+  CHECK(compareTensors(a, b, 0, 1e-3).equal);
+
+  b = a;
+  b.values[1][0] = nan;
+  const TensorDiff one_nan = compareTensors(a, b, 1, 1);
+  CHECK_FALSE(one_nan.equal);
+  CHECK(one_nan.tightest == "b");
+  CHECK(std::isinf(one_nan.max_abs));
+  a.values[1][0] = nan;
+  CHECK_FALSE(compareTensors(a, b, 1, 1).equal);  // NaN on both sides
+  a.values[1][0] = b.values[1][0] = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(compareTensors(a, b, 1, 1).equal);
+
+  b = a;
+  b.names[1] = "c";
+  CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
+  b = a;
+  b.values[0].push_back(4);
+  CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
 }

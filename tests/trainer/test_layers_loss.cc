@@ -5,6 +5,7 @@
 #include <accord/error.h>
 
 #include <cmath>
+#include <limits>
 
 namespace accord::nn::test {
 namespace {
@@ -84,6 +85,21 @@ TEST_CASE("top-1 and top-5 counts", "[layers][loss]") {
   TopK s = topk_correct(small.data(), small_labels.data(), 2, 3);
   CHECK(s.top1 == 1);  // row 1 (3, 2, 1): label 0 is the max
   CHECK(s.top5 == 2);
+}
+
+TEST_CASE("rows with a NaN logit are never counted correct", "[layers][loss]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor logits{
+      nan, 1,   2,    // label 0 is NaN
+      9,   nan, 2,    // label 0 beats 2, another logit is NaN
+      nan, nan, nan,  // a diverged model
+      inf, 1,   2,    // +inf is an ordinary winner
+  };
+  std::vector<int32_t> labels{0, 0, 1, 0};
+  TopK t = topk_correct(logits.data(), labels.data(), 4, 3);
+  CHECK(t.top1 == 1);  // the last row only
+  CHECK(t.top5 == 1);  // fewer than 5 classes: top-C, still not the NaN rows
 }
 
 }  // namespace

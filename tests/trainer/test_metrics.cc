@@ -1,8 +1,12 @@
-// Metrics: the JSON line carries the reference study's quantities, and top-5 only
-// where there are more than 5 classes.
+// Metrics: the JSON line carries the reference study's quantities, top-5 only where
+// there are more than 5 classes, and null where a value is not a number.
 #include "metrics.h"
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
 
 using namespace accord::resnet;
 
@@ -38,4 +42,31 @@ TEST_CASE("epoch reports as JSON lines and text", "[metrics]") {
   CHECK(line.find("test top-1 87.50%") != std::string::npos);
   CHECK(line.find("top-5 99.00%") != std::string::npos);
   CHECK(line.find("comm wait 1.0s") != std::string::npos);
+  CHECK(line.find("skipped") == std::string::npos);
+  CHECK(json.find("\"skipped_steps\":0") != std::string::npos);
+  r.skipped_steps = 4;
+  CHECK(toJson(r).find("\"skipped_steps\":4") != std::string::npos);
+  CHECK(toLine(r).find("(4 non-finite steps skipped)") != std::string::npos);
+}
+
+// A diverged run's NaN loss must leave the line valid JSON, which has no NaN or inf.
+TEST_CASE("non-finite values are written as JSON null", "[metrics]") {
+  EpochReport r;
+  r.lr = std::numeric_limits<double>::infinity();
+  r.train_loss = std::numeric_limits<double>::quiet_NaN();
+  r.train_acc = -std::numeric_limits<double>::quiet_NaN();
+  r.has_val = true;
+  r.has_top5 = true;
+  r.val_loss = -std::numeric_limits<double>::infinity();
+  r.val_top1 = 0.5;
+  std::string json = toJson(r);
+  for (const char* key : {"\"lr\":null", "\"train_loss\":null", "\"train_acc\":null",
+                          "\"val_loss\":null", "\"val_top1\":0.500000"}) {
+    INFO(json);
+    CHECK(json.find(key) != std::string::npos);
+  }
+  std::transform(json.begin(), json.end(), json.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  CHECK(json.find("nan") == std::string::npos);
+  CHECK(json.find("inf") == std::string::npos);
 }

@@ -220,7 +220,8 @@ float softmax_xent(const float* logits,    // (N, C)
 
 // How many of the N rows have their label among the top-1 / top-5 logits. Ties count
 // against: the label is in the top k when fewer than k other logits are >= its logit
-// (so an all-equal row, e.g. an untrained zero model, is never counted correct).
+// (so an all-equal row, e.g. an untrained zero model, is never counted correct), and a
+// row with a NaN logit (a diverged model) is never correct.
 struct TopK {
   int top1 = 0;
   int top5 = 0;  // top-min(5, C)

@@ -79,7 +79,14 @@ TopK topk_correct(const float* logits, const int32_t* labels, int N, int C) {
     const float* z = logits + static_cast<size_t>(i) * C;
     float target = z[labels[i]];
     int ahead = 0;  // other logits >= the label's: ties count against
-    for (int j = 0; j < C; ++j) ahead += (j != labels[i] && z[j] >= target);
+    bool nan = false;
+    for (int j = 0; j < C; ++j) {
+      ahead += (j != labels[i] && z[j] >= target);
+      nan = nan || std::isnan(z[j]);
+    }
+    // Every comparison with NaN is false, which would put the label first: a diverged
+    // model would score 100%. A row with a NaN logit predicts nothing.
+    if (nan) continue;
     result.top1 += ahead < 1;
     result.top5 += ahead < k5;
   }

@@ -1,0 +1,212 @@
+// The command line of `accord-resnet`: one long flag per TrainOptions field, each with
+// the range of values that make sense, so a bad value stops the run at parse time
+// with the flag, the value and the accepted range (`--threads: -5 is not an integer
+// in [0, 1024]`) instead of being clamped, ignored or failing later under another name.
+//
+// CLI11's own Range lets NaN through (every comparison with NaN is false) and prints
+// its bounds with six decimals, hence the two validators here. Upper bounds are far
+// above any real run and low enough that what they size can be allocated.
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace accord::resnet {
+namespace {
+
+constexpr long long kNoLimit = std::numeric_limits<long long>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The help shows the range as an interval ("[0, 1024]", "[0, inf)"); a value outside
+// is refused as "-5 is not an integer in [0, 1024]".
+CLI::Validator integerIn(long long lo, long long hi) {
+  const std::string range =
+      "[" + std::to_string(lo) + ", " + (hi == kNoLimit ? "inf)" : std::to_string(hi) + "]");
+  return CLI::Validator(
+      [lo, hi, range](std::string& input) -> std::string {
+        long long v = 0;
+        if (!CLI::detail::lexical_cast(input, v) || v < lo || v > hi)
+          return input + " is not an integer in " + range;
+        return {};
+      },
+      range);
+}
+
+std::string number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// A finite number between lo and hi, each bound included or not (hi = kInf: none).
+CLI::Validator realIn(double lo, bool lo_included, double hi, bool hi_included) {
+  const std::string range =
+      (lo_included ? "[" : "(") + number(lo) + ", " + number(hi) + (hi_included ? "]" : ")");
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(input, v) && std::isfinite(v) &&
+                        (lo_included ? v >= lo : v > lo) && (hi_included ? v <= hi : v < hi);
+        return ok ? std::string() : input + " is not a finite number in " + range;
+      },
+      range);
+}
+
+CLI::Validator nonNegative() { return realIn(0, true, kInf, false); }
+
+void addModelOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--model", o.model, "resnet18, resnet34, resnet50, resnet101 or resnet152")
+      ->capture_default_str();
+  app.add_option("--stem", o.stem,
+                 "cifar (3x3 conv, stride 1, no max pool) or imagenet (7x7/2 + max pool)")
+      ->check(CLI::IsMember({"cifar", "imagenet"}))
+      ->capture_default_str();
+  // 16: sixteen times torchvision's channels, far past any ResNet in use.
+  app.add_option("--width", o.width, "channel multiplier (1 = torchvision's widths)")
+      ->check(realIn(0, false, 16, true))
+      ->capture_default_str();
+  app.add_option("--classes", o.classes, "output classes (0: the dataset's)")
+      ->check(integerIn(0, 100000))  // ImageNet-21k has 21,841
+      ->capture_default_str();
+  app.add_flag("--zero-init-residual", o.zero_init_residual,
+               "start each block's last BN scale at 0");
+}
+
+void addDataOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--dataset", o.dataset, "fashion-mnist or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "synthetic"}))
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "Fashion-MNIST folder (default: /usr/share/datasets/fashion-mnist)");
+  app.add_option("--image-size", o.image_size,
+                 "image height = width (0: 28 for Fashion-MNIST, 224 synthetic)")
+      ->check(integerIn(0, 2048))  // one 3 x 2048 x 2048 image is 48 MiB of floats
+      ->capture_default_str();
+  app.add_option("--channels", o.channels, "synthetic image channels (0: 3)")
+      ->check(integerIn(0, 256))
+      ->capture_default_str();
+  app.add_option("--train-limit", o.train_limit, "train on the first N images only (0: all)")
+      ->check(integerIn(0, kNoLimit))
+      ->capture_default_str();
+  // 10^8: 80 times ImageNet; the epoch's shuffled order alone takes 800 MB.
+  app.add_option("--synthetic-size", o.synthetic_size, "images per synthetic epoch")
+      ->check(integerIn(1, 100000000))
+      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-augment", [&o] { o.augment = false; },
+      "no random 2-pixel crop and flip of Fashion-MNIST images");
+  app.add_option("--prefetch", o.prefetch, "batches prepared ahead per rank")
+      ->check(integerIn(1, 64))
+      ->capture_default_str();
+}
+
+void addScheduleOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--lr", o.lr, "base LR at a global batch of 256 (scaled by global batch / 256)")
+      ->check(nonNegative())
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", o.warmup_epochs,
+                 "linear warm-up from 0 over these epochs (default: 5, or a fifth of --epochs if "
+                 "that is less)")
+      ->check(nonNegative());
+  app.add_option("--schedule", o.schedule, "after warm-up: step, cosine, exponential or constant")
+      ->check(CLI::IsMember({"step", "cosine", "exponential", "constant"}))
+      ->capture_default_str();
+  app.add_option("--milestones", o.milestones,
+                 "step schedule: epochs where LR is multiplied by 0.1")
+      ->delimiter(',')
+      ->check(nonNegative())
+      ->capture_default_str();
+  app.add_option("--gamma", o.gamma, "exponential schedule: factor per epoch")
+      ->check(realIn(0, false, 1, true))
+      ->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "cosine schedule: final LR")
+      ->check(nonNegative())
+      ->capture_default_str();
+}
+
+void addOptimOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--batch-size", o.batch_size, "images per rank per step")
+      ->check(integerIn(1, 65536))
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs to train")
+      ->check(integerIn(1, 100000))
+      ->capture_default_str();
+  app.add_option("--steps", o.max_steps, "stop after this many optimizer steps in all (0: no cap)")
+      ->check(integerIn(0, kNoLimit))
+      ->capture_default_str();
+  addScheduleOptions(app, o);
+  // 1 and above never forgets a gradient: the update grows without bound.
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->check(realIn(0, true, 1, false))
+      ->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
+      ->check(nonNegative())
+      ->capture_default_str();
+  app.add_flag("--no-bn-decay", o.no_bn_decay, "no weight decay on BN parameters and biases");
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the cross-entropy")
+      ->check(realIn(0, true, 1, false))
+      ->capture_default_str();
+  app.add_flag("--skip-nonfinite-steps", o.skip_nonfinite_steps,
+               "skip a step whose loss or gradients are NaN or infinite on any rank, leaving "
+               "parameters, momentum and BN statistics as they were (default: a non-finite "
+               "loss stops the run); " +
+                   std::to_string(kMaxNonFiniteInARow) + " such steps in a row still stop the run");
+  app.add_option("--train-bn-mode", o.train_bn_mode,
+                 "BN while training: batch statistics, or running (inference mode)")
+      ->check(CLI::IsMember({"batch", "running"}))
+      ->capture_default_str();
+  app.add_option("--eval-bn-mode", o.eval_bn_mode,
+                 "BN while evaluating: running statistics or batch")
+      ->check(CLI::IsMember({"running", "batch"}))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed,
+                 "seed for init, shuffling and augmentation (shared by all ranks)")
+      ->capture_default_str();
+}
+
+void addRunOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
+      ->check(integerIn(0, 1024))
+      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-eval", [&o] { o.eval = false; }, "skip the test-set evaluation after each epoch");
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint file written by rank 0");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "write a checkpoint every N epochs and at the end (0: only at the end)")
+      ->check(integerIn(0, kNoLimit))
+      ->capture_default_str();
+  app.add_option("--resume", o.resume, "checkpoint to resume from (read on rank 0, broadcast)");
+  app.add_option("--metrics", o.metrics, "JSON-lines file with one object per epoch");
+  app.add_option("--dump-params", o.dump_params, "write the final parameters here (for `compare`)");
+  app.add_flag_callback(
+      "--no-progress", [&o] { o.progress = false; },
+      "no progress bar (drawn only when stdout is a terminal)");
+}
+
+}  // namespace
+
+void addTrainOptions(CLI::App& app, TrainOptions& o) {
+  addModelOptions(app, o);
+  addDataOptions(app, o);
+  addOptimOptions(app, o);
+  addRunOptions(app, o);
+}
+
+CLI::App* addCompareCommand(CLI::App& app, CompareOptions& c) {
+  CLI::App* cmp = app.add_subcommand("compare", "compare two --dump-params files");
+  cmp->add_option("a", c.a, "first dump")->required();
+  cmp->add_option("b", c.b, "second dump")->required();
+  cmp->add_option("--atol", c.atol, "absolute tolerance")
+      ->check(nonNegative())
+      ->capture_default_str();
+  cmp->add_option("--rtol", c.rtol, "relative tolerance")
+      ->check(nonNegative())
+      ->capture_default_str();
+  return cmp;
+}
+
+}  // namespace accord::resnet

@@ -1,0 +1,99 @@
+// Command-line flags: every numeric flag refuses values that make no sense (negative
+// counts, NaN and infinite rates) with a message naming the flag, the value and the
+// accepted range, and accepts its documented special values (0: automatic).
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace accord::resnet;
+
+namespace {
+
+// The error parsing `args` gives, "" if it parses.
+std::string parseError(const std::string& args, TrainOptions* out = nullptr) {
+  CLI::App app;
+  TrainOptions o;
+  addTrainOptions(app, o);
+  CompareOptions c;
+  addCompareCommand(app, c);
+  try {
+    app.parse(args, false);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  if (out) *out = o;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("numeric flags out of range are refused naming flag, value and range", "[options]") {
+  struct Case {
+    const char* args;
+    const char* expect;  // the whole message after the flag's name
+  };
+  const Case cases[] = {
+      {"--threads -5", "--threads: -5 is not an integer in [0, 1024]"},
+      {"--prefetch -1", "--prefetch: -1 is not an integer in [1, 64]"},
+      {"--prefetch 0", "--prefetch: 0 is not an integer in [1, 64]"},
+      {"--classes -1", "--classes: -1 is not an integer in [0, 100000]"},
+      {"--image-size -1", "--image-size: -1 is not an integer in [0, 2048]"},
+      {"--channels -3", "--channels: -3 is not an integer in [0, 256]"},
+      {"--steps -1", "--steps: -1 is not an integer in [0, inf)"},
+      {"--epochs 0", "--epochs: 0 is not an integer in [1, 100000]"},
+      {"--epochs -3", "--epochs: -3 is not an integer in [1, 100000]"},
+      {"--batch-size 0", "--batch-size: 0 is not an integer in [1, 65536]"},
+      {"--train-limit -1", "--train-limit: -1 is not an integer in [0, inf)"},
+      {"--synthetic-size 0", "--synthetic-size: 0 is not an integer in [1, 100000000]"},
+      {"--checkpoint-every -1", "--checkpoint-every: -1 is not an integer in [0, inf)"},
+      {"--lr nan", "--lr: nan is not a finite number in [0, inf)"},
+      {"--lr inf", "--lr: inf is not a finite number in [0, inf)"},
+      {"--lr -0.1", "--lr: -0.1 is not a finite number in [0, inf)"},
+      {"--momentum nan", "--momentum: nan is not a finite number in [0, 1)"},
+      {"--momentum inf", "--momentum: inf is not a finite number in [0, 1)"},
+      {"--momentum 1", "--momentum: 1 is not a finite number in [0, 1)"},
+      {"--width 0", "--width: 0 is not a finite number in (0, 16]"},
+      {"--width nan", "--width: nan is not a finite number in (0, 16]"},
+      {"--warmup-epochs -1", "--warmup-epochs: -1 is not a finite number in [0, inf)"},
+      {"--milestones 30,nan", "--milestones: nan is not a finite number in [0, inf)"},
+      {"--gamma 0", "--gamma: 0 is not a finite number in (0, 1]"},
+      {"--min-lr -1", "--min-lr: -1 is not a finite number in [0, inf)"},
+      {"--weight-decay inf", "--weight-decay: inf is not a finite number in [0, inf)"},
+      {"--label-smoothing 1", "--label-smoothing: 1 is not a finite number in [0, 1)"},
+      {"compare a b --atol nan", "--atol: nan is not a finite number in [0, inf)"},
+      {"compare a b --rtol -1", "--rtol: -1 is not a finite number in [0, inf)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    CHECK(parseError(c.args) == c.expect);
+  }
+}
+
+TEST_CASE("in-range values and the documented special values parse", "[options]") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK(o.threads == 0);
+  CHECK(o.warmup_epochs < 0);  // the automatic warm-up stays reachable
+  const char* good[] = {
+      "--threads 0",     "--threads 4",          "--prefetch 1",
+      "--classes 0",     "--image-size 0",       "--image-size 32",
+      "--steps 0",       "--epochs 1",           "--lr 0",
+      "--lr 1e30",       "--momentum 0",         "--momentum 0.99",
+      "--width 0.125",   "--warmup-epochs 0",    "--milestones 1,2",
+      "--gamma 1",       "--label-smoothing 0",  "--checkpoint-every 0",
+      "--train-limit 0", "compare a b --atol 0",
+  };
+  for (const char* args : good) {
+    INFO(args);
+    CHECK(parseError(args).empty());
+  }
+  CHECK_FALSE(o.skip_nonfinite_steps);
+  REQUIRE(parseError("--lr 0.5 --milestones 3,7 --threads 2 --skip-nonfinite-steps", &o).empty());
+  CHECK(o.skip_nonfinite_steps);
+  CHECK(o.lr == 0.5);
+  CHECK(o.milestones == std::vector<double>{3, 7});
+  CHECK(o.threads == 2);
+}
