@@ -24,6 +24,15 @@ void clearBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bi
   v[word0 + bit / 64] &= ~(std::uint64_t{1} << (bit % 64));
 }
 
+// Messages about a process set other than the global one count ranks within the set;
+// this says so, with the global ranks they stand for.
+std::string setRanksNote(const ProcessSet& set) {
+  if (set.id == kGlobalProcessSet) return "";
+  return " (ranks within process set " + std::to_string(set.id) + ", whose ranks 0.." +
+         std::to_string(set.size - 1) + " are global ranks " +
+         shape_string(Shape(set.ranks.begin(), set.ranks.end())) + ")";
+}
+
 bool cacheable(const Response& r) {
   switch (r.type) {
     case ResponseType::Allreduce:
@@ -169,6 +178,8 @@ std::vector<Response> Controller::gatherAndDecide(ProcessSet& set,
         list.responses.push_back(std::move(e));
       }
     }
+    for (auto& r : list.responses)
+      if (r.type == ResponseType::Error) r.error += setRanksNote(set);
     reply = encodeResponses(list);
   }
   channel.broadcastFromRoot(reply);
@@ -186,8 +197,8 @@ void Controller::reportStalls(ProcessSet& set, Clock::time_point now) {
   auto stalls = set.coordinator->stalled(now, config_.stall_check_time);
   if (stalls.empty()) return;
   set.last_stall_report = now;
-  log().warn("process set {}: tensors waiting for other ranks:\n{}", set.id,
-             formatStallReport(stalls, set.size));
+  log().warn("process set {}: tensors waiting for other ranks{}:\n{}", set.id,
+             setRanksNote(set), formatStallReport(stalls, set.size));
 }
 
 }  // namespace accord

@@ -13,14 +13,18 @@
 
 namespace accord::detail {
 
-[[noreturn]] inline void throwMpiError(const char* call, int code, const char* file, int line) {
+// MPI's own words for an error code.
+inline std::string mpiErrorString(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
-  std::string message = std::string(call) + " failed: ";
-  message += length > 0 ? std::string(text, length) : "MPI error code " + std::to_string(code);
-  message += " (" + std::string(file) + ":" + std::to_string(line) + ")";
-  throw CommError(message);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS || length <= 0)
+    return "MPI error code " + std::to_string(code);
+  return std::string(text, length);
+}
+
+[[noreturn]] inline void throwMpiError(const char* call, int code, const char* file, int line) {
+  throw CommError(std::string(call) + " failed: " + mpiErrorString(code) + " (" +
+                  std::string(file) + ":" + std::to_string(line) + ")");
 }
 
 }  // namespace accord::detail

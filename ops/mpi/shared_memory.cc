@@ -111,7 +111,13 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
   const int rc =
       MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info, comm, &mine, &s->win_);
   MPI_Info_free(&info);
-  ACCORD_MPI_CHECK(rc);
+  if (rc != MPI_SUCCESS) {
+    throw CommError("shared-memory transport: cannot allocate " + std::to_string(bytes) +
+                    " bytes of shared memory per rank (" + detail::mpiErrorString(rc) +
+                    "); the file system MPI maps it from (/dev/shm or /tmp) may be too small for " +
+                    std::to_string(size) + " ranks: lower ACCORD_CHUNK_BYTES (each rank holds "
+                    "two pieces) or set ACCORD_SHARED_MEMORY=0");
+  }
   ACCORD_MPI_CHECK(MPI_Win_set_errhandler(s->win_, MPI_ERRORS_RETURN));
   s->bases_.resize(size);
   for (int r = 0; r < size; ++r) {

@@ -2,7 +2,8 @@
 // a stall in another. Rank 0 submits a tensor in the global set and one in a set of
 // ranks {0, 1}; rank 1 submits neither. With ACCORD_STALL_CHECK_TIME=0.5 rank 0 must
 // log a report for both sets (run_expect_output.cmake checks the log), and both tensors
-// fail with Timeout after ACCORD_STALL_SHUTDOWN_TIME=2. Runs with 2 or 3 ranks.
+// fail with Timeout after ACCORD_STALL_SHUTDOWN_TIME=2; the set's message says that its
+// ranks are the set's, and which global ranks they are. Runs with 2 or 3 ranks.
 #include <catch2/catch.hpp>
 
 #include "mpi_test.h"
@@ -27,6 +28,10 @@ TEST_CASE("stalls in two process sets are both reported") {
     INFO(rb.kind << ": " << rb.message);
     CHECK(ra.kind == "Timeout");
     CHECK(rb.kind == "Timeout");
+    // Ranks in a set's messages are the set's: the message says so, and which they are.
+    CHECK_FALSE(contains(ra.message, "within process set"));
+    CHECK(contains(rb.message, "(ranks within process set " + std::to_string(pair) +
+                                   ", whose ranks 0..1 are global ranks [0,1])"));
   }
   // The others wait here (on the application's own communicator) until rank 0 has
   // both Timeouts: a collective they submitted meanwhile would stall as well.
