@@ -91,6 +91,18 @@ Pending allreduceOn(accord::ProcessSetId id, const std::vector<int>& members, co
   return p;
 }
 
+// Waits for every pending allreduce; each must succeed with the right result.
+void checkAll(std::vector<Pending>& pending) {
+  for (auto& p : pending) {
+    const auto error = describe(finish(p.handle, p.name), p.name);
+    INFO(error);
+    CHECK(error.empty());
+    const auto diff = p.check();
+    INFO(p.name << ": " << diff);
+    CHECK(diff.empty());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("process sets: add two overlapping sets; topology queries") {
@@ -134,14 +146,7 @@ TEST_CASE("process sets: collectives on A, B and the global set in flight at onc
   if (me % 2) std::reverse(submissions.begin(), submissions.end());
   std::vector<Pending> pending;
   for (auto& submit : submissions) pending.push_back(submit());
-  for (auto& p : pending) {
-    const auto error = describe(finish(p.handle, p.name), p.name);
-    INFO(error);
-    CHECK(error.empty());
-    const auto diff = p.check();
-    INFO(p.name << ": " << diff);
-    CHECK(diff.empty());
-  }
+  checkAll(pending);
 }
 
 TEST_CASE("process sets: the same name in A, B and the global set at once") {
@@ -279,14 +284,7 @@ TEST_CASE("process sets: sets added after others were removed work the same") {
       pending.push_back(allreduceOn(sets.a, setA(n), "ps.A" + tag, keep));
     if (indexIn(setB(n), me) >= 0)
       pending.push_back(allreduceOn(sets.b, setB(n), "ps.B" + tag, keep));
-    for (auto& p : pending) {
-      const auto error = describe(finish(p.handle, p.name), p.name);
-      INFO(error);
-      CHECK(error.empty());
-      const auto diff = p.check();
-      INFO(p.name << ": " << diff);
-      CHECK(diff.empty());
-    }
+    checkAll(pending);
   }
 }
 
