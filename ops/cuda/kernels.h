@@ -1,0 +1,44 @@
+// Element-wise kernels the device collectives need, on CUDA streams: scaling, fp16 /
+// bf16 compression, and the batched copy that moves many tensors in and out of the
+// device fusion buffer in one launch.
+//
+// Every function only enqueues work on `stream` and returns; errors of the launch are
+// thrown as CommError naming the kernel. The results equal the host kernels'
+// (ops/cpu/kernels.h) element for element, so a tensor reduced on either path is the
+// same: the unit tests in tests/gpu compare the two.
+#pragma once
+
+#include <accord/tensor.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <span>
+
+namespace accord::cuda {
+
+// data[i] = data[i] * factor / divisor, with the rounding of cpu::scale: a lone factor
+// or divisor in the element type, float16/bfloat16 through float, integers through
+// double, rounded half away from zero and saturated.
+void scale(void* data, std::size_t count, DType dtype, double factor, double divisor,
+           cudaStream_t stream);
+
+// float32 -> float16 or bfloat16 (rounded to nearest-even), and back.
+void compress(const float* in, void* out, std::size_t count, DType to, cudaStream_t stream);
+void decompress(const void* in, float* out, std::size_t count, DType from, cudaStream_t stream);
+
+struct CopyPiece {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+// Copies every piece (device memory, not overlapping) with as few launches as the
+// pieces allow: up to kPiecesPerLaunch pieces go in one launch, however small, where
+// one cudaMemcpyAsync each would pay a launch per tensor.
+void batchedCopy(std::span<const CopyPiece> pieces, cudaStream_t stream);
+inline constexpr std::size_t kPiecesPerLaunch = 128;
+
+// Throws CommError("<what>: <CUDA's error string>") unless `status` is cudaSuccess.
+void check(cudaError_t status, const char* what);
+
+}  // namespace accord::cuda
