@@ -64,17 +64,28 @@ void initMpi(Runtime& rt) {
   }
 }
 
+// local_*: this rank among the ranks of its host. cross_*: its host among the hosts,
+// numbered in the order of their lowest global ranks. Splitting by local rank would
+// number hosts only where every host has as many ranks (with 1 + 2 ranks, the second
+// host's local rank 1 would be alone and report host 0 of 1).
 void initTopology(Runtime& rt) {
-  MPI_Comm local, cross;
+  MPI_Comm local, leaders;
   ACCORD_MPI_CHECK(
       MPI_Comm_split_type(rt.world, MPI_COMM_TYPE_SHARED, rt.rank, MPI_INFO_NULL, &local));
   ACCORD_MPI_CHECK(MPI_Comm_rank(local, &rt.local_rank));
   ACCORD_MPI_CHECK(MPI_Comm_size(local, &rt.local_size));
-  ACCORD_MPI_CHECK(MPI_Comm_split(rt.world, rt.local_rank, rt.rank, &cross));
-  ACCORD_MPI_CHECK(MPI_Comm_rank(cross, &rt.cross_rank));
-  ACCORD_MPI_CHECK(MPI_Comm_size(cross, &rt.cross_size));
+  const bool leader = rt.local_rank == 0;
+  ACCORD_MPI_CHECK(MPI_Comm_split(rt.world, leader ? 0 : MPI_UNDEFINED, rt.rank, &leaders));
+  int host[2] = {0, 0};  // index, count
+  if (leader) {
+    ACCORD_MPI_CHECK(MPI_Comm_rank(leaders, &host[0]));
+    ACCORD_MPI_CHECK(MPI_Comm_size(leaders, &host[1]));
+    MPI_Comm_free(&leaders);
+  }
+  ACCORD_MPI_CHECK(MPI_Bcast(host, 2, MPI_INT, 0, local));
+  rt.cross_rank = host[0];
+  rt.cross_size = host[1];
   MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
 }
 
 // Fusion planning and the cache's bit vectors are computed locally on every rank, so
