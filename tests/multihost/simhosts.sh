@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Runs an mpirun job across simulated hosts on this machine: each host is a Linux
+# network namespace with its own UTS namespace (so its own hostname), joined to the
+# others by a bridge on a private subnet; Open MPI starts its daemons in them through
+# an rsh agent that enters the namespaces, and its ranks talk TCP over the bridge. To
+# Open MPI, and so to Accord, the hosts are distinct machines: ranks on different
+# hosts share no memory transport. Nothing leaves the machine; the subnet, bridge and
+# namespaces are this script's own, made at the start and removed at the end (also
+# after a failure or a timeout's SIGTERM).
+#
+#   simhosts.sh <slots,slots,...> [mpirun options...] -- <program> [args...]
+#     e.g. simhosts.sh 2,2 -- ./mpi_test_allreduce       (2 hosts x 2 ranks)
+#          simhosts.sh 1,2 -x ACCORD_SHARED_MEMORY=0 -- ./prog   (uneven hosts)
+#   SIMHOSTS_SLOTS=2,2 simhosts.sh -np 4 [mpirun options...] <program> [args...]
+#     the same, called as mpirun would be (for scripts that take an MPIEXEC); -np
+#     must equal the sum of the slots
+#
+# Needs root (namespaces, a bridge). Where they cannot be made it prints
+# "skipped: ..." and exits 77, which CTest counts as a skip. SIMHOSTS_KEEP=1 leaves
+# everything in place after the run, for a look with `ip netns`.
+set -uo pipefail
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+case "$1" in -h|--help) usage; exit 0 ;; esac
+mpi_opts=()
+if [ "$1" = "-np" ]; then  # called as mpirun
+  [ -n "${SIMHOSTS_SLOTS:-}" ] || { echo "simhosts.sh: -np form needs SIMHOSTS_SLOTS, e.g. 2,2" >&2; exit 2; }
+  layout=$SIMHOSTS_SLOTS
+  asked_np=${2:-}
+  shift 2
+else
+  layout=$1
+  asked_np=""
+  shift
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do mpi_opts+=("$1"); shift; done
+  [ "${1:-}" = "--" ] || { echo "simhosts.sh: '--' must separate mpirun options from the program" >&2; exit 2; }
+  shift
+  [ $# -ge 1 ] || { echo "simhosts.sh: no program after '--'" >&2; exit 2; }
+fi
+IFS=, read -r -a slots <<< "$layout"
+for s in "${slots[@]}"; do
+  [[ "$s" =~ ^[1-9][0-9]*$ ]] || { echo "simhosts.sh: slots '$layout' must be positive integers separated by commas, e.g. 2,2" >&2; exit 2; }
+done
+nhosts=${#slots[@]}
+(( nhosts >= 1 && nhosts <= 8 )) || { echo "simhosts.sh: between 1 and 8 hosts, got $nhosts" >&2; exit 2; }
+np=0
+for s in "${slots[@]}"; do np=$((np + s)); done
+if [ -n "$asked_np" ] && [ "$asked_np" != "$np" ]; then
+  echo "simhosts.sh: -np $asked_np does not match SIMHOSTS_SLOTS=$layout ($np slots)" >&2
+  exit 2
+fi
+
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "simulated hosts need root (network namespaces, a bridge)"
+command -v ip > /dev/null || skip "no 'ip' command (iproute2)"
+command -v nsenter > /dev/null && command -v unshare > /dev/null || skip "no nsenter/unshare (util-linux)"
+
+# Names are fixed (tests using this script hold a CTest resource lock); a run killed
+# before its clean-up is cleaned up by the next one.
+prefix=accsim
+bridge=${prefix}br
+subnet=10.213.77
+state=/run/accord-simhosts
+hostname_of() { echo "simhost$1"; }
+
+teardown() {
+  for ((i = 0; i < 8; i++)); do
+    ip netns del "${prefix}$i" 2> /dev/null
+    ip link del "${prefix}v$i" 2> /dev/null
+    if [ -e "$state/uts$i" ]; then umount "$state/uts$i" 2> /dev/null; rm -f "$state/uts$i"; fi
+  done
+  ip link del "$bridge" 2> /dev/null
+  rm -f "$state/agent.sh"
+  true
+}
+teardown
+if [ "${SIMHOSTS_KEEP:-0}" != 1 ]; then
+  trap teardown EXIT
+  trap 'exit 143' TERM INT
+fi
+
+mkdir -p "$state"
+ip link add "$bridge" type bridge 2> /dev/null || skip "cannot create a bridge (no CAP_NET_ADMIN here?)"
+ip addr add "$subnet.1/24" dev "$bridge"
+ip link set "$bridge" up
+hostlist=""
+for ((i = 0; i < nhosts; i++)); do
+  ns=${prefix}$i
+  ip netns add "$ns" || skip "cannot create network namespaces"
+  ip link add "${prefix}v$i" type veth peer name eth0 netns "$ns"
+  ip link set "${prefix}v$i" master "$bridge" up
+  ip -n "$ns" addr add "$subnet.$((10 + i))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  # A persistent UTS namespace (bound to a file) holding the host's own name.
+  touch "$state/uts$i"
+  unshare --uts="$state/uts$i" hostname "$(hostname_of "$i")" || skip "cannot create UTS namespaces"
+  hostlist+="${hostlist:+,}$(hostname_of "$i"):${slots[$i]}"
+done
+
+# Open MPI's rsh launcher runs `<agent> <host> <command...>`: enter that host's
+# namespaces and run the command there, as ssh would on a real host.
+cat > "$state/agent.sh" << EOF
+#!/usr/bin/env bash
+host=\$1; shift
+[ "\$1" = "-x" ] && shift
+i=\${host#simhost}
+exec nsenter --net=/run/netns/${prefix}\$i --uts=$state/uts\$i -- /bin/sh -c "\$*"
+EOF
+chmod +x "$state/agent.sh"
+
+# mpirun itself stays in this namespace and reaches the daemons over the bridge. Every
+# transport but TCP on the bridge is switched off between hosts; vader (shared memory)
+# stays for ranks of one simulated host, as on real hosts.
+mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -H "$hostlist" \
+  --mca plm_rsh_agent "$state/agent.sh" \
+  --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
+  --mca oob_tcp_if_include "$subnet.0/24" --mca pml ob1 \
+  -x OMPI_MCA_mpi_yield_when_idle=1 \
+  "${mpi_opts[@]}" "$@"
