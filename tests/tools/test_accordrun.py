@@ -1,0 +1,134 @@
+"""accordrun's command lines, errors and a real run (standard library unittest).
+
+  python3 test_accordrun.py <built accordrun> <an mpi test binary>
+"""
+import importlib.machinery
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+from unittest import mock
+
+ACCORDRUN, MPI_PROGRAM = sys.argv[1], sys.argv[2]
+loader = importlib.machinery.SourceFileLoader("accordrun", ACCORDRUN)
+spec = importlib.util.spec_from_loader("accordrun", loader)
+ar = importlib.util.module_from_spec(spec)
+loader.exec_module(ar)
+
+
+def command(argv, environ=None):
+    """(argv, env) accordrun would run for `argv`, or the UsageError's message."""
+    captured = {}
+
+    def fake_exec(path, cmd, env):
+        captured["cmd"], captured["env"] = cmd, env
+        raise SystemExit(0)
+
+    with mock.patch.dict(os.environ, environ or {}, clear=False), \
+         mock.patch.object(ar.os, "execvpe", fake_exec), \
+         mock.patch.object(ar.shutil, "which", lambda name: "/usr/bin/" + name):
+        try:
+            rc = ar.main(argv)
+        except SystemExit as e:
+            rc = e.code
+    return rc, captured.get("cmd"), captured.get("env")
+
+
+class HostLists(unittest.TestCase):
+    def test_hosts_and_slots(self):
+        self.assertEqual(ar.parse_hosts("a:2,b.example.org:4,c"), [("a", 2), ("b.example.org", 4), ("c", 1)])
+
+    def test_bad_hosts_name_the_item(self):
+        for text, part in [("a:2,b:", "bad host 'b:'"), ("a:0", "has 0 slots"), ("a:x", "bad host 'a:x'"),
+                           ("a:1,a:2", "a listed twice"), ("", "bad host ''")]:
+            with self.subTest(text=text):
+                with self.assertRaises(ar.UsageError) as e:
+                    ar.parse_hosts(text)
+                self.assertIn(part, str(e.exception))
+
+    def test_hostfile(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write("# cluster\nnode1 slots=4\n\nnode2 slots=2 max_slots=8\nnode3\n")
+        self.assertEqual(ar.parse_hostfile(f.name), [("node1", 4), ("node2", 2), ("node3", 1)])
+        with open(f.name, "w") as g:
+            g.write("node1 slots=4\nnode2 slots=zero\n")
+        with self.assertRaises(ar.UsageError) as e:
+            ar.parse_hostfile(f.name)
+        self.assertIn(f"{f.name}:2:", str(e.exception))
+        os.unlink(f.name)
+        with self.assertRaises(ar.UsageError) as e:
+            ar.parse_hostfile(f.name)
+        self.assertIn("cannot read hostfile", str(e.exception))
+
+
+class CommandLines(unittest.TestCase):
+    def test_mpirun_with_hosts_settings_and_forwarded_variables(self):
+        rc, cmd, env = command(["-np", "4", "-H", "a:2,b:2", "--cycle-time", "2", "--no-shared-memory",
+                                "python3", "train.py", "--lr", "0.1"],
+                               {"HOROVOD_FUSION_THRESHOLD": "1", "ACCORD_LOG_LEVEL": "info"})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[:5], ["mpirun", "-np", "4", "-H", "a:2,b:2"])
+        self.assertEqual(cmd[-4:], ["python3", "train.py", "--lr", "0.1"])
+        for var in ["ACCORD_CYCLE_TIME", "ACCORD_SHARED_MEMORY", "ACCORD_LOG_LEVEL", "HOROVOD_FUSION_THRESHOLD"]:
+            self.assertIn(var, cmd[cmd.index("-x", 0):])
+        self.assertEqual(env["ACCORD_CYCLE_TIME"], "2")
+        self.assertEqual(env["ACCORD_SHARED_MEMORY"], "0")
+        self.assertEqual("--allow-run-as-root" in cmd, os.geteuid() == 0)
+
+    def test_srun_inside_slurm(self):
+        rc, cmd, _ = command(["-np", "8", "prog"], {"SLURM_JOB_ID": "42"})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[0], "srun")
+        self.assertIn("8", cmd)
+
+    def test_errors_exit_2_with_the_reason(self):
+        cases = [(["-np", "5", "-H", "a:2,b:2", "prog"], "more than the 4 slots"),
+                 (["-np", "0", "prog"], "-np 0"),
+                 (["--launcher", "srun", "-H", "a:2", "prog"], "drop -H"),
+                 (["-H", "a:2,,b", "prog"], "bad host ''")]
+        for argv, part in cases:
+            with self.subTest(argv=argv):
+                err = io.StringIO()
+                with mock.patch.object(sys, "stderr", err):
+                    rc, cmd, _ = command(argv)
+                self.assertEqual(rc, 2)
+                self.assertIsNone(cmd)
+                self.assertIn(part, err.getvalue())
+
+    def test_unknown_option_and_missing_program(self):
+        for argv in (["--bogus", "prog"], ["-np", "2"]):
+            with self.subTest(argv=argv):
+                with mock.patch.object(sys, "stderr", io.StringIO()):
+                    rc, cmd, _ = command(argv)
+                self.assertEqual(rc, 2)
+                self.assertIsNone(cmd)
+
+    def test_dry_run_prints_instead_of_running(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            rc, cmd, _ = command(["--dry-run", "--stall-shutdown-time", "30", "-np", "2", "prog"])
+        self.assertEqual(rc, 0)
+        self.assertIsNone(cmd)
+        self.assertRegex(out.getvalue(), r"^ACCORD_STALL_SHUTDOWN_TIME=30 mpirun -np 2 .*-x ACCORD_STALL_SHUTDOWN_TIME.* prog\n$")
+
+
+class RealRuns(unittest.TestCase):
+    def test_check_build(self):
+        out = subprocess.run([ACCORDRUN, "--check-build"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for key in ("MPI", "CUDA", "NCCL", "oneDNN", "Python bindings"):
+            self.assertRegex(out.stdout, rf"\n  {key} +\S")
+
+    def test_a_job_on_two_ranks(self):
+        out = subprocess.run([ACCORDRUN, "-np", "2", "--oversubscribe", "--stall-shutdown-time", "60",
+                              MPI_PROGRAM], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("2 rank(s), 0 failure(s)", out.stdout + out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
