@@ -284,9 +284,10 @@ const std::vector<std::string>& Config::knownVariables() {
 }
 
 std::vector<std::string> Config::unknownVariables(const std::vector<std::string>& environment) {
-  // Read by Accord's build scripts and tests, not by the runtime, but not typos either.
+  // Read by Accord's build scripts, tests and trainer, not by the runtime, but not
+  // typos either.
   static const std::vector<std::string> tooling = {"ACCORD_BUILD_DIR", "ACCORD_JOBS",
-                                                   "ACCORD_TEST_WAIT_SECONDS"};
+                                                   "ACCORD_TEST_WAIT_SECONDS", "ACCORD_PROGRESS"};
   auto listed = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };

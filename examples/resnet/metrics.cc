@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -57,8 +58,24 @@ std::string toLine(const EpochReport& r) {
   return o.str();
 }
 
+bool progressBarWanted() {
+  const char* env = std::getenv("ACCORD_PROGRESS");
+  if (env && *env) {
+    const std::string v = env;
+    if (v == "1") return true;
+    if (v == "0") return false;
+    throw std::invalid_argument("ACCORD_PROGRESS='" + v + "': expected 0 (no bar) or 1 (a bar)");
+  }
+  // Under a launcher a rank's stdout is often a pseudo-terminal that mpirun copies into
+  // wherever its own output goes (a log file, a CI job), so isatty() says nothing about
+  // whether a person watches. accordrun, which does know, sets ACCORD_PROGRESS=1.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                        std::getenv("PMIX_RANK") || std::getenv("SLURM_PROCID");
+  return !launched && ::isatty(STDOUT_FILENO);
+}
+
 Metrics::Metrics(bool enabled, const std::string& jsonl_path, bool progress)
-    : enabled_(enabled), bar_(enabled && progress && ::isatty(STDOUT_FILENO)) {
+    : enabled_(enabled), bar_(enabled && progress && progressBarWanted()) {
   if (enabled_ && !jsonl_path.empty()) {
     jsonl_ = std::fopen(jsonl_path.c_str(), "w");
     if (!jsonl_)

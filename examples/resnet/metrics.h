@@ -36,9 +36,13 @@ std::string toJson(const EpochReport& r);
 // Returns "epoch 1  lr 0.1000  loss 0.512 acc 81.2%  val top-1 85.3% ...".
 std::string toLine(const EpochReport& r);
 
+// ACCORD_PROGRESS=1 or 0 decides; unset, a bar only when stdout is a terminal and the
+// process was not started by a launcher (mpirun, srun). Throws on another value.
+bool progressBarWanted();
+
 class Metrics {
  public:
-  // enabled: this rank reports; progress: draw a bar (only if stdout is a terminal).
+  // enabled: this rank reports; progress: draw a bar where progressBarWanted().
   Metrics(bool enabled, const std::string& jsonl_path, bool progress);
   ~Metrics();
 

@@ -184,7 +184,8 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--dump-params", o.dump_params, "write the final parameters here (for `compare`)");
   app.add_flag_callback(
       "--no-progress", [&o] { o.progress = false; },
-      "no progress bar (drawn only when stdout is a terminal)");
+      "no progress bar (else drawn on rank 0 when ACCORD_PROGRESS=1, or when run without a "
+      "launcher on a terminal)");
 }
 
 }  // namespace

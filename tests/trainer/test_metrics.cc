@@ -6,7 +6,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 using namespace accord::resnet;
 
@@ -69,4 +76,50 @@ TEST_CASE("non-finite values are written as JSON null", "[metrics]") {
                  [](unsigned char c) { return std::tolower(c); });
   CHECK(json.find("nan") == std::string::npos);
   CHECK(json.find("inf") == std::string::npos);
+}
+
+namespace {
+
+// Sets or unsets environment variables for one scope.
+class EnvScope {
+ public:
+  void set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~EnvScope() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second)
+        ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else
+        ::unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+}  // namespace
+
+TEST_CASE("progress bar: ACCORD_PROGRESS decides, and a launcher's pseudo-terminal does not") {
+  EnvScope env;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    env.set(v, nullptr);
+  env.set("ACCORD_PROGRESS", "1");
+  CHECK(progressBarWanted());
+  env.set("ACCORD_PROGRESS", "0");
+  CHECK_FALSE(progressBarWanted());
+  env.set("ACCORD_PROGRESS", "yes");
+  CHECK_THROWS_WITH(progressBarWanted(),
+                    Catch::Contains("ACCORD_PROGRESS='yes'") && Catch::Contains("expected 0"));
+  env.set("ACCORD_PROGRESS", nullptr);
+  env.set("OMPI_COMM_WORLD_SIZE", "2");  // under mpirun: no bar, terminal or not
+  CHECK_FALSE(progressBarWanted());
+  env.set("OMPI_COMM_WORLD_SIZE", nullptr);
+  CHECK(progressBarWanted() == static_cast<bool>(::isatty(STDOUT_FILENO)));
 }
