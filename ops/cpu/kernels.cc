@@ -160,8 +160,17 @@ void scaleLoop(T* data, std::size_t n, double factor, double divisor) {
     // once, since double has more than 2p + 2 bits), and for float it saves converting
     // every element to double and back, which costs more than the multiply itself.
     const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
+    // Dividing by a power of two and multiplying by its reciprocal both round the same
+    // real number once, so they agree bit for bit; the multiply is several times
+    // faster (Average over 2, 4, 8 ... ranks).
+    int exponent = 0;
+    const bool power_of_two = std::frexp(divisor, &exponent) == 0.5 && divisor > 0;
+    const T reciprocal = static_cast<T>(1.0 / divisor);
     if (divisor == 1.0 && static_cast<double>(f) == factor) {
       for (std::size_t i = 0; i < n; ++i) data[i] *= f;
+    } else if (factor == 1.0 && power_of_two && static_cast<double>(reciprocal) == 1.0 / divisor &&
+               std::isnormal(reciprocal)) {
+      for (std::size_t i = 0; i < n; ++i) data[i] *= reciprocal;
     } else if (factor == 1.0 && static_cast<double>(d) == divisor) {
       for (std::size_t i = 0; i < n; ++i) data[i] /= d;
     } else {

@@ -271,6 +271,28 @@ TEST_CASE("scale: floating point, including the parallel path", "[kernels]") {
       REQUIRE(third[i] == static_cast<float>(double(f[i]) / 3.0));
     }
   }
+  // A power-of-two divisor (Average over 2, 4, 8 ranks) is done as a multiply by its
+  // reciprocal: still exactly the division's result, subnormal results included.
+  for (double divisor : {2.0, 4.0, 8.0, 1024.0}) {
+    std::vector<float> f = {1e-38f, -3e-39f, 1.4e-45f, 7.0f, -1.0f / 3.0f, 3.4e38f};
+    std::vector<double> d = {1e-308, -4.9e-324, 3.0, 1.0 / 7.0, -1.7e308};
+    for (auto x : randomValues<float>(1000, rng, -1e3, 1e3)) f.push_back(x), d.push_back(x / 7.0);
+    auto ef = f;
+    auto ed = d;
+    for (auto& x : ef) x = static_cast<float>(double(x) / divisor);
+    volatile double v = divisor;  // a real division, not one the compiler rewrote
+    for (auto& x : ed) x = x / v;
+    scale(f.data(), f.size(), DType::Float32, 1.0, divisor);
+    scale(d.data(), d.size(), DType::Float64, 1.0, divisor);
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      INFO("float #" << i << " / " << divisor);
+      REQUIRE(std::memcmp(&f[i], &ef[i], sizeof(float)) == 0);
+    }
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      INFO("double #" << i << " / " << divisor);
+      REQUIRE(std::memcmp(&d[i], &ed[i], sizeof(double)) == 0);
+    }
+  }
   // 16-bit: factors exact in 16 bits make the product exact in double, one rounding.
   for (double factor : {0.5, 3.0, 0.25, 1.5}) {
     std::vector<std::uint16_t> h(1000), b(1000), eh(1000), eb(1000);
