@@ -7,6 +7,7 @@ packages=(
   openmpi-bin libopenmpi-dev   # MPI (host collectives, mpirun)
   libtbb-dev                   # oneTBB (parallel copies and kernels)
   libspdlog-dev                # logging
+  nlohmann-json3-dev           # the timeline's JSON
   catch2                       # unit and MPI tests
   libcli11-dev                 # command-line flags of the tools and the trainer
   libdnnl-dev                  # oneDNN: the trainer's CPU backend

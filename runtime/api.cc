@@ -12,6 +12,7 @@
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 #include "runtime/runtime.h"
+#include "runtime/timeline.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -188,6 +189,14 @@ void init() {
                                   rt->config.cache_capacity));
   log().info("initialized: {} ranks, {} per host\n{}", rt->size, rt->local_size,
              rt->config.describe());
+  if (rt->rank == 0 && !rt->config.timeline.empty()) {
+    // A timeline is a diagnostic: a path it cannot use is reported, not fatal.
+    try {
+      Timeline::instance().start(rt->config.timeline);
+    } catch (const InvalidArgument& e) {
+      log().error("ACCORD_TIMELINE: {}; no timeline is written", e.what());
+    }
+  }
   Runtime& ref = *rt;
   rt->loop = std::thread([&ref] { runBackgroundLoop(ref); });
   g_runtime = std::move(rt);
@@ -203,6 +212,7 @@ void shutdown() {
   // Returns within ACCORD_STALL_SHUTDOWN_TIME even when a peer stopped answering:
   // every wait of the loop has that deadline.
   rt.loop.join();
+  Timeline::instance().stop();
   if (rt.failed) {
     g_broken = "a rank stopped answering or failed";
     log().warn(
@@ -225,6 +235,23 @@ void shutdown() {
 }
 
 bool is_initialized() { return g_runtime != nullptr; }
+
+void start_timeline(const std::string& path) {
+  if (runtime("accord::start_timeline").rank != 0) return;
+  if (path.empty()) throw InvalidArgument("accord::start_timeline: the path is empty");
+  Timeline::instance().start(path);
+}
+
+void stop_timeline() {
+  if (runtime("accord::stop_timeline").rank != 0) return;
+  Timeline::instance().stop();
+}
+
+void timeline_begin(const std::string& track, const std::string& activity) {
+  Timeline::instance().begin(track, activity);
+}
+
+void timeline_end(const std::string& track) { Timeline::instance().end(track); }
 
 int rank() { return runtime("accord::rank").rank; }
 int size() { return runtime("accord::size").size; }

@@ -10,6 +10,9 @@
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 #include "runtime/runtime.h"
+#include "runtime/timeline.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <thread>
@@ -105,6 +108,12 @@ bool BackgroundLoop::runOnce() {
   }
   applyChanges(changes);
   last_progress_ = progress;
+  Timeline& timeline = Timeline::instance();
+  if (progress && timeline.active()) {
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - now).count();
+    timeline.instant("cycle", fmt::format("{{\"us\":{:.1f}}}", us));
+  }
+  timeline.flush();
   return true;
 }
 

@@ -119,7 +119,8 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
   ops.reserve(subs.size());
   for (auto& s : subs) {
     s.entry.handle = state;
-    ops.push_back({set, std::move(s.request), std::move(s.entry)});
+    ops.push_back(
+        {set, std::move(s.request), std::move(s.entry), std::chrono::steady_clock::now()});
   }
   rt.queue.push(std::move(ops));
   return Handle(state);

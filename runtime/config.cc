@@ -230,6 +230,7 @@ Config Config::parse(const Getenv& getenv) {
   c.stall_shutdown_time = secondsToMs(
       env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
+  if (const char* t = getenv("ACCORD_TIMELINE")) c.timeline = t;
   return c;
 }
 
@@ -272,14 +273,16 @@ std::string Config::describe() const {
                   formatNumber(kStallShutdownTime.resolution) + ".." +
                   formatNumber(kStallShutdownTime.max) + " s)");
   out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
+  out += line("ACCORD_TIMELINE", timeline.empty() ? "(off)" : timeline,
+              "Chrome trace of every tensor's phases, written by rank 0");
   return out;
 }
 
 const std::vector<std::string>& Config::knownVariables() {
   static const std::vector<std::string> known = {
-      "ACCORD_CYCLE_TIME",       "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
-      "ACCORD_SHARED_MEMORY",    "ACCORD_CACHE_CAPACITY",   "ACCORD_STALL_CHECK_TIME",
-      "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL"};
+      "ACCORD_CYCLE_TIME",          "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
+      "ACCORD_SHARED_MEMORY",       "ACCORD_CACHE_CAPACITY",   "ACCORD_STALL_CHECK_TIME",
+      "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL",        "ACCORD_TIMELINE"};
   return known;
 }
 

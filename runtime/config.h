@@ -24,6 +24,7 @@ struct Config {
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off
   std::string log_level = "warn";  // ACCORD_LOG_LEVEL: trace debug info warn error off
+  std::string timeline;            // ACCORD_TIMELINE: Chrome trace written by rank 0; "" off
 
   using Getenv = std::function<const char*(const char*)>;
   static Config parse(const Getenv& getenv);

@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include "runtime/logging.h"
+#include "runtime/timeline.h"
 #include "runtime/wire.h"
 
 #include <algorithm>
@@ -53,6 +54,11 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
   op.request.seq = set.next_seq++;
   if (op.request.type == RequestType::Join) set.join_handle = op.entry.handle;
   std::string name = op.request.name;
+  Timeline& timeline = Timeline::instance();
+  if (timeline.active() && op.request.type != RequestType::Join) {
+    timeline.tensorSpan(name, "queue", op.enqueued, now);
+    timeline.tensorsPhase({name}, "negotiate", now);
+  }
   set.pending.emplace(std::move(name),
                       PendingTensor{std::move(op.request), std::move(op.entry), now, false});
 }

@@ -2,6 +2,9 @@
 
 #include "runtime/fusion.h"
 #include "runtime/logging.h"
+#include "runtime/timeline.h"
+
+#include <fmt/format.h>
 
 namespace accord {
 
@@ -71,17 +74,33 @@ void Executor::runData(ProcessSet& set, const Response& response) {
       if (e) e->handle->fail(error);
     }
   };
+  Timeline& timeline = Timeline::instance();
+  const bool traced = timeline.active();
+  if (traced) {
+    const std::string args =
+        fmt::format("{{\"tensors\":{},\"bytes\":{},\"group\":{}}}", response.names.size(),
+                    response.totalBytes(), Timeline::quote(response.names.front()));
+    timeline.tensorsPhase(response.names, responseTypeName(response.type), Clock::now(), args);
+  }
+  auto traceDone = [&] {
+    if (!traced) return;
+    timeline.tensorsDone(response.names, Clock::now());
+  };
   try {
+    TimelineScope scope(traced ? &response.names : nullptr);
     backend_.execute(*set.transport, response, entries);
   } catch (const CommError&) {
+    traceDone();
     failAll(std::current_exception());
     throw;  // the transport is broken: the runtime cannot go on
   } catch (...) {
     // Identical on every rank, since every rank holds the same response: only this
     // response fails.
+    traceDone();
     failAll(std::current_exception());
     return;
   }
+  traceDone();
   for (auto* e : entries) {
     if (!e) continue;
     if (e->error) {  // this rank took part with scratch space; its own part failed
@@ -96,6 +115,7 @@ void Executor::runData(ProcessSet& set, const Response& response) {
 void Executor::runControl(ProcessSet& set, const Response& response,
                           std::vector<SetChange>& changes) {
   auto tensors = take(set, response);
+  if (Timeline::instance().active()) Timeline::instance().tensorsDone(response.names, Clock::now());
   std::shared_ptr<detail::HandleState> handle;
   if (!tensors.empty() && tensors[0]) handle = tensors[0]->entry.handle;
   switch (response.type) {

@@ -23,6 +23,7 @@ struct QueuedOp {
   ProcessSetId process_set = kGlobalProcessSet;
   Request request;
   TensorEntry entry;
+  std::chrono::steady_clock::time_point enqueued{};  // for the timeline's QUEUE phase
 };
 
 class TensorQueue {

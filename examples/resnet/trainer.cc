@@ -154,10 +154,15 @@ void Trainer::startFromRankZero() {
   }
 }
 
+// The step's phases also go to Accord's timeline (ACCORD_TIMELINE), on a track of
+// their own beside the tensors' (nothing is recorded without a timeline).
 void Trainer::trainStep(StepTimes& t) {
+  constexpr const char* kTrack = "trainer (rank 0)";
+  accord::timeline_begin(kTrack, "data wait");
   auto t0 = Clock::now();
   const int n = train_loader_->next(model_.input, labels_.data());
   t.data += since(t0);
+  accord::timeline_begin(kTrack, "compute");
   t0 = Clock::now();
   if (opt_.skip_nonfinite_steps)
     bn_before_.assign(model_.buffers.base, model_.buffers.base + model_.buffers.capacity);
@@ -171,7 +176,9 @@ void Trainer::trainStep(StepTimes& t) {
   const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
   backward(model_, n);  // hands every layer's gradients to grads_ as it goes
   t.compute += since(t0);
+  accord::timeline_begin(kTrack, "comm wait");
   t.comm += grads_.waitAll();
+  accord::timeline_begin(kTrack, "update");
   t0 = Clock::now();
   last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
   if (const std::string reason = nonFiniteReason(); reason.empty()) {
@@ -184,6 +191,7 @@ void Trainer::trainStep(StepTimes& t) {
     skipNonFiniteStep(reason, t);
   }
   t.compute += since(t0);
+  accord::timeline_end(kTrack);
   t.seen += n;
   ++state_.global_step;
   ++state_.step_in_epoch;

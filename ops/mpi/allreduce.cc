@@ -17,6 +17,7 @@
 #include "ops/mpi/mpi_ops.h"
 #include "ops/mpi/ring.h"
 #include "ops/mpi/shared_memory.h"
+#include "runtime/timeline.h"
 
 namespace accord {
 namespace {
@@ -72,6 +73,7 @@ class MpiAllreduce final : public Op {
       data = ctx.fusion.reserve(bytes);
       cpu::fillNeutral(data, count, response.dtype, response.op);
     }
+    timelineStep(ctx.shm ? "reduce_shared_memory" : "reduce_mpi");
     reduceInPieces(ctx, data, count, response.dtype, response.op, pre, post,
                    mpi::describeTensor(response, i));
   }
@@ -96,6 +98,7 @@ class MpiAllreduce final : public Op {
       in.push_back({fused + offset[i], e->tensor.data, bytes});
       out.push_back({e->tensor.data, fused + offset[i], bytes});
     }
+    timelineStep("copy_in");
     cpu::parallelCopy(in);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t count = (offset[i + 1] - offset[i]) / elem;
@@ -106,8 +109,10 @@ class MpiAllreduce final : public Op {
     }
 
     // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
+    timelineStep(ctx.shm ? "reduce_shared_memory" : "reduce_mpi");
     reduceInPieces(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
                    mpi::postScaling(response, ctx.size()), mpi::describe(response));
+    timelineStep("copy_out");
     cpu::parallelCopy(out);
   }
 };

@@ -174,4 +174,19 @@ enum class Transport : std::uint8_t { Local, SharedMemory, Mpi };
 Transport process_set_transport(ProcessSetId id);
 const char* transport_name(Transport transport);  // "local", "shared-memory", "mpi"
 
+// ---- timeline ---------------------------------------------------------------------
+// A Chrome trace (open it in chrome://tracing or https://ui.perfetto.dev) of every
+// tensor's phases on rank 0: queue, negotiate, the collective and its steps (copy in,
+// reduce, copy out), with the fused group and its bytes. ACCORD_TIMELINE=<path> writes
+// one from init() to shutdown(); these calls start and stop one at run time. Only rank
+// 0 writes; on other ranks they do nothing. The file is valid JSON whenever the
+// process ends, a crash included (it is completed after every cycle).
+void start_timeline(const std::string& path);  // InvalidArgument if it cannot be created
+void stop_timeline();
+// The application's own activities on tracks of their own (e.g. the trainer's
+// "compute", "comm wait", "data wait"): `activity` begins on `track`, ending the one
+// before; timeline_end ends it. Any thread; nothing happens without a timeline.
+void timeline_begin(const std::string& track, const std::string& activity);
+void timeline_end(const std::string& track);
+
 }  // namespace accord

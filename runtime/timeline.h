@@ -1,0 +1,115 @@
+// The timeline: a Chrome trace (chrome://tracing, Perfetto) of what rank 0's runtime
+// does with each tensor, and of the application's own activities.
+//
+// One track per tensor name: QUEUE (submitted until the background thread took it),
+// NEGOTIATE (until every rank agreed), then the collective (ALLREDUCE, ...; its
+// arguments name the fused group and its bytes) with the backend's steps nested in it
+// (COPY_IN, REDUCE, COPY_OUT, ...). Cycles that ran collectives are instant events.
+// The application adds tracks of its own (the trainer: compute, communication wait,
+// data wait) through accord::timeline_begin / timeline_end.
+//
+// The file is valid JSON after every write: events are appended in front of the
+// closing bracket, which is rewritten each time. The background thread writes what a
+// cycle recorded once kWriteEvery has passed since the last write (and at stop), so a
+// process that is killed leaves a file that parses, missing at most that much.
+//
+// Thread boundary: any thread may record (a mutex guards the buffer); recording is
+// one relaxed atomic load when no timeline is being written.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <unordered_map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+using Clock = std::chrono::steady_clock;
+
+class Timeline {
+ public:
+  static Timeline& instance();
+
+  // Starts writing to `path` (replacing it); InvalidArgument naming the path if it
+  // cannot be created. Stops a timeline already being written first.
+  void start(const std::string& path);
+  // Ends every open activity, writes what is buffered and closes the file.
+  void stop();
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  // Every tensor of `tensors` enters `phase` at `at`, ending the phase it was in (if
+  // any). `args`, when given, is attached to each (the fused group, its bytes).
+  void tensorsPhase(const std::vector<std::string>& tensors, const char* phase,
+                    Clock::time_point at, const std::string& args = {});
+  // A complete activity with known start and end (queue).
+  void tensorSpan(const std::string& tensor, const char* phase, Clock::time_point begin,
+                  Clock::time_point end);
+  // A step nested in each tensor's current phase, ending the previous step.
+  void tensorsStep(const std::vector<std::string>& tensors, const char* step,
+                   Clock::time_point at);
+  // Ends each tensor's step and phase.
+  void tensorsDone(const std::vector<std::string>& tensors, Clock::time_point at);
+
+  // Application tracks: `activity` begins on `track`, ending the one before.
+  void begin(const std::string& track, const std::string& activity);
+  void end(const std::string& track);
+
+  // `args`: a JSON object's text (see quote()), or empty.
+  void instant(const char* name, const std::string& args);
+
+  // `text` as a JSON string literal, escaped by the JSON library.
+  static std::string quote(const std::string& text);
+
+  // Appends the buffered events to the file when kWriteEvery has passed since the last
+  // write, or `now`. Background thread, once per cycle.
+  void flush(bool now = false);
+  static constexpr std::chrono::milliseconds kWriteEvery{50};
+
+ private:
+  struct Track {
+    int tid = 0;
+    bool phase_open = false;
+    bool step_open = false;
+  };
+
+  Track& track(const std::string& name, bool tensor);  // mu_ held
+  // Appends one event. `name` and `args` must already be JSON (a quoted string, an
+  // object) or empty; only phase names that are literals of this file are passed
+  // unescaped, everything from outside goes through nlohmann::json.
+  void event(char ph, int tid, double ts, const char* name = nullptr,
+             const std::string& args = {});  // mu_ held
+  void closeTrack(Track& t, double ts);         // mu_ held
+  double micros(Clock::time_point t) const;
+  void writeLocked();
+
+  std::atomic<bool> active_{false};
+  std::mutex mu_;
+  int fd_ = -1;
+  std::string path_;
+  std::string buffer_;
+  std::int64_t closing_at_ = 0;  // file offset of the closing bracket
+  Clock::time_point origin_{};
+  std::unordered_map<std::string, Track> tensors_, app_tracks_;
+  int next_tid_ = 1;
+  Clock::time_point last_write_{};
+};
+
+// The backend's steps of the response this thread is executing: every tensor of it
+// enters `step` (no-op unless the executor set a current response; see executor.cc).
+void timelineStep(const char* step);
+
+// Set by the executor around one response's execution (background thread).
+class TimelineScope {
+ public:
+  explicit TimelineScope(const std::vector<std::string>* names);
+  ~TimelineScope();
+  TimelineScope(const TimelineScope&) = delete;
+  TimelineScope& operator=(const TimelineScope&) = delete;
+};
+
+}  // namespace accord

@@ -1,0 +1,153 @@
+// The timeline of a real job: rank 0 writes every tensor's queue, negotiate and
+// collective phases (with the fused group's size and the backend's steps), the
+// application's own tracks, and a file that is complete JSON. Started at run time with
+// start_timeline; ACCORD_TIMELINE (set by CTest for the .env variant) writes one from
+// init to shutdown, which this program checks after shutdown.
+#include <catch2/catch.hpp>
+
+#include "mpi_test.h"
+
+#include <accord/error.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+using namespace accord_test;
+using nlohmann::json;
+
+namespace {
+
+// Runs a few fused and unfused allreduces and an allgather, with application tracks.
+void someWork(const std::string& tag) {
+  const int me = accord::rank(), n = accord::size();
+  std::vector<Buffer> small;
+  std::vector<accord::Handle> handles;
+  accord::timeline_begin("app", "submit");
+  for (int i = 0; i < 6; ++i) small.emplace_back(DType::Float32, Shape{100});
+  for (int i = 0; i < 6; ++i) {
+    small[i].fill([&](std::int64_t k) { return static_cast<double>(me + k); });
+    accord::AllreduceOptions o;
+    o.name = tag + ".small." + std::to_string(i);
+    handles.push_back(accord::allreduce_async(small[i].view(), o));
+  }
+  Buffer big(DType::Float32, {1 << 20});  // above the fusion threshold: alone, in place
+  big.fill([&](std::int64_t k) { return static_cast<double>(me); });
+  accord::AllreduceOptions o;
+  o.name = tag + ".big";
+  handles.push_back(accord::allreduce_async(big.view(), o));
+  accord::timeline_begin("app", "wait");
+  for (auto& h : handles) h.wait();
+  accord::timeline_end("app");
+  CHECK(big.get(0) == n * (n - 1) / 2);
+  CHECK(small[5].get(3) == n * (n - 1) / 2 + 3 * n);
+}
+
+json parseFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+// Checks what rank 0 wrote for the tensors tagged `tag`; returns the failures.
+int checkFile(const std::string& path, const std::string& tag) {
+  int failures = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "timeline %s: %s\n", path.c_str(), what.c_str());
+    }
+  };
+  json events;
+  try {
+    events = parseFile(path);
+  } catch (const std::exception& e) {
+    expect(false, std::string("not valid JSON: ") + e.what());
+    return failures;
+  }
+  std::map<int, std::string> names;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
+  std::map<std::string, std::set<std::string>> phases;
+  std::map<std::string, json> args;
+  std::map<int, int> depth;
+  for (const auto& e : events) {
+    if (e["ph"] == "M") continue;
+    const int tid = e.value("tid", 0);
+    if (e["ph"] == "B") ++depth[tid];
+    if (e["ph"] == "E" && --depth[tid] < 0) expect(false, "an end without a begin on " + names[tid]);
+    if (!e.contains("name") || !names.count(tid)) continue;
+    phases[names[tid]].insert(e["name"].get<std::string>());
+    if (e["name"] == "allreduce") args[names[tid]] = e["args"];
+  }
+  for (const auto& [tid, d] : depth) expect(d == 0, "unbalanced track " + names[tid]);
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = tag + ".small." + std::to_string(i);
+    const auto& p = phases[name];
+    for (const char* phase : {"queue", "negotiate", "allreduce", "copy_in", "copy_out"})
+      expect(p.count(phase) == 1, name + " has no '" + phase + "' phase");
+    expect(args[name].is_object() && args[name].value("tensors", 0) >= 1,
+           name + ": allreduce without a group size");
+  }
+  const auto& big = phases[tag + ".big"];
+  expect(big.count("allreduce") == 1 && big.count("copy_in") == 0,
+         tag + ".big: reduced in place, so an allreduce without copies");
+  expect(args[tag + ".big"].is_object() && args[tag + ".big"].value("bytes", 0) == 4 << 20,
+         tag + ".big: bytes not 4 MiB");
+  expect(phases["app"].count("submit") == 1 && phases["app"].count("wait") == 1,
+         "the application's track lacks its activities");
+  return failures;
+}
+
+std::string tempPath(const char* tag) {
+  return "/tmp/accord_mpi_timeline_" + std::string(tag) + "_" + std::to_string(::getpid()) +
+         ".json";
+}
+
+}  // namespace
+
+TEST_CASE("a timeline started at run time holds every tensor's phases") {
+  if (std::getenv("ACCORD_TIMELINE")) {  // the .env variant: main() checks after shutdown
+    someWork("tl");
+    return;
+  }
+  // Rank 0's path; the others' calls do nothing.
+  const std::string path = tempPath("runtime");
+  accord::start_timeline(path);
+  someWork("tl");
+  accord::stop_timeline();
+  if (accord::rank() == 0) {
+    CHECK(checkFile(path, "tl") == 0);
+    std::remove(path.c_str());
+  } else {
+    CHECK(::access(path.c_str(), F_OK) != 0);  // only rank 0 writes
+  }
+  // Nothing is recorded once stopped, and a bad path is refused on rank 0.
+  someWork("after");
+  if (accord::rank() == 0) {
+    const Outcome bad = attempt([] { accord::start_timeline("/nonexistent-dir/t.json"); });
+    CHECK(bad.kind == "InvalidArgument");
+    CHECK(contains(bad.message, "/nonexistent-dir/t.json"));
+  }
+}
+
+int main(int argc, char** argv) {
+  MainOptions options;
+  // With ACCORD_TIMELINE set, the whole run is in that file once shutdown() returns.
+  options.after_shutdown = [] {
+    const char* path = std::getenv("ACCORD_TIMELINE");
+    if (!path || worldRank() != 0) return 0;
+    const int failures = checkFile(path, "tl");
+    std::remove(path);
+    return failures;
+  };
+  return runMain(argc, argv, options);
+}
