@@ -142,12 +142,13 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
   for (const char* var : {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
                           "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0",
                           "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
-                          "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn"}) {
+                          "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
+                          "ACCORD_TIMELINE=(off)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 8);
-  CHECK(Config::knownVariables().size() == 8);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 9);
+  CHECK(Config::knownVariables().size() == 9);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 
@@ -156,9 +157,10 @@ TEST_CASE("unknown ACCORD_ variables are reported, everything else is not", "[co
   CHECK(Config::unknownVariables({"PATH=/bin", "ACCORD_FUSION_THRESHOLD=1M", "ACCORD_LOG_LEVEL=",
                                   "ACCORD_BUILD_DIR=b", "XACCORD_FOO=1", "accord_cycle_time=1"})
             .empty());
-  CHECK(Config::unknownVariables({"ACCORD_FUSION_THRESHHOLD=1M", "ACCORD_TIMELINE=t.json",
-                                  "ACCORD_FUSION_THRESHHOLD=2M", "ACCORD_NOVALUE"}) ==
-        std::vector<std::string>{"ACCORD_FUSION_THRESHHOLD", "ACCORD_NOVALUE", "ACCORD_TIMELINE"});
+  CHECK(Config::unknownVariables({"ACCORD_FUSION_THRESHHOLD=1M", "ACCORD_TIMELINES=t.json",
+                                  "ACCORD_FUSION_THRESHHOLD=2M", "ACCORD_NOVALUE",
+                                  "ACCORD_TIMELINE=t.json", "ACCORD_PROGRESS=1"}) ==
+        std::vector<std::string>{"ACCORD_FUSION_THRESHHOLD", "ACCORD_NOVALUE", "ACCORD_TIMELINES"});
 }
 
 TEST_CASE("sizes past what can be allocated are rejected with their range", "[config]") {
