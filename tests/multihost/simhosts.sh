@@ -117,5 +117,4 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -H "$hostlis
   --mca plm_rsh_agent "$state/agent.sh" \
   --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
   --mca oob_tcp_if_include "$subnet.0/24" --mca pml ob1 \
-  -x OMPI_MCA_mpi_yield_when_idle=1 \
   "${mpi_opts[@]}" "$@"
