@@ -164,7 +164,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         idx = synchronize(indices)
         if op == Average:
             gathered = gathered / n
-        return torch.sparse_coo_tensor(idx.t(), gathered, t.size())
+        try:  # indices from other ranks: checked where torch can (2.x)
+            return torch.sparse_coo_tensor(idx.t(), gathered, t.size(), check_invariants=True)
+        except TypeError:
+            return torch.sparse_coo_tensor(idx.t(), gathered, t.size())
 
     from accord.basics import _pending
     ops = _pending[indices].ops + _pending[values].ops
