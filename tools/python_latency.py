@@ -43,7 +43,8 @@ def main():
     # is torch's cost, not the bindings', and accord-bench has no such threads.
     torch.set_num_threads(1)
     hvd.init()
-    buffers = {k: torch.zeros(1024, dtype=torch.float32) for k in ("core", "inplace", "autograd")}
+    buffers = {k: torch.zeros(1024, dtype=torch.float32) for k in ("core", "inplace", "new")}
+    buffers["autograd"] = torch.zeros(1024, dtype=torch.float32, requires_grad=True)
     core = buffers["core"]
     ways = {
         # The binding alone: what accord.torch adds on top is the difference.
@@ -52,7 +53,9 @@ def main():
             0).wait(),
         "hvd.allreduce_(t) (in place)": lambda: hvd.allreduce_(
             buffers["inplace"], name="lat.inplace", op=hvd.Sum),
-        "hvd.allreduce(t) (autograd, new tensor)": lambda: hvd.allreduce(
+        "hvd.allreduce(t) (new tensor)": lambda: hvd.allreduce(
+            buffers["new"], name="lat.new", op=hvd.Sum),
+        "hvd.allreduce(t), t.requires_grad (autograd function)": lambda: hvd.allreduce(
             buffers["autograd"], name="lat.autograd", op=hvd.Sum),
     }
     barrier = mpi_barrier()

@@ -60,12 +60,12 @@ def contiguous_input(tensor, what, name):
 
 def in_place_target(tensor, what, name):
     """(work, dtype code, finish) for an in-place collective: the contiguous buffer the
-    runtime writes into, and a function that makes ``tensor`` hold the result."""
+    runtime writes into, and a function that makes ``tensor`` hold the result. The
+    runtime writes through the data pointer, outside autograd, as Horovod does."""
     code = dtype_code(tensor, what, name)
-    work = tensor.detach()
-    if work.is_contiguous():
-        return work, code, lambda: tensor
-    work = work.contiguous()
+    if tensor.is_contiguous():
+        return tensor, code, lambda: tensor
+    work = tensor.detach().contiguous()
 
     def copy_back():
         with torch.no_grad():
@@ -73,6 +73,12 @@ def in_place_target(tensor, what, name):
         return tensor
 
     return work, code, copy_back
+
+
+def needs_grad(tensor):
+    """Whether a differentiable collective must go through autograd for ``tensor``:
+    skipping the autograd function otherwise saves most of the Python layer's cost."""
+    return getattr(tensor, "requires_grad", False) and torch.is_grad_enabled()
 
 
 def from_buffer(buffer):

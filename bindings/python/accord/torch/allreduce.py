@@ -7,7 +7,7 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import contiguous_copy, in_place_target
+from accord.torch._tensor import contiguous_copy, in_place_target, needs_grad
 from accord.torch.compression import Compression
 
 
@@ -64,8 +64,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     differentiable; ``compression`` casts it for the wire."""
     op = resolve_op(op, average, "allreduce")
     compressed, ctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
-                               process_set)
+    if needs_grad(compressed):
+        reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+    else:
+        reduced = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
+                                              postscale_factor, process_set))
     return compression.decompress(reduced, ctx)
 
 
