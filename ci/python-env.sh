@@ -18,8 +18,8 @@ echo "ci/python-env.sh: creating $venv (PyTorch 2.x from PyPI; a few minutes the
 /usr/bin/python3 -m venv --clear "$venv"
 "$python" -m pip install --quiet --upgrade pip >&2
 # The CPU-only wheels where that index is reachable, else PyPI's default build.
-if ! "$python" -m pip install --quiet --index-url https://download.pytorch.org/whl/cpu \
-       torch >&2 2> /dev/null; then
+if ! "$python" -m pip install --quiet --retries 1 --timeout 15 \
+       --index-url https://download.pytorch.org/whl/cpu torch >&2 2> /dev/null; then
   "$python" -m pip install --quiet torch >&2
 fi
 "$python" -m pip install --quiet numpy pytest pytest-timeout >&2

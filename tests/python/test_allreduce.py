@@ -104,7 +104,7 @@ def test_allreduce_on_process_sets(hvd, op_name, process_sets):
                 hvd.allreduce(sent(me, SHAPE, torch.float32, op), name=name, op=op,
                               process_set=ps)
             continue
-        for dtype in (torch.int32, torch.float32, torch.bfloat16):
+        for dtype in DTYPES:
             x = sent(me, SHAPE, dtype, op)
             out = hvd.allreduce(x, name=f"{name}.{dtype_id(dtype)}", op=op, process_set=ps)
             assert_equal(out, reduced(ps.ranks, SHAPE, dtype, op), f"set {ps.ranks}")

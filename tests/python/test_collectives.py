@@ -116,37 +116,38 @@ def test_reducescatter_default_is_average_with_scale_factors(hvd):
     assert_equal(out, full[me:me + 1])
 
 
-def test_collectives_on_process_sets(hvd, process_sets):
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_collectives_on_process_sets(hvd, process_sets, dtype):
     me = hvd.rank()
     for ps in process_sets:
-        tag = f"ps{ps.process_set_id}"
+        tag = f"ps{ps.process_set_id}.{dtype_id(dtype)}"
         if not ps.included():
             with pytest.raises(ValueError):
-                hvd.allgather(torch.ones(1, 2), name=f"{tag}.ag", process_set=ps)
+                hvd.allgather(torch.ones(1, 2, dtype=dtype), name=f"{tag}.ag", process_set=ps)
             continue
         ranks, k = ps.ranks, ps.size()
         sr = ps.rank()
         assert ranks[sr] == me
-        out = hvd.allgather(rows_of(me, 2, COLS, torch.int32), name=f"{tag}.ag", process_set=ps)
-        assert_equal(out, gathered(ranks, lambda r: 2, torch.int32), f"allgather on {ranks}")
+        out = hvd.allgather(rows_of(me, 2, COLS, dtype), name=f"{tag}.ag", process_set=ps)
+        assert_equal(out, gathered(ranks, lambda r: 2, dtype), f"allgather on {ranks}")
         root = ranks[-1]  # a global rank, as in Horovod
-        out = hvd.broadcast(sent(me, (3,), torch.float32), root, name=f"{tag}.bc", process_set=ps)
-        assert_equal(out, sent(root, (3,), torch.float32), f"broadcast on {ranks}")
-        x = rows_of(me, k, COLS, torch.float64)
+        out = hvd.broadcast(sent(me, (3,), dtype), root, name=f"{tag}.bc", process_set=ps)
+        assert_equal(out, sent(root, (3,), dtype), f"broadcast on {ranks}")
+        x = rows_of(me, k, COLS, dtype)
         out = hvd.alltoall(x, name=f"{tag}.a2a", process_set=ps)
-        assert_equal(out, torch.cat([rows_of(r, k, COLS, torch.float64)[sr:sr + 1]
-                                     for r in ranks]), f"alltoall on {ranks}")
-        x = sent(me, (k, 2), torch.float32)
+        assert_equal(out, torch.cat([rows_of(r, k, COLS, dtype)[sr:sr + 1] for r in ranks]),
+                     f"alltoall on {ranks}")
+        x = sent(me, (k, 2), dtype)
         out = hvd.reducescatter(x, name=f"{tag}.rs", op=hvd.Sum, process_set=ps)
-        assert_equal(out, reduced(ranks, (k, 2), torch.float32, hvd.Sum)[sr:sr + 1],
+        assert_equal(out, reduced(ranks, (k, 2), dtype, hvd.Sum)[sr:sr + 1],
                      f"reducescatter on {ranks}")
-        outs = hvd.grouped_allreduce([sent(me, (2,), torch.float32)], name=f"{tag}.gar",
-                                     op=hvd.Max, process_set=ps)
-        assert_equal(outs[0], reduced(ranks, (2,), torch.float32, hvd.Max))
+        outs = hvd.grouped_allreduce([sent(me, (2,), dtype)], name=f"{tag}.gar", op=hvd.Max,
+                                     process_set=ps)
+        assert_equal(outs[0], reduced(ranks, (2,), dtype, hvd.Max))
         hvd.barrier(process_set=ps)
         outsider = next((r for r in range(hvd.size()) if r not in ranks), hvd.size())
         with pytest.raises(ValueError, match="root rank"):
-            hvd.broadcast(torch.ones(1), root_rank=outsider, process_set=ps)
+            hvd.broadcast(torch.ones(1, dtype=dtype), root_rank=outsider, process_set=ps)
 
 
 def test_process_set_queries(hvd, process_sets):
