@@ -8,7 +8,6 @@ import itertools
 import warnings
 
 from accord import _core
-from accord.errors import HorovodInternalError, NotInitializedError
 
 # ---- reduction ops ---------------------------------------------------------------
 # The runtime's own codes. Adasum has none: it is refused where an op is used.
