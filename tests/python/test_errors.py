@@ -122,3 +122,8 @@ def test_build_and_topology_queries(hvd):
     assert hvd.cross_size() * hvd.local_size() == hvd.size()  # one host in the tests
     assert hvd.cross_rank() == 0 and hvd.local_rank() == hvd.rank()
     assert hvd.is_homogeneous()
+
+
+def test_elastic_says_it_is_not_part_of_accord(hvd):
+    with pytest.raises(NotImplementedError, match="elastic training is not part of Accord"):
+        hvd.elastic.run

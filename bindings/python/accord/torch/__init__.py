@@ -6,6 +6,7 @@ cross into the runtime without a copy. What differs from Horovod is listed in
 bindings/README.md.
 """
 
+from accord.torch import elastic  # noqa: F401  (says it is not there)
 from accord.torch.mpi_ops import *  # noqa: F401,F403
 from accord.torch.mpi_ops import barrier, join  # noqa: F401
 from accord.torch.compression import Compression  # noqa: F401
