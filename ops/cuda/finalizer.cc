@@ -147,6 +147,9 @@ void Finalizer::run() {
       if (outcome == Outcome::Completed) last_done_[device] = Clock::now();
       finished.emplace_back(item.launched.comm.get(), device);
     }
+    // Drop the finished items (and their references to communicators) before drain()
+    // can see them gone: the owner of a communicator frees it after drain() returns.
+    polling.clear();
     lock.lock();
     for (auto it = pending.rbegin(); it != pending.rend(); ++it) items_.push_front(std::move(*it));
     for (const auto& [comm, device] : finished) --in_flight_[comm];
