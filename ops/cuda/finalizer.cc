@@ -16,13 +16,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// After the last completion, poll flat out this long (a small collective takes tens of
-// microseconds, and each microsecond of polling delay is latency the caller sees),
-// then sleep in growing steps up to 1 ms: a finalizer with long collectives in flight
-// costs a core only briefly.
+// After the last completion or launch, poll flat out this long (a small collective
+// takes tens of microseconds, and each microsecond of polling delay is latency the
+// caller sees), then sleep in growing steps up to 100 us: a large collective is
+// noticed within 100 us of its end, at 10,000 polls a second while it runs.
 constexpr auto kSpin = std::chrono::microseconds(200);
-constexpr auto kFirstSleep = std::chrono::microseconds(20);
-constexpr auto kMaxSleep = std::chrono::microseconds(1000);
+constexpr auto kFirstSleep = std::chrono::microseconds(10);
+constexpr auto kMaxSleep = std::chrono::microseconds(100);
 
 std::string seconds(std::chrono::milliseconds t) {
   char buf[32];
@@ -48,6 +48,7 @@ void Finalizer::add(Launched launched) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++in_flight_[launched.comm.get()];
+    ++added_;
     items_.push_back({std::move(launched), Clock::now()});
   }
   wake_.notify_all();
@@ -110,7 +111,13 @@ void Finalizer::run() {
   std::unique_lock<std::mutex> lock(mu_);
   auto last_progress = Clock::now();
   auto sleep = kFirstSleep;
+  std::uint64_t seen = added_;
   for (;;) {
+    if (added_ != seen) {  // a new launch: it may complete within microseconds
+      seen = added_;
+      last_progress = Clock::now();
+      sleep = kFirstSleep;
+    }
     if (items_.empty()) {
       if (stopping_) return;
       wake_.wait(lock, [&] { return stopping_ || !items_.empty(); });

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <map>
@@ -90,6 +91,7 @@ class Finalizer {
   std::deque<Item> items_;
   std::map<const Watched*, int> in_flight_;                         // per communicator (null: none)
   std::map<int, std::chrono::steady_clock::time_point> last_done_;  // per device
+  std::uint64_t added_ = 0;  // launches so far: a new one restarts the fast polling
   bool stopping_ = false;
   std::thread thread_;  // last: starts after everything it uses
 };
