@@ -3,6 +3,7 @@
 
 #include "ops/mpi/link.h"
 #include "ops/nccl/nccl_ops.h"
+#include "runtime/logging.h"
 
 #include <accord/error.h>
 
@@ -153,6 +154,14 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
 namespace accord::cuda {
 
 std::vector<std::unique_ptr<Op>> makeNcclOps(std::shared_ptr<Devices> devices) {
+  // The library found at run time may be another than the headers' (a framework's
+  // wheel, say); an older one may not know every field of the config Accord passes.
+  int version = 0;
+  if (ncclGetVersion(&version) == ncclSuccess && version < NCCL_VERSION_CODE)
+    log().warn(
+        "NCCL {} is loaded, older than the NCCL {} Accord was built with; device "
+        "collectives may fail",
+        version, NCCL_VERSION_CODE);
   std::vector<std::unique_ptr<Op>> ops;
   ops.push_back(nccl::makeNcclAllreduce(devices));
   ops.push_back(nccl::makeNcclAllgather(devices));
