@@ -6,10 +6,27 @@
 # builds Accord here into build/ and downloads those libraries as Debian packages into
 # .debs/; ci/device-run.sh unpacks them there into a folder of their own. Carry `build`
 # and `.debs` to the machine, then run `bash ci/device-run.sh <command>` there.
+#
+# ACCORD_DEVICE_TARGETS=gpu builds only what the GPU check (ci/gpu-check.sh) runs:
+# libaccord, the GPU tests, the MPI tests it also runs, and accord-bench. What travels
+# (build/ and .debs/) must stay under the device tool's 64 MiB; the size is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
-bash ci/build.sh
+gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors
+             accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors)
+if [ "${ACCORD_DEVICE_TARGETS:-}" = gpu ]; then
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j "${ACCORD_JOBS:-$(nproc)}" --target "${gpu_targets[@]}"
+  grep -q '^NCCL_LIBRARY:FILEPATH=/' build/CMakeCache.txt ||
+    echo "ci/device-prepare.sh: warning: this build has no NCCL; the GPU check runs the staged path only" >&2
+elif [ -n "${ACCORD_DEVICE_TARGETS:-}" ]; then
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # shellcheck disable=SC2086  # a list of target names
+  cmake --build build -j "${ACCORD_JOBS:-$(nproc)}" --target ${ACCORD_DEVICE_TARGETS}
+else
+  bash ci/build.sh
+fi
 
 # Runtime libraries only: what libaccord, mpirun/orted and OpenMPI's and PMIx's
 # plugins load, as resolved on this machine, minus the C/C++ runtime every image has.
@@ -34,4 +51,16 @@ missing=$(for f in build/libaccord.so build/tools/accord-bench /usr/bin/orted \
 if [ -n "$missing" ]; then
   echo "ci/device-prepare.sh: also needed, add to the list above: $missing" >&2
   exit 1
+fi
+
+# The device tool carries at most 64 MiB (working tree included). Object files are
+# not needed there: ACCORD_DEVICE_SLIM=1 deletes them (the next build here recompiles).
+if [ "${ACCORD_DEVICE_SLIM:-0}" = 1 ]; then
+  find build -name '*.o' -delete
+fi
+size_kib=$(du -sk build .debs | awk '{s += $1} END {print s}')
+echo "ci/device-prepare.sh: build/ and .debs/ take $((size_kib / 1024)) MiB"
+if [ "$size_kib" -gt $((56 * 1024)) ]; then
+  echo "ci/device-prepare.sh: that is near or over the device tool's 64 MiB: rerun with" \
+       "ACCORD_DEVICE_SLIM=1 (drops object files), or ACCORD_DEVICE_TARGETS=gpu on a fresh build/" >&2
 fi

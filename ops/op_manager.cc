@@ -1,8 +1,8 @@
 // OpManager: the MPI backend (runtime/backend.h). Connects process sets and runs each
 // negotiated response on the first registered op that accepts it.
 //
-// Ops are tried in registration order: a device backend (NCCL) would come before MPI,
-// so that CUDA tensors go to it and host tensors fall through to MPI. The manager owns
+// Ops are tried in registration order: the device ops (DeviceSupport) come before MPI,
+// so that CUDA tensors go to them and host tensors fall through to MPI. The manager owns
 // the buffers the ops share, so they persist across cycles: a training loop that fuses
 // the same gradients every step allocates once. Barrier, Join, process-set changes and
 // errors never arrive here: the runtime completes those itself.
@@ -20,7 +20,8 @@ namespace {
 
 class OpManager final : public Backend {
  public:
-  explicit OpManager(const Config& config) : config_(config) {
+  explicit OpManager(const Config& config) : config_(config), device_(makeDeviceSupport(config)) {
+    if (device_) ops_ = device_->makeOps();
     ops_.push_back(makeMpiAllreduce());
     ops_.push_back(makeMpiAllgather());
     ops_.push_back(makeMpiBroadcast());
@@ -35,8 +36,19 @@ class OpManager final : public Backend {
   void execute(SetTransport& transport, const Response& response,
                std::vector<TensorEntry*>& entries) override;
 
+  std::shared_ptr<void> deviceReady(const TensorView& tensor, void* stream,
+                                    const std::string& what) override {
+    if (!device_)
+      throw InvalidArgument(what + ": tensor is on " + tensor.device.str() +
+                            ", but this build of Accord has no GPU support (it was built "
+                            "without the CUDA toolkit); expected cpu");
+    return device_->ready(tensor, stream, what);
+  }
+
  private:
   const Config& config_;
+  // Declared before the ops, which may share its state: destroyed after them.
+  std::unique_ptr<DeviceSupport> device_;
   std::vector<std::unique_ptr<Op>> ops_;
   FusionBuffer fusion_, scratch_, spare_;
 };
@@ -52,7 +64,8 @@ void OpManager::execute(SetTransport& transport, const Response& response,
   // Every transport this backend hands out is an MpiTransport.
   auto& mpi_transport = static_cast<mpi::MpiTransport&>(transport);
   mpi_transport.link().checkUsable();
-  ExecContext ctx{mpi_transport.link(), mpi_transport.shm(), config_, fusion_, scratch_, spare_};
+  ExecContext ctx{mpi_transport.link(),     mpi_transport.shm(), config_, fusion_, scratch_, spare_,
+                  mpi_transport.extension()};
   for (const auto& op : ops_) {
     if (op->enabled(response)) return op->execute(ctx, response, entries);
   }
@@ -60,7 +73,7 @@ void OpManager::execute(SetTransport& transport, const Response& response,
                         response.device.str() +
                         (response.device.type == DeviceType::CPU
                              ? ""
-                             : " (device tensors need a build with a device backend, e.g. NCCL)"));
+                             : " (device tensors need a build with GPU support)"));
 }
 
 }  // namespace

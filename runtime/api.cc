@@ -98,6 +98,8 @@ void checkConfigAgrees(const Runtime& rt) {
       // Every rank must cut a buffer into the same pieces and use the same transport.
       {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
       {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
+      // Every rank must take the same path for device tensors (NCCL or MPI).
+      {"ACCORD_NCCL", rt.config.nccl},
   };
   for (const auto& [name, value] : values) {
     std::uint64_t lo = value, hi = value;

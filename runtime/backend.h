@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace accord {
@@ -49,6 +50,15 @@ class Backend {
   // this response's entries.
   virtual void execute(SetTransport& transport, const Response& response,
                        std::vector<TensorEntry*>& entries) = 0;
+
+  // Application threads (thread-safe), at the submission of a tensor on a device:
+  // checks that the build and the machine can take it (the device exists, the data is
+  // that device's memory) and marks the point on `stream` (the application's
+  // cudaStream_t; nullptr = the legacy default stream) after which the tensor is
+  // ready; execute() waits for that point. Throws InvalidArgument, naming `what`, for a
+  // tensor this backend cannot take.
+  virtual std::shared_ptr<void> deviceReady(const TensorView& tensor, void* stream,
+                                            const std::string& what) = 0;
 };
 
 // The backends compiled into this build. `ranks_per_host` caps the threads of the

@@ -37,10 +37,6 @@ void checkTensor(const Request& r, const TensorView& t) {
     throw InvalidArgument(describe(r) + ": data pointer is null for shape " +
                           shape_string(t.shape));
   }
-  if (t.device.type != DeviceType::CPU) {
-    throw InvalidArgument(describe(r) + ": tensor is on " + t.device.str() +
-                          ", but this build of Accord has no GPU backend; expected cpu");
-  }
 }
 
 void checkScale(const Request& r, double factor, const char* which) {
@@ -84,9 +80,10 @@ class NameGuard {
   std::uint64_t before_ = 0;
 };
 
-// Builds the request every collective starts from; checks the process set.
+// Builds the request every collective starts from; checks the process set. A device
+// tensor is checked by the backend, which also marks where on `stream` it is ready.
 Submission start(Runtime& rt, RequestType type, const std::string& name, ProcessSetId set,
-                 const TensorView* tensor) {
+                 const TensorView* tensor, void* stream = nullptr) {
   rt.sets.member(set, requestTypeName(type));
   Submission s;
   s.request.type = type;
@@ -97,6 +94,8 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
     s.request.device = tensor->device;
     s.entry.tensor = *tensor;
     checkTensor(s.request, *tensor);
+    if (tensor->device.type != DeviceType::CPU)
+      s.entry.ready = rt.backend->deviceReady(*tensor, stream, describe(s.request));
   }
   s.entry.name = s.request.name;
   return s;
@@ -128,7 +127,7 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
 
 Submission allreduceSubmission(Runtime& rt, const TensorView& t, const AllreduceOptions& o,
                                const std::string& name) {
-  auto s = start(rt, RequestType::Allreduce, name, o.process_set, &t);
+  auto s = start(rt, RequestType::Allreduce, name, o.process_set, &t, o.stream);
   s.request.op = o.op;
   s.request.prescale = o.prescale;
   s.request.postscale = o.postscale;
@@ -184,7 +183,8 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
   auto& rt = runtime("accord::allgather");
   NameGuard names(rt, options.process_set, RequestType::Allgather);
-  auto s = start(rt, RequestType::Allgather, options.name, options.process_set, &input);
+  auto s =
+      start(rt, RequestType::Allgather, options.name, options.process_set, &input, options.stream);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
   s.entry.output = std::move(output);
@@ -196,7 +196,8 @@ Handle allgather_async(TensorView input, Allocator output, const AllgatherOption
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
   auto& rt = runtime("accord::broadcast");
   NameGuard names(rt, options.process_set, RequestType::Broadcast);
-  auto s = start(rt, RequestType::Broadcast, options.name, options.process_set, &tensor);
+  auto s =
+      start(rt, RequestType::Broadcast, options.name, options.process_set, &tensor, options.stream);
   const int set_size = rt.sets.member(options.process_set, "broadcast").second;
   if (options.root < 0 || options.root >= set_size) {
     throw InvalidArgument(describe(s.request) + ": root rank " + std::to_string(options.root) +
@@ -216,7 +217,8 @@ void broadcast(TensorView tensor, const BroadcastOptions& options) {
 Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options) {
   auto& rt = runtime("accord::alltoall");
   NameGuard names(rt, options.process_set, RequestType::Alltoall);
-  auto s = start(rt, RequestType::Alltoall, options.name, options.process_set, &input);
+  auto s =
+      start(rt, RequestType::Alltoall, options.name, options.process_set, &input, options.stream);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
   const int n = rt.sets.member(options.process_set, "alltoall").second;
@@ -251,7 +253,8 @@ Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options) {
   auto& rt = runtime("accord::reducescatter");
   NameGuard names(rt, options.process_set, RequestType::Reducescatter);
-  auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input);
+  auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input,
+                 options.stream);
   requireRows(s.request);
   if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
   s.request.op = options.op;

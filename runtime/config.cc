@@ -223,6 +223,9 @@ Config Config::parse(const Getenv& getenv) {
   c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
                               "1: allreduces among ranks of one host go through shared "
                               "memory; 0: always MPI") == 1;
+  c.nccl = env.count("ACCORD_NCCL", 1, 1,
+                     "1: CUDA tensors go through NCCL where Accord was built with it; 0: "
+                     "through MPI, staged in pinned host memory") == 1;
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
   c.stall_check_time =
@@ -261,6 +264,8 @@ std::string Config::describe() const {
                   suffixed(kMaxChunkBytes) + ")");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
+  out += line("ACCORD_NCCL", nccl ? "1" : "0",
+              "CUDA tensors through NCCL where built with it (0 = MPI via pinned host memory)");
   out +=
       line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
            "response cache entries (0.." + std::to_string(kMaxCacheCapacity) + ", 0 = no cache)");
@@ -281,8 +286,9 @@ std::string Config::describe() const {
 const std::vector<std::string>& Config::knownVariables() {
   static const std::vector<std::string> known = {
       "ACCORD_CYCLE_TIME",          "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
-      "ACCORD_SHARED_MEMORY",       "ACCORD_CACHE_CAPACITY",   "ACCORD_STALL_CHECK_TIME",
-      "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL",        "ACCORD_TIMELINE"};
+      "ACCORD_SHARED_MEMORY",       "ACCORD_NCCL",             "ACCORD_CACHE_CAPACITY",
+      "ACCORD_STALL_CHECK_TIME",    "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL",
+      "ACCORD_TIMELINE"};
   return known;
 }
 

@@ -20,6 +20,9 @@ struct Config {
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
+  // ACCORD_NCCL: CUDA tensors through NCCL where this build has it; 0 (or a build
+  // without NCCL): through MPI, staged in pinned host memory.
+  bool nccl = true;
   std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off

@@ -69,9 +69,11 @@ void Executor::runData(ProcessSet& set, const Response& response) {
       }
     }
   }
+  // An entry a backend took over (a device collective on the GPU) is completed by it,
+  // even if execute throws afterwards: the GPU may still be using its buffers.
   auto failAll = [&](std::exception_ptr error) {
     for (auto* e : entries) {
-      if (e) e->handle->fail(error);
+      if (e && !e->backend_completes) e->handle->fail(error);
     }
   };
   Timeline& timeline = Timeline::instance();
@@ -102,7 +104,7 @@ void Executor::runData(ProcessSet& set, const Response& response) {
   }
   traceDone();
   for (auto* e : entries) {
-    if (!e) continue;
+    if (!e || e->backend_completes) continue;
     if (e->error) {  // this rank took part with scratch space; its own part failed
       e->handle->fail(e->error);
       continue;

@@ -42,6 +42,22 @@ bool HandleState::waitFor(std::chrono::milliseconds timeout) const {
   return true;
 }
 
+void HandleState::partLaunched(std::shared_ptr<void> event) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    device_event = std::move(event);
+    if (--unlaunched > 0) return;
+  }
+  cv.notify_all();
+}
+
+void* HandleState::waitLaunched() const {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [this] { return finished || unlaunched <= 0; });
+  if (error || unlaunched > 0) return nullptr;
+  return device_event.get();
+}
+
 }  // namespace accord::detail
 
 namespace accord {
@@ -70,6 +86,8 @@ int Handle::last_joined_rank() const {
   s.wait();
   return s.last_joined_rank;
 }
+
+void* Handle::cuda_event() const { return checked(state_).waitLaunched(); }
 
 ProcessSetId Handle::process_set() const {
   const auto& s = checked(state_);

@@ -3,6 +3,13 @@
 // Thread boundary: the background thread completes or fails the state; application
 // threads poll or wait on it. A grouped collective shares one state across all its
 // tensors and completes when the last one does.
+//
+// Device collectives are completed by the backend's finalizer thread instead (see
+// TensorEntry::backend_completes). Before that, the background thread reports each
+// part as launched on the GPU with the event that completes with it: cuda_event()
+// waits for that, not for completion. All parts of one handle run on one device and
+// its one runtime stream, in order, so the event of the last part launched covers
+// them all.
 #pragma once
 
 #include <accord/accord.h>
@@ -10,12 +17,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 
 namespace accord::detail {
 
 struct HandleState {
-  explicit HandleState(int parts = 1) : pending(parts) {}
+  explicit HandleState(int parts = 1) : pending(parts), unlaunched(parts) {}
 
   // One part finished; the state completes when no part is pending.
   void completePart();
@@ -25,11 +33,20 @@ struct HandleState {
   void wait() const;  // blocks on the condition variable; rethrows the failure
   bool waitFor(std::chrono::milliseconds timeout) const;  // false on timeout
 
+  // One part was launched on a device stream; `event` (get(): the cudaEvent_t) completes
+  // with it and with every part launched before it.
+  void partLaunched(std::shared_ptr<void> event);
+  // Blocks until every part was launched or the state finished; the last part's event,
+  // or nullptr when the state failed or no part ran on a device.
+  void* waitLaunched() const;
+
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   int pending;
+  int unlaunched;  // parts not yet launched on a device stream
   bool finished = false;
   std::exception_ptr error;
+  std::shared_ptr<void> device_event;  // keeps the event of the last part launched alive
 
   // Results (written by the background thread before completion).
   std::vector<std::int64_t> received_splits;

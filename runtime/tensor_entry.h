@@ -29,6 +29,17 @@ struct TensorEntry {
   // part, with scratch space, so that no other rank waits for it; the handle then
   // fails with this error while the other ranks' handles complete.
   std::exception_ptr error;
+
+  // Device tensors: the point on the application's stream after which the tensor is
+  // ready, marked at submission by Backend::deviceReady (opaque to the runtime; the
+  // device backend's event).
+  std::shared_ptr<void> ready;
+  // Set by a backend that has taken this entry's completion over: the collective was
+  // launched on a GPU stream and the backend's finalizer completes or fails the handle
+  // (with `error`, and alltoall's received splits) when the GPU is done with it, so the
+  // background thread never waits for the GPU. The executor then leaves the handle
+  // alone. Host collectives never set it: their handles complete when execute returns.
+  bool backend_completes = false;
 };
 
 }  // namespace accord

@@ -1,6 +1,7 @@
 // accord-bench: Accord's allreduce against raw MPI, in one run, on the same buffers.
 //
 //   mpirun -np 4 accord-bench [--min-bytes 4K] [--max-bytes 256M] [--iters 20] [--csv out.csv]
+//   mpirun -np 1 accord-bench --device cuda   (GPU memory against raw NCCL: device_bench.cc)
 //
 // Three parts, each printed by rank 0 in the style of nccl-tests:
 //  1. a size sweep (float32 Sum): Accord allreduce vs MPI_Allreduce on a duplicate of
@@ -18,6 +19,7 @@
 // a warm-cache advantage the other lacks. (Run back to back, a 1 MiB Accord allreduce
 // took 118 us here; right after an MPI_Allreduce of the same buffer, 149-175 us, and
 // MPI_Allreduce after MPI_Allreduce was slowed alike.)
+#include "bench_common.h"
 #include "resnet50_params.h"
 
 #include <accord/accord.h>
@@ -39,70 +41,11 @@
 
 namespace {
 
+using accord_bench::Bench;
+using accord_bench::median;
+using accord_bench::Options;
 using accord_bench::resnet50Params;
-
-struct Options {
-  std::uint64_t min_bytes = 4 << 10;
-  std::uint64_t max_bytes = 256 << 20;
-  int iters = 20;
-  int warmup = 5;
-  int latency_iters = 200;
-  int resnet_steps = 10;
-  std::string csv;
-  bool quick = false;
-};
-
-// The benchmark's MPI context: a duplicate of MPI_COMM_WORLD, so that raw MPI's traffic
-// and the timing barriers never mix with anything else.
-struct Bench {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0;
-  int size = 1;
-  std::FILE* csv = nullptr;
-
-  // One timed iteration: rewrite the inputs, barrier, time the call, maximum over ranks.
-  double timeOnce(const std::function<void()>& call,
-                  const std::function<void()>& rewrite = nullptr) const {
-    if (rewrite) rewrite();
-    MPI_Barrier(comm);
-    const double t0 = MPI_Wtime();
-    call();
-    double t = MPI_Wtime() - t0;
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-    return t;
-  }
-  double busFactor() const { return size > 1 ? 2.0 * (size - 1) / size : 0.0; }
-  void csvRow(const char* section, const std::string& variant, double bytes, std::int64_t count,
-              double seconds) const {
-    if (!csv || rank != 0) return;
-    const double algbw = bytes / seconds / 1e9;
-    std::fprintf(csv, "%s,%s,%.0f,%lld,%d,%.3f,%.4f,%.4f\n", section, variant.c_str(), bytes,
-                 static_cast<long long>(count), size, seconds * 1e6, algbw, algbw * busFactor());
-  }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// Medians of two calls timed alternately (A, B, A, B, ...), so slow phases of a shared
-// machine hit both alike.
-std::pair<double, double> timePair(const Bench& bench, int warmup, int iters,
-                                   const std::function<void()>& a, const std::function<void()>& b,
-                                   const std::function<void()>& rewrite) {
-  std::vector<double> ta, tb;
-  for (int it = 0; it < warmup + iters; ++it) {
-    const double x = bench.timeOnce(a, rewrite);
-    const double y = bench.timeOnce(b, rewrite);
-    if (it >= warmup) {
-      ta.push_back(x);
-      tb.push_back(y);
-    }
-  }
-  return {median(ta), median(tb)};
-}
+using accord_bench::timePair;
 
 accord::TensorView floatView(float* data, std::int64_t count) {
   accord::TensorView v;
@@ -290,10 +233,16 @@ int run(const Options& opt) {
     }
     std::fprintf(bench.csv, "section,variant,bytes,count,ranks,time_us,algbw_GBps,busbw_GBps\n");
   }
-  if (bench.rank == 0) {
+  if (bench.rank == 0 && opt.device == "cpu") {
     std::printf("# accord-bench: %d ranks; Accord allreduce vs raw MPI on a duplicate of "
                 "MPI_COMM_WORLD\n# algbw = bytes / time; busbw = algbw * 2(n-1)/n; time = max over "
                 "ranks, median over iterations\n", bench.size);
+  }
+  if (opt.device == "cuda") {
+    const int rc = accord_bench::runDeviceBench(bench, opt);
+    if (bench.csv) std::fclose(bench.csv);
+    MPI_Comm_free(&bench.comm);
+    return rc;
   }
   // One buffer for the sweep, 64-byte aligned like a framework's tensors.
   const std::size_t floats = std::max<std::uint64_t>(opt.max_bytes, 4096) / sizeof(float);
@@ -327,6 +276,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
   app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
+  app.add_option("--device", opt.device,
+                 "cpu: host memory against raw MPI; cuda: GPU memory (one GPU per rank) "
+                 "against raw NCCL")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (opt.quick) {
     opt.min_bytes = 4 << 10;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -158,6 +159,20 @@ __global__ void copyPieces(Batch batch) {
   for (std::size_t i = words * word + firstIndex(); i < p.bytes; i += gridStride()) d[i] = s[i];
 }
 
+// ---- fill --------------------------------------------------------------------------
+
+template <class T>
+__global__ void fillWith(T* data, std::size_t n, T value) {
+  for (std::size_t i = firstIndex(); i < n; i += gridStride()) data[i] = value;
+}
+
+template <class T>
+void launchFill(void* data, std::size_t n, const void* value, cudaStream_t stream) {
+  T v;
+  std::memcpy(&v, value, sizeof v);
+  fillWith<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, v);
+}
+
 }  // namespace
 
 void check(cudaError_t status, const char* what) {
@@ -220,6 +235,29 @@ void decompress(const void* in, float* out, std::size_t count, DType from, cudaS
     fromBf16<<<blocksFor(count), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), out,
                                                         count);
   check(cudaGetLastError(), "cuda::decompress: kernel launch");
+}
+
+void fill(void* data, std::size_t count, std::size_t elem_bytes, const void* value,
+          cudaStream_t stream) {
+  if (count == 0) return;
+  switch (elem_bytes) {
+    case 1:
+      launchFill<std::uint8_t>(data, count, value, stream);
+      break;
+    case 2:
+      launchFill<std::uint16_t>(data, count, value, stream);
+      break;
+    case 4:
+      launchFill<std::uint32_t>(data, count, value, stream);
+      break;
+    case 8:
+      launchFill<std::uint64_t>(data, count, value, stream);
+      break;
+    default:
+      throw InvalidArgument("cuda::fill: elements of " + std::to_string(elem_bytes) +
+                            " bytes; expected 1, 2, 4 or 8");
+  }
+  check(cudaGetLastError(), "cuda::fill: kernel launch");
 }
 
 void batchedCopy(std::span<const CopyPiece> pieces, cudaStream_t stream) {

@@ -38,6 +38,13 @@ struct CopyPiece {
 void batchedCopy(std::span<const CopyPiece> pieces, cudaStream_t stream);
 inline constexpr std::size_t kPiecesPerLaunch = 128;
 
+// Sets `count` elements of `elem_bytes` bytes (1, 2, 4 or 8; `data` aligned to it) to
+// the element at `value`, which is host memory read before this returns. How device
+// ops fill a joined rank's contribution with the op's neutral element, as computed by
+// cpu::fillNeutral, so that both paths use the same bits.
+void fill(void* data, std::size_t count, std::size_t elem_bytes, const void* value,
+          cudaStream_t stream);
+
 // Throws CommError("<what>: <CUDA's error string>") unless `status` is cudaSuccess.
 void check(cudaError_t status, const char* what);
 

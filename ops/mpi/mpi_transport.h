@@ -9,6 +9,7 @@
 #include "ops/mpi/link.h"
 #include "ops/mpi/mpi_channel.h"
 #include "ops/mpi/shared_memory.h"
+#include "ops/op.h"
 #include "runtime/backend.h"
 
 #include <memory>
@@ -26,6 +27,7 @@ class MpiTransport final : public SetTransport {
 
   Link& link() { return link_; }
   SharedMemory* shm() { return shm_.get(); }
+  std::unique_ptr<SetExtension>& extension() { return extension_; }
 
  private:
   class ShmChannel;
@@ -36,6 +38,9 @@ class MpiTransport final : public SetTransport {
   // communicator.
   std::unique_ptr<SharedMemory> shm_;
   std::unique_ptr<ShmChannel> shm_channel_;
+  // Declared last: a device backend's state (NCCL's communicator) goes first, since
+  // it was set up over link_.
+  std::unique_ptr<SetExtension> extension_;
 };
 
 }  // namespace accord::mpi

@@ -218,6 +218,27 @@ TEST_CASE("cuda::batchedCopy moves many odd, misaligned pieces and nothing else"
   }
 }
 
+TEST_CASE("cuda::fill writes the neutral elements cpu::fillNeutral writes", "[fill]") {
+  for (DType dtype : kAllDTypes) {
+    for (auto op : {accord::ReduceOp::Sum, accord::ReduceOp::Min, accord::ReduceOp::Max,
+                    accord::ReduceOp::Product}) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{333}, std::size_t{(1 << 20) + 1}}) {
+        INFO(accord::dtype_name(dtype) << " x" << count << ", op " << accord::reduce_op_name(op));
+        const std::size_t elem = accord::dtype_size(dtype);
+        std::vector<unsigned char> expect(count * elem);
+        accord::cpu::fillNeutral(expect.data(), count, dtype, op);
+        std::uint64_t one = 0;
+        std::memcpy(&one, expect.data(), elem);
+        DeviceBuffer device(count * elem);
+        accord::cuda::fill(device.data(), count, elem, &one, nullptr);
+        ok(cudaDeviceSynchronize());
+        const auto got = device.contents();
+        REQUIRE(std::memcmp(got.data(), expect.data(), expect.size()) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA kernels refuse what they cannot do with a clear error", "[errors]") {
   DeviceBuffer buffer(64);
   CHECK_THROWS_AS(accord::cuda::compress(static_cast<const float*>(buffer.data()), buffer.data(), 4,
@@ -231,5 +252,8 @@ TEST_CASE("CUDA kernels refuse what they cannot do with a clear error", "[errors
   // Nothing to do is not an error and launches nothing.
   CHECK_NOTHROW(accord::cuda::scale(nullptr, 0, DType::Float32, 2.0, 1.0, nullptr));
   CHECK_NOTHROW(accord::cuda::batchedCopy({}, nullptr));
+  const std::uint32_t three = 3;
+  CHECK_THROWS_WITH(accord::cuda::fill(buffer.data(), 4, 3, &three, nullptr),
+                    Catch::Contains("3 bytes"));
   ok(cudaDeviceSynchronize());
 }

@@ -1,8 +1,8 @@
 // Failure cases: every kind of mismatch between ranks raises MismatchError on EVERY
 // rank (never a hang) with a message naming the tensor, the ranks and both values; bad
 // arguments raise InvalidArgument at once; calls before init and after shutdown raise
-// NotInitialized; the runtime keeps working after each error. Device mismatches are not
-// tested: only the CPU exists in this build.
+// NotInitialized; the runtime keeps working after each error. Device mismatches (a CPU
+// tensor on one rank, a CUDA tensor on another) need a GPU: tests/gpu has them.
 //
 // The odd rank out is the last one; with one rank nothing can disagree, so each
 // collective must simply succeed.
@@ -228,6 +228,19 @@ TEST_CASE("invalid arguments are rejected at once, before any communication") {
                           "allgather without an allocator");
   INFO(describe(o4, "allgather with an empty Allocator"));
   CHECK(o4.kind == "InvalidArgument");
+
+  // No machine has GPU 4096: refused at once, whether or not this build has GPU
+  // support, naming the tensor and the device.
+  accord::TensorView no_such_gpu = b.view();
+  no_such_gpu.device = accord::Device::cuda(4096);
+  accord::AllreduceOptions on_gpu;
+  on_gpu.name = "err.no.such.gpu";
+  auto o5 = attemptSubmit([&] { return accord::allreduce_async(no_such_gpu, on_gpu); },
+                          "a tensor on cuda:4096");
+  INFO(describe(o5, "a tensor on cuda:4096"));
+  CHECK(o5.kind == "InvalidArgument");
+  CHECK(contains(o5.message, "err.no.such.gpu"));
+  CHECK(contains(o5.message, "cuda:4096"));
 }
 
 // A value outside its enum (a bad cast in the caller, a binding bug) or a shape whose

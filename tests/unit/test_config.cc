@@ -41,6 +41,7 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.stall_shutdown_time == 300s);
   CHECK(c.log_level == "warn");
   CHECK(c.shared_memory);
+  CHECK(c.nccl);
   CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"ACCORD_LOG_LEVEL", "  "}}).fusion_threshold ==
         64u << 10);
 }
@@ -53,7 +54,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
                     {"ACCORD_STALL_CHECK_TIME", "0.5"},
                     {"ACCORD_STALL_SHUTDOWN_TIME", "0"},
                     {"ACCORD_LOG_LEVEL", "DEBUG"},
-                    {"ACCORD_SHARED_MEMORY", "0"}});
+                    {"ACCORD_SHARED_MEMORY", "0"},
+                    {"ACCORD_NCCL", "0"}});
   CHECK(c.cycle_time == 2500us);
   CHECK(c.fusion_threshold == 64u << 20);
   CHECK(c.chunk_bytes == 4096);
@@ -63,6 +65,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(c.log_level == "debug");
   CHECK_FALSE(c.shared_memory);
   CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
+  CHECK_FALSE(c.nccl);
+  CHECK(parse({{"ACCORD_NCCL", "1"}}).nccl);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0015"}}).cycle_time == 2us);  // to the nearest microsecond
 }
@@ -131,6 +135,13 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
               "': expected an integer between 0 and 1 (1: allreduces among ranks of one host "
               "go through shared memory; 0: always MPI)");
   }
+  for (std::string bad : {"2", "on", "-1"}) {
+    INFO(bad);
+    CHECK(error("ACCORD_NCCL", bad) ==
+          "ACCORD_NCCL='" + bad +
+              "': expected an integer between 0 and 1 (1: CUDA tensors go through NCCL where "
+              "Accord was built with it; 0: through MPI, staged in pinned host memory)");
+  }
   CHECK(error("ACCORD_LOG_LEVEL", "warning") ==
         "ACCORD_LOG_LEVEL='warning': expected one of trace, debug, info, warn, error, off");
   for (std::string level : {"trace", "debug", "info", "warn", "error", "off"})
@@ -139,16 +150,16 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
 
 TEST_CASE("describe lists every known variable with its value", "[config]") {
   std::string d = parse({{"ACCORD_CYCLE_TIME", "0.25"}, {"ACCORD_SHARED_MEMORY", "0"}}).describe();
-  for (const char* var : {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
-                          "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0",
-                          "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
-                          "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
-                          "ACCORD_TIMELINE=(off)"}) {
+  for (const char* var :
+       {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
+        "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1",
+        "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
+        "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 9);
-  CHECK(Config::knownVariables().size() == 9);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 10);
+  CHECK(Config::knownVariables().size() == 10);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 

@@ -7,6 +7,14 @@
 //
 // Ranks passed to or returned by a collective (root, splits, join's last rank) are
 // ranks within the collective's process set; the global set's ranks are MPI ranks.
+//
+// CUDA tensors (Device::cuda) are ordered with the application's CUDA work through
+// streams, as in PyTorch: every collective's options name the stream (`stream`, a
+// cudaStream_t passed as void* so that this header needs no CUDA header) on which the
+// tensor's contents are ready. The runtime records an event on that stream at
+// submission and runs the collective on its own stream after that event; the
+// application must not write the tensor again until the collective completed, which
+// it learns from wait() or, without blocking the host, from Handle::cuda_event().
 #pragma once
 
 #include <accord/error.h>
@@ -82,6 +90,17 @@ class Handle {
   int last_joined_rank() const;                              // join
   ProcessSetId process_set() const;                          // add_process_set (internal)
 
+  // CUDA tensors: the cudaEvent_t (as void*) that completes on the GPU when the
+  // collective's results are in place, so that the caller's stream can wait for it
+  // (cudaStreamWaitEvent) instead of blocking the host in wait(). Blocks only until
+  // the runtime has launched the collective on its stream, not until it completed.
+  // nullptr when the collective failed before it was launched (wait() says why) and for
+  // collectives on CPU tensors (after they completed). The event belongs to the handle:
+  // it stays valid while this Handle or a copy of it exists. A collective that fails on
+  // the GPU (a peer died) also fails wait(), which therefore remains the place to learn
+  // of errors.
+  void* cuda_event() const;
+
  private:
   std::shared_ptr<detail::HandleState> state_;
 };
@@ -100,6 +119,7 @@ struct AllreduceOptions {
   double prescale = 1.0;   // applied to the input before reduction
   double postscale = 1.0;  // applied to the result (after Average's division)
   ProcessSetId process_set = kGlobalProcessSet;
+  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 // Reduces `tensor` in place.
 Handle allreduce_async(TensorView tensor, const AllreduceOptions& options = {});
@@ -113,6 +133,7 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors,
 struct AllgatherOptions {
   std::string name;
   ProcessSetId process_set = kGlobalProcessSet;
+  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 // Concatenates every rank's input along the first dimension, which may differ per
 // rank; the other dimensions must agree. The output comes from `output`.
@@ -122,6 +143,7 @@ struct BroadcastOptions {
   std::string name;
   int root = 0;
   ProcessSetId process_set = kGlobalProcessSet;
+  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 // Overwrites `tensor` on every rank with root's `tensor`.
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options = {});
@@ -133,6 +155,7 @@ struct AlltoallOptions {
   // (the first dimension must then divide evenly).
   std::vector<std::int64_t> splits;
   ProcessSetId process_set = kGlobalProcessSet;
+  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options = {});
 
@@ -142,6 +165,7 @@ struct ReducescatterOptions {
   double prescale = 1.0;
   double postscale = 1.0;
   ProcessSetId process_set = kGlobalProcessSet;
+  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 // Reduces `input` (same shape on every rank) and gives rank r the r-th block of rows;
 // the first ranks get one row more when the first dimension does not divide evenly.

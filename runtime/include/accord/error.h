@@ -34,7 +34,9 @@ class MismatchError : public Error {
 // Communication failed: MPI reported an error, or a rank stopped answering for
 // ACCORD_STALL_SHUTDOWN_TIME (died, frozen, hung) inside negotiation or a collective.
 // The runtime cannot go on: every pending and later collective fails with the same
-// error, naming the rank (see shutdown() for what to do next).
+// error, naming the rank (see shutdown() for what to do next). A failed NCCL
+// communicator is narrower: the device collectives of its process set fail with a
+// CommError naming the collective, while host collectives go on.
 class CommError : public Error {
  public:
   using Error::Error;

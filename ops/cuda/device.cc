@@ -1,0 +1,185 @@
+// CUDA helpers of the device ops (see device.h).
+#include "ops/cuda/device.h"
+
+#include "ops/cpu/kernels.h"
+
+#include <accord/error.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <thread>
+
+namespace accord::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
+  return buf;
+}
+
+// Growth policy shared with the host fusion buffer: at least half again, in whole
+// pages, so a slowly rising demand reallocates O(log n) times.
+std::size_t grownSize(std::size_t bytes, std::size_t capacity) {
+  if (bytes > SIZE_MAX / 4)
+    throw InvalidArgument("device buffer: " + std::to_string(bytes) + " bytes cannot be allocated");
+  const std::size_t grown = std::max(bytes, capacity + capacity / 2);
+  return std::max<std::size_t>((grown + 4095) / 4096 * 4096, 4096);
+}
+
+}  // namespace
+
+int deviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it, so that later calls do not report it
+    if (why) *why = cudaGetErrorString(status);
+    return 0;
+  }
+  if (count == 0 && why) *why = "no CUDA device";
+  return count;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  ACCORD_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) ACCORD_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+}
+
+std::shared_ptr<void> makeEvent() {
+  cudaEvent_t event = nullptr;
+  ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  // Destroying an event whose work is still queued is allowed: CUDA releases it when the
+  // work completes. At process exit the runtime may already be gone: ignore the status.
+  return std::shared_ptr<void>(static_cast<void*>(event),
+                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+}
+
+void waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, const std::string& what) {
+  const auto start = Clock::now();
+  auto sleep = std::chrono::microseconds(20);
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady)
+      throw CommError(what + ": the GPU reported an error: " + cudaGetErrorString(status));
+    const auto waited = Clock::now() - start;
+    if (timeout.count() > 0 && waited >= timeout)
+      throw CommError(what + ": the GPU did not finish the copies within " + seconds(timeout) +
+                      " s (ACCORD_STALL_SHUTDOWN_TIME)");
+    // Copies of a few MB take microseconds to milliseconds: spin briefly, then sleep.
+    if (waited < std::chrono::microseconds(50)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+void checkDevicePointer(const void* data, std::size_t bytes, int device, const std::string& what) {
+  if (bytes == 0) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, data);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw InvalidArgument(what + ": CUDA cannot tell what memory the pointer refers to (" +
+                          cudaGetErrorString(status) +
+                          "); expected memory of cuda:" + std::to_string(device));
+  }
+  switch (attributes.type) {
+    case cudaMemoryTypeManaged:
+      return;
+    case cudaMemoryTypeDevice:
+      if (attributes.device == device) return;
+      throw InvalidArgument(what +
+                            ": the data is memory of cuda:" + std::to_string(attributes.device) +
+                            ", but the tensor says cuda:" + std::to_string(device));
+    case cudaMemoryTypeHost:
+      throw InvalidArgument(what + ": the tensor says cuda:" + std::to_string(device) +
+                            ", but its data is page-locked host memory; pass it as a cpu tensor");
+    default:
+      throw InvalidArgument(what + ": the tensor says cuda:" + std::to_string(device) +
+                            ", but CUDA does not know its data pointer (host memory, or freed "
+                            "device memory)");
+  }
+}
+
+void fillNeutral(void* data, std::size_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
+  if (count == 0) return;
+  std::uint64_t value = 0;  // room for the widest element
+  cpu::fillNeutral(&value, 1, dtype, op);
+  fill(data, count, dtype_size(dtype), &value, stream);
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (data_) cudaFreeAsync(data_, stream_);
+}
+
+char* DeviceMemory::reserve(std::size_t bytes, cudaStream_t stream) {
+  if (data_ && bytes <= capacity_) return data_;
+  const std::size_t grown = grownSize(bytes, capacity_);
+  if (data_) ACCORD_CUDA_CHECK(cudaFreeAsync(data_, stream_));
+  data_ = nullptr;
+  capacity_ = 0;
+  stream_ = stream;
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocAsync(&p, grown, stream);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("device buffer: cannot allocate " + std::to_string(grown) +
+                " bytes of GPU memory (requested " + std::to_string(bytes) + "): " +
+                cudaGetErrorString(status) + "; lower ACCORD_FUSION_THRESHOLD or the tensor sizes");
+  }
+  data_ = static_cast<char*>(p);
+  capacity_ = grown;
+  return data_;
+}
+
+PinnedMemory::~PinnedMemory() {
+  if (data_) cudaFreeHost(data_);
+}
+
+char* PinnedMemory::reserve(std::size_t bytes) {
+  if (data_ && bytes <= capacity_) return data_;
+  const std::size_t grown = grownSize(bytes, capacity_);
+  if (data_) cudaFreeHost(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  void* p = nullptr;
+  const cudaError_t status = cudaHostAlloc(&p, grown, cudaHostAllocPortable);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("staging buffer: cannot allocate " + std::to_string(grown) +
+                " bytes of page-locked host memory: " + cudaGetErrorString(status));
+  }
+  data_ = static_cast<char*>(p);
+  capacity_ = grown;
+  return data_;
+}
+
+Stream::Stream() { ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+Stream::~Stream() { cudaStreamDestroy(stream_); }
+
+namespace {
+// The guard must be in place before the stream is created on the device.
+Stream createOn(int device) {
+  DeviceGuard guard(device);
+  return Stream();
+}
+}  // namespace
+
+DeviceContext::DeviceContext(int d)
+    : device(d), owned_stream(createOn(d)), stream(owned_stream.get()) {}
+
+}  // namespace accord::cuda

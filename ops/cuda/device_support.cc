@@ -1,0 +1,111 @@
+// GPU support of a build with the CUDA toolkit (DeviceSupport, see ops/op.h): the
+// device ops' shared state, the check of device tensors at submission and the ready
+// event recorded on the application's stream.
+#include "ops/cuda/device_ops.h"
+
+#include "ops/mpi/mpi_common.h"
+#include "runtime/logging.h"
+
+#include <accord/error.h>
+
+namespace accord::cuda {
+
+Devices::Devices(const Config& config) : config_(config), finalizer_(config.stall_shutdown_time) {}
+
+DeviceContext& Devices::context(int device) {
+  auto& slot = contexts_[device];
+  if (!slot) slot = std::make_unique<DeviceContext>(device);
+  return *slot;
+}
+
+int deviceOf(const Devices& devices, const std::vector<TensorEntry*>& entries) {
+  for (const TensorEntry* e : entries)
+    if (e) return e->tensor.device.index;
+  return devices.homeDevice();
+}
+
+void waitUntilReady(const Response& response, int device, cudaStream_t stream,
+                    std::vector<TensorEntry*>& entries) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry* e = entries[i];
+    if (!e || e->error) continue;
+    if (e->tensor.device.index != device) {
+      mpi::prepareLocal(*e, [&] {
+        throw InvalidArgument(mpi::describeTensor(response, i) + ": tensor is on " +
+                              e->tensor.device.str() + ", but this rank runs the collective on " +
+                              "cuda:" + std::to_string(device) +
+                              " (the device of its first tensor in it); use one GPU per process");
+      });
+      continue;
+    }
+    if (e->ready) ACCORD_CUDA_CHECK(cudaStreamWaitEvent(stream, eventOf(e->ready), 0));
+  }
+}
+
+void* deviceOutput(const Response& response, std::size_t i, TensorEntry& entry, const Shape& shape,
+                   int device) {
+  const TensorView out = mpi::allocateOutput(response, i, entry, shape);
+  const std::string what = mpi::describeTensor(response, i);
+  if (out.device != Device::cuda(device))
+    throw InvalidArgument(what + ": the output allocator returned a tensor on " + out.device.str() +
+                          ", expected cuda:" + std::to_string(device));
+  checkDevicePointer(out.data, num_bytes(shape, response.dtype), device, what + " (output)");
+  return out.data;
+}
+
+namespace {
+
+class CudaSupport final : public DeviceSupport {
+ public:
+  explicit CudaSupport(const Config& config) : devices_(std::make_shared<Devices>(config)) {}
+
+  std::vector<std::unique_ptr<Op>> makeOps() override {
+    std::vector<std::unique_ptr<Op>> ops;
+    if (devices_->config().nccl) ops = makeNcclOps(devices_);
+    if (devices_->config().nccl && ops.empty())
+      log().info(
+          "this build of Accord has no NCCL: CUDA tensors go through MPI, staged in "
+          "page-locked host memory");
+    // Staged MPI for whatever NCCL does not take (everything, where it is off).
+    for (auto& op : makeStagedOps(devices_)) ops.push_back(std::move(op));
+    return ops;
+  }
+
+  std::shared_ptr<void> ready(const TensorView& tensor, void* stream,
+                              const std::string& what) override {
+    const int device = tensor.device.index;
+    std::string why;
+    const int count = deviceCount(&why);
+    if (device < 0 || device >= count)
+      throw InvalidArgument(what + ": tensor is on " + tensor.device.str() + ", but this process " +
+                            (count == 0 ? "sees no CUDA device (" + why + ")"
+                                        : "sees CUDA devices 0.." + std::to_string(count - 1)));
+    checkDevicePointer(tensor.data, tensor.bytes(), device, what);
+    DeviceGuard guard(device);
+    auto event = makeEvent();
+    const cudaError_t status = cudaEventRecord(eventOf(event), static_cast<cudaStream_t>(stream));
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw InvalidArgument(what + ": cannot record an event on the given stream of " +
+                            tensor.device.str() + " (" + cudaGetErrorString(status) +
+                            "); pass a stream of that device, or nullptr");
+    }
+    devices_->noteDevice(device);
+    return event;
+  }
+
+ private:
+  std::shared_ptr<Devices> devices_;
+};
+
+}  // namespace
+
+}  // namespace accord::cuda
+
+namespace accord {
+
+std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config& config) {
+  return std::make_unique<cuda::CudaSupport>(config);
+}
+
+}  // namespace accord

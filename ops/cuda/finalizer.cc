@@ -1,0 +1,201 @@
+// The finalizer thread (see finalizer.h).
+#include "ops/cuda/finalizer.h"
+
+#include "ops/cuda/device.h"
+#include "ops/mpi/mpi_common.h"
+#include "runtime/logging.h"
+
+#include <accord/error.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace accord::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last completion or launch, poll flat out this long (a small collective
+// takes tens of microseconds, and each microsecond of polling delay is latency the
+// caller sees), then sleep in growing steps up to 100 us: a large collective is
+// noticed within 100 us of its end, at 10,000 polls a second while it runs.
+constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr auto kFirstSleep = std::chrono::microseconds(10);
+constexpr auto kMaxSleep = std::chrono::microseconds(100);
+
+std::string seconds(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+Finalizer::Finalizer(std::chrono::milliseconds timeout)
+    : timeout_(timeout), thread_([this] { run(); }) {}
+
+Finalizer::~Finalizer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Finalizer::add(Launched launched) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_[launched.comm.get()];
+    ++added_;
+    items_.push_back({std::move(launched), Clock::now()});
+  }
+  wake_.notify_all();
+}
+
+bool Finalizer::drain(const Watched* comm, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return drained_.wait_until(lock, deadline, [&] {
+    auto it = in_flight_.find(comm);
+    return it == in_flight_.end() || it->second == 0;
+  });
+}
+
+// Completed, failed (for good, with the handles failed) or still pending.
+Finalizer::Outcome Finalizer::poll(Item& item, Clock::time_point now) {
+  Launched& l = item.launched;
+  if (l.comm) {
+    if (std::string reason = l.comm->broken(); !reason.empty()) {
+      finish(item, std::make_exception_ptr(CommError(l.what + ": " + reason)));
+      return Outcome::Failed;
+    }
+  }
+  const cudaError_t status = cudaEventQuery(eventOf(l.done));
+  if (status == cudaSuccess) {
+    finish(item, nullptr);
+    return Outcome::Completed;
+  }
+  std::string reason;
+  if (status != cudaErrorNotReady) {
+    reason = std::string("the GPU reported an error: ") + cudaGetErrorString(status);
+  } else if (l.comm) {
+    reason = l.comm->asyncError();
+  }
+  if (reason.empty() && timeout_.count() > 0 && now - item.since >= timeout_) {
+    reason = "did not complete on cuda:" + std::to_string(l.device) + " within " +
+             seconds(timeout_) +
+             " s (ACCORD_STALL_SHUTDOWN_TIME): a rank of the process set has died or hangs, "
+             "or the GPU stopped";
+  }
+  if (reason.empty()) return Outcome::Pending;
+  log().error("{}: {}", l.what, reason);
+  // Every other collective on the communicator fails with this one's reason.
+  if (l.comm) l.comm->abort(l.what + " " + reason);
+  finish(item, std::make_exception_ptr(CommError(l.what + ": " + reason)));
+  return Outcome::Failed;
+}
+
+void Finalizer::finish(Item& item, std::exception_ptr error) {
+  for (auto& part : item.launched.parts) {
+    if (error)
+      part.handle->fail(error);
+    else if (part.error)
+      part.handle->fail(part.error);
+    else
+      part.handle->completePart();
+  }
+}
+
+void Finalizer::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto last_progress = Clock::now();
+  auto sleep = kFirstSleep;
+  std::uint64_t seen = added_;
+  for (;;) {
+    if (added_ != seen) {  // a new launch: it may complete within microseconds
+      seen = added_;
+      last_progress = Clock::now();
+      sleep = kFirstSleep;
+    }
+    if (items_.empty()) {
+      if (stopping_) return;
+      wake_.wait(lock, [&] { return stopping_ || !items_.empty(); });
+      last_progress = Clock::now();
+      sleep = kFirstSleep;
+      continue;
+    }
+    // Poll without the lock, so that the background thread can add meanwhile; items
+    // added during the pass queue up behind the ones polled.
+    std::deque<Item> polling;
+    polling.swap(items_);
+    lock.unlock();
+    std::vector<std::pair<const Watched*, int>> finished;  // communicator, device
+    std::deque<Item> pending;
+    const auto now = Clock::now();
+    for (Item& item : polling) {
+      const int device = item.launched.device;
+      // Collectives on one device finish in order: each one's time counts from the
+      // completion of the one before it, not from its launch.
+      if (auto it = last_done_.find(device); it != last_done_.end())
+        item.since = std::max(item.since, it->second);
+      Outcome outcome = Outcome::Pending;
+      try {
+        DeviceGuard guard(device);
+        outcome = poll(item, now);
+      } catch (const std::exception& e) {  // the guard itself failed: the device is gone
+        finish(item, std::make_exception_ptr(CommError(item.launched.what + ": " + e.what())));
+        outcome = Outcome::Failed;
+      }
+      if (outcome == Outcome::Pending) {
+        pending.push_back(std::move(item));
+        continue;
+      }
+      if (outcome == Outcome::Completed) last_done_[device] = Clock::now();
+      finished.emplace_back(item.launched.comm.get(), device);
+    }
+    // Drop the finished items (and their references to communicators) before drain()
+    // can see them gone: the owner of a communicator frees it after drain() returns.
+    polling.clear();
+    lock.lock();
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) items_.push_front(std::move(*it));
+    for (const auto& [comm, device] : finished) --in_flight_[comm];
+    if (!finished.empty()) {
+      drained_.notify_all();
+      last_progress = Clock::now();
+      sleep = kFirstSleep;
+      continue;
+    }
+    if (Clock::now() - last_progress < kSpin) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+      continue;
+    }
+    wake_.wait_for(lock, sleep);
+    sleep = std::min(sleep * 2, kMaxSleep);
+  }
+}
+
+void completeWhenDone(Finalizer& finalizer, int device, cudaStream_t stream,
+                      const Response& response, std::vector<TensorEntry*>& entries,
+                      std::shared_ptr<Watched> comm) {
+  Launched launched;
+  launched.what = mpi::describe(response);
+  launched.device = device;
+  launched.done = makeEvent();
+  launched.comm = std::move(comm);
+  ACCORD_CUDA_CHECK(cudaEventRecord(eventOf(launched.done), stream));
+  for (TensorEntry* e : entries) {
+    if (!e) continue;
+    if (response.type == ResponseType::Alltoall && !e->error)
+      e->handle->received_splits = e->received_splits;
+    e->handle->partLaunched(launched.done);
+    launched.parts.push_back({e->handle, e->error});
+    e->backend_completes = true;
+  }
+  if (launched.parts.empty()) return;  // joined: nothing of ours to complete
+  finalizer.add(std::move(launched));
+}
+
+}  // namespace accord::cuda

@@ -1,0 +1,152 @@
+// Allgather of CUDA tensors with NCCL.
+//
+// Ranks contribute different numbers of rows (response.rank_rows[t * size + r]), which
+// ncclAllGather cannot take: it moves equal blocks. So each rank's block is broadcast
+// from that rank, all broadcasts in one group; where every block has the same size (the
+// common case), one in-place ncclAllGather does it instead.
+//
+// A lone tensor is gathered straight into its output: this rank's rows are copied into
+// their place and the others arrive around them. A fused group is laid out rank-major
+// in the fusion buffer (rank 0's rows of every tensor, then rank 1's, ...), so each
+// rank's contribution is one block; one batched copy fills this rank's block and one
+// copies every tensor's rows out. A joined rank, or one whose input or output failed,
+// contributes zeros for its rows (none, for a joined rank) and discards the result.
+#include "ops/cuda/kernels.h"
+#include "ops/nccl/nccl_common.h"
+#include "ops/nccl/nccl_ops.h"
+
+#include <algorithm>
+
+namespace accord::nccl {
+
+namespace {
+
+// Exchanges the blocks of `base` (block r at offset[r], bytes[r] long, contiguous in
+// rank order); this rank's block is in place already.
+void exchangeBlocks(Launch& l, char* base, const std::vector<std::size_t>& offset,
+                    const std::vector<std::size_t>& bytes) {
+  const int size = l.ctx.size(), me = l.ctx.rank();
+  const bool equal = std::all_of(bytes.begin(), bytes.end(), [&](auto b) { return b == bytes[0]; });
+  if (equal && bytes[0] == 0) return;
+  l.nccl([&](ncclComm_t comm) {
+    if (equal) return ncclAllGather(base + offset[me], base, bytes[0], ncclUint8, comm, l.stream);
+    for (int r = 0; r < size; ++r) {
+      if (bytes[r] == 0) continue;
+      const ncclResult_t result =
+          ncclBroadcast(base + offset[r], base + offset[r], bytes[r], ncclUint8, r, comm, l.stream);
+      if (result != ncclSuccess && result != ncclInProgress) return result;
+    }
+    return ncclSuccess;
+  });
+}
+
+void gatherDirect(Launch& l, const std::vector<std::size_t>& bytes) {
+  const int size = l.ctx.size(), me = l.ctx.rank();
+  std::vector<std::size_t> offset(size, 0);
+  for (int r = 1; r < size; ++r) offset[r] = offset[r - 1] + bytes[r - 1];
+  const bool input = l.checkInput(0, bytes[me]);
+  char* out = static_cast<char*>(l.outputOrScratch(0, l.response.shapes[0]));
+  if (offset[size - 1] + bytes[size - 1] == 0) return;
+  if (bytes[me] > 0) {
+    if (input)
+      ACCORD_CUDA_CHECK(cudaMemcpyAsync(out + offset[me], l.entries[0]->tensor.data, bytes[me],
+                                        cudaMemcpyDeviceToDevice, l.stream));
+    else
+      ACCORD_CUDA_CHECK(cudaMemsetAsync(out + offset[me], 0, bytes[me], l.stream));
+  }
+  exchangeBlocks(l, out, offset, bytes);
+}
+
+void gatherFused(Launch& l, const std::vector<std::vector<std::size_t>>& bytes) {
+  const std::size_t n = l.entries.size();
+  const int size = l.ctx.size(), me = l.ctx.rank();
+  // at[t][r]: where rank r's rows of tensor t sit in the fused buffer.
+  std::vector<std::vector<std::size_t>> at(n, std::vector<std::size_t>(size));
+  std::vector<std::size_t> offset(size), block(size);
+  std::size_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    offset[r] = total;
+    for (std::size_t t = 0; t < n; ++t) {
+      at[t][r] = total;
+      total += bytes[t][r];
+    }
+    block[r] = total - offset[r];
+  }
+  std::vector<char*> outputs(n, nullptr);
+  std::vector<bool> input(n, false);
+  for (std::size_t t = 0; t < n; ++t) {
+    input[t] = l.checkInput(t, bytes[t][me]);
+    // Without an output (joined, or it failed) the others still get our rows.
+    if (input[t])
+      mpi::prepareLocal(*l.entries[t], [&] {
+        outputs[t] = static_cast<char*>(cuda::deviceOutput(l.response, t, *l.entries[t],
+                                                           l.response.shapes[t], l.device.device));
+      });
+  }
+  if (total == 0) return;
+  char* fused = l.device.fusion.reserve(total, l.stream);
+  std::vector<cuda::CopyPiece> in, out;
+  for (std::size_t t = 0; t < n; ++t) {
+    if (input[t])
+      in.push_back({fused + at[t][me], l.entries[t]->tensor.data, bytes[t][me]});
+    else if (bytes[t][me] > 0)
+      ACCORD_CUDA_CHECK(cudaMemsetAsync(fused + at[t][me], 0, bytes[t][me], l.stream));
+    if (!outputs[t]) continue;
+    std::size_t dst = 0;
+    for (int r = 0; r < size; ++r) {
+      out.push_back({outputs[t] + dst, fused + at[t][r], bytes[t][r]});
+      dst += bytes[t][r];
+    }
+  }
+  cuda::batchedCopy(in, l.stream);
+  exchangeBlocks(l, fused, offset, block);
+  cuda::batchedCopy(out, l.stream);
+}
+
+class NcclAllgather final : public Op {
+ public:
+  explicit NcclAllgather(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+
+  bool enabled(const Response& response) const override {
+    return response.type == ResponseType::Allgather && response.device.type == DeviceType::CUDA;
+  }
+
+  void execute(ExecContext& ctx, const Response& response,
+               std::vector<TensorEntry*>& entries) override {
+    const std::size_t n = response.names.size();
+    const int size = ctx.size();
+    if (response.rank_rows.size() != n * size)
+      throw InvalidArgument(mpi::describe(response) + ": rank_rows has " +
+                            std::to_string(response.rank_rows.size()) + " values, expected " +
+                            std::to_string(n * size));
+    // bytes[t][r]: what rank r contributes to tensor t.
+    std::vector<std::vector<std::size_t>> bytes(n, std::vector<std::size_t>(size));
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t row = mpi::rowBytes(response.shapes[t], response.dtype);
+      for (int r = 0; r < size; ++r) {
+        const std::int64_t rows = response.rank_rows[t * size + r];
+        if (rows < 0)
+          throw InvalidArgument(mpi::describeTensor(response, t) + ": rank " + std::to_string(r) +
+                                " has " + std::to_string(rows) + " rows");
+        bytes[t][r] = static_cast<std::size_t>(rows) * row;
+      }
+    }
+    run(devices_, ctx, response, entries, [&](Launch& l) {
+      if (n == 1)
+        gatherDirect(l, bytes[0]);
+      else
+        gatherFused(l, bytes);
+    });
+  }
+
+ private:
+  std::shared_ptr<cuda::Devices> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> makeNcclAllgather(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<NcclAllgather>(std::move(devices));
+}
+
+}  // namespace accord::nccl

@@ -1,0 +1,115 @@
+// Allreduce of CUDA tensors with NCCL.
+//
+// As on the host: a lone tensor, or a fused group bigger than the fusion threshold, is
+// reduced in place in the application's buffer (ncclAllReduce, in place); a fused group
+// is copied into the device's fusion buffer with one batched-copy launch, reduced with
+// one ncclAllReduce and copied back with another launch. Tensors sit in the fusion
+// buffer at 16-byte offsets, so that the batched copy moves 16-byte words wherever the
+// application's pointers allow it; the gaps are reduced too and thrown away.
+//
+// Prescale scales this rank's inputs before the reduction, postscale (and Average's
+// division where ncclAvg does not do it) scales the result: one cuda::scale launch
+// each, none when the factor is 1. A joined rank, or a rank whose tensor does not
+// match the response, contributes the op's neutral element from scratch space.
+#include "ops/cuda/kernels.h"
+#include "ops/nccl/nccl_common.h"
+#include "ops/nccl/nccl_ops.h"
+
+namespace accord::nccl {
+
+namespace {
+
+constexpr std::size_t kFusedAlignment = 16;
+
+std::size_t align16(std::size_t bytes) {
+  return (bytes + kFusedAlignment - 1) / kFusedAlignment * kFusedAlignment;
+}
+
+void reduceInPlace(Launch& l, std::size_t i, const Reduction& red) {
+  const Response& r = l.response;
+  const std::size_t bytes = r.tensorBytes(i);
+  const std::size_t count = bytes / dtype_size(r.dtype);
+  if (count == 0) return;  // the same on every rank: nothing to exchange
+  void* data = nullptr;
+  if (l.checkInput(i, bytes)) {
+    data = l.entries[i]->tensor.data;
+    const mpi::Scaling pre = mpi::preScaling(r);
+    if (!pre.isOne()) cuda::scale(data, count, r.dtype, pre.factor, pre.divisor, l.stream);
+  } else {
+    data = l.device.scratch.reserve(bytes, l.stream);
+    cuda::fillNeutral(data, count, r.dtype, r.op, l.stream);
+  }
+  l.nccl([&](ncclComm_t comm) {
+    return ncclAllReduce(data, data, count, ncclType(r.dtype), red.op, comm, l.stream);
+  });
+  if (!red.post.isOne())
+    cuda::scale(data, count, r.dtype, red.post.factor, red.post.divisor, l.stream);
+}
+
+void reduceFused(Launch& l, const Reduction& red) {
+  const Response& r = l.response;
+  const std::size_t n = l.entries.size();
+  const std::size_t elem = dtype_size(r.dtype);
+  std::vector<std::size_t> offset(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + align16(r.tensorBytes(i));
+  const std::size_t total = offset[n];
+  if (total == 0) return;
+  char* fused = l.device.fusion.reserve(total, l.stream);
+
+  std::vector<cuda::CopyPiece> in, out;
+  std::vector<bool> local(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t bytes = r.tensorBytes(i);
+    local[i] = l.checkInput(i, bytes);
+    if (!local[i] || bytes == 0) continue;
+    void* data = l.entries[i]->tensor.data;
+    in.push_back({fused + offset[i], data, bytes});
+    out.push_back({data, fused + offset[i], bytes});
+  }
+  cuda::batchedCopy(in, l.stream);
+  const mpi::Scaling pre = mpi::preScaling(r);
+  // The whole buffer in one launch; the neutral regions are written after it.
+  if (!pre.isOne()) cuda::scale(fused, total / elem, r.dtype, pre.factor, pre.divisor, l.stream);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!local[i])
+      cuda::fillNeutral(fused + offset[i], r.tensorBytes(i) / elem, r.dtype, r.op, l.stream);
+  }
+  l.nccl([&](ncclComm_t comm) {
+    return ncclAllReduce(fused, fused, total / elem, ncclType(r.dtype), red.op, comm, l.stream);
+  });
+  if (!red.post.isOne())
+    cuda::scale(fused, total / elem, r.dtype, red.post.factor, red.post.divisor, l.stream);
+  cuda::batchedCopy(out, l.stream);
+}
+
+class NcclAllreduce final : public Op {
+ public:
+  explicit NcclAllreduce(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+
+  bool enabled(const Response& response) const override {
+    return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CUDA;
+  }
+
+  void execute(ExecContext& ctx, const Response& response,
+               std::vector<TensorEntry*>& entries) override {
+    run(devices_, ctx, response, entries, [&](Launch& l) {
+      const Reduction red = reductionFor(response, ctx.size());
+      if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
+        for (std::size_t i = 0; i < response.names.size(); ++i) reduceInPlace(l, i, red);
+      } else {
+        reduceFused(l, red);
+      }
+    });
+  }
+
+ private:
+  std::shared_ptr<cuda::Devices> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> makeNcclAllreduce(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<NcclAllreduce>(std::move(devices));
+}
+
+}  // namespace accord::nccl

@@ -1,0 +1,174 @@
+// Shared pieces of the NCCL ops (see nccl_common.h).
+#include "ops/nccl/nccl_common.h"
+
+#include "ops/mpi/link.h"
+#include "ops/nccl/nccl_ops.h"
+#include "runtime/logging.h"
+
+#include <accord/error.h>
+
+namespace accord::nccl {
+
+namespace {
+
+static_assert(kNumDTypes == 8, "map the new dtype to NCCL's below");
+
+// A process set's NCCL state, kept in its transport (SetExtension).
+class NcclSet final : public SetExtension {
+ public:
+  NcclSet(std::shared_ptr<cuda::Devices> devices, std::shared_ptr<Communicator> comm)
+      : devices_(std::move(devices)), comm_(std::move(comm)) {}
+
+  // Every member removes the set (or shuts down) in the same cycle: let the set's
+  // collectives in flight complete first, then free the communicator in step.
+  ~NcclSet() override {
+    const auto timeout = devices_->config().stall_shutdown_time;
+    const auto deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
+                                              : std::chrono::steady_clock::time_point::max();
+    if (!devices_->finalizer().drain(comm_.get(), deadline))
+      comm_->abort("the " + comm_->name() +
+                   " was removed or shut down with device collectives still running");
+  }
+
+  Communicator& comm() { return *comm_; }
+  const std::shared_ptr<Communicator>& shared() const { return comm_; }
+
+ private:
+  std::shared_ptr<cuda::Devices> devices_;  // outlives the communicator's collectives
+  std::shared_ptr<Communicator> comm_;
+};
+
+NcclSet& setState(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, int device) {
+  if (!ctx.extension) {
+    auto comm = Communicator::create(ctx.link, device, ctx.config.stall_shutdown_time);
+    ctx.extension = std::make_unique<NcclSet>(devices, std::move(comm));
+  }
+  // Only the NCCL ops put state into a transport's extension.
+  return static_cast<NcclSet&>(*ctx.extension);
+}
+
+void failLocal(std::vector<TensorEntry*>& entries, std::exception_ptr error) {
+  for (TensorEntry* e : entries)
+    if (e && !e->backend_completes && !e->error) e->error = error;
+}
+
+}  // namespace
+
+ncclDataType_t ncclType(DType dtype) {
+  switch (dtype) {
+    case DType::UInt8:
+      return ncclUint8;
+    case DType::Int8:
+      return ncclInt8;
+    case DType::Int32:
+      return ncclInt32;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Float16:
+      return ncclFloat16;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+  }
+  throw InvalidArgument("NCCL: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+Reduction reductionFor(const Response& response, int set_size) {
+  Reduction r;
+  r.post = mpi::postScaling(response, set_size);
+  switch (response.op) {
+    case ReduceOp::Sum:
+      r.op = ncclSum;
+      break;
+    case ReduceOp::Min:
+      r.op = ncclMin;
+      break;
+    case ReduceOp::Max:
+      r.op = ncclMax;
+      break;
+    case ReduceOp::Product:
+      r.op = ncclProd;
+      break;
+    case ReduceOp::Average:
+      r.op = ncclSum;
+      if (is_floating_point(response.dtype) && response.prescale == 1.0 &&
+          response.postscale == 1.0) {
+        r.op = ncclAvg;
+        r.post = mpi::Scaling{};
+      }
+      break;
+  }
+  return r;
+}
+
+bool Launch::checkInput(std::size_t i, std::size_t bytes) {
+  return local(i) &&
+         mpi::prepareLocal(*entries[i], [&] { mpi::checkInput(response, i, *entries[i], bytes); });
+}
+
+void* Launch::outputOrScratch(std::size_t i, const Shape& shape) {
+  void* out = nullptr;
+  if (local(i) && mpi::prepareLocal(*entries[i], [&] {
+        out = cuda::deviceOutput(response, i, *entries[i], shape, device.device);
+      }))
+    return out;
+  return device.scratch.reserve(num_bytes(shape, response.dtype), stream);
+}
+
+void Launch::nccl(const std::function<ncclResult_t(ncclComm_t)>& calls) {
+  comm.launch(calls, mpi::describe(response));
+}
+
+void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const Response& response,
+         std::vector<TensorEntry*>& entries, const Body& body) {
+  // The communicator is collective over the set; a failing MPI link throws from here
+  // as it would from any MPI exchange.
+  NcclSet& set = setState(devices, ctx, cuda::deviceOf(*devices, entries));
+  Communicator& comm = set.comm();
+  const std::string what = mpi::describe(response);
+  if (std::string reason = comm.broken(); !reason.empty()) {
+    failLocal(entries, std::make_exception_ptr(CommError(what + ": " + reason)));
+    return;
+  }
+  try {
+    cuda::DeviceGuard guard(comm.device());
+    cuda::DeviceContext& device = devices->context(comm.device());
+    cuda::waitUntilReady(response, comm.device(), device.stream, entries);
+    Launch launch{ctx, response, entries, comm, device, device.stream};
+    body(launch);
+    cuda::completeWhenDone(devices->finalizer(), comm.device(), device.stream, response, entries,
+                           set.shared());
+  } catch (const std::exception& e) {
+    // This rank cannot do its part: abort, so that the other members' collectives fail
+    // (their finalizers see the error or time out) rather than wait for it.
+    comm.abort(what + ": " + e.what());
+    failLocal(entries, std::current_exception());
+  }
+}
+
+}  // namespace accord::nccl
+
+namespace accord::cuda {
+
+std::vector<std::unique_ptr<Op>> makeNcclOps(std::shared_ptr<Devices> devices) {
+  // The library found at run time may be another than the headers' (a framework's
+  // wheel, say); an older one may not know every field of the config Accord passes.
+  int version = 0;
+  if (ncclGetVersion(&version) == ncclSuccess && version < NCCL_VERSION_CODE)
+    log().warn(
+        "NCCL {} is loaded, older than the NCCL {} Accord was built with; device "
+        "collectives may fail",
+        version, NCCL_VERSION_CODE);
+  std::vector<std::unique_ptr<Op>> ops;
+  ops.push_back(nccl::makeNcclAllreduce(devices));
+  ops.push_back(nccl::makeNcclAllgather(devices));
+  ops.push_back(nccl::makeNcclBroadcast(devices));
+  ops.push_back(nccl::makeNcclAlltoall(devices));
+  ops.push_back(nccl::makeNcclReducescatter(devices));
+  return ops;
+}
+
+}  // namespace accord::cuda

@@ -1,0 +1,93 @@
+// Helpers for the multi-rank tests of collectives on CUDA tensors (run under mpirun,
+// built on tests/mpi's helpers: the same fill values, checks and runner).
+//
+// The reference is the host path: each test runs every collective twice, on host
+// buffers and on device copies of the same values, and compares the results bit for
+// bit (floating-point Average, where NCCL's ncclAvg rounds differently, within the
+// dtype's rounding).
+//
+// Which GPU: with NCCL (ACCORD_NCCL unset or 1) every rank needs a GPU of its own, so
+// a run with more ranks than GPUs prints "skipped: needs N GPUs" and exits 77; with
+// ACCORD_NCCL=0 (MPI through pinned memory) every rank uses GPU 0, which is how the
+// multi-rank device tests run on a machine with one GPU.
+#pragma once
+
+#include "../mpi/mpi_test.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace accord_gpu {
+
+using accord_test::Buffer;
+using accord_test::DType;
+using accord_test::ReduceOp;
+using accord_test::Shape;
+
+// The GPU of this rank's tensors.
+int device();
+accord::Device accordDevice();
+
+// Aborts the test (REQUIRE) with CUDA's message unless `status` is cudaSuccess.
+void ok(cudaError_t status, const char* what);
+
+// Device memory; freed by the destructor.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(std::size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  void* get() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A device copy of a host Buffer (same dtype, shape and bytes).
+class DeviceTensor {
+ public:
+  explicit DeviceTensor(const Buffer& host);
+  accord::TensorView view() const;
+  std::vector<std::byte> download() const;
+
+ private:
+  DType dtype_;
+  Shape shape_;
+  DeviceMemory memory_;
+};
+
+// The output of allgather / alltoall / reducescatter in device memory. Keep it alive
+// (and unmoved) until the handle completes.
+class DeviceOutput {
+ public:
+  explicit DeviceOutput(DType dtype) : dtype_(dtype) {}
+  accord::Allocator allocator();
+  const Shape& shape() const { return shape_; }
+  int calls() const { return calls_; }
+  std::vector<std::byte> download() const;
+
+ private:
+  DType dtype_;
+  Shape shape_;
+  std::unique_ptr<DeviceMemory> memory_;
+  int calls_ = 0;
+};
+
+// "" when the device result equals the host result: bit for bit, or within the
+// dtype's rounding when `rounding` (floating-point Average through ncclAvg).
+std::string compareWithHost(DType dtype, const std::vector<std::byte>& device, const void* host,
+                            std::int64_t count, bool rounding);
+// Whether NCCL's Average may round differently from the host path for this response.
+bool averageRounds(DType dtype, ReduceOp op);
+
+// main() of a device test binary: skips without a GPU, or with NCCL and fewer GPUs
+// than ranks; picks this rank's GPU; then accord_test::runMain.
+int gpuTestMain(int argc, char** argv);
+
+}  // namespace accord_gpu

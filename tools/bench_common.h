@@ -1,0 +1,87 @@
+// What the host and the device benchmarks of accord-bench share: options, the MPI
+// context with its timing of one iteration, medians and alternating pairs, CSV rows.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accord_bench {
+
+struct Options {
+  std::uint64_t min_bytes = 4 << 10;
+  std::uint64_t max_bytes = 256 << 20;
+  int iters = 20;
+  int warmup = 5;
+  int latency_iters = 200;
+  int resnet_steps = 10;
+  std::string csv;
+  bool quick = false;
+  std::string device = "cpu";  // cpu: host memory against MPI; cuda: GPU memory against NCCL
+};
+
+// The benchmark's MPI context: a duplicate of MPI_COMM_WORLD, so that raw MPI's traffic
+// and the timing barriers never mix with anything else.
+struct Bench {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  std::FILE* csv = nullptr;
+
+  // One timed iteration: rewrite the inputs, barrier, time the call, maximum over ranks.
+  double timeOnce(const std::function<void()>& call,
+                  const std::function<void()>& rewrite = nullptr) const {
+    if (rewrite) rewrite();
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    call();
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return t;
+  }
+  double busFactor() const { return size > 1 ? 2.0 * (size - 1) / size : 0.0; }
+  void csvRow(const char* section, const std::string& variant, double bytes, std::int64_t count,
+              double seconds) const {
+    if (!csv || rank != 0) return;
+    const double algbw = bytes / seconds / 1e9;
+    std::fprintf(csv, "%s,%s,%.0f,%lld,%d,%.3f,%.4f,%.4f\n", section, variant.c_str(), bytes,
+                 static_cast<long long>(count), size, seconds * 1e6, algbw, algbw * busFactor());
+  }
+};
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Medians of two calls timed alternately (A, B, A, B, ...), so slow phases of a shared
+// machine hit both alike.
+inline std::pair<double, double> timePair(const Bench& bench, int warmup, int iters,
+                                          const std::function<void()>& a,
+                                          const std::function<void()>& b,
+                                          const std::function<void()>& rewrite) {
+  std::vector<double> ta, tb;
+  for (int it = 0; it < warmup + iters; ++it) {
+    const double x = bench.timeOnce(a, rewrite);
+    const double y = bench.timeOnce(b, rewrite);
+    if (it >= warmup) {
+      ta.push_back(x);
+      tb.push_back(y);
+    }
+  }
+  return {median(ta), median(tb)};
+}
+
+// The device benchmarks (device_bench.cc where Accord was built with CUDA and NCCL):
+// the same sweep, latency and ResNet-50 gradient set on GPU memory, against raw NCCL.
+// Returns the exit status.
+int runDeviceBench(const Bench& bench, const Options& options);
+
+}  // namespace accord_bench
