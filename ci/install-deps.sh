@@ -13,6 +13,10 @@ packages=(
   ocl-icd-opencl-dev           # only a Recommends of libdnnl-dev, but its CMake config needs OpenCL
   zlib1g-dev                   # gzipped Fashion-MNIST files
   dataset-fashion-mnist        # the trainer's default dataset
+  python3-dev pybind11-dev     # the Python bindings (accord._core)
+  python3-venv                 # the PyTorch 2.x test environment (ci/python-env.sh)
+  python3-torch python3-numpy  # accord.torch and accord.numpy against Debian's PyTorch 1.13
+  python3-pytest python3-pytest-timeout  # the Python test suite
 )
 
 missing=()

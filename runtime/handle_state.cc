@@ -35,6 +35,13 @@ void HandleState::wait() const {
   if (error) std::rethrow_exception(error);
 }
 
+bool HandleState::waitFor(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu);
+  if (!cv.wait_for(lock, timeout, [this] { return finished; })) return false;
+  if (error) std::rethrow_exception(error);
+  return true;
+}
+
 }  // namespace accord::detail
 
 namespace accord {
@@ -48,6 +55,9 @@ const detail::HandleState& checked(const std::shared_ptr<detail::HandleState>& s
 
 bool Handle::poll() const { return checked(state_).done(); }
 void Handle::wait() const { checked(state_).wait(); }
+bool Handle::wait_for(std::chrono::milliseconds timeout) const {
+  return checked(state_).waitFor(timeout);
+}
 
 const std::vector<std::int64_t>& Handle::received_splits() const {
   const auto& s = checked(state_);

@@ -7,6 +7,7 @@
 
 #include <accord/accord.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -22,6 +23,7 @@ struct HandleState {
   void fail(std::exception_ptr error);
   bool done() const;
   void wait() const;  // blocks on the condition variable; rethrows the failure
+  bool waitFor(std::chrono::milliseconds timeout) const;  // false on timeout
 
   mutable std::mutex mu;
   mutable std::condition_variable cv;

@@ -12,6 +12,7 @@
 #include <accord/error.h>
 #include <accord/tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,10 @@ class Handle {
   bool valid() const { return state_ != nullptr; }
   bool poll() const;  // true once the collective finished (successfully or not)
   void wait() const;  // blocks; rethrows the failure in the caller's thread
+  // Blocks for at most `timeout`: false if the collective is still running, true once it
+  // finished (rethrowing its failure as wait() does). Lets a caller that must stay
+  // responsive (an interpreter checking for Ctrl-C) wait in slices.
+  bool wait_for(std::chrono::milliseconds timeout) const;
 
   // Results of particular collectives, valid after wait():
   const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank

@@ -1,0 +1,342 @@
+"""The framework-independent half of Accord's Python API: lifetime, topology, build
+queries, reduction ops, process sets, and the table of pending collectives that
+``poll()`` and ``synchronize()`` look handles up in. ``accord.torch`` and
+``accord.numpy`` re-export what applies to them.
+"""
+
+import itertools
+import warnings
+
+from accord import _core
+from accord.errors import HorovodInternalError, NotInitializedError
+
+# ---- reduction ops ---------------------------------------------------------------
+# The runtime's own codes. Adasum has none: it is refused where an op is used.
+Sum = _core.reduce_ops["sum"]
+Average = _core.reduce_ops["average"]
+Min = _core.reduce_ops["min"]
+Max = _core.reduce_ops["max"]
+Product = _core.reduce_ops["product"]
+Adasum = 1000
+
+_OP_NAMES = {v: k for k, v in _core.reduce_ops.items()}
+
+
+def resolve_op(op, average, what):
+    """The op a call means, from Horovod's op= and its deprecated average=."""
+    if op is not None and average is not None:
+        raise ValueError(f"{what}: pass op= or the deprecated average=, not both")
+    if average is not None:
+        warnings.warn("average= is deprecated: use op=Average or op=Sum",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op == Adasum:
+        raise NotImplementedError(
+            f"{what}: Adasum is not implemented in Accord yet; use op=Average or op=Sum")
+    if op not in _OP_NAMES:
+        raise ValueError(f"{what}: op {op!r} is not one of Average, Sum, Min, Max, Product")
+    return op
+
+
+# ---- lifetime and topology ---------------------------------------------------------
+_homogeneous = None
+
+
+def init(comm=None, process_sets=None):
+    """Starts Accord on every rank (collective). ``process_sets``: ProcessSet objects
+    to register right away, in the same order on every rank."""
+    global _homogeneous
+    if comm is not None:
+        raise NotImplementedError(
+            "init(comm=...): Accord always spans all ranks of the job (MPI_COMM_WORLD); "
+            "use process sets (add_process_set) for collectives over a subset")
+    _core.init()
+    # Whether every host runs the same number of ranks must read the same on every
+    # rank: compare the local sizes once here, through the runtime itself.
+    _homogeneous = _all_local_sizes_equal()
+    global_process_set._set_id(0)
+    if process_sets:
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def _all_local_sizes_equal():
+    import array
+    mine = array.array("q", [_core.local_size(), -_core.local_size()])
+    addr, _ = mine.buffer_info()
+    op = _core.allreduce_async(addr, _core.int64, [2], -1, "accord.init.local_size",
+                               Max, 1.0, 1.0, 0)
+    op.wait()
+    # max(local) == -max(-local) == min(local): every host has the same count.
+    return mine[0] == -mine[1]
+
+
+def shutdown():
+    """Ends the runtime on every rank; collectives still pending fail with
+    ShutDownError. Safe to call more than once."""
+    _core.shutdown()
+    # Only now: every pending op has completed, so its buffers may be released.
+    _pending.clear()
+    for ps in _registered_sets:
+        ps._set_id(None)
+    _registered_sets.clear()
+
+
+is_initialized = _core.is_initialized
+rank = _core.rank
+size = _core.size
+local_rank = _core.local_rank
+local_size = _core.local_size
+cross_rank = _core.cross_rank
+cross_size = _core.cross_size
+
+
+def is_homogeneous():
+    """True if every host runs the same number of ranks."""
+    if not _core.is_initialized():
+        _core.rank()  # raises NotInitializedError with the runtime's message
+    return _homogeneous
+
+
+# ---- what this build contains (truthful: Accord has MPI and no GPU path yet) -------
+def mpi_built():
+    return _core.built["mpi"]
+
+
+def mpi_enabled():
+    """MPI carries every collective in Accord: True once initialized."""
+    return _core.built["mpi"] and _core.is_initialized()
+
+
+def mpi_threads_supported():
+    """True if MPI runs with MPI_THREAD_MULTIPLE (the application may call MPI from any
+    thread beside Accord's)."""
+    return _core.mpi_thread_level() >= _core.MPI_THREAD_MULTIPLE
+
+
+def nccl_built():
+    return _core.built["nccl"]
+
+
+def cuda_built():
+    return _core.built["cuda"]
+
+
+def rocm_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError(
+        "start_timeline: Accord has no timeline yet, so there is nothing to record; "
+        "ACCORD_TIMELINE=<file> will name the file once it has")
+
+
+def stop_timeline():
+    raise NotImplementedError("stop_timeline: Accord has no timeline yet")
+
+
+# ---- process sets ------------------------------------------------------------------
+class ProcessSet:
+    """A set of ranks that run collectives together (Horovod's ProcessSet).
+
+    Create it with a list of global ranks, then register it on every rank with
+    ``add_process_set`` or ``init(process_sets=[...])``. Roots passed to broadcast
+    are global ranks, as in Horovod.
+    """
+
+    def __init__(self, ranks):
+        if not hasattr(ranks, "__iter__"):
+            raise ValueError("ProcessSet takes a list of ranks (an MPI communicator is not "
+                             "supported by Accord)")
+        ranks = sorted(ranks)
+        if any(not isinstance(r, int) for r in ranks):
+            raise ValueError(f"ProcessSet ranks must be integers, got {ranks!r}")
+        self.ranks = ranks
+        self.process_set_id = None
+        self._set_ranks = None  # global rank -> rank in the set, once registered
+
+    def _set_id(self, process_set_id):
+        self.process_set_id = process_set_id
+        self._set_ranks = None
+        if process_set_id is not None:
+            self.ranks = list(_core.process_set_ranks(process_set_id))
+            self._set_ranks = {r: i for i, r in enumerate(self.ranks)}
+
+    def _id(self, what):
+        if self.process_set_id is None:
+            raise ValueError(f"{what}: {self} is not registered; call add_process_set() "
+                             "on every rank first")
+        return self.process_set_id
+
+    def size(self):
+        """Number of ranks in the set, or None if not registered."""
+        return None if self.process_set_id is None else len(self.ranks)
+
+    def rank(self):
+        """This rank's rank within the set, or None if not registered or not a member."""
+        if self._set_ranks is None:
+            return None
+        return self._set_ranks.get(_core.rank())
+
+    def included(self):
+        """Whether this rank belongs to the set (None if not registered)."""
+        if self.process_set_id is None:
+            return None
+        return _core.rank() in self._set_ranks
+
+    def set_rank_of(self, global_rank, what):
+        """The rank within this set of ``global_rank``, for roots given as global ranks."""
+        try:
+            return self._set_ranks[global_rank]
+        except (KeyError, TypeError):
+            raise ValueError(f"{what}: root rank {global_rank} is not in {self}") from None
+
+    def __eq__(self, other):
+        return isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id \
+            and self.ranks == other.ranks
+
+    def __hash__(self):
+        return hash((self.process_set_id, tuple(self.ranks or ())))
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+class _GlobalProcessSet(ProcessSet):
+    def __init__(self):
+        super().__init__([])
+        self.process_set_id = 0
+
+    def _set_id(self, process_set_id):
+        super()._set_id(process_set_id)
+        self.process_set_id = 0  # always id 0, even before init
+
+    def _id(self, what):
+        return 0
+
+    def size(self):
+        return _core.size()
+
+    def rank(self):
+        return _core.rank()
+
+    def included(self):
+        return True
+
+    def set_rank_of(self, global_rank, what):
+        return global_rank
+
+
+global_process_set = _GlobalProcessSet()
+_registered_sets = []
+
+
+def add_process_set(process_set):
+    """Registers a process set on every rank (collective over all ranks, in the same
+    order everywhere) and returns it; a list of ranks makes a new ProcessSet."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"add_process_set: {process_set} is already registered")
+    process_set._set_id(_core.add_process_set(process_set.ranks))
+    _registered_sets.append(process_set)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a registered process set on every rank (collective). Returns False for
+    the global set or a set that is not registered, as Horovod does."""
+    if process_set.process_set_id in (None, 0):
+        return False
+    _core.remove_process_set(process_set.process_set_id)
+    process_set._set_id(None)
+    if process_set in _registered_sets:
+        _registered_sets.remove(process_set)
+    return True
+
+
+# ---- pending collectives ----------------------------------------------------------
+class Pending:
+    """One submitted call: the runtime ops behind it, what must stay alive until they
+    finish, and how to turn them into the call's result."""
+
+    __slots__ = ("ops", "keep", "finish")
+
+    def __init__(self, ops, keep, finish):
+        self.ops = ops
+        self.keep = keep
+        self.finish = finish
+
+
+_pending = {}
+_handles = itertools.count(1)
+
+
+def register(ops, keep, finish):
+    """Registers a submitted call and returns its handle, an int as in Horovod."""
+    handle = next(_handles)
+    _pending[handle] = Pending(ops, keep, finish)
+    return handle
+
+
+def poll(handle):
+    """True once the collective behind ``handle`` finished (``synchronize`` then
+    returns without blocking)."""
+    handle = getattr(handle, "handle", handle)  # a SparseHandle holds its int
+    pending = _pending.get(handle)
+    if pending is None:
+        raise ValueError(f"poll: handle {handle!r} is unknown or already synchronized")
+    return all(op.poll() for op in pending.ops)
+
+
+def synchronize(handle):
+    """Waits for the collective behind ``handle`` (releasing the GIL) and returns its
+    result; raises its failure on this rank. Interrupted (Ctrl-C), the handle stays
+    valid, and so does the memory the collective writes into."""
+    handle = getattr(handle, "handle", handle)
+    pending = _pending.get(handle)
+    if pending is None:
+        raise ValueError(f"synchronize: handle {handle!r} is unknown or already synchronized")
+    try:
+        wait_all(pending.ops)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        del _pending[handle]
+        raise
+    del _pending[handle]
+    return pending.finish()
+
+
+def wait_all(ops):
+    """Waits for every op, then raises the first failure: an op's memory must not be
+    released while another op of the same call may still write into it."""
+    error = None
+    for op in ops:
+        try:
+            op.wait()
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            error = error or e
+    if error is not None:
+        raise error

@@ -1,0 +1,170 @@
+"""Allreduce in Horovod's four forms (out-of-place or in-place, blocking or async),
+its grouped form, and sparse_allreduce_async. The out-of-place blocking forms are
+autograd functions: the gradient of an allreduce is the same allreduce of the
+gradient."""
+
+import torch
+
+from accord import _core
+from accord.basics import Average, global_process_set, register, resolve_op, synchronize
+from accord.torch._tensor import contiguous_copy, dtype_code, in_place_target
+from accord.torch.compression import Compression
+
+
+def _submit(work, name, op, prescale_factor, postscale_factor, process_set):
+    code = dtype_code(work, "allreduce", name)
+    return _core.allreduce_async(work.data_ptr(), code, work.shape, -1, name or "", op,
+                                 float(prescale_factor), float(postscale_factor),
+                                 process_set._id("allreduce"))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing ``tensor`` over the ranks into a new tensor; returns a handle for
+    poll() / synchronize(). The input is not modified. ``op`` defaults to Average."""
+    op = resolve_op(op, average, "allreduce")
+    output = contiguous_copy(tensor)
+    core = _submit(output, name, op, prescale_factor, postscale_factor, process_set)
+    return register([core], output, lambda: output)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """As allreduce_async, reducing ``tensor`` in place."""
+    op = resolve_op(op, average, "allreduce")
+    work, finish = in_place_target(tensor)
+    core = _submit(work, name, op, prescale_factor, postscale_factor, process_set)
+    return register([core], (tensor, work), finish)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """Reduces ``tensor`` in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post, process_set = ctx.args
+        grad = allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post,
+                         process_set=process_set)
+        return grad, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns ``tensor`` reduced over the ranks (Average unless ``op`` says otherwise),
+    differentiable; ``compression`` casts it for the wire."""
+    op = resolve_op(op, average, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    return compression.decompress(reduced, ctx)
+
+
+# ---- grouped: negotiated, fused and completed as one unit ---------------------------
+def _submit_group(works, name, op, prescale_factor, postscale_factor, process_set):
+    args = [(w.data_ptr(), dtype_code(w, "grouped_allreduce", name), w.shape, -1)
+            for w in works]
+    return _core.grouped_allreduce_async(args, name or "", op, float(prescale_factor),
+                                         float(postscale_factor),
+                                         process_set._id("grouped_allreduce"))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing a list of tensors as one unit into new tensors."""
+    op = resolve_op(op, average, "grouped_allreduce")
+    outputs = [contiguous_copy(t) for t in tensors]
+    core = _submit_group(outputs, name, op, prescale_factor, postscale_factor, process_set)
+    return register([core], outputs, lambda: outputs)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """As grouped_allreduce_async, in place."""
+    op = resolve_op(op, average, "grouped_allreduce")
+    targets = [in_place_target(t) for t in tensors]
+    works = [w for w, _ in targets]
+    core = _submit_group(works, name, op, prescale_factor, postscale_factor, process_set)
+    return register([core], (list(tensors), works), lambda: [f() for _, f in targets])
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(
+            list(tensors), None, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, process_set = ctx.args
+        reduced = grouped_allreduce(list(grads), op=op, prescale_factor=pre,
+                                    postscale_factor=post, process_set=process_set)
+        return (None, None, None, None, None, *reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """Returns the list of ``tensors`` reduced as one unit, differentiable."""
+    op = resolve_op(op, average, "grouped_allreduce")
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *[t for t, _ in compressed])
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
+
+
+# ---- sparse -------------------------------------------------------------------------
+class SparseHandle:
+    """What sparse_allreduce_async returns: call it (Horovod's way) or pass it to
+    synchronize() for the reduced sparse tensor; poll() works on it too."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __call__(self):
+        return synchronize(self.handle)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse COO tensor by gathering every rank's indices and values; the
+    result holds duplicate indices, summed by coalesce() or by the optimizer."""
+    from accord.torch.gather import allgather_async
+
+    op = resolve_op(op, None, "sparse_allreduce_async")
+    if op not in (Average, _core.reduce_ops["sum"]):
+        raise ValueError("sparse_allreduce_async: only Average and Sum apply to sparse tensors")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    base = name or "sparse"
+    indices = allgather_async(t.indices().t().contiguous(), name=f"{base}.indices",
+                              process_set=process_set)
+    values = allgather_async(t.values().contiguous(), name=f"{base}.values",
+                             process_set=process_set)
+    n = process_set.size()
+
+    def finish():
+        gathered = synchronize(values)
+        idx = synchronize(indices)
+        if op == Average:
+            gathered = gathered / n
+        return torch.sparse_coo_tensor(idx.t(), gathered, t.size())
+
+    from accord.basics import _pending
+    ops = _pending[indices].ops + _pending[values].ops
+    return SparseHandle(register(ops, (t,), finish))

@@ -1,0 +1,145 @@
+"""Broadcasting a model's and an optimizer's state, and moving Python objects between
+ranks (pickled into uint8 tensors)."""
+
+import pickle
+
+import torch
+
+from accord import _core
+from accord.basics import global_process_set, rank, synchronize
+from accord.torch._tensor import _DTYPES
+from accord.torch.broadcast import broadcast_, broadcast_async_
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Overwrites the parameters on every rank with root's. ``params``: a dict such as
+    ``model.state_dict()`` (broadcast in sorted key order), or an iterable of tensors
+    or of (name, tensor) pairs such as ``model.named_parameters()``."""
+    if isinstance(params, dict):
+        params = sorted(params.items())
+    elif hasattr(params, "__iter__"):
+        params = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError(f"broadcast_parameters: invalid params of type {type(params).__name__}")
+    handles = [broadcast_async_(p, root_rank, name, process_set) for name, p in params]
+    for handle in handles:
+        synchronize(handle)
+
+
+# ---- optimizer state -----------------------------------------------------------------
+class _TensorSlot:
+    """Stands for a tensor of the state in the pickled skeleton root broadcasts."""
+
+    def __init__(self, index, tensor):
+        self.index = index
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+
+
+def _split(value, tensors):
+    """The value with each CPU tensor Accord can broadcast replaced by a _TensorSlot
+    (appending the tensor to ``tensors``); other values stay, to be pickled."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and value.dtype in _DTYPES and not value.is_sparse:
+            tensors.append(value.detach())
+            return _TensorSlot(len(tensors) - 1, value)
+        return value
+    if isinstance(value, dict):
+        return type(value)((k, _split(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_split(v, tensors) for v in value)
+    return value
+
+
+def _join(value, tensors):
+    if isinstance(value, _TensorSlot):
+        return tensors[value.index]
+    if isinstance(value, dict):
+        return type(value)((k, _join(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_join(v, tensors) for v in value)
+    return value
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
+    """Makes every rank's optimizer state (per-parameter state and hyperparameters)
+    identical to root's. Works whether or not the other ranks' optimizers have state
+    yet (a checkpoint resumed on root only, say); tensors go as tensors, the rest of the
+    structure pickled. ``model`` is accepted for Horovod's signature and not needed."""
+    tensors = []
+    skeleton = _split(optimizer.state_dict(), tensors) if rank() == root_rank else None
+    skeleton = broadcast_object(skeleton, root_rank, process_set=process_set)
+    if rank() != root_rank:
+        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in _slots(skeleton)]
+    handles = [broadcast_async_(t, root_rank, process_set=process_set) for t in tensors]
+    for handle in handles:
+        synchronize(handle)
+    if rank() != root_rank:
+        optimizer.load_state_dict(_join(skeleton, tensors))
+
+
+def _slots(value):
+    found = []
+
+    def walk(v):
+        if isinstance(v, _TensorSlot):
+            found.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    return sorted(found, key=lambda s: s.index)
+
+
+# ---- Python objects ------------------------------------------------------------------
+def _dumps(obj):
+    try:  # cloudpickle, where installed, also takes lambdas and local classes (as Horovod)
+        import cloudpickle
+        return cloudpickle.dumps(obj)
+    except ImportError:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _suffixed(name, suffix):
+    return f"{name}.{suffix}" if name else None
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root's ``obj`` on every rank (pickled, so any picklable object).
+    ``root_rank`` is a global rank."""
+    size = torch.zeros(1, dtype=torch.int64)
+    if rank() == root_rank:
+        data = bytearray(_dumps(obj))
+        size[0] = len(data)
+    broadcast_(size, root_rank, _suffixed(name, "size"), process_set)
+    if rank() != root_rank:
+        data = bytearray(int(size[0]))
+    # The tensor shares the bytearray's memory: the broadcast writes straight into it.
+    broadcast_(torch.frombuffer(data, dtype=torch.uint8), root_rank, _suffixed(name, "data"),
+               process_set)
+    return obj if rank() == root_rank else pickle.loads(data)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's ``obj``, in rank order of the set."""
+    data = bytearray(_dumps(obj))
+    set_id = process_set._id("allgather_object")
+    sizes = torch.tensor([len(data)], dtype=torch.int64)
+    op = _core.allgather_async(sizes.data_ptr(), _core.int64, [1], -1, _suffixed(name, "size") or "",
+                               set_id)
+    op.wait()
+    lengths = memoryview(op.output()).tolist()
+    payload = torch.frombuffer(data, dtype=torch.uint8)
+    op = _core.allgather_async(payload.data_ptr(), _core.uint8, [len(data)], -1,
+                               _suffixed(name, "data") or "", set_id)
+    op.wait()
+    gathered = memoryview(op.output())
+    objects, offset = [], 0
+    for n in lengths:
+        objects.append(pickle.loads(gathered[offset:offset + n]))
+        offset += n
+    return objects

@@ -1,0 +1,220 @@
+"""Collectives whose output Accord allocates once the other ranks' shapes are known:
+allgather, alltoall and reducescatter, with their grouped forms (several tensors under
+one handle). The output arrives from the runtime's memory without a copy. The blocking
+forms are autograd functions with Horovod's gradients."""
+
+import torch
+
+from accord import _core
+from accord.basics import Average, Sum, global_process_set, register, resolve_op, synchronize
+from accord.torch._tensor import dtype_code, from_buffer
+from accord.torch.allreduce import allreduce, grouped_allreduce
+from accord.torch.compression import Compression
+
+
+def _names(name, count):
+    return [f"{name}.{i}" for i in range(count)] if name else [""] * count
+
+
+# ---- allgather -----------------------------------------------------------------------
+def _submit_allgather(tensor, name, process_set):
+    work = tensor.detach().contiguous()
+    code = dtype_code(work, "allgather", name)
+    core = _core.allgather_async(work.data_ptr(), code, work.shape, -1, name or "",
+                                 process_set._id("allgather"))
+    return core, work
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's ``tensor`` along the first dimension (which
+    may differ per rank)."""
+    core, work = _submit_allgather(tensor, name, process_set)
+    return register([core], work, lambda: from_buffer(core.output()))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """allgather_async of each tensor, under one handle that gives the list."""
+    submitted = [_submit_allgather(t, n, process_set)
+                 for t, n in zip(tensors, _names(name, len(tensors)))]
+    cores = [c for c, _ in submitted]
+    return register(cores, [w for _, w in submitted],
+                    lambda: [from_buffer(c.output()) for c in cores])
+
+
+def _own_rows(grad, rows, process_set):
+    """The rows of ``grad`` that came from this rank: Horovod's allgather gradient is
+    the Average allreduce of the output gradient, cut to this rank's part."""
+    counts = allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
+    offset = int(counts[:process_set.rank()].sum())
+    return grad.narrow(0, offset, rows)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        return _own_rows(reduced, ctx.rows, ctx.process_set), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Returns every rank's ``tensor`` concatenated along the first dimension."""
+    return _Allgather.apply(tensor, name, process_set)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] if t.dim() > 0 else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce(list(grads), op=Average, process_set=ctx.process_set)
+        return (None, None, *[_own_rows(g, rows, ctx.process_set)
+                              for g, rows in zip(reduced, ctx.rows)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
+
+
+# ---- alltoall ------------------------------------------------------------------------
+def _split_list(splits):
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts sending ``splits[r]`` rows of ``tensor`` to rank r (equal parts if None).
+    synchronize() gives (output, received_splits), received_splits[r] being the rows
+    that came from rank r (an int32 tensor)."""
+    work = tensor.detach().contiguous()
+    code = dtype_code(work, "alltoall", name)
+    core = _core.alltoall_async(work.data_ptr(), code, work.shape, -1, _split_list(splits),
+                                name or "", process_set._id("alltoall"))
+
+    def finish():
+        received = torch.tensor(core.received_splits(), dtype=torch.int32)
+        return from_buffer(core.output()), received
+
+    return register([core], work, finish)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _received_grad):
+        # Sending every row back where it came from is the exact gradient.
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received,
+                           process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Returns the rows every rank sent here; with ``splits`` given, also the int32
+    tensor of rows received from each rank, as Horovod does."""
+    output, received = _Alltoall.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received)
+
+
+# ---- reducescatter -------------------------------------------------------------------
+def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor):
+    work = tensor.detach().contiguous()
+    code = dtype_code(work, "reducescatter", name)
+    core = _core.reducescatter_async(work.data_ptr(), code, work.shape, -1, name or "", op,
+                                     float(prescale_factor), float(postscale_factor),
+                                     process_set._id("reducescatter"))
+    return core, work
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducing ``tensor`` (same shape on every rank) and giving each rank its
+    block of rows; the first ranks get a row more when the rows do not divide evenly."""
+    op = resolve_op(op, None, "reducescatter")
+    core, work = _submit_reducescatter(tensor, name, op, process_set, prescale_factor,
+                                       postscale_factor)
+    return register([core], work, lambda: from_buffer(core.output()))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    op = resolve_op(op, None, "grouped_reducescatter")
+    submitted = [_submit_reducescatter(t, n, op, process_set, prescale_factor, postscale_factor)
+                 for t, n in zip(tensors, _names(name, len(tensors)))]
+    cores = [c for c, _ in submitted]
+    return register(cores, [w for _, w in submitted],
+                    lambda: [from_buffer(c.output()) for c in cores])
+
+
+def _reducescatter_grad(grad, op, process_set, pre, post):
+    # Horovod's definition: the allgather of the output gradient, times the set size
+    # for Sum, times both scale factors.
+    factor = (process_set.size() if op == Sum else 1) * pre * post
+    return grad * factor if factor != 1 else grad
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (op, process_set, prescale_factor, postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, process_set, pre, post = ctx.args
+        grad = _reducescatter_grad(grad_output, op, process_set, pre, post)
+        return allgather(grad, process_set=process_set), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Returns this rank's block of ``tensor`` reduced over the ranks, differentiable."""
+    op = resolve_op(op, None, "reducescatter")
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                   postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (op, process_set, prescale_factor, postscale_factor)
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, process_set, pre, post = ctx.args
+        scaled = [_reducescatter_grad(g, op, process_set, pre, post) for g in grads]
+        return (None, None, None, None, None,
+                *grouped_allgather(scaled, process_set=process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    op = resolve_op(op, None, "grouped_reducescatter")
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                          postscale_factor, *[t for t, _ in compressed])
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]

@@ -1,0 +1,36 @@
+"""Every collective of accord.torch in one namespace, as horovod.torch.mpi_ops has
+them, plus barrier and join."""
+
+from accord import _core
+from accord.basics import (  # noqa: F401  (re-exported)
+    Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
+    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
+    init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, poll, rank, remove_process_set, rocm_built, shutdown,
+    size, start_timeline, stop_timeline, synchronize)
+from accord.errors import HorovodInternalError  # noqa: F401
+from accord.torch.allreduce import (  # noqa: F401
+    SparseHandle, allreduce, allreduce_, allreduce_async, allreduce_async_, grouped_allreduce,
+    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+    sparse_allreduce_async)
+from accord.torch.broadcast import (  # noqa: F401
+    broadcast, broadcast_, broadcast_async, broadcast_async_)
+from accord.torch.gather import (  # noqa: F401
+    allgather, allgather_async, alltoall, alltoall_async, grouped_allgather,
+    grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+    reducescatter_async)
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called barrier()."""
+    _core.barrier_async(process_set._id("barrier")).wait()
+
+
+def join(device=-1, process_set=global_process_set):
+    """Says this rank has run out of data: until every rank has joined, the others'
+    allreduces go on with this rank contributing zeros. Returns the rank that joined
+    last. ``device`` is accepted for Horovod's signature; joins are on the CPU."""
+    op = _core.join_async(process_set._id("join"))
+    op.wait()
+    last = op.last_joined_rank()  # a rank within the set
+    return last if process_set is global_process_set else process_set.ranks[last]

@@ -1,0 +1,314 @@
+"""DistributedOptimizer: wraps a torch optimizer so that every gradient is averaged
+over the ranks before the step, Horovod's way.
+
+A hook on each parameter starts that parameter's asynchronous allreduce the moment its
+gradient is final, so communication overlaps the rest of backward; step() first waits
+for them all. The wrapped object is an instance of a subclass of the optimizer's own
+class (same name, same behaviour) sharing the optimizer's state, param groups and
+hyperparameters.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from accord.basics import Adasum, Average, global_process_set, resolve_op, synchronize
+from accord.torch.allreduce import (allreduce_async_, grouped_allreduce_async_,
+                                    sparse_allreduce_async)
+from accord.torch.compression import Compression
+
+
+class _DistributedMixin:
+    """Placed before the optimizer's class in the wrapped object's MRO."""
+
+    def _accord_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                      gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+        params = [p for group in self.param_groups for p in group["params"]]
+        self._names = _parameter_names(named_parameters, self.param_groups, params)
+        self._delay = {p: backward_passes_per_step for p in params}
+        self._handles = {}  # parameter, or tuple of a group's parameters -> (handle, ctx)
+        self._grad_hooks = []
+        self._requires_update = []
+        self._group_of = {}
+        self._group_ready = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        if process_set.included() and process_set.size() > 1:
+            self._requires_update = [p for p in params if p.requires_grad]
+            self._make_groups(groups)
+            for p in self._requires_update:
+                self._grad_hooks.append(_on_grad_ready(p, self._make_hook(p)))
+
+    # ---- groups: parameters whose gradients go as one grouped allreduce ---------------
+    def _make_groups(self, groups):
+        if groups is None:
+            return
+        order = self._requires_update  # param_groups order: the same on every rank
+        if isinstance(groups, list):
+            member = {id(p) for p in order}
+            seen = set()
+            chunks = []
+            for group in groups:
+                chunk = []
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("DistributedOptimizer: groups must hold tensors")
+                    if id(p) in seen:
+                        raise ValueError("DistributedOptimizer: a parameter can appear in "
+                                         "only one group")
+                    seen.add(id(p))
+                    if id(p) in member:
+                        chunk.append(p)
+                chunks.append(chunk)
+            chunks += [[p] for p in order if id(p) not in seen]
+        else:
+            n = max(1, min(int(groups), len(order)))
+            size, extra = divmod(len(order), n)
+            chunks, start = [], 0
+            for i in range(n):
+                end = start + size + (1 if i < extra else 0)
+                chunks.append(order[start:end])
+                start = end
+        for chunk in chunks:
+            if chunk:
+                group = tuple(chunk)
+                for p in group:
+                    self._group_of[p] = group
+                self._group_ready[group] = 0
+
+    # ---- submission -------------------------------------------------------------------
+    def _scale_factors(self):
+        if self._op == Average:
+            # The runtime divides by the set size after the sum; predividing splits it.
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # No gradient on this rank (an unused branch): the others may have one, and
+            # every rank must submit the same names.
+            p.grad = torch.zeros_like(p)
+        name = self._names[p]
+        grad = p.grad
+        if grad.is_sparse:
+            if not self._sparse_as_dense:
+                return sparse_allreduce_async(grad, name, self._op, self._process_set), None
+            grad = grad.to_dense()
+        compressed, ctx = self._compression.compress(grad)
+        pre, post = self._scale_factors()
+        handle = allreduce_async_(compressed, name=name, op=self._op, prescale_factor=pre,
+                                  postscale_factor=post, process_set=self._process_set)
+        return handle, (compressed, ctx)
+
+    def _grouped_allreduce_grad_async(self, group):
+        for p in group:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        compressed = [self._compression.compress(p.grad) for p in group]
+        pre, post = self._scale_factors()
+        handle = grouped_allreduce_async_([c for c, _ in compressed], name=self._names[group[0]],
+                                          op=self._op, prescale_factor=pre,
+                                          postscale_factor=post, process_set=self._process_set)
+        return handle, compressed
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if self._delay[p] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times before "
+                    "step(): increase backward_passes_per_step to accumulate them locally")
+            self._delay[p] -= 1
+            if self._delay[p] > 0:
+                self._handles[p] = (None, None)  # accumulating locally
+                return
+            group = self._group_of.get(p)
+            if group is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+                return
+            self._handles.pop(p, None)
+            self._group_ready[group] += 1
+            if self._group_ready[group] == len(group):
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+        return hook
+
+    # ---- synchronization --------------------------------------------------------------
+    def synchronize(self):
+        """Waits for every gradient's allreduce, starting those that have not started
+        (parameters without a gradient on this rank get zeros), and writes the averaged
+        gradients into ``p.grad``."""
+        if not self._requires_update:
+            self._synchronized = True
+            return
+        for key in self._unsubmitted():
+            submit = self._grouped_allreduce_grad_async if isinstance(key, tuple) \
+                else self._allreduce_grad_async
+            self._handles[key] = submit(key)
+        error = None
+        for key, (handle, ctx) in self._handles.items():
+            try:
+                self._finish(key, handle, ctx)
+            except Exception as e:  # the other handles must still complete
+                error = error or e
+        self._handles.clear()
+        for group in self._group_ready:
+            self._group_ready[group] = 0
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        if error is not None:
+            raise error
+        self._synchronized = True
+
+    def _unsubmitted(self):
+        keys, seen = [], set()  # by id: tensors compare element-wise, not as keys
+        for p in self._requires_update:
+            group = self._group_of.get(p)
+            key = p if group is None else group
+            if id(key) in seen:
+                continue
+            seen.add(id(key))
+            if self._handles.get(key, (None,))[0] is None:
+                keys.append(key)
+        return keys
+
+    def _finish(self, key, handle, ctx):
+        output = synchronize(handle)
+        if isinstance(key, tuple):
+            for p, reduced, (_, c) in zip(key, output, ctx):
+                _write_grad(p, self._compression.decompress(reduced, c))
+            return
+        if ctx is None:  # sparse
+            p = key
+            p.grad = output.coalesce()
+            return
+        _write_grad(key, self._compression.decompress(output, ctx[1]), self._sparse_as_dense)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Within it, step() does not synchronize: call synchronize() yourself before
+        (for gradient clipping, or AMP's unscale_)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "after optimizer.synchronize(): the gradients are reduced twice")
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(): the pending allreduces still "
+                "write into the gradients")
+        return super().zero_grad(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles.clear()
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        return super().load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+
+def _write_grad(p, reduced, to_sparse=False):
+    if to_sparse and p.grad.is_sparse:
+        p.grad = reduced.to_sparse()
+    elif reduced.data_ptr() != p.grad.data_ptr():
+        p.grad.copy_(reduced)
+
+
+def _on_grad_ready(p, hook):
+    """Calls hook(p) once p.grad holds this backward pass's gradient."""
+    if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+        return p.register_post_accumulate_grad_hook(hook)
+    # Older torch: a hook on the parameter's gradient accumulator, which runs after it
+    # has written p.grad. The accumulator must be kept alive for the hook to stay.
+    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+    accumulator.register_hook(hook)
+    return accumulator
+
+
+def _parameter_names(named_parameters, param_groups, params):
+    if named_parameters is None:
+        return {p: f"allreduce.noname.{i}.{j}"
+                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
+    named = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+        raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                         "usually model.named_parameters()")
+    names = [n for n, _ in named]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique; duplicates: "
+                         + ", ".join(duplicates))
+    by_param = {p: n for n, p in named}
+    unnamed = [p for p in params if p not in by_param]
+    if unnamed:
+        raise ValueError(f"named_parameters was given, but {len(unnamed)} parameter(s) of the "
+                         f"optimizer are not in it (shapes: {[tuple(p.shape) for p in unnamed]})")
+    return by_param
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Returns ``optimizer`` wrapped so that step() uses gradients averaged (``op``) over
+    the ranks of ``process_set``. Arguments as in Horovod:
+
+    named_parameters: (name, parameter) pairs naming each allreduce (else generated).
+    compression: Compression.none, .fp16 or .bf16 for the wire.
+    backward_passes_per_step: backward passes accumulated locally per step().
+    gradient_predivide_factor: with Average, divide by it before the sum and by
+        size / factor after.
+    groups: an int (that many grouped allreduces) or lists of parameters to reduce as
+        one unit; num_groups is its deprecated name.
+    sparse_as_dense: reduce sparse gradients as dense tensors.
+    """
+    if op == Adasum:
+        raise NotImplementedError("DistributedOptimizer: Adasum is not implemented in Accord "
+                                  "yet; use op=Average")
+    op = resolve_op(op, None, "DistributedOptimizer")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("num_groups is deprecated: use groups", DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not isinstance(groups, list) and groups <= 0:
+        raise ValueError("groups should be a positive integer or a list of lists of tensors")
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError("DistributedOptimizer: the optimizer is already distributed")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedMixin, base), {"__module__": base.__module__})
+    wrapped = cls.__new__(cls)
+    # The same state, param groups and hyperparameters: a scheduler made for the
+    # original optimizer still drives the wrapped one. A step patched onto the instance
+    # (by an early LR scheduler) would bypass synchronize(): leave it behind.
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                             if k not in ("step", "zero_grad")})
+    wrapped._accord_setup(named_parameters, compression, backward_passes_per_step, op,
+                          gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    return wrapped

@@ -1,0 +1,139 @@
+// The collectives as the Python package sees them: a tensor arrives as its data
+// pointer, dtype code, shape and device (read by the framework layer from the tensor
+// itself, so no framework is compiled in), and every call returns a PendingOp at once.
+// Names, ops and ranks are checked by the runtime's own enqueue(), not again here.
+#include "bindings.h"
+#include "dlpack.h"
+#include "pending.h"
+
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace accord::python {
+
+namespace {
+
+// The Python side passes device -1 for host memory, a GPU ordinal otherwise.
+TensorView view(std::uintptr_t data, int dtype, Shape shape, int device) {
+  return {reinterpret_cast<void*>(data), static_cast<DType>(dtype), std::move(shape),
+          device < 0 ? Device::cpu() : Device::cuda(device)};
+}
+
+using TensorArgs = std::tuple<std::uintptr_t, int, Shape, int>;
+
+PendingOp allreduce(std::uintptr_t data, int dtype, Shape shape, int device,
+                    const std::string& name, int op, double prescale, double postscale,
+                    ProcessSetId set) {
+  AllreduceOptions o;
+  o.name = name;
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.process_set = set;
+  return {allreduce_async(view(data, dtype, std::move(shape), device), o), nullptr};
+}
+
+PendingOp groupedAllreduce(const std::vector<TensorArgs>& tensors, const std::string& name, int op,
+                           double prescale, double postscale, ProcessSetId set) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const auto& [data, dtype, shape, device] : tensors)
+    views.push_back(view(data, dtype, shape, device));
+  AllreduceOptions o;
+  o.name = name;
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.process_set = set;
+  return {grouped_allreduce_async(std::move(views), o), nullptr};
+}
+
+PendingOp allgather(std::uintptr_t data, int dtype, Shape shape, int device,
+                    const std::string& name, ProcessSetId set) {
+  auto slot = std::make_shared<OutputSlot>();
+  AllgatherOptions o;
+  o.name = name;
+  o.process_set = set;
+  auto v = view(data, dtype, std::move(shape), device);
+  return {allgather_async(v, allocateInto(slot, v.dtype), o), slot};
+}
+
+PendingOp broadcast(std::uintptr_t data, int dtype, Shape shape, int device,
+                    const std::string& name, int root, ProcessSetId set) {
+  BroadcastOptions o;
+  o.name = name;
+  o.root = root;
+  o.process_set = set;
+  return {broadcast_async(view(data, dtype, std::move(shape), device), o), nullptr};
+}
+
+PendingOp alltoall(std::uintptr_t data, int dtype, Shape shape, int device,
+                   std::vector<std::int64_t> splits, const std::string& name, ProcessSetId set) {
+  auto slot = std::make_shared<OutputSlot>();
+  AlltoallOptions o;
+  o.name = name;
+  o.splits = std::move(splits);
+  o.process_set = set;
+  auto v = view(data, dtype, std::move(shape), device);
+  return {alltoall_async(v, allocateInto(slot, v.dtype), o), slot};
+}
+
+PendingOp reducescatter(std::uintptr_t data, int dtype, Shape shape, int device,
+                        const std::string& name, int op, double prescale, double postscale,
+                        ProcessSetId set) {
+  auto slot = std::make_shared<OutputSlot>();
+  ReducescatterOptions o;
+  o.name = name;
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.process_set = set;
+  auto v = view(data, dtype, std::move(shape), device);
+  return {reducescatter_async(v, allocateInto(slot, v.dtype), o), slot};
+}
+
+}  // namespace
+
+void defineCollectives(py::module_& m) {
+  py::class_<PendingOp>(m, "PendingOp", "A submitted collective: poll() and wait() (GIL released).")
+      .def("poll", &PendingOp::poll)
+      .def("wait", &PendingOp::wait)
+      .def("output", &PendingOp::output, "The output Accord allocated, after wait().")
+      .def("received_splits", &PendingOp::receivedSplits)
+      .def("last_joined_rank", &PendingOp::lastJoinedRank)
+      .def("process_set", &PendingOp::processSet);
+
+  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", py::buffer_protocol(),
+                                              "Output memory owned by Accord.")
+      .def_property_readonly("dtype", [](const Buffer& b) { return static_cast<int>(b.dtype()); })
+      .def_property_readonly("shape", [](const Buffer& b) { return b.shape(); })
+      .def("dlpack", [](std::shared_ptr<Buffer> b) { return toDLPack(std::move(b)); })
+      .def_buffer([](Buffer& b) { return bufferInfo(b); });
+
+  m.def("allreduce_async", &allreduce, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), py::arg("name"), py::arg("op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("process_set"));
+  m.def("grouped_allreduce_async", &groupedAllreduce, py::arg("tensors"), py::arg("name"),
+        py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"));
+  m.def("allgather_async", &allgather, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), py::arg("name"), py::arg("process_set"));
+  m.def("broadcast_async", &broadcast, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), py::arg("name"), py::arg("root"), py::arg("process_set"));
+  m.def("alltoall_async", &alltoall, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), py::arg("splits"), py::arg("name"), py::arg("process_set"));
+  m.def("reducescatter_async", &reducescatter, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), py::arg("name"), py::arg("op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("process_set"));
+  m.def("barrier_async", [](ProcessSetId set) { return PendingOp(barrier_async(set), nullptr); });
+  m.def("join_async", [](ProcessSetId set) { return PendingOp(join_async(set), nullptr); });
+  m.def("reducescatter_rows", &reducescatter_rows, py::arg("rows"), py::arg("rank"),
+        py::arg("set_size"));
+}
+
+}  // namespace accord::python

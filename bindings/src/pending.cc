@@ -1,0 +1,44 @@
+#include "pending.h"
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+
+namespace py = pybind11;
+
+namespace accord::python {
+
+void PendingOp::wait() const {
+  // 100 ms: Ctrl-C answers within a blink, and a wake-up ten times a second costs
+  // nothing measurable against collectives that take that long.
+  constexpr std::chrono::milliseconds kSlice{100};
+  if (handle_.poll()) {
+    handle_.wait();  // done already: skip releasing the GIL
+    return;
+  }
+  while (true) {
+    {
+      py::gil_scoped_release release;
+      if (handle_.wait_for(kSlice)) return;
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+std::shared_ptr<Buffer> PendingOp::output() const {
+  handle_.wait();
+  if (!output_ || !output_->buffer) {
+    throw InvalidArgument("this collective has no output allocated by Accord");
+  }
+  return output_->buffer;
+}
+
+Allocator allocateInto(std::shared_ptr<OutputSlot> slot, DType dtype) {
+  return [slot = std::move(slot), dtype](const Shape& shape) {
+    // Background thread: plain C++ memory, no GIL.
+    slot->buffer = std::make_shared<Buffer>(dtype, shape);
+    return slot->buffer->view();
+  };
+}
+
+}  // namespace accord::python

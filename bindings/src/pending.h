@@ -1,0 +1,43 @@
+// PendingOp: what a Python collective call returns. It holds the runtime's handle and,
+// for collectives whose output Accord allocates, the slot the background thread fills.
+#pragma once
+
+#include "buffer.h"
+
+#include <accord/accord.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace accord::python {
+
+// Filled on the background thread by the allocator, read after the handle completes
+// (the handle's completion orders the two).
+struct OutputSlot {
+  std::shared_ptr<Buffer> buffer;
+};
+
+class PendingOp {
+ public:
+  PendingOp(Handle handle, std::shared_ptr<OutputSlot> output)
+      : handle_(std::move(handle)), output_(std::move(output)) {}
+
+  bool poll() const { return handle_.poll(); }
+  // Waits with the GIL released, in slices so that Ctrl-C and other signal handlers
+  // (pytest-timeout's, for one) still run; rethrows the collective's failure.
+  void wait() const;
+  std::shared_ptr<Buffer> output() const;  // after wait(); throws if there is none
+  std::vector<std::int64_t> receivedSplits() const { return handle_.received_splits(); }
+  int lastJoinedRank() const { return handle_.last_joined_rank(); }
+  ProcessSetId processSet() const { return handle_.process_set(); }
+
+ private:
+  Handle handle_;
+  std::shared_ptr<OutputSlot> output_;
+};
+
+// An allocator that makes a Buffer of the negotiated shape and leaves it in `slot`.
+Allocator allocateInto(std::shared_ptr<OutputSlot> slot, DType dtype);
+
+}  // namespace accord::python

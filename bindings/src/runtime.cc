@@ -1,0 +1,117 @@
+// Lifetime, topology, process sets and what this build contains, for accord._core.
+// Calls that wait on other ranks (init, shutdown, process-set changes) release the GIL:
+// the background thread never takes it, but other Python threads may need it.
+#include "bindings.h"
+#include "errors.h"
+#include "pending.h"
+
+#include <accord/accord.h>
+
+#include <mpi.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace accord::python {
+
+namespace {
+
+int mpiThreadLevel() {
+  if (!is_initialized()) {
+    throw NotInitialized("mpi_threads_supported: Accord is not initialized; call init() first");
+  }
+  int level = 0;
+  MPI_Query_thread(&level);  // a local query, safe beside Accord's background thread
+  return level;
+}
+
+}  // namespace
+
+py::buffer_info bufferInfo(Buffer& b) {
+  const char* format = nullptr;
+  switch (b.dtype()) {
+    case DType::UInt8:
+      format = "B";
+      break;
+    case DType::Int8:
+      format = "b";
+      break;
+    case DType::Int32:
+      format = "i";
+      break;
+    case DType::Int64:
+      format = "q";
+      break;
+    case DType::Float16:
+      format = "e";
+      break;
+    case DType::BFloat16:
+      format = "H";
+      break;
+    case DType::Float32:
+      format = "f";
+      break;
+    case DType::Float64:
+      format = "d";
+      break;
+  }
+  const auto itemsize = static_cast<py::ssize_t>(dtype_size(b.dtype()));
+  std::vector<py::ssize_t> shape(b.shape().begin(), b.shape().end());
+  std::vector<py::ssize_t> strides(shape.size(), itemsize);
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return py::buffer_info(b.data(), itemsize, format, static_cast<py::ssize_t>(shape.size()), shape,
+                         strides);
+}
+
+void defineRuntime(py::module_& m) {
+  m.def("init", [] {
+    {
+      py::gil_scoped_release release;
+      init();
+    }
+    noteShutDown(false);
+  });
+  m.def("shutdown", [] {
+    const bool was_running = is_initialized();
+    {
+      py::gil_scoped_release release;
+      shutdown();
+    }
+    if (was_running) noteShutDown(true);
+  });
+  m.def("is_initialized", &is_initialized);
+  m.def("rank", &rank);
+  m.def("size", &size);
+  m.def("local_rank", &local_rank);
+  m.def("local_size", &local_size);
+  m.def("cross_rank", &cross_rank);
+  m.def("cross_size", &cross_size);
+  m.def("mpi_thread_level", &mpiThreadLevel);
+  m.attr("MPI_THREAD_MULTIPLE") = static_cast<int>(MPI_THREAD_MULTIPLE);
+
+  m.def("add_process_set", &add_process_set, py::arg("ranks"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("remove_process_set", &remove_process_set, py::arg("id"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("process_set_ranks", &process_set_ranks, py::arg("id"));
+  m.def("process_set_included", &process_set_included, py::arg("id"));
+  m.def("process_set_rank", &process_set_rank, py::arg("id"));
+  m.def("process_set_size", &process_set_size, py::arg("id"));
+  m.def("process_set_transport",
+        [](ProcessSetId id) { return std::string(transport_name(process_set_transport(id))); });
+
+  // Codes the Python side passes for dtypes and ops: the C++ enums' own values.
+  for (int d = 0; d < kNumDTypes; ++d) m.attr(dtype_name(static_cast<DType>(d))) = d;
+  py::dict ops;
+  for (int o = 0; o < kNumReduceOps; ++o) ops[reduce_op_name(static_cast<ReduceOp>(o))] = o;
+  m.attr("reduce_ops") = ops;
+
+  // What this build contains. The GPU path (NCCL, CUDA) is not there yet.
+  py::dict built;
+  built["mpi"] = true;
+  built["cuda"] = false;
+  built["nccl"] = false;
+  m.attr("built") = built;
+}
+
+}  // namespace accord::python
