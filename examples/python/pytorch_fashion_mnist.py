@@ -156,6 +156,15 @@ def evaluate(model, x, y):
     return loss_sum / count, correct / count
 
 
+def weight_spread(model):
+    """The largest difference of any weight between two ranks: 0 when, as data-parallel
+    training promises, every rank holds exactly the same model."""
+    flat = torch.cat([t.detach().flatten().double() for t in model.state_dict().values()])
+    high = hvd.allreduce(flat, name="check.max", op=hvd.Max)
+    low = hvd.allreduce(flat, name="check.min", op=hvd.Min)
+    return (high - low).max().item()
+
+
 def main():
     args = parse_args()
     check_data_dir(args.data_dir)
@@ -191,8 +200,12 @@ def main():
         if hvd.rank() == 0:
             print(f"epoch {epoch}: train loss {train_loss:.4f}, test loss {test_loss:.4f}, "
                   f"test accuracy {100 * accuracy:.2f}% ({time.perf_counter() - start:.1f} s)", flush=True)
+    spread = weight_spread(model)
     if hvd.rank() == 0:
         print(f"final test accuracy {100 * accuracy:.2f}%")
+        print(f"weights identical on all {hvd.size()} ranks" if spread == 0
+              else f"weights differ between ranks by up to {spread:g}", flush=True)
+    sys.exit(0 if spread == 0 else 1)
 
 
 if __name__ == "__main__":
