@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
+# The PyTorch 2 environment in which the Python tests also run (made once, then reused).
+bash ci/python-env.sh > /dev/null
 bash ci/build.sh
 build_dir=${ACCORD_BUILD_DIR:-build}
 # The multi-rank tests run as root inside containers: let OpenMPI do that.

@@ -77,8 +77,8 @@ def shutdown():
     """Ends the runtime on every rank; collectives still pending fail with
     ShutDownError. Safe to call more than once."""
     _core.shutdown()
-    # Only now: every pending op has completed, so its buffers may be released.
-    _pending.clear()
+    # Pending handles stay: they have completed (with ShutDownError), and synchronize()
+    # still says so.
     for ps in _registered_sets:
         ps._set_id(None)
     _registered_sets.clear()

@@ -35,8 +35,8 @@ def dtype_code(tensor, what, name):
                          f"{type(tensor).__name__}")
     if tensor.device.type != "cpu":
         raise NotImplementedError(
-            f"{describe(what, name)}: the tensor is on {tensor.device}, but Accord's GPU "
-            "path is not there yet: only CPU tensors can be used for now (tensor.cpu())")
+            f"{describe(what, name)}: the tensor is on {tensor.device}, but Accord takes CPU "
+            "tensors only for now (its GPU path is not there yet): move it with tensor.cpu()")
     if tensor.layout != torch.strided:
         raise ValueError(f"{describe(what, name)}: {tensor.layout} tensors are not supported "
                          "(sparse gradients go through sparse_allreduce_async)")
@@ -44,18 +44,27 @@ def dtype_code(tensor, what, name):
                      f"Accord (supported: {_SUPPORTED})")
 
 
-def contiguous_copy(tensor):
-    """A fresh contiguous copy, outside autograd: the buffer an out-of-place
-    collective works in."""
-    return tensor.detach().clone(memory_format=torch.contiguous_format)
+def contiguous_copy(tensor, what, name):
+    """(copy, dtype code): a fresh contiguous copy, outside autograd, that an
+    out-of-place collective works in."""
+    code = dtype_code(tensor, what, name)
+    return tensor.detach().clone(memory_format=torch.contiguous_format), code
 
 
-def in_place_target(tensor):
-    """(work, finish) for an in-place collective: the contiguous buffer the runtime
-    writes into, and a function that makes ``tensor`` hold the result."""
+def contiguous_input(tensor, what, name):
+    """(tensor, dtype code): the tensor itself when contiguous, else a contiguous copy;
+    outside autograd."""
+    code = dtype_code(tensor, what, name)
+    return tensor.detach().contiguous(), code
+
+
+def in_place_target(tensor, what, name):
+    """(work, dtype code, finish) for an in-place collective: the contiguous buffer the
+    runtime writes into, and a function that makes ``tensor`` hold the result."""
+    code = dtype_code(tensor, what, name)
     work = tensor.detach()
     if work.is_contiguous():
-        return work, lambda: tensor
+        return work, code, lambda: tensor
     work = work.contiguous()
 
     def copy_back():
@@ -63,7 +72,7 @@ def in_place_target(tensor):
             tensor.copy_(work)
         return tensor
 
-    return work, copy_back
+    return work, code, copy_back
 
 
 def from_buffer(buffer):

@@ -7,12 +7,11 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import contiguous_copy, dtype_code, in_place_target
+from accord.torch._tensor import contiguous_copy, in_place_target
 from accord.torch.compression import Compression
 
 
-def _submit(work, name, op, prescale_factor, postscale_factor, process_set):
-    code = dtype_code(work, "allreduce", name)
+def _submit(work, code, name, op, prescale_factor, postscale_factor, process_set):
     return _core.allreduce_async(work.data_ptr(), code, work.shape, -1, name or "", op,
                                  float(prescale_factor), float(postscale_factor),
                                  process_set._id("allreduce"))
@@ -23,8 +22,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts reducing ``tensor`` over the ranks into a new tensor; returns a handle for
     poll() / synchronize(). The input is not modified. ``op`` defaults to Average."""
     op = resolve_op(op, average, "allreduce")
-    output = contiguous_copy(tensor)
-    core = _submit(output, name, op, prescale_factor, postscale_factor, process_set)
+    output, code = contiguous_copy(tensor, "allreduce", name)
+    core = _submit(output, code, name, op, prescale_factor, postscale_factor, process_set)
     return register([core], output, lambda: output)
 
 
@@ -32,8 +31,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     """As allreduce_async, reducing ``tensor`` in place."""
     op = resolve_op(op, average, "allreduce")
-    work, finish = in_place_target(tensor)
-    core = _submit(work, name, op, prescale_factor, postscale_factor, process_set)
+    work, code, finish = in_place_target(tensor, "allreduce", name)
+    core = _submit(work, code, name, op, prescale_factor, postscale_factor, process_set)
     return register([core], (tensor, work), finish)
 
 
@@ -71,9 +70,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 
 # ---- grouped: negotiated, fused and completed as one unit ---------------------------
-def _submit_group(works, name, op, prescale_factor, postscale_factor, process_set):
-    args = [(w.data_ptr(), dtype_code(w, "grouped_allreduce", name), w.shape, -1)
-            for w in works]
+def _submit_group(works, codes, name, op, prescale_factor, postscale_factor, process_set):
+    args = [(w.data_ptr(), code, w.shape, -1) for w, code in zip(works, codes)]
     return _core.grouped_allreduce_async(args, name or "", op, float(prescale_factor),
                                          float(postscale_factor),
                                          process_set._id("grouped_allreduce"))
@@ -83,8 +81,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing a list of tensors as one unit into new tensors."""
     op = resolve_op(op, average, "grouped_allreduce")
-    outputs = [contiguous_copy(t) for t in tensors]
-    core = _submit_group(outputs, name, op, prescale_factor, postscale_factor, process_set)
+    copies = [contiguous_copy(t, "grouped_allreduce", name) for t in tensors]
+    outputs = [c for c, _ in copies]
+    core = _submit_group(outputs, [code for _, code in copies], name, op, prescale_factor,
+                         postscale_factor, process_set)
     return register([core], outputs, lambda: outputs)
 
 
@@ -92,10 +92,11 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     """As grouped_allreduce_async, in place."""
     op = resolve_op(op, average, "grouped_allreduce")
-    targets = [in_place_target(t) for t in tensors]
-    works = [w for w, _ in targets]
-    core = _submit_group(works, name, op, prescale_factor, postscale_factor, process_set)
-    return register([core], (list(tensors), works), lambda: [f() for _, f in targets])
+    targets = [in_place_target(t, "grouped_allreduce", name) for t in tensors]
+    works = [w for w, _, _ in targets]
+    core = _submit_group(works, [code for _, code, _ in targets], name, op, prescale_factor,
+                         postscale_factor, process_set)
+    return register([core], (list(tensors), works), lambda: [f() for _, _, f in targets])
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -6,12 +6,11 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, rank, register, synchronize
-from accord.torch._tensor import contiguous_copy, dtype_code, in_place_target
+from accord.torch._tensor import contiguous_copy, in_place_target
 from accord.torch.allreduce import allreduce
 
 
-def _submit(work, root_rank, name, process_set):
-    code = dtype_code(work, "broadcast", name)
+def _submit(work, code, root_rank, name, process_set):
     set_id = process_set._id("broadcast")
     root = process_set.set_rank_of(root_rank, "broadcast")
     return _core.broadcast_async(work.data_ptr(), code, work.shape, -1, name or "", root, set_id)
@@ -19,15 +18,15 @@ def _submit(work, root_rank, name, process_set):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying root's ``tensor`` into a new tensor on every rank."""
-    output = contiguous_copy(tensor)
-    core = _submit(output, root_rank, name, process_set)
+    output, code = contiguous_copy(tensor, "broadcast", name)
+    core = _submit(output, code, root_rank, name, process_set)
     return register([core], output, lambda: output)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts overwriting ``tensor`` on every rank with root's."""
-    work, finish = in_place_target(tensor)
-    core = _submit(work, root_rank, name, process_set)
+    work, code, finish = in_place_target(tensor, "broadcast", name)
+    core = _submit(work, code, root_rank, name, process_set)
     return register([core], (tensor, work), finish)
 
 

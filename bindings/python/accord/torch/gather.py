@@ -7,7 +7,7 @@ import torch
 
 from accord import _core
 from accord.basics import Average, Sum, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import dtype_code, from_buffer
+from accord.torch._tensor import contiguous_input, from_buffer
 from accord.torch.allreduce import allreduce, grouped_allreduce
 from accord.torch.compression import Compression
 
@@ -18,8 +18,7 @@ def _names(name, count):
 
 # ---- allgather -----------------------------------------------------------------------
 def _submit_allgather(tensor, name, process_set):
-    work = tensor.detach().contiguous()
-    code = dtype_code(work, "allgather", name)
+    work, code = contiguous_input(tensor, "allgather", name)
     core = _core.allgather_async(work.data_ptr(), code, work.shape, -1, name or "",
                                  process_set._id("allgather"))
     return core, work
@@ -98,8 +97,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts sending ``splits[r]`` rows of ``tensor`` to rank r (equal parts if None).
     synchronize() gives (output, received_splits), received_splits[r] being the rows
     that came from rank r (an int32 tensor)."""
-    work = tensor.detach().contiguous()
-    code = dtype_code(work, "alltoall", name)
+    work, code = contiguous_input(tensor, "alltoall", name)
     core = _core.alltoall_async(work.data_ptr(), code, work.shape, -1, _split_list(splits),
                                 name or "", process_set._id("alltoall"))
 
@@ -136,8 +134,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- reducescatter -------------------------------------------------------------------
 def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor):
-    work = tensor.detach().contiguous()
-    code = dtype_code(work, "reducescatter", name)
+    work, code = contiguous_input(tensor, "reducescatter", name)
     core = _core.reducescatter_async(work.data_ptr(), code, work.shape, -1, name or "", op,
                                      float(prescale_factor), float(postscale_factor),
                                      process_set._id("reducescatter"))

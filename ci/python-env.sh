@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the virtual environment in which the Python tests also run
+# against the current PyTorch 2.x from PyPI, beside Debian's PyTorch 1.13 in
+# /usr/bin/python3. Prints the environment's python. Safe to run again: an environment
+# that already imports torch 2 is left as it is.
+#   ACCORD_TORCH2_VENV  where it lives (default ~/.cache/accord/torch2-venv)
+set -euo pipefail
+venv=${ACCORD_TORCH2_VENV:-$HOME/.cache/accord/torch2-venv}
+python=$venv/bin/python
+check='import sys, torch, numpy, pytest, pytest_timeout; sys.exit(int(torch.__version__.split(".")[0]) < 2)'
+if [ -x "$python" ] && "$python" -c "$check" 2> /dev/null; then
+  echo "$python"
+  exit 0
+fi
+echo "ci/python-env.sh: creating $venv (PyTorch 2.x from PyPI; a few minutes the first time)" >&2
+# Debian's interpreter, the one Accord's extension is built for; not the system's
+# site-packages, so that Debian's torch 1.13 stays out.
+/usr/bin/python3 -m venv --clear "$venv"
+"$python" -m pip install --quiet --upgrade pip >&2
+# The CPU-only wheels where that index is reachable, else PyPI's default build.
+if ! "$python" -m pip install --quiet --index-url https://download.pytorch.org/whl/cpu \
+       torch >&2 2> /dev/null; then
+  "$python" -m pip install --quiet torch >&2
+fi
+"$python" -m pip install --quiet numpy pytest pytest-timeout >&2
+"$python" -c "$check"
+echo "$python"

@@ -1,0 +1,79 @@
+"""Values for multi-rank tests: what each rank sends, and what every collective must
+then give back, computed independently of Accord."""
+
+import torch
+
+import accord.torch as hvd
+
+DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max,
+       "product": hvd.Product}
+
+
+def dtype_id(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def sent(rank, shape, dtype, op=None):
+    """What ``rank`` sends: small integers, exact in every dtype and never overflowing
+    int8 when summed over 4 ranks (products stay within 1..16)."""
+    n = 1
+    for d in shape:
+        n *= d
+    i = torch.arange(n, dtype=torch.float64)
+    if op == hvd.Product:
+        v = torch.remainder(i + rank, 2) + 1
+    elif dtype == torch.uint8:
+        v = torch.remainder(i * 3 + rank, 11) + rank
+    else:
+        v = torch.remainder(i * 3 + rank, 11) - 5 + rank
+    return v.reshape(shape).to(dtype)
+
+
+def reduced(ranks, shape, dtype, op, prescale=1.0, postscale=1.0):
+    """The reduction over ``ranks`` of what they sent, as Accord defines it: in float64,
+    then rounded (half away from zero) and saturated for integer dtypes."""
+    values = torch.stack([sent(r, shape, dtype, op).to(torch.float64) * prescale
+                          for r in ranks])
+    if op == hvd.Sum:
+        out = values.sum(0)
+    elif op == hvd.Average:
+        out = values.sum(0) / len(ranks)
+    elif op == hvd.Min:
+        out = values.min(0).values
+    elif op == hvd.Max:
+        out = values.max(0).values
+    else:
+        out = values.prod(0)
+    out = out * postscale
+    if not dtype.is_floating_point:
+        out = torch.sign(out) * torch.floor(torch.abs(out) + 0.5)
+        info = torch.iinfo(dtype)
+        out = out.clamp(info.min, info.max)
+    return out.to(dtype)
+
+
+def tolerance(dtype):
+    return {torch.float16: 1e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-6 if dtype.is_floating_point
+                                                            else 0)
+
+
+def assert_equal(actual, expected, what=""):
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert tuple(actual.shape) == tuple(expected.shape), \
+        f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    tol = tolerance(expected.dtype)
+    a = actual.to(torch.float64)
+    e = expected.to(torch.float64)
+    bad = (a - e).abs() > tol * e.abs().clamp(min=1)
+    assert not bad.any(), f"{what}: {int(bad.sum())} elements differ, e.g. " \
+        f"{a[bad][:5].tolist()} instead of {e[bad][:5].tolist()}"
+
+
+def rows_of(rank, rows, cols, dtype):
+    """A (rows, cols) block whose every value says which rank and row it came from."""
+    r = torch.arange(rows, dtype=torch.float64).unsqueeze(1)
+    c = torch.arange(cols, dtype=torch.float64)
+    return (rank * 16 + torch.remainder(r * cols + c, 16)).to(dtype)

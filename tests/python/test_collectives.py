@@ -1,0 +1,191 @@
+"""allgather, broadcast, alltoall and reducescatter in their forms, for every dtype,
+on the global set and on process sets; barrier and poll."""
+
+import pytest
+import torch
+
+from helpers import DTYPES, OPS, assert_equal, dtype_id, reduced, rows_of, sent
+
+COLS = 3
+
+
+def gathered(ranks, rows, dtype):
+    return torch.cat([rows_of(r, rows(r), COLS, dtype) for r in ranks])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_allgather(hvd, dtype):
+    me, ranks = hvd.rank(), list(range(hvd.size()))
+    rows = lambda r: r + 1  # noqa: E731  (first dimension differs per rank)
+    expected = gathered(ranks, rows, dtype)
+    x = rows_of(me, rows(me), COLS, dtype)
+    assert_equal(hvd.allgather(x, name=f"ag.{dtype_id(dtype)}"), expected, "allgather")
+    h = hvd.allgather_async(x, name=f"ag.{dtype_id(dtype)}.async")
+    assert_equal(hvd.synchronize(h), expected, "allgather_async")
+    assert_equal(x, rows_of(me, rows(me), COLS, dtype), "allgather leaves its input")
+    outs = hvd.grouped_allgather([x, x[:1]], name=f"gag.{dtype_id(dtype)}")
+    assert_equal(outs[0], expected, "grouped_allgather")
+    assert_equal(outs[1], gathered(ranks, lambda r: 1, dtype), "grouped_allgather")
+    h = hvd.grouped_allgather_async([x[:1]], name=f"gag.{dtype_id(dtype)}.async")
+    assert_equal(hvd.synchronize(h)[0], gathered(ranks, lambda r: 1, dtype))
+
+
+def test_allgather_zero_rows_on_some_ranks(hvd):
+    me, ranks = hvd.rank(), list(range(hvd.size()))
+    rows = lambda r: 0 if r % 2 == 0 else 2  # noqa: E731
+    out = hvd.allgather(rows_of(me, rows(me), COLS, torch.float32), name="ag.zero_rows")
+    assert_equal(out, gathered(ranks, rows, torch.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_broadcast(hvd, dtype):
+    me, n = hvd.rank(), hvd.size()
+    for root in range(n):
+        expected = sent(root, (4, 5), dtype)
+        x = sent(me, (4, 5), dtype)
+        base = f"bc.{dtype_id(dtype)}.{root}"
+        assert_equal(hvd.broadcast(x, root, name=base), expected, "broadcast")
+        assert_equal(x, sent(me, (4, 5), dtype), "broadcast leaves its input")
+        assert_equal(hvd.synchronize(hvd.broadcast_async(x, root, name=base + ".async")),
+                     expected, "broadcast_async")
+        y = x.clone()
+        assert hvd.synchronize(hvd.broadcast_async_(y, root, name=base + ".async_")) is y
+        assert_equal(y, expected, "broadcast_async_")
+        assert hvd.broadcast_(x, root, name=base + ".inplace") is x
+        assert_equal(x, expected, "broadcast_")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_alltoall(hvd, dtype):
+    me, n = hvd.rank(), hvd.size()
+    # Rank s sends (s + d) % 3 rows to rank d; the rows say who sent them and which.
+    splits = lambda s: [(s + d) % 3 for d in range(n)]  # noqa: E731
+    x = rows_of(me, sum(splits(me)), COLS, dtype)
+    parts = []
+    for s in range(n):
+        start = sum(splits(s)[:me])
+        parts.append(rows_of(s, sum(splits(s)), COLS, dtype)[start:start + splits(s)[me]])
+    expected = torch.cat(parts)
+    out, received = hvd.alltoall(x, splits=torch.tensor(splits(me), dtype=torch.int32),
+                                 name=f"a2a.{dtype_id(dtype)}")
+    assert_equal(out, expected, "alltoall")
+    assert received.dtype == torch.int32
+    assert received.tolist() == [splits(s)[me] for s in range(n)]
+    out, received = hvd.synchronize(hvd.alltoall_async(x, splits(me), name=f"a2a.{dtype_id(dtype)}.async"))
+    assert_equal(out, expected, "alltoall_async")
+    assert received.tolist() == [splits(s)[me] for s in range(n)]
+
+
+def test_alltoall_equal_splits_returns_only_the_tensor(hvd):
+    me, n = hvd.rank(), hvd.size()
+    x = rows_of(me, 2 * n, COLS, torch.float64)
+    out = hvd.alltoall(x, name="a2a.equal")
+    expected = torch.cat([rows_of(s, 2 * n, COLS, torch.float64)[2 * me:2 * me + 2]
+                          for s in range(n)])
+    assert isinstance(out, torch.Tensor)
+    assert_equal(out, expected)
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_reducescatter(hvd, dtype, op_name):
+    op = OPS[op_name]
+    me, n = hvd.rank(), hvd.size()
+    rows = 2 * n + 1  # uneven: the first rank gets a row more
+    full = reduced(list(range(n)), (rows, COLS), dtype, op)
+    start = sum(rows // n + (1 if r < rows % n else 0) for r in range(me))
+    mine = rows // n + (1 if me < rows % n else 0)
+    expected = full[start:start + mine]
+    x = sent(me, (rows, COLS), dtype, op)
+    name = f"rs.{dtype_id(dtype)}.{op_name}"
+    assert_equal(hvd.reducescatter(x, name=name, op=op), expected, "reducescatter")
+    assert_equal(hvd.synchronize(hvd.reducescatter_async(x, name=name + ".async", op=op)),
+                 expected, "reducescatter_async")
+    outs = hvd.grouped_reducescatter([x, x], name=name + ".grouped", op=op)
+    assert_equal(outs[0], expected, "grouped_reducescatter")
+    assert_equal(outs[1], expected, "grouped_reducescatter")
+    h = hvd.grouped_reducescatter_async([x], name=name + ".grouped_async", op=op)
+    assert_equal(hvd.synchronize(h)[0], expected, "grouped_reducescatter_async")
+
+
+def test_reducescatter_default_is_average_with_scale_factors(hvd):
+    me, n = hvd.rank(), hvd.size()
+    x = sent(me, (n, 4), torch.float64)
+    out = hvd.reducescatter(x, name="rs.default", prescale_factor=0.5, postscale_factor=4.0)
+    full = reduced(list(range(n)), (n, 4), torch.float64, hvd.Average, 0.5, 4.0)
+    assert_equal(out, full[me:me + 1])
+
+
+def test_collectives_on_process_sets(hvd, process_sets):
+    me = hvd.rank()
+    for ps in process_sets:
+        tag = f"ps{ps.process_set_id}"
+        if not ps.included():
+            with pytest.raises(ValueError):
+                hvd.allgather(torch.ones(1, 2), name=f"{tag}.ag", process_set=ps)
+            continue
+        ranks, k = ps.ranks, ps.size()
+        sr = ps.rank()
+        assert ranks[sr] == me
+        out = hvd.allgather(rows_of(me, 2, COLS, torch.int32), name=f"{tag}.ag", process_set=ps)
+        assert_equal(out, gathered(ranks, lambda r: 2, torch.int32), f"allgather on {ranks}")
+        root = ranks[-1]  # a global rank, as in Horovod
+        out = hvd.broadcast(sent(me, (3,), torch.float32), root, name=f"{tag}.bc", process_set=ps)
+        assert_equal(out, sent(root, (3,), torch.float32), f"broadcast on {ranks}")
+        x = rows_of(me, k, COLS, torch.float64)
+        out = hvd.alltoall(x, name=f"{tag}.a2a", process_set=ps)
+        assert_equal(out, torch.cat([rows_of(r, k, COLS, torch.float64)[sr:sr + 1]
+                                     for r in ranks]), f"alltoall on {ranks}")
+        x = sent(me, (k, 2), torch.float32)
+        out = hvd.reducescatter(x, name=f"{tag}.rs", op=hvd.Sum, process_set=ps)
+        assert_equal(out, reduced(ranks, (k, 2), torch.float32, hvd.Sum)[sr:sr + 1],
+                     f"reducescatter on {ranks}")
+        outs = hvd.grouped_allreduce([sent(me, (2,), torch.float32)], name=f"{tag}.gar",
+                                     op=hvd.Max, process_set=ps)
+        assert_equal(outs[0], reduced(ranks, (2,), torch.float32, hvd.Max))
+        hvd.barrier(process_set=ps)
+        outsider = next((r for r in range(hvd.size()) if r not in ranks), hvd.size())
+        with pytest.raises(ValueError, match="root rank"):
+            hvd.broadcast(torch.ones(1), root_rank=outsider, process_set=ps)
+
+
+def test_process_set_queries(hvd, process_sets):
+    for ps in process_sets:
+        assert ps.size() == len(ps.ranks)
+        assert ps.included() == (hvd.rank() in ps.ranks)
+        assert ps.rank() == (ps.ranks.index(hvd.rank()) if ps.included() else None)
+    assert hvd.global_process_set.size() == hvd.size()
+    assert hvd.global_process_set.ranks == list(range(hvd.size()))
+
+
+def test_add_and_remove_process_set(hvd):
+    ps = hvd.add_process_set(hvd.ProcessSet([0]))
+    assert ps.process_set_id not in (None, 0) and ps.ranks == [0]
+    if hvd.rank() == 0:
+        assert hvd.allreduce(torch.tensor([5.0]), op=hvd.Sum, process_set=ps).item() == 5.0
+    assert hvd.remove_process_set(ps)
+    assert ps.process_set_id is None
+    assert not hvd.remove_process_set(ps)
+    assert not hvd.remove_process_set(hvd.global_process_set)
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(torch.ones(1), process_set=ps)
+
+
+def test_barrier(hvd):
+    hvd.barrier()
+
+
+def test_collectives_really_run_asynchronously(hvd):
+    """A large batch of allreduces is still running when the calls have returned:
+    poll() says False at least once before synchronize()."""
+    tensors = [torch.full((1 << 20,), float(hvd.rank()), dtype=torch.float32) for _ in range(16)]
+    handles = [hvd.allreduce_async_(t, name=f"async.{i}", op=hvd.Sum)
+               for i, t in enumerate(tensors)]
+    seen_pending = not all(hvd.poll(h) for h in handles)
+    for h in handles:
+        hvd.synchronize(h)
+    assert seen_pending, "every allreduce had finished before poll() was called"
+    n = hvd.size()
+    assert all(torch.all(t == n * (n - 1) / 2) for t in tensors)
+    with pytest.raises(ValueError, match="unknown"):
+        hvd.poll(handles[0])  # synchronized: the handle is gone

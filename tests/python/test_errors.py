@@ -1,0 +1,124 @@
+"""Failures: every kind of mismatch raises on every rank (never hangs), names in
+flight twice and bad arguments raise ValueError at once, on the calling rank only."""
+
+import pytest
+import torch
+
+import accord.torch as hvd_module
+
+
+def on_rank0(me, a, b):
+    return a if me == 0 else b
+
+
+MISMATCHES = {
+    "dtype": lambda me: hvd_module.allreduce_async(
+        torch.ones(4, dtype=on_rank0(me, torch.float32, torch.float64)), name="mm.dtype"),
+    "shape": lambda me: hvd_module.allreduce_async(torch.ones(on_rank0(me, 4, 5)),
+                                                   name="mm.shape"),
+    "op": lambda me: hvd_module.allreduce_async(
+        torch.ones(4), name="mm.op", op=on_rank0(me, hvd_module.Sum, hvd_module.Max)),
+    "prescale": lambda me: hvd_module.allreduce_async(
+        torch.ones(4), name="mm.prescale", prescale_factor=on_rank0(me, 1.0, 2.0)),
+    "postscale": lambda me: hvd_module.allreduce_async(
+        torch.ones(4), name="mm.postscale", postscale_factor=on_rank0(me, 1.0, 0.5)),
+    "root": lambda me: hvd_module.broadcast_async(torch.ones(4), on_rank0(me, 0, 1),
+                                                  name="mm.root"),
+    "type": lambda me: on_rank0(me, hvd_module.allreduce_async, hvd_module.allgather_async)(
+        torch.ones(4), name="mm.type"),
+    "allgather trailing shape": lambda me: hvd_module.allgather_async(
+        torch.ones(2, on_rank0(me, 3, 4)), name="mm.allgather"),
+    "reducescatter shape": lambda me: hvd_module.reducescatter_async(
+        torch.ones(on_rank0(me, 4, 6), 2), name="mm.reducescatter"),
+    "alltoall trailing shape": lambda me: hvd_module.alltoall_async(
+        torch.ones(hvd_module.size(), on_rank0(me, 1, 2)), name="mm.alltoall"),
+    "grouped vs single": lambda me: on_rank0(
+        me, lambda: hvd_module.grouped_allreduce_async([torch.ones(4)], name="mm.group"),
+        lambda: hvd_module.allreduce_async(torch.ones(4), name="mm.group.0"))(),
+}
+
+
+@pytest.mark.parametrize("kind", list(MISMATCHES))
+def test_mismatch_raises_on_every_rank(hvd, kind):
+    if hvd.size() == 1:
+        pytest.skip("a mismatch needs two ranks")
+    handle = MISMATCHES[kind](hvd.rank())
+    with pytest.raises(hvd.HorovodInternalError) as error:
+        hvd.synchronize(handle)
+    assert isinstance(error.value, hvd.MismatchError)
+    assert isinstance(error.value, RuntimeError)
+    message = str(error.value)
+    assert "'mm." in message and "rank 0" in message, message
+    # The runtime goes on: the next collective works.
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name=f"after.{kind}").item() == hvd.size()
+
+
+def test_name_in_flight_twice_is_a_value_error_at_once(hvd):
+    """Each rank in turn submits a name the others have not submitted yet (so it
+    cannot complete), then submits it again: refused at once on that rank only."""
+    me, n = hvd.rank(), hvd.size()
+    for turn in range(n):
+        name = f"dup.{turn}"
+        handle = None
+        if me == turn:
+            handle = hvd.allreduce_async(torch.ones(3), name=name, op=hvd.Sum)
+            with pytest.raises(ValueError, match="already in flight"):
+                hvd.allreduce_async(torch.ones(3), name=name, op=hvd.Sum)
+        hvd.barrier()
+        if me != turn:
+            handle = hvd.allreduce_async(torch.ones(3), name=name, op=hvd.Sum)
+        assert torch.all(hvd.synchronize(handle) == n)
+
+
+def test_bad_arguments_are_value_errors(hvd):
+    for dtype in (torch.bool, torch.int16, torch.complex64):
+        with pytest.raises(ValueError, match="not supported"):
+            hvd.allreduce(torch.zeros(2, dtype=dtype))
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        hvd.allreduce([1.0, 2.0])
+    with pytest.raises(ValueError, match="root rank"):
+        hvd.broadcast(torch.ones(2), root_rank=hvd.size())
+    with pytest.raises(ValueError, match="splits"):
+        hvd.alltoall(torch.ones(3, 2), splits=[4] + [0] * (hvd.size() - 1))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        hvd.allgather(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="not both"):
+        hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
+    with pytest.raises(ValueError, match="op"):
+        hvd.allreduce(torch.ones(1), op=77)
+    with pytest.raises(ValueError, match="sparse"):
+        hvd.allreduce(torch.ones(2, 2).to_sparse())
+
+
+def test_adasum_is_not_implemented(hvd):
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.grouped_allreduce_async([torch.ones(2)], op=hvd.Adasum)
+
+
+def test_gpu_tensors_say_the_gpu_path_is_not_there_yet(hvd):
+    devices = ["meta"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        t = torch.ones(2, device=device)
+        for call in (lambda: hvd.allreduce(t), lambda: hvd.allgather(t),
+                     lambda: hvd.broadcast_(t, 0), lambda: hvd.alltoall(t)):
+            with pytest.raises(NotImplementedError, match="GPU path is not there yet"):
+                call()
+
+
+def test_timeline_is_not_there_yet(hvd):
+    with pytest.raises(NotImplementedError, match="ACCORD_TIMELINE"):
+        hvd.start_timeline("/tmp/timeline.json")
+
+
+def test_build_and_topology_queries(hvd):
+    assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.is_initialized()
+    assert not (hvd.nccl_built() or hvd.cuda_built() or hvd.rocm_built() or hvd.gloo_built()
+                or hvd.gloo_enabled() or hvd.ccl_built() or hvd.ddl_built())
+    assert hvd.mpi_threads_supported() in (True, False)
+    assert 0 <= hvd.rank() < hvd.size()
+    assert 0 <= hvd.local_rank() < hvd.local_size() <= hvd.size()
+    assert hvd.cross_size() * hvd.local_size() == hvd.size()  # one host in the tests
+    assert hvd.cross_rank() == 0 and hvd.local_rank() == hvd.rank()
+    assert hvd.is_homogeneous()

@@ -1,0 +1,114 @@
+"""broadcast_parameters, broadcast_optimizer_state, broadcast_object and
+allgather_object."""
+
+import torch
+
+
+def model_for(rank):
+    torch.manual_seed(100 + rank)  # a different model on every rank
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                               torch.nn.Linear(4, 2)).double()
+
+
+def test_broadcast_parameters_from_a_state_dict_and_from_named_parameters(hvd):
+    me, root = hvd.rank(), hvd.size() - 1
+    model = model_for(me)
+    with torch.no_grad():
+        model[1].running_mean.fill_(me)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=root)
+    expected = model_for(root)
+    with torch.no_grad():
+        expected[1].running_mean.fill_(root)
+    for (k, v), (_, e) in zip(model.state_dict().items(), expected.state_dict().items()):
+        assert torch.equal(v, e), k
+    other = model_for(me + 1)
+    hvd.broadcast_parameters(list(other.named_parameters()), root_rank=0)
+    for p, e in zip(other.parameters(), model_for(1).parameters()):
+        assert torch.equal(p, e)
+
+
+def local_steps(model, opt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 3, generator=g, dtype=torch.float64)).pow(2).mean().backward()
+        opt.step()
+
+
+def flatten_state(state_dict):
+    """The optimizer state as (key, value) pairs, tensors as lists, for comparing."""
+    out = []
+    for pid, s in sorted(state_dict["state"].items()):
+        for k, v in sorted(s.items()):
+            out.append((pid, k, v.tolist() if torch.is_tensor(v) else v))
+    groups = [{k: v for k, v in g.items()} for g in state_dict["param_groups"]]
+    return out, groups
+
+
+def test_broadcast_optimizer_state_gives_every_rank_roots_state(hvd):
+    """Root has trained (its Adam has moments and a step count); the others have fresh
+    optimizers with another learning rate and no state at all."""
+    me, root = hvd.rank(), 0
+    model = model_for(0)
+    if me == root:
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+        local_steps(model, opt, 3, seed=5)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.5)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=root)
+    hvd.broadcast_optimizer_state(opt, root_rank=root)
+    mine = flatten_state(opt.state_dict())
+    roots = hvd.broadcast_object(mine, root_rank=root)
+    assert mine == roots
+    assert len(mine[0]) > 0 and mine[1][0]["lr"] == 0.01 and mine[1][0]["betas"] == (0.8, 0.9)
+    # Identical state and parameters: the next steps stay identical on every rank.
+    local_steps(model, opt, 2, seed=6)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    assert all(torch.equal(row, flat) for row in gathered)
+
+
+def test_broadcast_optimizer_state_of_sgd_with_momentum_into_a_distributed_optimizer(hvd):
+    me = hvd.rank()
+    model = model_for(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if me == 0:
+        local_steps(model, opt, 2, seed=7)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    mine = flatten_state(opt.state_dict())
+    assert mine == hvd.broadcast_object(mine, root_rank=0)
+    assert len(mine[0]) == len(list(model.parameters()))  # a momentum buffer each
+
+
+def nested(rank):
+    return {"rank": rank, "list": [1, (2, "three"), {"four": [rank] * rank}],
+            "tensor": torch.arange(rank + 1), "none": None, "text": "x" * (1000 * rank)}
+
+
+def same(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if torch.is_tensor(a):
+        return torch.equal(a, b)
+    return a == b
+
+
+def test_broadcast_object_with_nested_objects(hvd):
+    me, n = hvd.rank(), hvd.size()
+    for root in range(n):
+        got = hvd.broadcast_object(nested(me) if me == root else None, root_rank=root)
+        assert same(got, nested(root))
+    assert hvd.broadcast_object(nested(me), root_rank=0, name="named") is not None
+
+
+def test_allgather_object_with_nested_objects(hvd, process_sets):
+    me, n = hvd.rank(), hvd.size()
+    got = hvd.allgather_object(nested(me))
+    assert len(got) == n and all(same(g, nested(r)) for r, g in enumerate(got))
+    for ps in process_sets:
+        if ps.included():
+            got = hvd.allgather_object(("set", me), process_set=ps)
+            assert got == [("set", r) for r in ps.ranks]

@@ -1,0 +1,65 @@
+"""accord.numpy: the same collectives on NumPy arrays, through the same runtime."""
+
+import numpy as np
+import pytest
+
+import accord.numpy as acc
+
+DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
+
+
+def sent(rank, shape, dtype):
+    n = int(np.prod(shape))
+    return ((np.arange(n) * 3 + rank) % 11 + rank).reshape(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_numpy_collectives(hvd, dtype):
+    me, n = acc.rank(), acc.size()
+    assert (me, n) == (hvd.rank(), hvd.size())  # one runtime for both modules
+    tag = np.dtype(dtype).name
+    x = sent(me, (4, 3), dtype)
+    total = sum(sent(r, (4, 3), np.float64) for r in range(n))
+    out = acc.allreduce(x, op=acc.Sum, name=f"np.ar.{tag}")
+    assert out.dtype == np.dtype(dtype) and np.array_equal(out, total.astype(dtype))
+    assert np.array_equal(x, sent(me, (4, 3), dtype))
+    assert acc.allreduce_(x, op=acc.Max, name=f"np.ar_.{tag}") is x
+    assert np.array_equal(x, np.max([sent(r, (4, 3), dtype) for r in range(n)], axis=0))
+    h = acc.allreduce_async(sent(me, (4, 3), dtype), op=acc.Sum, name=f"np.ar.async.{tag}")
+    assert np.array_equal(acc.synchronize(h), total.astype(dtype))
+
+    rows = np.concatenate([sent(r, (r + 1, 2), dtype) for r in range(n)])
+    got = acc.allgather(sent(me, (me + 1, 2), dtype), name=f"np.ag.{tag}")
+    assert got.dtype == np.dtype(dtype) and np.array_equal(got, rows)
+
+    y = sent(me, (3,), dtype)
+    assert np.array_equal(acc.broadcast(y, n - 1, name=f"np.bc.{tag}"), sent(n - 1, (3,), dtype))
+    acc.broadcast_(y, 0, name=f"np.bc_.{tag}")
+    assert np.array_equal(y, sent(0, (3,), dtype))
+
+    out, received = acc.alltoall(np.full((n, 2), me, dtype=dtype), splits=[1] * n,
+                                 name=f"np.a2a.{tag}")
+    assert np.array_equal(out, np.repeat(np.arange(n), 2).reshape(n, 2).astype(dtype))
+    assert received.tolist() == [1] * n
+
+    rs = acc.reducescatter(sent(me, (n, 2), dtype), op=acc.Sum, name=f"np.rs.{tag}")
+    assert np.array_equal(rs, sum(sent(r, (n, 2), np.float64) for r in range(n))[me:me + 1]
+                          .astype(dtype))
+
+
+def test_numpy_non_contiguous_and_grouped_and_errors(hvd):
+    n = acc.size()
+    base = np.arange(12, dtype=np.float64).reshape(3, 4)
+    view = base.T
+    acc.allreduce_(view, op=acc.Sum, name="np.noncontig")
+    assert np.array_equal(base, np.arange(12, dtype=np.float64).reshape(3, 4) * n)
+    outs = acc.grouped_allreduce([np.ones(3), np.ones((2, 2))], op=acc.Sum, name="np.group")
+    assert all(np.all(o == n) for o in outs)
+    with pytest.raises(ValueError, match="not supported"):
+        acc.allreduce(np.ones(2, dtype=np.complex64))
+    with pytest.raises(ValueError, match="read-only"):
+        frozen = np.ones(2)
+        frozen.flags.writeable = False
+        acc.allreduce_(frozen)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        acc.allreduce(np.ones(2), op=acc.Adasum)

@@ -1,0 +1,24 @@
+"""After shutdown: pending collectives fail with ShutDownError, later calls with a
+clear error. Runs after every other test (the runtime cannot start again: it
+finalized MPI)."""
+
+import pytest
+import torch
+
+
+@pytest.mark.shuts_down
+def test_shutdown_fails_pending_and_later_calls(hvd):
+    handle = None
+    if hvd.rank() == 0:  # submitted on rank 0 only: still pending at shutdown
+        handle = hvd.allreduce_async(torch.ones(2), name="never.paired")
+    hvd.barrier()
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    if handle is not None:
+        with pytest.raises(hvd.ShutDownError, match="never.paired"):
+            hvd.synchronize(handle)
+    with pytest.raises(ValueError, match="shut down"):
+        hvd.allreduce(torch.ones(2))
+    with pytest.raises(hvd.NotInitializedError, match="not initialized"):
+        hvd.rank()
+    hvd.shutdown()  # again: harmless
