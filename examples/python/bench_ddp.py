@@ -9,7 +9,9 @@ Accord / PyTorch (below 1: Accord is faster):
 1. A training step of --model (ResNet-18) on a fixed synthetic batch: forward, loss,
    backward, SGD step, with accord.torch.DistributedOptimizer and with
    torch.nn.parallel.DistributedDataParallel over gloo (its defaults: 25 MiB buckets,
-   buffers broadcast every forward). Both models start from the same weights.
+   buffers broadcast every forward), and, for reference, without any communication
+   ("local"): the difference to it is what communication adds to a step. All models
+   start from the same weights.
 2. The bare allreduce (sum) of every gradient of --allreduce-model (ResNet-50: 161
    tensors, 98 MiB of float32): hvd.allreduce_async_ against
    torch.distributed.all_reduce(async_op=True), first one call per tensor, then over
@@ -62,6 +64,9 @@ def parse_args():
                    help="4 KiB allreduces per variant and round; 0 skips them (default: %(default)s)")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size in MiB, DDP's default (default: %(default)s)")
     p.add_argument("--skip-step", action="store_true", help="measure the allreduces only")
+    p.add_argument("--no-local", action="store_true",
+                   help="leave out the training step without communication, the reference for what "
+                        "communication adds")
     p.add_argument("--threads", type=int, default=0,
                    help="PyTorch CPU threads per rank; 0: this host's cores divided among its ranks")
     args = p.parse_args()
@@ -118,6 +123,9 @@ def interleave(variants, rounds, reps):
     times = {name: [] for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
+            # Untimed: a variant without communication lets the ranks drift apart, and the
+            # next variant's first step would otherwise absorb the skew.
+            dist.barrier()
             samples = []
             for _ in range(reps):
                 start = time.perf_counter()
@@ -141,12 +149,15 @@ def report(title, times, unit, scale, accord, other):
 def bench_step(args, log):
     torch.manual_seed(0)
     base = getattr(torchvision.models, args.model)()
+    hvd.broadcast_parameters(base.state_dict(), root_rank=0)
+    # Three models with rank 0's initial weights, one per variant.
     ddp_model = DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=args.bucket_mb)
+    local_model = copy.deepcopy(base)
     accord_model = base
-    hvd.broadcast_parameters(accord_model.state_dict(), root_rank=0)
     accord_opt = hvd.DistributedOptimizer(torch.optim.SGD(accord_model.parameters(), lr=0.01, momentum=0.9),
                                           named_parameters=accord_model.named_parameters())
     ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
+    local_opt = torch.optim.SGD(local_model.parameters(), lr=0.01, momentum=0.9)
 
     torch.manual_seed(1 + hvd.rank())  # each rank its own batch, as each would its own shard
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
@@ -158,6 +169,8 @@ def bench_step(args, log):
         opt.step()
 
     variants = {"accord": lambda: step(accord_model, accord_opt), "ddp": lambda: step(ddp_model, ddp_opt)}
+    if not args.no_local:
+        variants["local"] = lambda: step(local_model, local_opt)
     for run in variants.values():
         for _ in range(args.warmup):
             run()
@@ -166,6 +179,10 @@ def bench_step(args, log):
     if log:
         report(f"Training step: {args.model}, batch {args.batch_size} per rank, {args.image_size}x{args.image_size}, "
                f"SGD momentum 0.9 ({args.rounds} rounds x {args.steps} steps)", times, "ms", 1e3, "accord", "ddp")
+        if "local" in times:
+            for name in ("accord", "ddp"):
+                extra = [mean_ci(v)[0] - mean_ci(l)[0] for v, l in zip(times[name], times["local"])]
+                print(f"  {name} - local (what communication adds): {format_ci(extra, 1e3)} ms", flush=True)
         print(f"  largest parameter difference Accord vs DDP after "
               f"{args.warmup + args.rounds * args.steps} steps: {gap:.2e}", flush=True)
 
