@@ -9,6 +9,7 @@
 // shutdown() then returns without touching MPI, leaves the runtime's resources
 // allocated, and the process should exit (with a non-zero code, so that the launcher
 // reports the failure); Accord cannot be started again in that process.
+#include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 #include "runtime/runtime.h"
@@ -153,7 +154,7 @@ void shutdownAtExit() {
   if (finalized) {
     // The application finalized MPI under a running Accord: nothing can be torn down.
     log().error("MPI was finalized before accord::shutdown(); call accord::shutdown() first");
-    static_cast<void>(g_runtime.release());
+    keepAlive(std::move(g_runtime));
     return;
   }
   try {
@@ -221,7 +222,7 @@ void shutdown() {
         "shutdown after a communication failure: MPI is left as it is (finalizing would "
         "wait for the failed rank). Exit the process with a non-zero status; do not call "
         "MPI_Finalize.");
-    static_cast<void>(g_runtime.release());  // MPI may still use its memory
+    keepAlive(std::move(g_runtime));  // MPI may still use its memory
     return;
   }
   // The loop freed every transport in its last cycle, in step with the other ranks.

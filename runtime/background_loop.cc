@@ -7,6 +7,7 @@
 // condition variable; it never spins.
 #include "runtime/controller.h"
 #include "runtime/executor.h"
+#include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 #include "runtime/runtime.h"
@@ -174,8 +175,8 @@ void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
     // The peers may never take part in a collective free, and MPI may still complete
     // transfers it could not cancel: keep every transport and buffer allocated.
     rt_.failed = true;
-    for (auto* set : rt_.sets.memberSets()) static_cast<void>(set->transport.release());
-    static_cast<void>(rt_.backend.release());
+    for (auto* set : rt_.sets.memberSets()) keepAlive(std::move(set->transport));
+    keepAlive(std::move(rt_.backend));
   }
   auto fail = [&](const std::string& what, detail::HandleState& handle) {
     if (!shut_down) return handle.fail(reason);

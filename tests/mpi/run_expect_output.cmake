@@ -9,12 +9,10 @@ foreach(var MPIEXEC NP EXE EXPECT_1)
   endif()
 endforeach()
 string(REPLACE "|" ";" ENV "${ENV}")
-set(env_args)
-foreach(kv IN LISTS ENV)
-  list(APPEND env_args -x ${kv})
-endforeach()
+# ENV goes to mpirun's own environment, which the ranks (all on this host) inherit, not
+# through mpirun -x: Open MPI refuses -x beside mca_base_env_list (ci/sanitize.sh).
 execute_process(
-  COMMAND ${MPIEXEC} -np ${NP} ${PREFLAGS} ${env_args} ${EXE}
+  COMMAND ${CMAKE_COMMAND} -E env ${ENV} ${MPIEXEC} -np ${NP} ${PREFLAGS} ${EXE}
   RESULT_VARIABLE rc
   OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
