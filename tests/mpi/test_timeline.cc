@@ -39,7 +39,7 @@ void someWork(const std::string& tag) {
     handles.push_back(accord::allreduce_async(small[i].view(), o));
   }
   Buffer big(DType::Float32, {1 << 20});  // above the fusion threshold: alone, in place
-  big.fill([&](std::int64_t k) { return static_cast<double>(me); });
+  big.fill([&](std::int64_t) { return static_cast<double>(me); });
   accord::AllreduceOptions o;
   o.name = tag + ".big";
   handles.push_back(accord::allreduce_async(big.view(), o));
