@@ -28,22 +28,8 @@ class MpiAllgather final : public Op {
                std::vector<TensorEntry*>& entries) override {
     const std::size_t n = response.names.size();
     const int size = ctx.size();
-    if (response.rank_rows.size() != n * size)
-      throw InvalidArgument(mpi::describe(response) + ": rank_rows has " +
-                            std::to_string(response.rank_rows.size()) + " values, expected " +
-                            std::to_string(n * size));
     // bytes[t][r]: what rank r contributes to tensor t.
-    std::vector<std::vector<std::size_t>> bytes(n, std::vector<std::size_t>(size));
-    for (std::size_t t = 0; t < n; ++t) {
-      const std::size_t row = mpi::rowBytes(response.shapes[t], response.dtype);
-      for (int r = 0; r < size; ++r) {
-        const std::int64_t rows = response.rank_rows[t * size + r];
-        if (rows < 0)
-          throw InvalidArgument(mpi::describeTensor(response, t) + ": rank " + std::to_string(r) +
-                                " has " + std::to_string(rows) + " rows");
-        bytes[t][r] = static_cast<std::size_t>(rows) * row;
-      }
-    }
+    const auto bytes = mpi::allgatherBytes(response, size);
     if (n == 1)
       gatherDirect(ctx, response, bytes[0], entries[0]);
     else

@@ -18,36 +18,7 @@
 namespace accord {
 namespace {
 
-// Where each tensor's rows go, in elements.
-struct Plan {
-  std::vector<std::size_t> row_elems;            // per tensor
-  std::vector<std::vector<std::int64_t>> rows;   // [t][r]: rows rank r receives
-  std::vector<std::vector<std::int64_t>> first;  // [t][r]: its first row
-  std::vector<std::size_t> per_rank;             // [r]: elements of all tensors rank r gets
-  std::size_t total = 0;                         // elements of the whole input
-};
-
-Plan makePlan(const Response& response, int size) {
-  Plan plan;
-  plan.per_rank.assign(size, 0);
-  for (std::size_t t = 0; t < response.names.size(); ++t) {
-    const Shape& shape = response.shapes[t];
-    if (shape.empty())
-      throw InvalidArgument(mpi::describeTensor(response, t) + ": needs at least one dimension");
-    plan.row_elems.push_back(mpi::rowBytes(shape, response.dtype) / dtype_size(response.dtype));
-    plan.rows.emplace_back(size);
-    plan.first.emplace_back(size);
-    std::int64_t row = 0;
-    for (int r = 0; r < size; ++r) {
-      plan.rows[t][r] = reducescatter_rows(shape[0], r, size);
-      plan.first[t][r] = row;
-      row += plan.rows[t][r];
-      plan.per_rank[r] += plan.rows[t][r] * plan.row_elems[t];
-    }
-    plan.total += shape[0] * plan.row_elems[t];
-  }
-  return plan;
-}
+using Plan = mpi::ScatterPlan;
 
 // The ring over `blocks` (in elements here), in pieces of at most ACCORD_CHUNK_BYTES per
 // block, so that the ring's temporaries stay small and in cache.
@@ -81,7 +52,7 @@ class MpiReducescatter final : public Op {
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    const Plan plan = makePlan(response, ctx.size());
+    const Plan plan = mpi::reducescatterPlan(response, ctx.size());
     std::vector<void*> outputs(entries.size(), nullptr);
     std::vector<bool> local(entries.size(), false);
     for (std::size_t t = 0; t < entries.size(); ++t) {

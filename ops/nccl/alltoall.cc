@@ -13,33 +13,7 @@ namespace accord::nccl {
 
 namespace {
 
-// This rank's side of the split matrix, in bytes.
-struct Exchange {
-  std::vector<std::size_t> send, send_at, recv, recv_at;
-  std::vector<std::int64_t> received_rows;
-  std::size_t send_total = 0, recv_total = 0;
-};
-
-Exchange plan(const ExecContext& ctx, const Response& response) {
-  const int n = ctx.size(), me = ctx.rank();
-  const std::size_t row = mpi::rowBytes(response.shapes[0], response.dtype);
-  Exchange x;
-  for (int r = 0; r < n; ++r) {
-    const std::int64_t to = response.rank_rows[me * n + r];
-    const std::int64_t from = response.rank_rows[r * n + me];
-    if (to < 0 || from < 0)
-      throw InvalidArgument(mpi::describe(response) + ": negative split between ranks " +
-                            std::to_string(me) + " and " + std::to_string(r));
-    x.send_at.push_back(x.send_total);
-    x.send.push_back(to * row);
-    x.send_total += to * row;
-    x.recv_at.push_back(x.recv_total);
-    x.recv.push_back(from * row);
-    x.recv_total += from * row;
-    x.received_rows.push_back(from);
-  }
-  return x;
-}
+using mpi::Exchange;
 
 class NcclAlltoall final : public Op {
  public:
@@ -57,7 +31,7 @@ class NcclAlltoall final : public Op {
                             std::to_string(n) + "x" + std::to_string(n) + " split matrix, got " +
                             std::to_string(response.names.size()) + " tensors and " +
                             std::to_string(response.rank_rows.size()) + " splits");
-    const Exchange x = plan(ctx, response);
+    const Exchange x = mpi::alltoallExchange(response, ctx.rank(), ctx.size());
     run(devices_, ctx, response, entries, [&](Launch& l) { exchange(l, x); });
   }
 
