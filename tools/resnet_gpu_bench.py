@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Training throughput of accord-resnet against PyTorch on the same GPU, in one run.
+
+For each model:batch pair, on synthetic 224x224 data, measures training images per
+second of torchvision's model in PyTorch (channels_last, bf16 autocast, SGD with
+momentum; eager and torch.compile) and of `accord-resnet --device cuda` with the same
+model, batch and optimizer, then prints both, the ratio, and the fraction of the GPU's
+peak bf16 FLOP/s each reaches (a training image costs three forward passes: about
+24.5 GFLOP for ResNet-50).
+
+    python3 tools/resnet_gpu_bench.py                      # the full table
+    python3 tools/resnet_gpu_bench.py --runs resnet50:128 --compile off
+    python3 tools/resnet_gpu_bench.py --accord-resnet build/examples/resnet/accord-resnet
+
+Where accord-resnet has no `--device cuda` (a CPU-only build), its column says so and
+the PyTorch figures are still measured.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+# Forward multiply-adds per 224x224 image (torchvision's models), x2 FLOP per MAC,
+# x3 for forward + backward (data and weight gradients).
+GMAC_FORWARD = {"resnet18": 1.82, "resnet34": 3.67, "resnet50": 4.09, "resnet101": 7.80,
+                "resnet152": 11.51}
+# Dense bf16 tensor-core peaks (TFLOP/s), from NVIDIA's data sheets.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
+
+
+def train_gflop(model):
+    return GMAC_FORWARD[model] * 2 * 3
+
+
+def gpu_peak(name):
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return tflops
+    return None
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="resnet50:128,resnet50:256,resnet101:128,resnet152:128",
+                   help="comma-separated model:batch pairs (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=40, help="timed steps per run (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps first (default: %(default)s)")
+    p.add_argument("--compile", choices=["off", "on", "both"], default="both",
+                   help="PyTorch runs without and/or with torch.compile (default: %(default)s)")
+    p.add_argument("--accord-resnet", default="build/examples/resnet/accord-resnet",
+                   help="the trainer to measure (default: %(default)s)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "tf32"],
+                   help="both sides' precision (default: %(default)s)")
+    p.add_argument("--json", help="also write the results here as JSON")
+    args = p.parse_args()
+    runs = []
+    for item in args.runs.split(","):
+        m = re.fullmatch(r"(resnet\d+):(\d+)", item.strip())
+        if not m or m.group(1) not in GMAC_FORWARD:
+            p.error(f"--runs: '{item}' is not model:batch with model one of "
+                    f"{', '.join(GMAC_FORWARD)} (e.g. resnet50:128)")
+        runs.append((m.group(1), int(m.group(2))))
+    if args.steps < 1 or args.warmup < 0:
+        p.error(f"--steps must be >= 1 and --warmup >= 0 (got {args.steps}, {args.warmup})")
+    return args, runs
+
+
+def torch_images_per_sec(torch, torchvision, model_name, batch, steps, warmup, precision,
+                         compiled):
+    """Synthetic data resident on the GPU, as accord-resnet's synthetic mode does."""
+    device = torch.device("cuda")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    model = getattr(torchvision.models, model_name)(num_classes=1000).to(device)
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    x = torch.randn(batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    autocast = precision == "bf16"
+
+    def step(m):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    run = torch.compile(model) if compiled else model
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step(run)
+    torch.cuda.synchronize()
+    setup_s = time.perf_counter() - t0
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step(run)
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3
+    del run, model, opt
+    torch.cuda.empty_cache()
+    return batch * steps / seconds, setup_s
+
+
+def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
+    """Returns (img/s, None) or (None, why not)."""
+    if not os.path.exists(exe):
+        return None, f"{exe} not found"
+    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
+    if "--device" not in help_text:
+        return None, "this accord-resnet has no --device (CPU-only build)"
+    cmd = [exe, "--device", "cuda", "--model", model_name, "--stem", "imagenet", "--width", "1",
+           "--dataset", "synthetic", "--image-size", "224", "--classes", "1000",
+           "--batch-size", str(batch), "--max-steps", str(steps + warmup),
+           "--synthetic-size", str(batch * (steps + warmup)), "--epochs", "1", "--no-eval",
+           "--no-progress", "--precision", precision, "--metrics", "/dev/stdout"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return None, f"exit {proc.returncode}: {' | '.join(tail)}"
+    rates = [json.loads(line)["images_per_sec"] for line in proc.stdout.splitlines()
+             if line.startswith("{") and "images_per_sec" in line]
+    if not rates:
+        return None, "no images_per_sec in its metrics"
+    return rates[-1], None
+
+
+def main():
+    args, runs = parse_args()
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        sys.exit(f"resnet_gpu_bench: needs PyTorch and torchvision ({e})")
+    if not torch.cuda.is_available():
+        sys.exit("resnet_gpu_bench: no CUDA GPU visible to PyTorch")
+    gpu = torch.cuda.get_device_name(0)
+    peak = gpu_peak(gpu)
+    print(f"device: {gpu}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
+          f"precision {args.precision}; {args.steps} timed steps after {args.warmup}; "
+          f"peak bf16 {peak or '?'} TFLOP/s", flush=True)
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.compile]
+    results = []
+    header = f"{'model':<10} {'batch':>5} {'framework':<22} {'img/s':>9} {'% peak':>7} {'vs eager':>9}"
+    print(header)
+    print("-" * len(header), flush=True)
+    for model_name, batch in runs:
+        gflop = train_gflop(model_name)
+        row = {"model": model_name, "batch": batch, "gflop_per_image": gflop}
+
+        def show(label, ips, eager=None, note=""):
+            pct = f"{100 * ips * gflop / 1e3 / peak:6.1f}%" if peak and ips else "      ?"
+            ratio = f"{ips / eager:8.2f}x" if eager and ips else ""
+            value = f"{ips:9.1f}" if ips else f"{'-':>9}"
+            print(f"{model_name:<10} {batch:>5} {label:<22} {value} {pct} {ratio:>9} {note}",
+                  flush=True)
+
+        for compiled in modes:
+            key = "torch_compile" if compiled else "torch_eager"
+            ips, setup_s = torch_images_per_sec(torch, torchvision, model_name, batch, args.steps,
+                                                args.warmup, args.precision, compiled)
+            row[key] = ips
+            show("pytorch " + ("compile" if compiled else "eager"), ips, row.get("torch_eager"),
+                 f"(warm-up {setup_s:.0f} s)" if compiled else "")
+        ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
+                                         args.warmup, args.precision)
+        row["accord"] = ips
+        if why:
+            row["accord_error"] = why
+        show("accord-resnet", ips, row.get("torch_eager"), why or "")
+        results.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpu, "torch": torch.__version__, "precision": args.precision,
+                       "peak_bf16_tflops": peak, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
