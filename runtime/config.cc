@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 namespace accord {
 
@@ -135,27 +137,61 @@ constexpr TimeSetting kCycleTime{"milliseconds",  0.001,     "microsecond",
 constexpr TimeSetting kStallCheckTime{"seconds", 0.001, "millisecond", kMaxSeconds, nullptr, ""};
 constexpr TimeSetting kStallShutdownTime{"seconds", 0.001, "millisecond", kMaxSeconds, "never", ""};
 
+// Horovod's names of the same settings, honoured when the ACCORD_ name is unset so that
+// a Horovod job script keeps its tuning. Units agree (Horovod's cycle time is in
+// milliseconds and its threshold in bytes too); Horovod's log levels "warning" and
+// "fatal" are read as warn and error.
+constexpr std::pair<const char*, const char*> kHorovodNames[] = {
+    {"ACCORD_CYCLE_TIME", "HOROVOD_CYCLE_TIME"},
+    {"ACCORD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"},
+    {"ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"},
+    {"ACCORD_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    {"ACCORD_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+    {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
+    {"ACCORD_TIMELINE", "HOROVOD_TIMELINE"},
+};
+
+const char* horovodName(const char* var) {
+  for (auto [accord_name, horovod_name] : kHorovodNames)
+    if (std::string_view(var) == accord_name) return horovod_name;
+  return nullptr;
+}
+
+// A setting's trimmed value and the variable it came from (an ACCORD_ name or its
+// Horovod alias), so that a rejection names what the user wrote.
+struct Setting {
+  const char* var;
+  std::string value;
+};
+
 class Reader {
  public:
   explicit Reader(const Config::Getenv& getenv) : getenv_(getenv) {}
 
-  // The trimmed value, or nullopt when unset or empty.
-  std::optional<std::string> get(const char* var) const {
-    const char* raw = getenv_(var);
-    if (raw == nullptr) return std::nullopt;
-    std::string s = trim(raw);
-    if (s.empty()) return std::nullopt;
-    return s;
+  // The trimmed value of var, else of its Horovod alias; nullopt when both are unset or
+  // empty. Both set to different values is an error naming both.
+  std::optional<Setting> get(const char* var) const {
+    auto own = raw(var);
+    const char* alias = horovodName(var);
+    auto other = alias ? raw(alias) : std::nullopt;
+    if (own && other && *own != *other) {
+      throw InvalidArgument(std::string(var) + "='" + *own + "' and " + alias + "='" + *other +
+                            "' are the same setting with different values: unset one of them");
+    }
+    if (own) return Setting{var, *own};
+    if (other) return Setting{alias, *other};
+    return std::nullopt;
   }
 
   // Bytes in [min, max]; `note` (may be empty) says what special values mean.
   std::size_t bytes(const char* var, std::size_t fallback, std::size_t min, std::size_t max,
                     const std::string& note) const {
-    auto s = get(var);
-    if (!s) return fallback;
+    auto setting = get(var);
+    if (!setting) return fallback;
+    const auto& [name, s] = *setting;
     std::size_t v = 0;
-    if (!parseBytes(*s, v) || v < min || v > max) {
-      reject(var, *s,
+    if (!parseBytes(s, v) || v < min || v > max) {
+      reject(name, s,
              "bytes between " + withUnit(min) + " and " + withUnit(max) + ", suffixes K, M, G" +
                  (note.empty() ? "" : "; " + note));
     }
@@ -164,26 +200,28 @@ class Reader {
 
   std::size_t count(const char* var, std::size_t fallback, std::size_t max,
                     const char* note) const {
-    auto s = get(var);
-    if (!s) return fallback;
+    auto setting = get(var);
+    if (!setting) return fallback;
+    const auto& [name, s] = *setting;
     std::uint64_t v = 0;
-    auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-    if (ec != std::errc() || end != s->data() + s->size() || v > max)
-      reject(var, *s, "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || v > max)
+      reject(name, s, "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
     return static_cast<std::size_t>(v);
   }
 
   // A fractional time: 0 when `time.zero` allows it, else in [time.resolution, time.max].
   double time(const char* var, double fallback, const TimeSetting& t) const {
-    auto s = get(var);
-    if (!s) return fallback;
+    auto setting = get(var);
+    if (!setting) return fallback;
+    const auto& [name, s] = *setting;
     std::string expected = std::string(t.unit) + " between " + formatNumber(t.resolution) +
                            " and " + formatNumber(t.max) + " (fractional allowed" + t.example +
                            ")" + (t.zero ? std::string(", or 0 = ") + t.zero : "");
     double v = 0;
-    if (!parseNumber(*s, v) || v < 0 || v > t.max || (v == 0 && !t.zero)) reject(var, *s, expected);
+    if (!parseNumber(s, v) || v < 0 || v > t.max || (v == 0 && !t.zero)) reject(name, s, expected);
     if (v > 0 && v < t.resolution) {
-      throw InvalidArgument(std::string(var) + "='" + *s + "': below the resolution of 1 " +
+      throw InvalidArgument(std::string(name) + "='" + s + "': below the resolution of 1 " +
                             t.resolution_name + ", where it would round to 0" +
                             (t.zero ? std::string(" (") + t.zero + ")" : "") + "; expected " +
                             expected);
@@ -192,16 +230,32 @@ class Reader {
   }
 
   std::string level(const char* var, const char* fallback) const {
-    auto s = get(var);
-    if (!s) return fallback;
-    std::string v = *s;
+    auto setting = get(var);
+    if (!setting) return fallback;
+    const auto& [name, s] = *setting;
+    std::string v = s;
     for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (v == "warning") v = "warn";  // Horovod's spellings
+    if (v == "fatal") v = "error";
     for (const char* known : kLogLevels)
       if (v == known) return v;
-    reject(var, *s, "one of trace, debug, info, warn, error, off");
+    reject(name, s, "one of trace, debug, info, warn, error, off");
+  }
+
+  std::string text(const char* var) const {
+    auto s = get(var);
+    return s ? s->value : std::string();
   }
 
  private:
+  std::optional<std::string> raw(const char* var) const {
+    const char* value = getenv_(var);
+    if (value == nullptr) return std::nullopt;
+    std::string s = trim(value);
+    if (s.empty()) return std::nullopt;
+    return s;
+  }
+
   const Config::Getenv& getenv_;
 };
 
@@ -233,7 +287,7 @@ Config Config::parse(const Getenv& getenv) {
   c.stall_shutdown_time = secondsToMs(
       env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
-  if (const char* t = getenv("ACCORD_TIMELINE")) c.timeline = t;
+  c.timeline = env.text("ACCORD_TIMELINE");
   return c;
 }
 

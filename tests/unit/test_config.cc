@@ -142,10 +142,50 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
               "': expected an integer between 0 and 1 (1: CUDA tensors go through NCCL where "
               "Accord was built with it; 0: through MPI, staged in pinned host memory)");
   }
-  CHECK(error("ACCORD_LOG_LEVEL", "warning") ==
-        "ACCORD_LOG_LEVEL='warning': expected one of trace, debug, info, warn, error, off");
+  CHECK(error("ACCORD_LOG_LEVEL", "warnings") ==
+        "ACCORD_LOG_LEVEL='warnings': expected one of trace, debug, info, warn, error, off");
   for (std::string level : {"trace", "debug", "info", "warn", "error", "off"})
     CHECK(parse({{"ACCORD_LOG_LEVEL", level}}).log_level == level);
+}
+
+TEST_CASE("Horovod's names of the same settings apply where the ACCORD_ name is unset",
+          "[config]") {
+  Config c = parse({{"HOROVOD_CYCLE_TIME", "2.5"},
+                    {"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                    {"HOROVOD_CACHE_CAPACITY", "0"},
+                    {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+                    {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "120"},
+                    {"HOROVOD_LOG_LEVEL", "WARNING"},
+                    {"HOROVOD_TIMELINE", "/tmp/t.json"}});
+  CHECK(c.cycle_time == 2500us);
+  CHECK(c.fusion_threshold == 32u << 20);
+  CHECK(c.cache_capacity == 0);
+  CHECK(c.stall_check_time == 30s);
+  CHECK(c.stall_shutdown_time == 120s);
+  CHECK(c.log_level == "warn");
+  CHECK(c.timeline == "/tmp/t.json");
+  CHECK(parse({{"HOROVOD_LOG_LEVEL", "fatal"}}).log_level == "error");
+
+  // The ACCORD_ name wins where both are set to the same value; an empty one is unset.
+  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", "1M"}, {"HOROVOD_FUSION_THRESHOLD", " 1M "}})
+            .fusion_threshold == 1u << 20);
+  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"HOROVOD_FUSION_THRESHOLD", "2M"}})
+            .fusion_threshold == 2u << 20);
+
+  // Different values: an error naming both. A bad value: the name the user wrote.
+  try {
+    parse({{"ACCORD_CYCLE_TIME", "1"}, {"HOROVOD_CYCLE_TIME", "5"}});
+    FAIL("no error for two different values of one setting");
+  } catch (const InvalidArgument& e) {
+    CHECK(std::string(e.what()) ==
+          "ACCORD_CYCLE_TIME='1' and HOROVOD_CYCLE_TIME='5' are the same setting with "
+          "different values: unset one of them");
+  }
+  CHECK(error("HOROVOD_CACHE_CAPACITY", "lots") ==
+        "HOROVOD_CACHE_CAPACITY='lots': expected an integer between 0 and 65536 (0 disables "
+        "the cache)");
+  CHECK(error("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1")
+            .rfind("HOROVOD_STALL_CHECK_TIME_SECONDS='-1': expected seconds between", 0) == 0);
 }
 
 TEST_CASE("describe lists every known variable with its value", "[config]") {
