@@ -89,6 +89,22 @@ void defineRuntime(py::module_& m) {
   m.def("mpi_thread_level", &mpiThreadLevel);
   m.attr("MPI_THREAD_MULTIPLE") = static_cast<int>(MPI_THREAD_MULTIPLE);
 
+  // The timeline writes from the background thread; starting and stopping it waits for
+  // that thread's current write, so neither holds the GIL meanwhile.
+  m.def(
+      "start_timeline",
+      [](const std::string& path) {
+        py::gil_scoped_release release;
+        start_timeline(path);
+      },
+      py::arg("path"));
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release release;
+    stop_timeline();
+  });
+  m.def("timeline_begin", &timeline_begin, py::arg("track"), py::arg("activity"));
+  m.def("timeline_end", &timeline_end, py::arg("track"));
+
   m.def("add_process_set", &add_process_set, py::arg("ranks"),
         py::call_guard<py::gil_scoped_release>());
   m.def("remove_process_set", &remove_process_set, py::arg("id"),

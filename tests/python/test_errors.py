@@ -107,11 +107,6 @@ def test_gpu_tensors_say_the_gpu_path_is_not_there_yet(hvd):
                 call()
 
 
-def test_timeline_is_not_there_yet(hvd):
-    with pytest.raises(NotImplementedError, match="ACCORD_TIMELINE"):
-        hvd.start_timeline("/tmp/timeline.json")
-
-
 def test_build_and_topology_queries(hvd):
     assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.is_initialized()
     assert not (hvd.nccl_built() or hvd.cuda_built() or hvd.rocm_built() or hvd.gloo_built()

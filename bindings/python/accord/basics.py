@@ -5,6 +5,7 @@ queries, reduction ops, process sets, and the table of pending collectives that
 """
 
 import itertools
+import os
 import warnings
 
 from accord import _core
@@ -144,13 +145,18 @@ def ddl_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError(
-        "start_timeline: Accord has no timeline yet, so there is nothing to record; "
-        "ACCORD_TIMELINE=<file> will name the file once it has")
+    """Starts a Chrome trace of every tensor's phases at ``file_path`` (Horovod's call).
+
+    Call it on every rank; rank 0 writes the file. Negotiation cycles are always in the
+    trace, so ``mark_cycles`` is accepted for Horovod's signature and changes nothing. A
+    path that cannot be created raises ValueError naming it. ACCORD_TIMELINE=<path>
+    (or HOROVOD_TIMELINE) records from init() instead."""
+    _core.start_timeline(os.fspath(file_path))
 
 
 def stop_timeline():
-    raise NotImplementedError("stop_timeline: Accord has no timeline yet")
+    """Ends the timeline; the file is complete, valid JSON, when this returns."""
+    _core.stop_timeline()
 
 
 # ---- process sets ------------------------------------------------------------------
