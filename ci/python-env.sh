@@ -8,7 +8,19 @@ set -euo pipefail
 venv=${ACCORD_TORCH2_VENV:-$HOME/.cache/accord/torch2-venv}
 python=$venv/bin/python
 check='import sys, torch, numpy, pytest, pytest_timeout; sys.exit(int(torch.__version__.split(".")[0]) < 2)'
+# <package>: from PyTorch's CPU-only index where it is reachable, else PyPI's default.
+install_torch_package() {
+  "$python" -m pip install --quiet --retries 1 --timeout 15 \
+    --index-url https://download.pytorch.org/whl/cpu "$1" >&2 2> /dev/null ||
+    "$python" -m pip install --quiet "$1" >&2
+}
+# torchvision: for the examples (examples/python, Horovod's scripts in tests/examples);
+# pip picks the release made for the installed torch.
+ensure_torchvision() {
+  "$python" -c 'import torchvision' 2> /dev/null || install_torch_package torchvision
+}
 if [ -x "$python" ] && "$python" -c "$check" 2> /dev/null; then
+  ensure_torchvision
   echo "$python"
   exit 0
 fi
@@ -17,11 +29,8 @@ echo "ci/python-env.sh: creating $venv (PyTorch 2.x from PyPI; a few minutes the
 # site-packages, so that Debian's torch 1.13 stays out.
 /usr/bin/python3 -m venv --clear "$venv"
 "$python" -m pip install --quiet --upgrade pip >&2
-# The CPU-only wheels where that index is reachable, else PyPI's default build.
-if ! "$python" -m pip install --quiet --retries 1 --timeout 15 \
-       --index-url https://download.pytorch.org/whl/cpu torch >&2 2> /dev/null; then
-  "$python" -m pip install --quiet torch >&2
-fi
+install_torch_package torch
 "$python" -m pip install --quiet numpy pytest pytest-timeout >&2
+ensure_torchvision
 "$python" -c "$check"
 echo "$python"
