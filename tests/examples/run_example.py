@@ -150,8 +150,14 @@ def main():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(args.script)),
                                                       env.get("PYTHONPATH")]))
+    # Forwarded with -x, or through the MCA parameter mca_base_env_list where that is
+    # set (ci/sanitize.sh preloads the sanitizer with it): Open MPI refuses both at once.
+    forward = ["-x", "PYTHONPATH"]
+    if env.get("OMPI_MCA_mca_base_env_list"):
+        env["OMPI_MCA_mca_base_env_list"] += ";PYTHONPATH"
+        forward = []
     cmd = [args.mpiexec, "-np", str(args.np), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-           "-x", "PYTHONPATH", args.python, script] + script_args
+           *forward, args.python, script] + script_args
     print("+", shlex.join(cmd), flush=True)
     # mpirun forwards SIGTERM to its ranks; SIGKILL would leave them running.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -110,6 +110,23 @@ exec nsenter --net=/run/netns/${prefix}\$i --uts=$state/uts\$i -- /bin/sh -c "\$
 EOF
 chmod +x "$state/agent.sh"
 
+# Open MPI refuses -x beside the MCA parameter mca_base_env_list (which ci/sanitize.sh
+# sets to preload the sanitizer into every rank): where that is set, -x's variables
+# join the list instead.
+if [ -n "${OMPI_MCA_mca_base_env_list:-}" ]; then
+  kept=()
+  for ((i = 0; i < ${#mpi_opts[@]}; i++)); do
+    if [ "${mpi_opts[$i]}" = "-x" ] && [ $((i + 1)) -lt ${#mpi_opts[@]} ]; then
+      i=$((i + 1))
+      OMPI_MCA_mca_base_env_list+=";${mpi_opts[$i]}"
+    else
+      kept+=("${mpi_opts[$i]}")
+    fi
+  done
+  mpi_opts=("${kept[@]}")
+  export OMPI_MCA_mca_base_env_list
+fi
+
 # mpirun itself stays in this namespace and reaches the daemons over the bridge. Every
 # transport but TCP on the bridge is switched off between hosts; vader (shared memory)
 # stays for ranks of one simulated host, as on real hosts.
