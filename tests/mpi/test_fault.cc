@@ -15,6 +15,8 @@
 // Plain main, not Catch: after the failure MPI cannot be finalized (see
 // accord::shutdown), so each survivor reports with a marker line and exits 1, and
 // run_expect_abort.cmake counts the markers. Rank 0 then kills a frozen victim.
+#include "silent_ranks.h"
+
 #include <accord/accord.h>
 
 #include <mpi.h>
@@ -158,29 +160,6 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// True when the message's list of silent ranks ("rank 2 did not", "ranks 0, 2 did not")
-// holds `victim`. A survivor waiting on several ranks at once (the victim and a rank
-// that waits for the victim in turn) names them all.
-bool namesSilent(const std::string& message, int victim) {
-  const std::size_t end = message.find(" did not ");
-  if (end == std::string::npos) return false;
-  std::size_t begin = message.rfind("rank", end);
-  if (begin == std::string::npos) return false;
-  begin = message.find(' ', begin) + 1;
-  const std::string list = message.substr(begin, end - begin);
-  std::size_t pos = 0;
-  while (pos < list.size()) {
-    const std::size_t comma = list.find(',', pos);
-    const std::string item =
-        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (std::atoi(item.c_str()) == victim && item.find_first_of("0123456789") != std::string::npos)
-      return true;
-    if (comma == std::string::npos) break;
-    pos = comma + 2;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,7 +201,7 @@ int main(int argc, char** argv) {
   // at a rank that waited for it in turn.
   const std::string name = args.collective + " 'fault." + args.collective + "'";
   const bool named = contains(message, name);
-  const bool points = namesSilent(message, victim) ||
+  const bool points = accord_test::namesSilent(message, victim) ||
                       contains(message, "or a rank it waits for in turn") ||
                       contains(message, "or ranks they wait for in turn");
   std::string later_message;
