@@ -31,6 +31,9 @@ def command(argv, environ=None):
     with mock.patch.dict(os.environ, environ or {}, clear=False), \
          mock.patch.object(ar.os, "execvpe", fake_exec), \
          mock.patch.object(ar.shutil, "which", lambda name: "/usr/bin/" + name):
+        # Only where the test sets it (ci/sanitize.sh sets it for the whole suite).
+        if "OMPI_MCA_mca_base_env_list" not in (environ or {}):
+            os.environ.pop("OMPI_MCA_mca_base_env_list", None)
         try:
             rc = ar.main(argv)
         except SystemExit as e:
@@ -66,6 +69,16 @@ class HostLists(unittest.TestCase):
 
 
 class CommandLines(unittest.TestCase):
+    def test_variables_join_an_mca_env_list_instead_of_x(self):
+        # Open MPI refuses -x beside mca_base_env_list.
+        rc, cmd, env = command(["-np", "2", "prog"], {"OMPI_MCA_mca_base_env_list": "LD_PRELOAD=/x.so",
+                                                      "ACCORD_LOG_LEVEL": "info"})
+        self.assertEqual(rc, 0)
+        self.assertNotIn("-x", cmd)
+        items = env["OMPI_MCA_mca_base_env_list"].split(";")
+        self.assertEqual(items[0], "LD_PRELOAD=/x.so")
+        self.assertIn("ACCORD_LOG_LEVEL", items)
+
     def test_mpirun_with_hosts_settings_and_forwarded_variables(self):
         rc, cmd, env = command(["-np", "4", "-H", "a:2,b:2", "--cycle-time", "2", "--no-shared-memory",
                                 "python3", "train.py", "--lr", "0.1"],
