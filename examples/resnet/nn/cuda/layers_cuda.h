@@ -25,6 +25,7 @@
 // InvalidArgument naming the layer, the shape and the library's own message.
 #pragma once
 
+#include "nn/layer_ops.h"
 #include "nn/layers.h"
 
 #include <cuda_runtime_api.h>
@@ -82,6 +83,13 @@ struct DeviceArena {
   void allocate();
   void reset() { used = 0; }
 };
+
+// Makes `arena` (still planning) allocate zeroed device memory: nn's binds then carve
+// device pieces, so a whole model can be laid out on the GPU by the CPU's code.
+void useDeviceMemory(nn::Arena& arena);
+
+// This backend's functions as a table, for code written once over both backends.
+const LayerOps& layers();
 
 // The binds carve the same pieces as nn's; the inits draw the same random numbers as
 // nn's (on the host, then copy), so one seed gives the same model on both backends.
