@@ -183,7 +183,7 @@ std::string ModelConfig::describe() const {
   return os.str();
 }
 
-void buildModel(Model& m, const ModelConfig& cfg) {
+void buildModel(Model& m, const ModelConfig& cfg, bool initialise) {
   checkConfig(cfg);
   m.cfg = cfg;
   layout(m);
@@ -193,7 +193,7 @@ void buildModel(Model& m, const ModelConfig& cfg) {
   m.buffers.allocate();
   m.acts.allocate();
   bindAll(m);  // real pass: same sequence, real pointers
-  initAll(m);
+  if (initialise) initAll(m);
 }
 
 namespace {

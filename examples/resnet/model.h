@@ -13,11 +13,13 @@
 // PyTorch one to one.
 #pragma once
 
+#include "nn/layer_ops.h"
 #include "nn/layers.h"
 #include "optimizer.h"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,8 @@ struct ModelConfig {
 // Receives one layer's gradient as soon as backward produced it; the trainer turns it
 // into a named allreduce. Called on the training thread.
 using GradSink = std::function<void(const std::string& name, float* grad, std::size_t n)>;
+
+struct DeviceModel;  // a copy of a Model on a GPU (model_device.h)
 
 // conv -> batch norm (-> ReLU in place on the BN output).
 struct ConvBn {
@@ -79,11 +83,18 @@ struct Model {
   float* scratch[3] = {};    // (max activation) gradient ping-pong buffers
   bool bn_training = true;   // false: BN uses running statistics (inference mode)
   GradSink sink;             // may be empty (one process, tests)
+  // The layers the passes call: the CPU's, or the GPU's in a model laid out in device
+  // memory (the device copy below).
+  const nn::LayerOps* ops = &nn::cpuLayers();
+  // Set by useDevice(): the passes then run on this device copy, and this Model, on the
+  // host, stays what the rest of the trainer reads and writes (see model_device.h).
+  std::shared_ptr<DeviceModel> device;
 };
 
 // Builds and initialises (Kaiming, seeded) the model; throws InvalidArgument for an
-// unsupported depth or nonsensical sizes.
-void buildModel(Model& m, const ModelConfig& cfg);
+// unsupported depth or nonsensical sizes. Without `initialise` the parameters stay zero
+// (a device copy, whose parameters come from the host model).
+void buildModel(Model& m, const ModelConfig& cfg, bool initialise = true);
 
 // Number of trainable parameters (weights + biases; no BN running statistics).
 std::size_t parameterCount(const Model& m);
@@ -94,8 +105,10 @@ std::vector<ParamRef> bufferList(Model& m);
 
 // Forward of N <= max_batch images already in m.input; fills m.logits.
 void forward(Model& m, int N);
-// Loss of m.logits against labels (and dlogits when training).
+// Loss of m.logits against labels (and dlogits when training). labels: host memory.
 float loss(Model& m, const int32_t* labels, int N, float smoothing, bool with_grad);
+// How many of the N images have their label in the top 1 / top 5 logits.
+nn::TopK accuracy(Model& m, const int32_t* labels, int N);
 // Backward from m.dlogits; every layer's gradients go to m.sink as soon as they exist.
 void backward(Model& m, int N);
 

@@ -1,12 +1,14 @@
 // The forward and backward passes: a flat list of layer calls, and the same list in
-// reverse. Backward hands each layer's gradients to the sink right after that layer's
-// backward so their allreduce overlaps the rest of backward.
+// reverse, through the model's layer table (m.ops: the CPU's or the GPU's layers, the
+// same calls either way). Backward hands each layer's gradients to the sink right after
+// that layer's backward so their allreduce overlaps the rest of backward.
 //
 // Activation gradients live in three scratch buffers of the largest activation size.
 // A block's backward takes dy in one buffer and returns the buffer that holds dx: the
 // branch alternates between the other two (BN's backward works in place), and the
 // shortcut's gradient is added at the end, so three buffers suffice at any depth.
 #include "model.h"
+#include "model_device.h"
 
 #include <utility>
 
@@ -22,9 +24,9 @@ void send(Model& m, const std::string& name, float* g, std::size_t n) {
 }
 
 void convBnForward(Model& m, ConvBn& c, const float* x, int N, bool relu) {
-  nn::conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);                // a (N, C, H, W)
-  nn::batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
-  if (relu) nn::relu_forward(c.b, c.b, numel(c, N));
+  m.ops->conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);                // a (N, C, H, W)
+  m.ops->batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
+  if (relu) m.ops->relu_forward(c.b, c.b, numel(c, N));
 }
 
 void blockForward(Model& m, Block& b, const float* x, int N) {
@@ -40,8 +42,8 @@ void blockForward(Model& m, Block& b, const float* x, int N) {
     shortcut = b.down.b;
   }
   const std::size_t n = numel(b.convs.back(), N);
-  nn::add_forward(b.y, shortcut, b.y, n);  // y (N, C_out, H, W) = branch + shortcut
-  nn::relu_forward(b.y, b.y, n);
+  m.ops->add_forward(b.y, shortcut, b.y, n);  // y (N, C_out, H, W) = branch + shortcut
+  m.ops->relu_forward(b.y, b.y, n);
 }
 
 void sendBn(Model& m, ConvBn& c) {
@@ -57,23 +59,23 @@ void sendConv(Model& m, ConvBn& c) {
 // dy: gradient w.r.t. the ConvBn's output (after its ReLU where relu); consumed in
 // place. dx: gradient w.r.t. its input (nullable for the stem).
 void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N, bool relu) {
-  if (relu) nn::relu_backward(c.b, dy, dy, numel(c, N));
-  nn::batchnorm2d_backward(c.bn, c.a, dy, dy, N, c.H, c.W, m.bn_training);
+  if (relu) m.ops->relu_backward(c.b, dy, dy, numel(c, N));
+  m.ops->batchnorm2d_backward(c.bn, c.a, dy, dy, N, c.H, c.W, m.bn_training);
   sendBn(m, c);
-  nn::conv2d_backward(c.conv, x, dy, dx, N, c.H_in, c.W_in);
+  m.ops->conv2d_backward(c.conv, x, dy, dx, N, c.H_in, c.W_in);
   sendConv(m, c);
 }
 
 // dy is in scratch[in] (w.r.t. the block output); returns the scratch index of dx.
 int blockBackward(Model& m, Block& b, int in, int N) {
   float* dy = m.scratch[in];
-  nn::relu_backward(b.y, dy, dy, numel(b.convs.back(), N));
+  m.ops->relu_backward(b.y, dy, dy, numel(b.convs.back(), N));
   int cur = (in + 1) % 3, spare = (in + 2) % 3;
   const int last = static_cast<int>(b.convs.size()) - 1;
   ConvBn& c_last = b.convs[last];
   // The last BN must not work in place: dy is still needed for the shortcut.
-  nn::batchnorm2d_backward(c_last.bn, c_last.a, dy, m.scratch[spare], N, c_last.H, c_last.W,
-                           m.bn_training);
+  m.ops->batchnorm2d_backward(c_last.bn, c_last.a, dy, m.scratch[spare], N, c_last.H, c_last.W,
+                              m.bn_training);
   sendBn(m, c_last);
   // Invariant: the gradient w.r.t. conv i's output is in scratch[spare]; its dx goes
   // to scratch[cur], and the swap puts it in scratch[spare] for conv i - 1.
@@ -81,7 +83,7 @@ int blockBackward(Model& m, Block& b, int in, int N) {
     ConvBn& c = b.convs[i];
     const float* x = i > 0 ? b.convs[i - 1].b : b.x;
     if (i == last) {
-      nn::conv2d_backward(c.conv, x, m.scratch[spare], m.scratch[cur], N, c.H_in, c.W_in);
+      m.ops->conv2d_backward(c.conv, x, m.scratch[spare], m.scratch[cur], N, c.H_in, c.W_in);
       sendConv(m, c);
     } else {
       convBnBackward(m, c, x, m.scratch[spare], m.scratch[cur], N, true);
@@ -93,9 +95,9 @@ int blockBackward(Model& m, Block& b, int in, int N) {
       static_cast<std::size_t>(N) * b.convs[0].conv.C_in * b.convs[0].H_in * b.convs[0].W_in;
   if (b.has_down) {
     convBnBackward(m, b.down, b.x, dy, m.scratch[cur], N, false);
-    nn::accumulate(m.scratch[spare], m.scratch[cur], n_in);
+    m.ops->accumulate(m.scratch[spare], m.scratch[cur], n_in);
   } else {
-    nn::accumulate(m.scratch[spare], dy, n_in);
+    m.ops->accumulate(m.scratch[spare], dy, n_in);
   }
   return spare;
 }
@@ -103,11 +105,12 @@ int blockBackward(Model& m, Block& b, int in, int N) {
 }  // namespace
 
 void forward(Model& m, int N) {
+  if (m.device) return deviceForward(m, N);
   convBnForward(m, m.stem, m.input, N, true);
   const float* h = m.stem.b;
   const int C0 = m.stem.conv.C_out;
   if (m.has_maxpool) {
-    nn::maxpool2d_forward(m.maxpool, h, m.pool_y, m.pool_ws, N, C0, m.stem.H, m.stem.W);
+    m.ops->maxpool2d_forward(m.maxpool, h, m.pool_y, m.pool_ws, N, C0, m.stem.H, m.stem.W);
     h = m.pool_y;
   }
   for (Block& b : m.blocks) {
@@ -115,27 +118,35 @@ void forward(Model& m, int N) {
     h = b.y;
   }
   const ConvBn& last = m.blocks.back().convs.back();
-  nn::avgpool_forward(h, m.features, N, m.fc.in, last.H, last.W);  // (N, C)
-  nn::linear_forward(m.fc, m.features, m.logits, N);               // (N, classes)
+  m.ops->avgpool_forward(h, m.features, N, m.fc.in, last.H, last.W);  // (N, C)
+  m.ops->linear_forward(m.fc, m.features, m.logits, N);               // (N, classes)
 }
 
 float loss(Model& m, const int32_t* labels, int N, float smoothing, bool with_grad) {
-  return nn::softmax_xent(m.logits, labels, with_grad ? m.dlogits : nullptr, N, m.fc.out,
-                          smoothing);
+  if (m.device) return deviceLoss(m, labels, N, smoothing, with_grad);
+  return m.ops->softmax_xent(m.logits, labels, with_grad ? m.dlogits : nullptr, N, m.fc.out,
+                             smoothing);
+}
+
+nn::TopK accuracy(Model& m, const int32_t* labels, int N) {
+  if (m.device) return deviceAccuracy(m, labels, N);
+  return m.ops->topk_correct(m.logits, labels, N, m.fc.out);
 }
 
 void backward(Model& m, int N) {
-  nn::linear_backward(m.fc, m.features, m.dlogits, m.scratch[0], N);  // dfeatures (N, C)
+  if (m.device) return deviceBackward(m, N);
+  m.ops->linear_backward(m.fc, m.features, m.dlogits, m.scratch[0], N);  // dfeatures (N, C)
   send(m, "fc.weight", m.fc.dw, static_cast<std::size_t>(m.fc.out) * m.fc.in);
   send(m, "fc.bias", m.fc.db, static_cast<std::size_t>(m.fc.out));
   const ConvBn& last = m.blocks.back().convs.back();
-  nn::avgpool_backward(m.scratch[0], m.scratch[1], N, m.fc.in, last.H, last.W);
+  m.ops->avgpool_backward(m.scratch[0], m.scratch[1], N, m.fc.in, last.H, last.W);
   int cur = 1;
   for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) cur = blockBackward(m, *b, cur, N);
   float* dy = m.scratch[cur];
   if (m.has_maxpool) {
     float* dx = m.scratch[(cur + 1) % 3];
-    nn::maxpool2d_backward(m.maxpool, dy, m.pool_ws, dx, N, m.stem.conv.C_out, m.stem.H, m.stem.W);
+    m.ops->maxpool2d_backward(m.maxpool, dy, m.pool_ws, dx, N, m.stem.conv.C_out, m.stem.H,
+                              m.stem.W);
     dy = dx;
   }
   convBnBackward(m, m.stem, m.input, dy, nullptr, N, true);

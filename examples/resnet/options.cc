@@ -169,6 +169,11 @@ void addOptimOptions(CLI::App& app, TrainOptions& o) {
 }
 
 void addRunOptions(CLI::App& app, TrainOptions& o) {
+  app.add_option("--device", o.device,
+                 "where the layers run: cpu (oneDNN) or cuda (cuDNN, GPU local rank modulo the "
+                 "GPUs; builds with cuDNN only)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
       ->check(integerIn(0, 1024))
       ->capture_default_str();

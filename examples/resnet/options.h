@@ -54,6 +54,7 @@ struct TrainOptions {
   std::string eval_bn_mode = "running";  // running | batch
   std::uint64_t seed = 42;
   // run
+  std::string device = "cpu";  // cpu | cuda
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

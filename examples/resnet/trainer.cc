@@ -86,6 +86,7 @@ void Trainer::buildModel() {
   cfg.max_batch = opt_.batch_size;
   cfg.image_size = train_src_->imageSize();
   resnet::buildModel(model_, cfg);
+  useDevice(model_, opt_.device, accord::local_rank());
   if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")
     throw InvalidArgument("unknown --train-bn-mode '" + opt_.train_bn_mode +
                           "' (expected batch or running)");
@@ -173,7 +174,7 @@ void Trainer::trainStep(StepTimes& t) {
   // NaN on any rank makes the average NaN: all ranks take the same decision below.
   step_loss_ = loss_value;
   grads_.submitValue("loss", &step_loss_);
-  const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
+  const nn::TopK hits = accuracy(model_, labels_.data(), n);
   backward(model_, n);  // hands every layer's gradients to grads_ as it goes
   t.compute += since(t0);
   accord::timeline_begin(kTrack, "comm wait");

@@ -18,6 +18,7 @@
 #include "lr_schedule.h"
 #include "metrics.h"
 #include "model.h"
+#include "model_device.h"
 #include "optimizer.h"
 #include "options.h"
 

@@ -24,7 +24,7 @@ EvalResult Trainer::evaluate() {
   while ((n = test_loader_->next(model_.input, labels_.data())) > 0) {
     forward(model_, n);
     const float l = loss(model_, labels_.data(), n, 0.0f, false);
-    const nn::TopK hits = nn::topk_correct(model_.logits, labels_.data(), n, model_.fc.out);
+    const nn::TopK hits = accuracy(model_, labels_.data(), n);
     sums[0] += static_cast<double>(l) * n;
     sums[1] += hits.top1;
     sums[2] += hits.top5;

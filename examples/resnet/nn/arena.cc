@@ -18,7 +18,12 @@ constexpr size_t kAlignFloats = 16;
 size_t roundUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 }  // namespace
 
-Arena::~Arena() { std::free(base); }
+Arena::~Arena() {
+  if (base && release)
+    release(base);
+  else
+    std::free(base);
+}
 
 float* Arena::take(size_t n) {
   size_t size = roundUp(n);
@@ -38,9 +43,13 @@ float* Arena::take(size_t n) {
 void Arena::allocate() {
   if (!planning) throw Error("nn::Arena: allocate() called twice");
   size_t bytes = (used ? used : kAlignFloats) * sizeof(float);
-  base = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!base) throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
-  std::memset(base, 0, bytes);
+  if (alloc) {
+    base = alloc(bytes);
+  } else {
+    base = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!base) throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
+    std::memset(base, 0, bytes);
+  }
   capacity = used;
   used = 0;
   planning = false;

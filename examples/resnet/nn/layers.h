@@ -52,6 +52,11 @@ struct Arena {
   size_t capacity = 0;    // floats allocated
   size_t used = 0;        // floats taken (planned, while planning)
   bool planning = true;
+  // Where allocate() gets its memory; host memory when unset. A GPU backend sets both
+  // (nn::cuda::useDeviceMemory) so that a model's arenas, and every piece carved from
+  // them, are device memory. alloc must return zeroed memory or throw.
+  float* (*alloc)(size_t bytes) = nullptr;
+  void (*release)(float* base) = nullptr;
 
   Arena() = default;
   Arena(const Arena&) = delete;

@@ -1,0 +1,97 @@
+// The model on a GPU (see model_device.h): a second Model laid out by the same code in
+// device arenas, running the GPU's layer table, kept in step with the host model.
+#include "model_device.h"
+#include "nn/cuda/layers_cuda.h"
+
+#include <accord/error.h>
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+namespace accord::resnet {
+
+struct DeviceModel {
+  Model mirror;               // device arenas, nn::cuda::layers()
+  int32_t* labels = nullptr;  // (max_batch) device
+  ~DeviceModel() {
+    if (labels) cudaFree(labels);  // from a destructor: no throw
+  }
+};
+
+namespace {
+
+void check(cudaError_t s, const std::string& what) {
+  if (s != cudaSuccess) throw Error(what + ": CUDA failed: " + cudaGetErrorString(s));
+}
+
+void upload(nn::Arena& device, const nn::Arena& host) {
+  nn::cuda::copy_to_device(device.base, host.base, host.capacity);
+}
+
+// The gradient at `g` in the mirror's arena lives at the same offset in the host's.
+float* hostTwin(Model& m, float* g) { return m.grads.base + (g - m.device->mirror.grads.base); }
+
+const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
+  DeviceModel& d = *m.device;
+  check(cudaMemcpyAsync(d.labels, labels, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
+                        nn::cuda::stream()),
+        "uploading labels");
+  return d.labels;
+}
+
+}  // namespace
+
+void useDevice(Model& m, const std::string& device, int local_rank) {
+  if (device == "cpu") return;
+  if (device != "cuda")
+    throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "--device cuda: counting GPUs");
+  if (count == 0) throw InvalidArgument("--device cuda: no GPU found");
+  check(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
+  auto d = std::make_shared<DeviceModel>();
+  for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
+    nn::cuda::useDeviceMemory(*a);
+  d->mirror.ops = &nn::cuda::layers();
+  buildModel(d->mirror, m.cfg, false);
+  if (d->mirror.params.capacity != m.params.capacity || d->mirror.acts.capacity != m.acts.capacity)
+    throw Error("--device cuda: the device model's layout differs from the host model's");
+  check(cudaMalloc(reinterpret_cast<void**>(&d->labels), sizeof(int32_t) * m.cfg.max_batch),
+        "--device cuda: allocating labels");
+  // Each gradient comes down to its place in the host arena, then goes on to the host
+  // model's sink (the runtime), exactly as on the CPU. copy_to_host waits for it.
+  Model* host = &m;
+  d->mirror.sink = [host](const std::string& name, float* g, std::size_t n) {
+    float* h = hostTwin(*host, g);
+    nn::cuda::copy_to_host(h, g, n);
+    if (host->sink) host->sink(name, h, n);
+  };
+  m.device = std::move(d);
+}
+
+void deviceForward(Model& m, int N) {
+  Model& d = m.device->mirror;
+  // The host optimizer, a resume or BN averaging may have changed these since.
+  upload(d.params, m.params);
+  upload(d.buffers, m.buffers);
+  nn::cuda::copy_to_device(d.input, m.input,
+                           size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
+  d.bn_training = m.bn_training;
+  forward(d, N);
+  // The running statistics forward moved, and the logits, for whoever reads them.
+  nn::cuda::copy_to_host(m.buffers.base, d.buffers.base, m.buffers.capacity);
+  nn::cuda::copy_to_host(m.logits, d.logits, size_t(N) * m.fc.out);
+}
+
+float deviceLoss(Model& m, const int32_t* labels, int N, float smoothing, bool with_grad) {
+  return loss(m.device->mirror, uploadLabels(m, labels, N), N, smoothing, with_grad);
+}
+
+nn::TopK deviceAccuracy(Model& m, const int32_t* labels, int N) {
+  return accuracy(m.device->mirror, uploadLabels(m, labels, N), N);
+}
+
+void deviceBackward(Model& m, int N) { backward(m.device->mirror, N); }
+
+}  // namespace accord::resnet

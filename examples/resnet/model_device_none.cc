@@ -1,0 +1,28 @@
+// --device in a build without the GPU layers (no CUDA toolkit or no cuDNN): only the
+// CPU is there. See model_device.h.
+#include "model_device.h"
+
+#include <accord/error.h>
+
+namespace accord::resnet {
+
+void useDevice(Model&, const std::string& device, int) {
+  if (device == "cpu") return;
+  if (device == "cuda")
+    throw InvalidArgument(
+        "--device cuda: this build has no GPU layers (it found no CUDA toolkit or no cuDNN; "
+        "set CUDNN_ROOT and rebuild)");
+  throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
+}
+
+// Never reached: useDevice never sets Model::device in this build.
+void deviceForward(Model&, int) { throw Error("deviceForward: no GPU layers in this build"); }
+float deviceLoss(Model&, const int32_t*, int, float, bool) {
+  throw Error("deviceLoss: no GPU layers in this build");
+}
+nn::TopK deviceAccuracy(Model&, const int32_t*, int) {
+  throw Error("deviceAccuracy: no GPU layers in this build");
+}
+void deviceBackward(Model&, int) { throw Error("deviceBackward: no GPU layers in this build"); }
+
+}  // namespace accord::resnet

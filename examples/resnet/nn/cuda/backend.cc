@@ -1,0 +1,114 @@
+// The GPU backend's state (see backend_cuda.h): one stream for every layer, so the
+// layers of a step run in order without host synchronisation, with cuDNN and cuBLAS
+// bound to it. Created on first use on the current device; never destroyed (the
+// process's end releases it; destroying handles from a static destructor can run after
+// the CUDA runtime has shut down).
+#include "nn/cuda/backend_cuda.h"
+
+namespace accord::nn::cuda {
+
+namespace detail {
+
+namespace {
+std::string where(const char* file, int line) {
+  std::string f(file);
+  size_t slash = f.find_last_of('/');
+  return (slash == std::string::npos ? f : f.substr(slash + 1)) + ":" + std::to_string(line);
+}
+}  // namespace
+
+void fail(const std::string& what, const char* call, const char* library,
+          const std::string& message, const char* file, int line) {
+  throw Error(what + ": " + library + " failed: " + message + " (in " + call + " at " +
+              where(file, line) + ")");
+}
+
+void checkLaunch(const std::string& what) {
+  cudaError_t s = cudaGetLastError();
+  if (s != cudaSuccess) throw Error(what + ": CUDA kernel launch failed: " + cudaGetErrorString(s));
+}
+
+Backend& backend() {
+  static Backend* b = [] {
+    auto* p = new Backend;
+    const std::string what = "nn::cuda backend setup";
+    ACCORD_NN_CUDA_CHECK(what, cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking));
+    ACCORD_NN_CUDA_CHECK(what, cudnnCreate(&p->cudnn));
+    ACCORD_NN_CUDA_CHECK(what, cudnnSetStream(p->cudnn, p->stream));
+    ACCORD_NN_CUDA_CHECK(what, cublasCreate(&p->cublas));
+    ACCORD_NN_CUDA_CHECK(what, cublasSetStream(p->cublas, p->stream));
+    // Plain fp32 unless set_math asks for TF32 (NVIDIA_TF32_OVERRIDE=0 forces it off).
+    ACCORD_NN_CUDA_CHECK(what, cublasSetMathMode(p->cublas, CUBLAS_DEFAULT_MATH));
+    return p;
+  }();
+  return *b;
+}
+
+namespace {
+// Grows `buf` to `bytes`; the old buffer may still be in use by queued work, so the
+// stream drains first (cudaFree alone would not wait for a non-blocking stream).
+void* grow(std::pair<void*, size_t>& buf, size_t bytes, const char* what) {
+  if (buf.second >= bytes && buf.first) return buf.first;
+  Backend& b = backend();
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(b.stream));
+  if (buf.first) ACCORD_NN_CUDA_CHECK(what, cudaFree(buf.first));
+  buf = {nullptr, 0};
+  ACCORD_NN_CUDA_CHECK(what, cudaMalloc(&buf.first, bytes ? bytes : 256));
+  buf.second = bytes;
+  return buf.first;
+}
+}  // namespace
+
+void* scratch(int slot, size_t bytes) {
+  return grow(backend().scratch[slot], bytes, "nn::cuda scratch");
+}
+
+void* workspace(size_t bytes) {
+  Backend& b = backend();
+  std::pair<void*, size_t> ws{b.workspace, b.workspace_bytes};
+  void* p = grow(ws, bytes, "nn::cuda cuDNN workspace");
+  b.workspace = ws.first;
+  b.workspace_bytes = ws.second;
+  return p;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+cudaStream_t stream() { return backend().stream; }
+
+void synchronize() {
+  ACCORD_NN_CUDA_CHECK("nn::cuda::synchronize", cudaStreamSynchronize(backend().stream));
+}
+
+Math set_math(Math math) {
+  Backend& b = backend();
+  Math old = b.math;
+  b.math = math;
+  ACCORD_NN_CUDA_CHECK("nn::cuda::set_math",
+                       cublasSetMathMode(b.cublas, math == Math::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                      : CUBLAS_DEFAULT_MATH));
+  return old;  // conv plans are keyed by math, so they need no flush
+}
+
+void clear_plan_cache() { backend().plans.clear(); }
+size_t plan_cache_size() { return backend().plans.size(); }
+
+void copy_to_device(float* device, const float* host, size_t n) {
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::copy_to_device floats", n);
+  ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(device, host, n * sizeof(float),
+                                             cudaMemcpyHostToDevice, backend().stream));
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(backend().stream));
+}
+
+void copy_to_host(float* host, const float* device, size_t n) {
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::copy_to_host floats", n);
+  ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(host, device, n * sizeof(float),
+                                             cudaMemcpyDeviceToHost, backend().stream));
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(backend().stream));
+}
+
+}  // namespace accord::nn::cuda

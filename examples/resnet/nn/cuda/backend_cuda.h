@@ -1,0 +1,125 @@
+// The GPU backend's shared state, private to nn/cuda/: the stream, the cuDNN and cuBLAS
+// handles bound to it, one growing cuDNN workspace, scratch buffers, and the checks that
+// turn a library's status into accord::Error. Plus the launchers of our own kernels
+// (nn/cuda/*.cu), declared here so the .cc files that hold the library calls can use them.
+#pragma once
+
+#include <accord/error.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "nn/cuda/layers_cuda.h"
+
+namespace accord::nn::cuda::detail {
+
+struct Backend {
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  Math math = Math::Fp32;
+  void* workspace = nullptr;  // cuDNN's, grown to the largest an algorithm asked for
+  size_t workspace_bytes = 0;
+  std::unordered_map<int, std::pair<void*, size_t>> scratch;
+  std::unordered_map<std::string, std::shared_ptr<void>> plans;
+};
+Backend& backend();
+
+// A device buffer of at least `bytes` for slot `slot`; grows (after the stream drains),
+// never shrinks. Slots keep buffers that are alive at the same time apart.
+void* scratch(int slot, size_t bytes);
+void* workspace(size_t bytes);
+
+enum ScratchSlot { kSlotBatchNormDy = 0, kSlotLosses = 1, kSlotFlags = 2 };
+
+// "conv2d_forward 32 64 56 56 ..." from the arguments, for keys and messages.
+template <class... Args>
+std::string key(const char* kind, const Args&... args) {
+  std::ostringstream os;
+  os << kind;
+  ((os << ' ' << args), ...);
+  return os.str();
+}
+
+// The cached plan under `key` (the key starts with the layer kind, so T is fixed by it).
+template <class T, class Make>
+T& cached(const std::string& key, Make&& make) {
+  auto& slot = backend().plans[key];
+  if (!slot) slot = std::make_shared<T>(make());
+  return *static_cast<T*>(slot.get());
+}
+
+[[noreturn]] void fail(const std::string& what, const char* call, const char* library,
+                       const std::string& message, const char* file, int line);
+inline void check(cudaError_t s, const std::string& what, const char* call, const char* file,
+                  int line) {
+  if (s != cudaSuccess) fail(what, call, "CUDA", cudaGetErrorString(s), file, line);
+}
+inline void check(cudnnStatus_t s, const std::string& what, const char* call, const char* file,
+                  int line) {
+  if (s != CUDNN_STATUS_SUCCESS) fail(what, call, "cuDNN", cudnnGetErrorString(s), file, line);
+}
+inline void check(cublasStatus_t s, const std::string& what, const char* call, const char* file,
+                  int line) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail(what, call, "cuBLAS", cublasGetStatusString(s), file, line);
+}
+
+// Throws, naming `what`, if a kernel launch just failed.
+void checkLaunch(const std::string& what);
+
+// ---- our own kernels (launched on the backend's stream) ------------------------------
+
+void launchRelu(const float* x, float* y, size_t n);
+void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);
+void launchAdd(const float* a, const float* b, float* y, size_t n);
+
+void launchMaxPool(const float* x, float* y, int32_t* argmax, int NC, int H, int W, int Ho, int Wo,
+                   int K, int stride, int pad);
+void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int NC, int H, int W,
+                           int Ho, int Wo, int K, int stride, int pad);
+void launchAvgPool(const float* x, float* y, int NC, int HW);
+void launchAvgPoolBackward(const float* dy, float* dx, int NC, int HW);
+
+// y (N, out) += b; db (out) = column sums of dy (N, out).
+void launchAddBias(float* y, const float* b, int N, int out);
+void launchBiasGrad(const float* dy, float* db, int N, int out);
+
+// Batch norm as y = x * scale + shift per channel c, with scale = gamma * invstd,
+// shift = beta - mean * scale, and invstd = `invstd[c]` when given, else
+// 1 / sqrt(var[c] + eps). Apply: y = that, clamped at 0 with `relu` (y may be x). Mask:
+// g = x * scale + shift > 0 ? dy : 0. Both evaluate x * scale + shift with the same
+// device code, so backward's mask is forward's, bit for bit.
+struct BnAffine {
+  const float* gamma;
+  const float* beta;
+  const float* mean;
+  const float* var;     // used when invstd is nullptr
+  const float* invstd;  // nullable
+  float eps;
+};
+void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW);
+void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
+                      size_t HW);
+// Inference-mode backward (mean and variance fixed): dbeta = sum g, dgamma = sum g * xhat,
+// dx = gamma * invstd * g, with g = dy masked by the fused ReLU when `relu`.
+void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
+                               float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW);
+
+// Per row: loss[i] (double), dlogits (when not nullptr), bad label count in *bad.
+void launchSoftmaxXent(const float* logits, const int32_t* labels, float* dlogits, double* loss,
+                       int* bad, int N, int C, float smoothing);
+// Per row: ahead[i] = how many other logits are >= the label's, -1 for a NaN row.
+void launchTopK(const float* logits, const int32_t* labels, int* ahead, int* bad, int N, int C);
+
+}  // namespace accord::nn::cuda::detail
+
+#define ACCORD_NN_CUDA_CHECK(what, call) \
+  ::accord::nn::cuda::detail::check((call), (what), #call, __FILE__, __LINE__)

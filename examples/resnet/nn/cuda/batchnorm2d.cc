@@ -1,0 +1,137 @@
+// batchnorm2d on cuDNN's legacy batch norm (SPATIAL: statistics per channel over N, H, W).
+//
+// Training: cudnnBatchNormalizationForwardTraining normalises with the batch mean and
+// biased variance and folds the batch statistics into the running ones with
+// exponentialAverageFactor = momentum, i.e. r = (1 - momentum) r + momentum batch, the
+// variance unbiased (N H W / (N H W - 1)) like PyTorch, which runs on the same call.
+// It saves the mean and the INVERSE standard deviation 1 / sqrt(var + eps) for backward:
+// BatchNorm2d::save_var holds that here, not the variance (see layers_cuda.h).
+// Backward in training mode is cudnnBatchNormalizationBackward on those saved values.
+//
+// Inference: cudnnBatchNormalizationForwardInference on the running statistics; its
+// backward (the gradient of a fixed affine map) is not a cuDNN call, so it is our kernel.
+//
+// Fused ReLU: cuDNN's fused variants want NHWC half-precision tensors, so the ReLU is our
+// kernel. Forward then writes y = max(x * scale + shift, 0) itself from the statistics
+// (in training after cuDNN computed them), and backward masks dy with the same
+// expression, evaluated by the same device code: the mask equals forward's exactly.
+#include "nn/cuda/backend_cuda.h"
+
+namespace accord::nn::cuda {
+
+using namespace detail;
+
+namespace {
+
+struct BnPlan {
+  cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+  BnPlan() = default;
+  BnPlan(const BnPlan&) = delete;
+  BnPlan& operator=(const BnPlan&) = delete;
+  ~BnPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (stats) cudnnDestroyTensorDescriptor(stats);
+  }
+};
+
+BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
+  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W)];
+  if (!slot) {
+    auto p = std::make_shared<BnPlan>();
+    ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->x));
+    ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->stats));
+    ACCORD_NN_CUDA_CHECK(
+        what, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, bn.C, H, W));
+    ACCORD_NN_CUDA_CHECK(what,
+                         cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
+    slot = p;
+  }
+  return *static_cast<BnPlan*>(slot.get());
+}
+
+std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training, bool backward,
+                       const char* fn) {
+  std::string what = key(fn, "(N C H W)", N, bn.C, H, W, training ? "training" : "inference",
+                         bn.relu ? "relu" : "");
+  if (N <= 0 || bn.C <= 0 || H <= 0 || W <= 0) throw InvalidArgument(what + ": invalid shape");
+  if (training && size_t(N) * H * W < 2)
+    throw InvalidArgument(what + ": training needs more than one value per channel");
+  if (!(bn.eps >= CUDNN_BN_MIN_EPSILON))
+    throw InvalidArgument(key(what.c_str(), ": eps", bn.eps, "is below cuDNN's minimum"));
+  if (!bn.gamma || !bn.beta || !bn.running_mean || !bn.running_var ||
+      (training && (!bn.save_mean || !bn.save_var)))
+    throw InvalidArgument(what + ": buffers not bound");
+  if (backward && (!bn.dgamma || !bn.dbeta)) throw InvalidArgument(what + ": gradients not bound");
+  return what;
+}
+
+// The affine map forward applied: batch statistics in training, running ones otherwise.
+BnAffine affineOf(const BatchNorm2d& bn, bool training) {
+  if (training) return {bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps};
+  return {bn.gamma, bn.beta, bn.running_mean, bn.running_var, nullptr, bn.eps};
+}
+
+}  // namespace
+
+void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H, int W,
+                         bool training) {
+  const std::string what = checkBound(bn, N, H, W, training, false, "batchnorm2d_forward");
+  if (training && x == y) throw InvalidArgument(what + ": y may alias x only in inference");
+  BnPlan& p = planFor(bn, N, H, W, what);
+  Backend& b = backend();
+  const float one = 1.0f, zero = 0.0f;
+  if (training) {
+    ACCORD_NN_CUDA_CHECK(what, cudnnBatchNormalizationForwardTraining(
+                                   b.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, p.x, x, p.x, y,
+                                   p.stats, bn.gamma, bn.beta, double(bn.momentum), bn.running_mean,
+                                   bn.running_var, double(bn.eps), bn.save_mean, bn.save_var));
+  } else if (!bn.relu && x != y) {
+    ACCORD_NN_CUDA_CHECK(
+        what, cudnnBatchNormalizationForwardInference(
+                  b.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma,
+                  bn.beta, bn.running_mean, bn.running_var, double(bn.eps)));
+    return;
+  }
+  // With the fused ReLU this overwrites cuDNN's y (training) or is the whole forward
+  // (inference); without it, it is the in-place inference, which cuDNN does not promise.
+  if (bn.relu || !training) {
+    launchBnApply(x, y, affineOf(bn, training), bn.relu, N, bn.C, size_t(H) * W);
+    checkLaunch(what);
+  }
+}
+
+void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
+                          int W, bool training) {
+  const std::string what = checkBound(bn, N, H, W, training, true, "batchnorm2d_backward");
+  const size_t HW = size_t(H) * W;
+  const size_t n = size_t(N) * bn.C * HW;
+  if (!training) {
+    launchBnBackwardInference(x, dy, dx, bn.dgamma, bn.dbeta, affineOf(bn, false), bn.relu, N, bn.C,
+                              HW);
+    checkLaunch(what);
+    return;
+  }
+  BnPlan& p = planFor(bn, N, H, W, what);
+  Backend& b = backend();
+  // cuDNN reads the (masked) gradient from a buffer apart from dx: dx may alias dy, and
+  // cuDNN does not promise to work in place.
+  const float* g = dy;
+  if (bn.relu || dx == dy) {
+    float* masked = static_cast<float*>(scratch(kSlotBatchNormDy, n * sizeof(float)));
+    if (bn.relu) {
+      launchBnReluMask(x, dy, masked, affineOf(bn, true), N, bn.C, HW);
+      checkLaunch(what);
+    } else {
+      ACCORD_NN_CUDA_CHECK(
+          what, cudaMemcpyAsync(masked, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, b.stream));
+    }
+    g = masked;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnBatchNormalizationBackward(
+                b.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
+                p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean, bn.save_var));
+}
+
+}  // namespace accord::nn::cuda

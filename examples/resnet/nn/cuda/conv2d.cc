@@ -1,0 +1,173 @@
+// conv2d on cuDNN's legacy convolution API (still in cuDNN 9, marked deprecated in
+// favour of the graph API; it is the shortest path to the three convolutions).
+//
+// One plan per shape and math mode holds the descriptors and the algorithm of each
+// direction, chosen once by cuDNN's heuristics (cudnnGet*Algorithm_v7, which do not run
+// anything, so planning costs no GPU time and needs no buffers). The first candidate
+// that cuDNN supports for these descriptors is taken; in Fp32 mode candidates that
+// would use tensor cores are skipped, so results stay plain fp32. Workspaces come from
+// one buffer shared by every conv (calls are sequential on one stream), grown to the
+// largest request.
+#include "nn/cuda/backend_cuda.h"
+
+#include <vector>
+
+namespace accord::nn::cuda {
+
+using namespace detail;
+
+namespace {
+
+// No algorithm may ask for more than this much workspace (ResNet-50's largest need a
+// few hundred MB at batch 256; this leaves the rest of an 80 GB GPU for activations).
+constexpr size_t kMaxWorkspace = size_t(4) << 30;
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (b) cudnnDestroyTensorDescriptor(b);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+bool usable(cudnnStatus_t status, cudnnMathType_t math_type, size_t memory) {
+  if (status != CUDNN_STATUS_SUCCESS || memory > kMaxWorkspace) return false;
+  return backend().math == Math::Tf32 || math_type == CUDNN_FMA_MATH ||
+         math_type == CUDNN_DEFAULT_MATH;
+}
+
+// The first usable of cuDNN's ranked candidates (Perf: one of the *AlgoPerf_t).
+template <class Perf>
+const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& what,
+                 const char* direction) {
+  for (int i = 0; i < count; ++i)
+    if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return perf[i];
+  throw Error(what + ": cuDNN offers no " + direction + " algorithm for this shape (" +
+              std::to_string(count) + " candidates, none supported without tensor ops)");
+}
+
+void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
+  cudnnHandle_t h = backend().cudnn;
+  int Ho = c.out_h(H), Wo = c.out_w(W);
+  ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.x));
+  ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.y));
+  ACCORD_NN_CUDA_CHECK(what, cudnnCreateFilterDescriptor(&p.w));
+  ACCORD_NN_CUDA_CHECK(what, cudnnCreateConvolutionDescriptor(&p.conv));
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, c.C_in, H, W));
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N,
+                                                        c.C_out, Ho, Wo));
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                        c.C_out, c.C_in, c.K, c.K));
+  // Cross-correlation, like every framework's "convolution" (and oneDNN's).
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnSetConvolution2dDescriptor(p.conv, c.pad, c.pad, c.stride, c.stride, 1, 1,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnSetConvolutionMathType(
+                p.conv, backend().math == Math::Tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  if (c.bias) {
+    ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.b));
+    ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                          1, c.C_out, 1, 1));
+  }
+  // cuDNN must agree on the output shape, or the descriptors above are wrong.
+  int dims[4] = {};
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &dims[0],
+                                                                   &dims[1], &dims[2], &dims[3]));
+  if (dims[0] != N || dims[1] != c.C_out || dims[2] != Ho || dims[3] != Wo)
+    throw Error(key(what.c_str(), ": cuDNN's output shape", dims[0], dims[1], dims[2], dims[3],
+                    "differs from the layer's", N, c.C_out, Ho, Wo));
+
+  int count = 0;
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionForwardAlgorithm_v7(
+                                 h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()));
+  p.fwd = pick(fwd, count, what, "forward").algo;
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &p.fwd_bytes));
+
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                 h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
+  p.bwd_data = pick(bd, count, what, "backward-data").algo;
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                 h, p.w, p.y, p.conv, p.x, p.bwd_data, &p.bwd_data_bytes));
+
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                 h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()));
+  p.bwd_filter = pick(bf, count, what, "backward-filter").algo;
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                 h, p.x, p.y, p.conv, p.w, p.bwd_filter, &p.bwd_filter_bytes));
+}
+
+std::string describe(const char* fn, const Conv2d& c, int N, int H, int W) {
+  return key(fn, "(N C_in H W)", N, c.C_in, H, W, "C_out", c.C_out, "K", c.K, "stride", c.stride,
+             "pad", c.pad, "bias", c.bias);
+}
+
+ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what) {
+  if (N <= 0 || c.C_in <= 0 || c.C_out <= 0 || c.K <= 0 || c.stride <= 0 || c.pad < 0 ||
+      c.out_h(H) <= 0 || c.out_w(W) <= 0)
+    throw InvalidArgument(what + ": invalid shape");
+  if (!c.w || (c.bias && !c.b)) throw InvalidArgument(what + ": parameters not bound");
+  auto& slot = backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
+                                   int(backend().math))];
+  if (!slot) {
+    auto plan = std::make_shared<ConvPlan>();
+    makePlan(*plan, c, N, H, W, what);  // a failure leaves no half-made plan behind
+    slot = plan;
+  }
+  return *static_cast<ConvPlan*>(slot.get());
+}
+
+}  // namespace
+
+void conv2d_forward(Conv2d& c, const float* x, float* y, int N, int H, int W) {
+  const std::string what = describe("conv2d_forward", c, N, H, W);
+  ConvPlan& p = planFor(c, N, H, W, what);
+  Backend& b = backend();
+  void* ws = workspace(p.fwd_bytes);
+  const float one = 1.0f, zero = 0.0f;
+  ACCORD_NN_CUDA_CHECK(what, cudnnConvolutionForward(b.cudnn, &one, p.x, x, p.w, c.w, p.conv, p.fwd,
+                                                     ws, p.fwd_bytes, &zero, p.y, y));
+  if (c.bias) ACCORD_NN_CUDA_CHECK(what, cudnnAddTensor(b.cudnn, &one, p.b, c.b, &one, p.y, y));
+}
+
+void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H, int W) {
+  const std::string what = describe("conv2d_backward", c, N, H, W);
+  if (!c.dw || (c.bias && !c.db)) throw InvalidArgument(what + ": gradients not bound");
+  ConvPlan& p = planFor(c, N, H, W, what);
+  Backend& b = backend();
+  const float one = 1.0f, zero = 0.0f;
+  // beta = 0: backward overwrites dw and dx (layers.h), never accumulates.
+  void* ws = workspace(p.bwd_filter_bytes);
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnConvolutionBackwardFilter(b.cudnn, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws,
+                                           p.bwd_filter_bytes, &zero, p.w, c.dw));
+  if (c.bias)
+    ACCORD_NN_CUDA_CHECK(what,
+                         cudnnConvolutionBackwardBias(b.cudnn, &one, p.y, dy, &zero, p.b, c.db));
+  if (dx) {
+    ws = workspace(p.bwd_data_bytes);
+    ACCORD_NN_CUDA_CHECK(
+        what, cudnnConvolutionBackwardData(b.cudnn, &one, p.w, c.w, p.y, dy, p.conv, p.bwd_data, ws,
+                                           p.bwd_data_bytes, &zero, p.x, dx));
+  }
+}
+
+}  // namespace accord::nn::cuda

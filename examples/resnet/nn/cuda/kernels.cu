@@ -1,0 +1,256 @@
+// The GPU backend's own kernels for the memory-bound layers (relu, add, pools, bias,
+// batch norm's fused ReLU and its inference-mode backward); see backend_cuda.h.
+//
+// Element-wise kernels are grid-stride loops (any size, one launch). Reductions give
+// every output to one thread or one block and sum in a fixed order, so results are
+// bitwise reproducible run to run; no atomics.
+#include "nn/cuda/backend_cuda.h"
+
+#include <algorithm>
+#include <cfloat>
+
+namespace accord::nn::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 4096;
+
+unsigned blocksFor(size_t work) {
+  return unsigned(std::clamp<size_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+__device__ size_t firstIndex() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
+
+// ---- element-wise -----------------------------------------------------------------
+
+__global__ void reluKernel(const float* x, float* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = fmaxf(x[i], 0.0f);
+}
+
+__global__ void reluBackwardKernel(const float* y, const float* dy, float* dx, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void addKernel(const float* a, const float* b, float* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = a[i] + b[i];
+}
+
+// ---- pooling ------------------------------------------------------------------------
+
+// One thread per output: the first maximum of its window, in row-major order; padding
+// never wins (it is skipped). argmax = h * W + w within the plane.
+__global__ void maxPoolKernel(const float* x, float* y, int32_t* argmax, size_t total, int H, int W,
+                              int Ho, int Wo, int K, int stride, int pad) {
+  for (size_t o = firstIndex(); o < total; o += gridStride()) {
+    size_t plane = o / (size_t(Ho) * Wo);
+    int oh = int(o / Wo % Ho), ow = int(o % Wo);
+    const float* p = x + plane * H * W;
+    float best = -INFINITY;
+    int at = -1;
+    for (int kh = 0; kh < K; ++kh) {
+      int h = oh * stride - pad + kh;
+      if (h < 0 || h >= H) continue;
+      for (int kw = 0; kw < K; ++kw) {
+        int w = ow * stride - pad + kw;
+        if (w < 0 || w >= W) continue;
+        float v = p[h * W + w];
+        // NaN propagates like a maximum (the first NaN wins), as oneDNN's max does.
+        if (at < 0 || v > best || (v != v && best == best)) best = v, at = h * W + w;
+      }
+    }
+    y[o] = best;
+    argmax[o] = at;
+  }
+}
+
+// One thread per input element: the sum of dy over the outputs whose arg-max it was,
+// visited in a fixed order (a gather, so no atomics and the same bits every run).
+__global__ void maxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx,
+                                      size_t total, int H, int W, int Ho, int Wo, int K, int stride,
+                                      int pad) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) {
+    size_t plane = i / (size_t(H) * W);
+    int h = int(i / W % H), w = int(i % W);
+    // Outputs oh whose window [oh * stride - pad, + K) contains h.
+    int oh0 = max(0, (h + pad - K + stride) / stride), oh1 = min(Ho - 1, (h + pad) / stride);
+    int ow0 = max(0, (w + pad - K + stride) / stride), ow1 = min(Wo - 1, (w + pad) / stride);
+    const size_t base = plane * Ho * Wo;
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh)
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        size_t o = base + size_t(oh) * Wo + ow;
+        if (argmax[o] == h * W + w) sum += dy[o];
+      }
+    dx[i] = sum;
+  }
+}
+
+__global__ void avgPoolKernel(const float* x, float* y, int NC, int HW) {
+  for (size_t p = firstIndex(); p < size_t(NC); p += gridStride()) {
+    const float* q = x + p * HW;
+    float s = 0.0f;
+    for (int i = 0; i < HW; ++i) s += q[i];
+    y[p] = s / float(HW);
+  }
+}
+
+__global__ void avgPoolBackwardKernel(const float* dy, float* dx, size_t total, int HW) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) dx[i] = dy[i / HW] / float(HW);
+}
+
+// ---- linear's bias ------------------------------------------------------------------
+
+__global__ void addBiasKernel(float* y, const float* b, size_t total, int out) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) y[i] += b[i % out];
+}
+
+__global__ void biasGradKernel(const float* dy, float* db, int N, int out) {
+  for (size_t j = firstIndex(); j < size_t(out); j += gridStride()) {
+    float s = 0.0f;
+    for (int n = 0; n < N; ++n) s += dy[size_t(n) * out + j];
+    db[j] = s;
+  }
+}
+
+// ---- batch norm ---------------------------------------------------------------------
+
+struct Channel {
+  float mean, invstd, scale, shift;
+};
+
+// Explicitly rounded operations: the compiler may not contract them differently in
+// the forward and the backward kernel, so x * scale + shift is the same in both.
+__device__ Channel channelOf(const BnAffine& f, int c) {
+  Channel k;
+  k.mean = f.mean[c];
+  k.invstd = f.invstd ? f.invstd[c] : __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(f.var[c], f.eps)));
+  k.scale = __fmul_rn(f.gamma[c], k.invstd);
+  k.shift = __fsub_rn(f.beta[c], __fmul_rn(k.mean, k.scale));
+  return k;
+}
+
+__device__ float normalised(float x, const Channel& k) { return __fmaf_rn(x, k.scale, k.shift); }
+
+__global__ void bnApplyKernel(const float* x, float* y, BnAffine f, bool relu, size_t total, int C,
+                              size_t HW) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) {
+    Channel k = channelOf(f, int(i / HW % C));
+    float v = normalised(x[i], k);
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+__global__ void bnReluMaskKernel(const float* x, const float* dy, float* g, BnAffine f,
+                                 size_t total, int C, size_t HW) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) {
+    Channel k = channelOf(f, int(i / HW % C));
+    g[i] = normalised(x[i], k) > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+// Sum of v over the block, returned to every thread (blockDim.x == kThreads).
+__device__ double blockSum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+// One block per channel. dx = scale * g is written in the same pass that sums (each
+// element is read, then written, by the same thread: dx may be dy).
+__global__ void bnBackwardInferenceKernel(const float* x, const float* dy, float* dx, float* dgamma,
+                                          float* dbeta, BnAffine f, bool relu, int N, int C,
+                                          size_t HW) {
+  __shared__ double shared[kThreads];
+  const int c = blockIdx.x;
+  const Channel k = channelOf(f, c);
+  double sum_g = 0.0, sum_g_xc = 0.0;
+  for (int n = 0; n < N; ++n) {
+    const size_t base = (size_t(n) * C + c) * HW;
+    for (size_t i = threadIdx.x; i < HW; i += kThreads) {
+      float xv = x[base + i], gv = dy[base + i];
+      if (relu && !(normalised(xv, k) > 0.0f)) gv = 0.0f;
+      sum_g += gv;
+      sum_g_xc += double(gv) * (xv - k.mean);
+      dx[base + i] = k.scale * gv;
+    }
+  }
+  sum_g = blockSum(sum_g, shared);
+  sum_g_xc = blockSum(sum_g_xc, shared);
+  if (threadIdx.x == 0) {
+    dbeta[c] = float(sum_g);
+    dgamma[c] = float(sum_g_xc * k.invstd);
+  }
+}
+
+}  // namespace
+
+void launchRelu(const float* x, float* y, size_t n) {
+  if (n) reluKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, y, n);
+}
+
+void launchReluBackward(const float* y, const float* dy, float* dx, size_t n) {
+  if (n) reluBackwardKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(y, dy, dx, n);
+}
+
+void launchAdd(const float* a, const float* b, float* y, size_t n) {
+  if (n) addKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(a, b, y, n);
+}
+
+void launchMaxPool(const float* x, float* y, int32_t* argmax, int NC, int H, int W, int Ho, int Wo,
+                   int K, int stride, int pad) {
+  size_t total = size_t(NC) * Ho * Wo;
+  maxPoolKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, y, argmax, total, H, W, Ho,
+                                                                     Wo, K, stride, pad);
+}
+
+void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int NC, int H, int W,
+                           int Ho, int Wo, int K, int stride, int pad) {
+  size_t total = size_t(NC) * H * W;
+  maxPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+      dy, argmax, dx, total, H, W, Ho, Wo, K, stride, pad);
+}
+
+void launchAvgPool(const float* x, float* y, int NC, int HW) {
+  avgPoolKernel<<<blocksFor(NC), kThreads, 0, backend().stream>>>(x, y, NC, HW);
+}
+
+void launchAvgPoolBackward(const float* dy, float* dx, int NC, int HW) {
+  size_t total = size_t(NC) * HW;
+  avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(dy, dx, total, HW);
+}
+
+void launchAddBias(float* y, const float* b, int N, int out) {
+  size_t total = size_t(N) * out;
+  addBiasKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(y, b, total, out);
+}
+
+void launchBiasGrad(const float* dy, float* db, int N, int out) {
+  biasGradKernel<<<blocksFor(out), kThreads, 0, backend().stream>>>(dy, db, N, out);
+}
+
+void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW) {
+  size_t total = size_t(N) * C * HW;
+  bnApplyKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, y, f, relu, total, C, HW);
+}
+
+void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
+                      size_t HW) {
+  size_t total = size_t(N) * C * HW;
+  bnReluMaskKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, dy, g, f, total, C, HW);
+}
+
+void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
+                               float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW) {
+  bnBackwardInferenceKernel<<<C, kThreads, 0, backend().stream>>>(x, dy, dx, dgamma, dbeta, f, relu,
+                                                                  N, C, HW);
+}
+
+}  // namespace accord::nn::cuda::detail

@@ -1,0 +1,169 @@
+// The trainer's layers on the GPU: the same structs and the same forward/backward pairs
+// as nn/layers.h, with every float* (and the labels) in device memory.
+//
+// Convolutions, batch norm and pooling's neighbours run on cuDNN's legacy API, linear on
+// cuBLAS, the rest on small kernels of our own (nn/cuda/*.cu). Every call is enqueued on
+// one CUDA stream that the backend owns (stream()); functions return before the GPU is
+// done, except those that return a value computed on the GPU (softmax_xent,
+// topk_correct), which wait for it. Call synchronize() before reading results on the
+// host another way than copy_to_host.
+//
+// Differences from the CPU backend, all behind the same declarations:
+//   - BatchNorm2d::save_var holds cuDNN's saved INVERSE standard deviation,
+//     1 / sqrt(var + eps), not the biased variance: backward is cuDNN's and takes that.
+//     Only this backend's forward and backward read it.
+//   - maxpool2d's ws holds the arg-max of each output as an int32 index into its input
+//     plane (cuDNN's pooling backward wants x and y, which the interface does not pass).
+//   - Convolutions use FMA (no TF32) math by default, so they match the CPU to fp32
+//     rounding; set_math(Math::Tf32) allows tensor cores.
+//
+// The layer functions take accord::nn's structs, so an unqualified call such as
+// conv2d_forward(conv, ...) finds both backends by argument-dependent lookup: always
+// qualify (nn::conv2d_forward, cuda::conv2d_forward).
+//
+// Failures (bad shapes, CUDA, cuDNN or cuBLAS errors) throw accord::Error /
+// InvalidArgument naming the layer, the shape and the library's own message.
+#pragma once
+
+#include "nn/layer_ops.h"
+#include "nn/layers.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace accord::nn::cuda {
+
+using nn::BatchNorm2d;
+using nn::Conv2d;
+using nn::Linear;
+using nn::MaxPool2d;
+using nn::TopK;
+
+// ---- backend ------------------------------------------------------------------------
+
+// The stream every layer runs on (created on first use, on the current device).
+cudaStream_t stream();
+void synchronize();  // waits for everything enqueued so far; throws on an async error
+
+enum class Math {
+  Fp32,  // CUDNN_FMA_MATH / cuBLAS default: plain fp32, matches the CPU
+  Tf32,  // tensor cores with TF32 inputs (~1e-3 relative): faster, for training
+};
+Math set_math(Math math);  // returns the previous setting; later calls use the new one
+
+// Drops cached cuDNN descriptors and algorithm choices (keyed by shape and math).
+void clear_plan_cache();
+size_t plan_cache_size();
+
+void copy_to_device(float* device, const float* host, size_t n);  // synchronous
+void copy_to_host(float* host, const float* device, size_t n);    // synchronous
+
+// ---- arenas -------------------------------------------------------------------------
+
+// nn::Arena's two passes on device memory: take() counts while planning, allocate()
+// cudaMallocs what was counted (zeroed) and rewinds. Pieces are rounded to 16 floats
+// like nn::Arena's, so the same take() sequence gives the same offsets on both: a host
+// Arena can mirror a DeviceArena one to one (checkpoints, tests).
+struct DeviceArena {
+  float* base = nullptr;  // (capacity), device
+  size_t capacity = 0;
+  size_t used = 0;
+  bool planning = true;
+
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena();
+
+  float* take(size_t n);
+  void allocate();
+  void reset() { used = 0; }
+};
+
+// Makes `arena` (still planning) allocate zeroed device memory: nn's binds then carve
+// device pieces, so a whole model can be laid out on the GPU by the CPU's code.
+void useDeviceMemory(nn::Arena& arena);
+
+// This backend's functions as a table, for code written once over both backends.
+const LayerOps& layers();
+
+// The binds carve the same pieces as nn's; the inits draw the same random numbers as
+// nn's (on the host, then copy), so one seed gives the same model on both backends.
+void conv2d_bind(Conv2d& c, DeviceArena& params, DeviceArena& grads);
+void conv2d_init(Conv2d& c, std::mt19937_64& rng);
+void batchnorm2d_bind(BatchNorm2d& bn, DeviceArena& params, DeviceArena& grads,
+                      DeviceArena& buffers, DeviceArena& acts);
+void batchnorm2d_init(BatchNorm2d& bn, bool zero_gamma);
+void linear_bind(Linear& l, DeviceArena& params, DeviceArena& grads);
+void linear_init(Linear& l, std::mt19937_64& rng);
+
+// ---- layers (see nn/layers.h for each one's contract) ---------------------------------
+
+void conv2d_forward(Conv2d& c, const float* x, float* y, int N, int H, int W);
+void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H, int W);
+
+void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H, int W,
+                         bool training);
+void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
+                          int W, bool training);
+
+void relu_forward(const float* x, float* y, size_t n);
+void relu_backward(const float* y, const float* dy, float* dx, size_t n);
+
+void maxpool2d_forward(MaxPool2d& p, const float* x, float* y, float* ws, int N, int C, int H,
+                       int W);
+void maxpool2d_backward(MaxPool2d& p, const float* dy, const float* ws, float* dx, int N, int C,
+                        int H, int W);
+
+void avgpool_forward(const float* x, float* y, int N, int C, int H, int W);
+void avgpool_backward(const float* dy, float* dx, int N, int C, int H, int W);
+
+void linear_forward(Linear& l, const float* x, float* y, int N);
+void linear_backward(Linear& l, const float* x, const float* dy, float* dx, int N);
+
+void add_forward(const float* a, const float* b, float* y, size_t n);
+void accumulate(float* y, const float* x, size_t n);
+
+// labels: (N) int32 in device memory. Waits for the GPU (returns the loss).
+float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
+                   float smoothing);
+TopK topk_correct(const float* logits, const int32_t* labels, int N, int C);
+
+// ---- optimizer ----------------------------------------------------------------------
+
+// One parameter tensor inside a flat parameter array: elements [offset, offset + n),
+// updated with weight decay `weight_decay` (0 for BN and biases when so configured).
+struct SgdSegment {
+  size_t offset = 0;
+  size_t n = 0;
+  float weight_decay = 0.0f;
+};
+
+// resnet::Sgd's update (torch.optim.SGD, dampening 0) as one kernel over every segment
+// of a flat array: g' = g + wd w; buf = mu buf + g'; d = nesterov ? g' + mu buf : buf;
+// w -= lr d. buf has w's layout and starts at zero (PyTorch's buf = g on the first
+// step). The same float operations in the same order as the CPU, without FMA
+// contraction, so both give the same bits.
+class FusedSgd {
+ public:
+  FusedSgd(const std::vector<SgdSegment>& segments, float momentum, bool nesterov);
+  ~FusedSgd();
+  FusedSgd(const FusedSgd&) = delete;
+  FusedSgd& operator=(const FusedSgd&) = delete;
+
+  void step(float* w, const float* g, float* buf, float lr);  // all device, on stream()
+
+  struct Chunk;  // one block's share of the array (sgd.cu)
+
+ private:
+  Chunk* chunks_ = nullptr;  // (num_chunks_) device
+  size_t num_chunks_ = 0;
+  float momentum_;
+  bool nesterov_;
+};
+
+}  // namespace accord::nn::cuda

@@ -1,0 +1,105 @@
+// The whole model on the GPU (useDevice(m, "cuda"): --device cuda) against the same
+// model on the CPU: same seed, same batch, so the logits, the loss, every gradient the
+// sink receives and the BN statistics after a few SGD steps must agree. Tag [model].
+//
+// Tolerance 2e-3 of each tensor's largest value: the per-layer differences (see
+// test_cudnn_layers.cc) compound through a ResNet-18's 20 layers and batch norms.
+#include "cudnn_layers_util.h"
+#include "model.h"
+#include "model_device.h"
+#include "optimizer.h"
+
+#include <accord/error.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace {
+
+using namespace accord;
+using test::checkClose;
+
+struct Run {
+  resnet::Model model;
+  std::map<std::string, std::vector<float>> grads;  // what the sink received
+  std::vector<float> losses;
+};
+
+void build(Run& r, const resnet::ModelConfig& cfg, bool gpu) {
+  resnet::buildModel(r.model, cfg);
+  if (gpu) resnet::useDevice(r.model, "cuda", 0);
+  r.model.sink = [&r](const std::string& name, float* g, std::size_t n) {
+    r.grads[name].assign(g, g + n);  // host memory on both paths
+  };
+}
+
+void steps(Run& r, int N, int count) {
+  std::mt19937_64 rng(11);
+  const size_t in =
+      size_t(N) * r.model.cfg.in_channels * r.model.cfg.image_size * r.model.cfg.image_size;
+  resnet::SgdOptions so;
+  resnet::Sgd sgd(resnet::parameterList(r.model), so);
+  for (int step = 0; step < count; ++step) {
+    auto x = test::randomVector(in, rng);
+    std::copy(x.begin(), x.end(), r.model.input);
+    std::vector<int32_t> labels(N);
+    for (int i = 0; i < N; ++i) labels[i] = int32_t(rng() % r.model.cfg.classes);
+    resnet::forward(r.model, N);
+    r.losses.push_back(resnet::loss(r.model, labels.data(), N, 0.1f, true));
+    resnet::backward(r.model, N);
+    sgd.step(0.05);
+  }
+}
+
+std::vector<float> copyOf(const float* p, size_t n) { return std::vector<float>(p, p + n); }
+
+void compare(Run& cpu, Run& gpu, const resnet::ModelConfig& cfg, int N) {
+  INFO(cfg.describe() << " N=" << N);
+  REQUIRE(gpu.losses.size() == cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    CHECK(gpu.losses[i] == Approx(cpu.losses[i]).epsilon(2e-3));
+  const size_t nl = size_t(N) * cfg.classes;
+  checkClose(copyOf(gpu.model.logits, nl), copyOf(cpu.model.logits, nl), 2e-3, "last logits");
+  REQUIRE(gpu.grads.size() == cpu.grads.size());
+  for (auto& [name, g] : cpu.grads) {
+    REQUIRE(gpu.grads.count(name) == 1);
+    bool all_zero = std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; });
+    if (!all_zero) checkClose(gpu.grads[name], g, 2e-3, "gradient " + name);
+  }
+  const nn::Arena &gb = gpu.model.buffers, &cb = cpu.model.buffers;
+  checkClose(copyOf(gb.base, gb.capacity), copyOf(cb.base, cb.capacity), 2e-3,
+             "BN running statistics");
+  const nn::Arena &gp = gpu.model.params, &cp = cpu.model.params;
+  checkClose(copyOf(gp.base, gp.capacity), copyOf(cp.base, cp.capacity), 2e-3,
+             "parameters after the steps");
+}
+
+TEST_CASE("a ResNet-18 on the GPU trains like on the CPU", "[model]") {
+  for (bool cifar : {true, false}) {
+    resnet::ModelConfig cfg;
+    cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = cifar;
+    cfg.width = 0.125, cfg.max_batch = 4, cfg.image_size = cifar ? 16 : 40;
+    const int N = 4;
+    Run cpu, gpu;
+    build(cpu, cfg, false);
+    build(gpu, cfg, true);
+    steps(cpu, N, 3);
+    steps(gpu, N, 3);
+    compare(cpu, gpu, cfg, N);
+  }
+}
+
+TEST_CASE("an unknown device is refused", "[model]") {
+  resnet::ModelConfig cfg;
+  cfg.width = 0.125, cfg.classes = 10, cfg.cifar_stem = true, cfg.image_size = 16;
+  cfg.max_batch = 2;
+  resnet::Model m;
+  resnet::buildModel(m, cfg);
+  CHECK_THROWS_AS(resnet::useDevice(m, "tpu", 0), InvalidArgument);
+  CHECK_NOTHROW(resnet::useDevice(m, "cpu", 0));
+  CHECK(!m.device);
+}
+
+}  // namespace
