@@ -25,9 +25,18 @@ namespace {
 // When nothing is outstanding anywhere, idle cycles back off up to this: they exist
 // only so that the stall inspector, joins and shutdowns of other ranks progress.
 constexpr auto kIdleMax = std::chrono::milliseconds(20);
-// Wait of a cycle that brought nothing new while something is pending, so that two
-// waiting ranks do not turn into a negotiation storm.
+// Wait after a cycle that brought nothing new while this rank has submissions the
+// others have not matched yet (it is ahead of them). Where every set's negotiation
+// sleeps until the late ranks join (shared memory), there is none: the next round
+// itself waits for them, asleep. Elsewhere it starts short and doubles up to
+// kMaxBusyWait, so that a waiting rank does not turn into a negotiation storm. A rank
+// that is behind (others wait for its submissions, it has none pending) waits as an
+// idle one does: its own submission ends the wait at once. Every wake-up of this
+// thread takes a core from the application's compute for a moment: during a 1.3 s
+// backward pass of ResNet-18 on two ranks of two cores, a fixed 50 us wait woke it
+// some 3000 times a step and made the step 10% slower.
 constexpr auto kMinBusyWait = std::chrono::microseconds(50);
+constexpr auto kMaxBusyWait = std::chrono::microseconds(2000);
 
 class BackgroundLoop {
  public:
@@ -51,6 +60,7 @@ class BackgroundLoop {
   bool last_progress_ = false;
   bool anyone_pending_ = false;
   std::chrono::microseconds idle_wait_{kMinBusyWait};
+  std::chrono::microseconds busy_wait_{kMinBusyWait};
   Clock::time_point cycle_start_{};
 };
 
@@ -61,17 +71,23 @@ void BackgroundLoop::pace() {
     std::this_thread::sleep_until(cycle_start_ + rt_.config.cycle_time);
   if (rt_.queue.hasWork() || rt_.queue.shutdownRequested()) return;
   bool local_pending = false;
+  bool rounds_sleep = true;
   for (auto* set : rt_.sets.memberSets()) {
     // A joined rank must answer the others' collectives promptly.
     if (set->join_handle) return;
     local_pending = local_pending || !set->pending.empty();
+    rounds_sleep = rounds_sleep && set->transport->channel().sleepsUntilJoined();
   }
-  if (last_progress_ && local_pending) return;
-  if (anyone_pending_ || local_pending) {
+  if (last_progress_) busy_wait_ = kMinBusyWait;
+  if ((last_progress_ || rounds_sleep) && local_pending) return;
+  if (local_pending) {
     idle_wait_ = kMinBusyWait;
-    rt_.queue.waitForWork(kMinBusyWait);
+    rt_.queue.waitForWork(busy_wait_);
+    busy_wait_ = std::min<std::chrono::microseconds>(busy_wait_ * 2, kMaxBusyWait);
     return;
   }
+  busy_wait_ = kMinBusyWait;
+  if (last_progress_) idle_wait_ = std::min(idle_wait_, kMaxBusyWait);
   rt_.queue.waitForWork(idle_wait_);
   idle_wait_ = std::min<std::chrono::microseconds>(idle_wait_ * 2, kIdleMax);
 }

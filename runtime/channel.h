@@ -34,6 +34,10 @@ class NegotiationChannel {
       const std::vector<std::uint8_t>& mine) = 0;
   // Rank 0's `bytes` on every rank of the set.
   virtual void broadcastFromRoot(std::vector<std::uint8_t>& bytes) = 0;
+  // True when a bitwiseAnd round waits for late ranks asleep, woken by their arrival
+  // (no polling): a rank waiting for the others may then enter the next round at once
+  // instead of pacing its cycles.
+  virtual bool sleepsUntilJoined() const { return false; }
 };
 
 }  // namespace accord

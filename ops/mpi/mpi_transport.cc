@@ -15,6 +15,7 @@ class MpiTransport::ShmChannel final : public NegotiationChannel {
   void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override {
     mpi_.broadcastFromRoot(bytes);
   }
+  bool sleepsUntilJoined() const override { return true; }  // the futex wait
 
  private:
   SharedMemory& shm_;

@@ -19,6 +19,12 @@
 // stay in L2 between pieces; the wait of step 0 is nearly always over at once, since
 // peers collect while I finish my own collection.
 //
+// A rank that waits long for a peer's counter sleeps in the kernel on it (a futex on
+// the counter's low 32 bits, which works across processes on this shared mapping) and
+// says so in the line's waiter count; whoever moves a counter with waiters wakes them.
+// Negotiation waits that way: a rank that is ahead waits without waking up until the
+// late rank arrives, so the application's compute keeps its core.
+//
 // Negotiation round k writes slot k % 2. A slot is rewritten two rounds later, when its
 // readers are done: a peer enters round k + 1 only after reading round k, and I wait
 // for every peer's round k + 1 before I start round k + 2.
@@ -34,6 +40,12 @@
 #include <cstring>
 #include <numeric>
 #include <thread>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <climits>
+#include <ctime>
 
 namespace accord::mpi {
 
@@ -56,6 +68,26 @@ void cpuRelax() {
 
 std::atomic_ref<std::uint64_t> atomicAt(char* line) {
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(line));
+}
+
+// Ranks asleep on a counter line's futex, right after the counter.
+std::atomic_ref<std::uint32_t> waitersAt(char* line) {
+  return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(line + 8));
+}
+
+// The futex word: the counter's low half (x86-64 and AArch64 Linux are little-endian).
+std::uint32_t* futexWord(char* line) { return reinterpret_cast<std::uint32_t*>(line); }
+
+void futexWait(char* line, std::uint32_t seen, std::chrono::microseconds timeout) {
+  const timespec ts{static_cast<time_t>(timeout.count() / 1000000),
+                    static_cast<long>(timeout.count() % 1000000) * 1000};
+  // Returns early when woken, when the word no longer holds `seen`, or on a signal;
+  // the caller re-reads the counter in every case.
+  syscall(SYS_futex, futexWord(line), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futexWakeAll(char* line) {
+  syscall(SYS_futex, futexWord(line), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace
@@ -159,10 +191,27 @@ void SharedMemory::waitForPeers(int which, std::uint64_t gen, const Patience& pa
         continue;
       }
       if (options_.timeout.count() > 0 && waited >= options_.timeout) giveUp(which, r);
-      std::this_thread::sleep_for(sleep);
+      if (patience.block) {
+        // Seq_cst on both sides: either the peer's advance() sees this waiter and wakes
+        // it, or the re-read below sees the peer's new count.
+        auto waiters = waitersAt(counterLine(r, which));
+        waiters.fetch_add(1, std::memory_order_seq_cst);
+        const std::uint64_t now = c.load(std::memory_order_seq_cst);
+        if (now < gen)
+          futexWait(counterLine(r, which), static_cast<std::uint32_t>(now), patience.max_sleep);
+        waiters.fetch_sub(1, std::memory_order_seq_cst);
+      } else {
+        std::this_thread::sleep_for(sleep);
+      }
       sleep = std::min(sleep * 2, patience.max_sleep);
     }
   }
+}
+
+void SharedMemory::advance(int which, std::uint64_t value) {
+  char* line = counterLine(rank_, which);
+  atomicAt(line).store(value, std::memory_order_seq_cst);
+  if (waitersAt(line).load(std::memory_order_seq_cst) != 0) futexWakeAll(line);
 }
 
 void SharedMemory::giveUp(int which, int rank) {
@@ -179,11 +228,13 @@ void SharedMemory::giveUp(int which, int rank) {
 }
 
 void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
-  // A peer with nothing to do sleeps between cycles for up to 20 ms: spin only as long
-  // as one that is already negotiating needs, then sleep in growing steps.
-  static constexpr Patience kPatience{std::chrono::microseconds(50),
-                                      std::chrono::microseconds(50), std::chrono::microseconds(5),
-                                      std::chrono::microseconds(200)};
+  // A peer with nothing to do sleeps between cycles for up to 20 ms, and one still
+  // computing what it will submit takes as long as that takes: spin only as long as
+  // one that is already negotiating needs, then sleep on the futex until it arrives
+  // (in slices, to keep the stall deadline).
+  static constexpr Patience kPatience{std::chrono::microseconds(50), std::chrono::microseconds(50),
+                                      std::chrono::microseconds(5),
+                                      std::chrono::microseconds(100000), true};
   if (!broken_.empty()) throw CommError(broken_);
   if (bits.size() > negotiation_bytes_ / 8)
     throw InvalidArgument("shared-memory negotiation: " + std::to_string(bits.size()) +
@@ -191,7 +242,7 @@ void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
                           " words it was created for");
   const std::uint64_t round = ++rounds_;
   std::memcpy(negotiationSlot(rank_, round), bits.data(), bits.size() * sizeof(std::uint64_t));
-  atomicAt(counterLine(rank_, kNegotiated)).store(round, std::memory_order_release);
+  advance(kNegotiated, round);
   waitForPeers(kNegotiated, round, kPatience);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -220,7 +271,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
       {mine, data, begin(rank_)},
       {mine + begin(rank_ + 1), data + begin(rank_ + 1), count * elem - begin(rank_ + 1)}};
   cpu::parallelCopy(publish);
-  atomicAt(counterLine(rank_, kPublished)).store(gen, std::memory_order_release);
+  advance(kPublished, gen);
   waitForPeers(kPublished, gen, kPatience);
 
   // 2. Reduce my block from every peer's copy, in rank order, and publish it.
@@ -229,7 +280,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
     if (r != rank_) peers_.push_back(dataSlot(r) + begin(rank_));
   cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op,
                          post.factor, post.divisor, mine + begin(rank_));
-  atomicAt(counterLine(rank_, kReduced)).store(gen, std::memory_order_release);
+  advance(kReduced, gen);
   waitForPeers(kReduced, gen, kPatience);
 
   // 3. Collect the other reduced blocks.
@@ -237,7 +288,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
   for (int r = 0; r < size_; ++r)
     if (r != rank_) collect_.push_back({data + begin(r), dataSlot(r) + begin(r), length(r)});
   cpu::parallelCopy(collect_);
-  atomicAt(counterLine(rank_, kCollected)).store(gen, std::memory_order_release);
+  advance(kCollected, gen);
 }
 
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,

@@ -63,13 +63,16 @@ class SharedMemory {
 
  private:
   // How to wait for a peer: spin this long, then yield until `yield_until`, then sleep,
-  // starting at `first_sleep` and doubling up to `max_sleep`.
+  // starting at `first_sleep` and doubling up to `max_sleep`; with `block`, asleep on
+  // the counter's futex for those times, woken as soon as the peer moves it.
   struct Patience {
     std::chrono::microseconds spin, yield_until, first_sleep, max_sleep;
+    bool block = false;
   };
 
   SharedMemory() = default;
   char* counterLine(int rank, int which) const;
+  void advance(int which, std::uint64_t value);  // my counter `which` = value; wakes waiters
   char* negotiationSlot(int rank, std::uint64_t round) const;
   char* dataSlot(int rank) const;
   void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post);
