@@ -5,5 +5,7 @@
 namespace accord {
 
 std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config&) { return nullptr; }
+bool deviceSupportBuilt() { return false; }
+bool ncclBuilt() { return false; }
 
 }  // namespace accord

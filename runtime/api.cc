@@ -263,6 +263,8 @@ int local_size() { return runtime("accord::local_size").local_size; }
 int cross_rank() { return runtime("accord::cross_rank").cross_rank; }
 int cross_size() { return runtime("accord::cross_size").cross_size; }
 
+BuildFeatures build_features() { return {deviceSupportBuilt(), ncclBuilt()}; }
+
 std::vector<int> process_set_ranks(ProcessSetId id) {
   return runtime("accord::process_set_ranks").sets.ranks(id);
 }

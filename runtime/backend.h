@@ -65,4 +65,9 @@ class Backend {
 // element-wise kernels (ranks sharing a host share its cores).
 std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host);
 
+// What the ops linked into this build provide (build_features()): defined by the same
+// choice of files that decides the ops (ops/no_device.cc, ops/cuda/, ops/nccl/).
+bool deviceSupportBuilt();
+bool ncclBuilt();
+
 }  // namespace accord

@@ -7,3 +7,7 @@ namespace accord::cuda {
 std::vector<std::unique_ptr<Op>> makeNcclOps(std::shared_ptr<Devices>) { return {}; }
 
 }  // namespace accord::cuda
+
+namespace accord {
+bool ncclBuilt() { return false; }
+}  // namespace accord

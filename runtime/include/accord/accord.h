@@ -70,6 +70,15 @@ int local_size();
 int cross_rank();  // index of this host among hosts
 int cross_size();
 
+// What this build of Accord contains (known without init()): `cuda`, device tensors
+// are taken (the CUDA toolkit was found at build time); `nccl`, they are reduced with
+// NCCL rather than staged through host memory for MPI.
+struct BuildFeatures {
+  bool cuda = false;
+  bool nccl = false;
+};
+BuildFeatures build_features();
+
 // ---- handles ----------------------------------------------------------------------
 
 class Handle {
