@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,18 +20,44 @@ namespace accord::python {
 
 namespace {
 
-// The Python side passes device -1 for host memory, a GPU ordinal otherwise.
+// The Python side passes device -1 for host memory, a GPU ordinal otherwise, and for
+// a GPU tensor the cudaStream_t (as an integer) its contents are ready on: the
+// framework's current stream, which the runtime orders its own work after.
 TensorView view(std::uintptr_t data, int dtype, Shape shape, int device) {
   return {reinterpret_cast<void*>(data), static_cast<DType>(dtype), std::move(shape),
           device < 0 ? Device::cpu() : Device::cuda(device)};
 }
 
+void* streamOf(std::uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+
 using TensorArgs = std::tuple<std::uintptr_t, int, Shape, int>;
+// Memory the caller allocated for an output whose shape it worked out itself (GPU
+// tensors: the framework's allocator, not Accord's host memory): data and shape.
+using OutputArgs = std::optional<std::tuple<std::uintptr_t, Shape>>;
+
+// The output: the caller's memory when given (its shape must be the negotiated one),
+// else a Buffer Accord allocates into `slot`.
+Allocator outputFor(const std::shared_ptr<OutputSlot>& slot, const TensorView& input,
+                    const OutputArgs& out, const std::string& what) {
+  if (!out) return allocateInto(slot, input.dtype);
+  auto [data, shape] = *out;
+  return [input, data, shape, what](const Shape& negotiated) {
+    if (negotiated != shape)
+      throw InvalidArgument(what + ": the output prepared for " + shape_string(shape) +
+                            " does not fit the negotiated shape " + shape_string(negotiated));
+    return TensorView{reinterpret_cast<void*>(data), input.dtype, negotiated, input.device};
+  };
+}
+
+std::string called(const char* op, const std::string& name) {
+  return name.empty() ? std::string(op) : std::string(op) + " '" + name + "'";
+}
 
 PendingOp allreduce(std::uintptr_t data, int dtype, Shape shape, int device,
                     const std::string& name, int op, double prescale, double postscale,
-                    ProcessSetId set) {
+                    ProcessSetId set, std::uintptr_t stream) {
   AllreduceOptions o;
+  o.stream = streamOf(stream);
   o.name = name;
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
@@ -40,7 +67,8 @@ PendingOp allreduce(std::uintptr_t data, int dtype, Shape shape, int device,
 }
 
 PendingOp groupedAllreduce(const std::vector<TensorArgs>& tensors, const std::string& name, int op,
-                           double prescale, double postscale, ProcessSetId set) {
+                           double prescale, double postscale, ProcessSetId set,
+                           std::uintptr_t stream) {
   std::vector<TensorView> views;
   views.reserve(tensors.size());
   for (const auto& [data, dtype, shape, device] : tensors)
@@ -51,22 +79,26 @@ PendingOp groupedAllreduce(const std::vector<TensorArgs>& tensors, const std::st
   o.prescale = prescale;
   o.postscale = postscale;
   o.process_set = set;
+  o.stream = streamOf(stream);
   return {grouped_allreduce_async(std::move(views), o), nullptr};
 }
 
 PendingOp allgather(std::uintptr_t data, int dtype, Shape shape, int device,
-                    const std::string& name, ProcessSetId set) {
+                    const std::string& name, ProcessSetId set, std::uintptr_t stream,
+                    const OutputArgs& out) {
   auto slot = std::make_shared<OutputSlot>();
   AllgatherOptions o;
   o.name = name;
   o.process_set = set;
+  o.stream = streamOf(stream);
   auto v = view(data, dtype, std::move(shape), device);
-  return {allgather_async(v, allocateInto(slot, v.dtype), o), slot};
+  return {allgather_async(v, outputFor(slot, v, out, called("allgather", name)), o), slot};
 }
 
 PendingOp broadcast(std::uintptr_t data, int dtype, Shape shape, int device,
-                    const std::string& name, int root, ProcessSetId set) {
+                    const std::string& name, int root, ProcessSetId set, std::uintptr_t stream) {
   BroadcastOptions o;
+  o.stream = streamOf(stream);
   o.name = name;
   o.root = root;
   o.process_set = set;
@@ -74,28 +106,31 @@ PendingOp broadcast(std::uintptr_t data, int dtype, Shape shape, int device,
 }
 
 PendingOp alltoall(std::uintptr_t data, int dtype, Shape shape, int device,
-                   std::vector<std::int64_t> splits, const std::string& name, ProcessSetId set) {
+                   std::vector<std::int64_t> splits, const std::string& name, ProcessSetId set,
+                   std::uintptr_t stream, const OutputArgs& out) {
   auto slot = std::make_shared<OutputSlot>();
   AlltoallOptions o;
   o.name = name;
   o.splits = std::move(splits);
   o.process_set = set;
+  o.stream = streamOf(stream);
   auto v = view(data, dtype, std::move(shape), device);
-  return {alltoall_async(v, allocateInto(slot, v.dtype), o), slot};
+  return {alltoall_async(v, outputFor(slot, v, out, called("alltoall", name)), o), slot};
 }
 
 PendingOp reducescatter(std::uintptr_t data, int dtype, Shape shape, int device,
                         const std::string& name, int op, double prescale, double postscale,
-                        ProcessSetId set) {
+                        ProcessSetId set, std::uintptr_t stream, const OutputArgs& out) {
   auto slot = std::make_shared<OutputSlot>();
   ReducescatterOptions o;
+  o.stream = streamOf(stream);
   o.name = name;
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
   o.postscale = postscale;
   o.process_set = set;
   auto v = view(data, dtype, std::move(shape), device);
-  return {reducescatter_async(v, allocateInto(slot, v.dtype), o), slot};
+  return {reducescatter_async(v, outputFor(slot, v, out, called("reducescatter", name)), o), slot};
 }
 
 }  // namespace
@@ -107,7 +142,10 @@ void defineCollectives(py::module_& m) {
       .def("output", &PendingOp::output, "The output Accord allocated, after wait().")
       .def("received_splits", &PendingOp::receivedSplits)
       .def("last_joined_rank", &PendingOp::lastJoinedRank)
-      .def("process_set", &PendingOp::processSet);
+      .def("process_set", &PendingOp::processSet)
+      .def("cuda_event", &PendingOp::cudaEvent,
+           "GPU tensors: the cudaEvent_t (an integer) that completes when the results are "
+           "in place; 0 for host tensors.");
 
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", py::buffer_protocol(),
                                               "Output memory owned by Accord.")
@@ -118,18 +156,23 @@ void defineCollectives(py::module_& m) {
 
   m.def("allreduce_async", &allreduce, py::arg("data"), py::arg("dtype"), py::arg("shape"),
         py::arg("device"), py::arg("name"), py::arg("op"), py::arg("prescale"),
-        py::arg("postscale"), py::arg("process_set"));
+        py::arg("postscale"), py::arg("process_set"), py::arg("stream") = 0);
   m.def("grouped_allreduce_async", &groupedAllreduce, py::arg("tensors"), py::arg("name"),
-        py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"));
+        py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
+        py::arg("stream") = 0);
   m.def("allgather_async", &allgather, py::arg("data"), py::arg("dtype"), py::arg("shape"),
-        py::arg("device"), py::arg("name"), py::arg("process_set"));
+        py::arg("device"), py::arg("name"), py::arg("process_set"), py::arg("stream") = 0,
+        py::arg("out") = py::none());
   m.def("broadcast_async", &broadcast, py::arg("data"), py::arg("dtype"), py::arg("shape"),
-        py::arg("device"), py::arg("name"), py::arg("root"), py::arg("process_set"));
+        py::arg("device"), py::arg("name"), py::arg("root"), py::arg("process_set"),
+        py::arg("stream") = 0);
   m.def("alltoall_async", &alltoall, py::arg("data"), py::arg("dtype"), py::arg("shape"),
-        py::arg("device"), py::arg("splits"), py::arg("name"), py::arg("process_set"));
+        py::arg("device"), py::arg("splits"), py::arg("name"), py::arg("process_set"),
+        py::arg("stream") = 0, py::arg("out") = py::none());
   m.def("reducescatter_async", &reducescatter, py::arg("data"), py::arg("dtype"), py::arg("shape"),
         py::arg("device"), py::arg("name"), py::arg("op"), py::arg("prescale"),
-        py::arg("postscale"), py::arg("process_set"));
+        py::arg("postscale"), py::arg("process_set"), py::arg("stream") = 0,
+        py::arg("out") = py::none());
   m.def("barrier_async", [](ProcessSetId set) { return PendingOp(barrier_async(set), nullptr); });
   m.def("join_async", [](ProcessSetId set) { return PendingOp(join_async(set), nullptr); });
   m.def("reducescatter_rows", &reducescatter_rows, py::arg("rows"), py::arg("rank"),

@@ -33,6 +33,11 @@ std::shared_ptr<Buffer> PendingOp::output() const {
   return output_->buffer;
 }
 
+std::uintptr_t PendingOp::cudaEvent() const {
+  py::gil_scoped_release release;
+  return reinterpret_cast<std::uintptr_t>(handle_.cuda_event());
+}
+
 Allocator allocateInto(std::shared_ptr<OutputSlot> slot, DType dtype) {
   return [slot = std::move(slot), dtype](const Shape& shape) {
     // Background thread: plain C++ memory, no GIL.

@@ -6,6 +6,7 @@
 
 #include <accord/accord.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -31,6 +32,7 @@ class PendingOp {
   std::vector<std::int64_t> receivedSplits() const { return handle_.received_splits(); }
   int lastJoinedRank() const { return handle_.last_joined_rank(); }
   ProcessSetId processSet() const { return handle_.process_set(); }
+  std::uintptr_t cudaEvent() const;  // GIL released while the launch is awaited
 
  private:
   Handle handle_;

@@ -122,11 +122,13 @@ void defineRuntime(py::module_& m) {
   for (int o = 0; o < kNumReduceOps; ++o) ops[reduce_op_name(static_cast<ReduceOp>(o))] = o;
   m.attr("reduce_ops") = ops;
 
-  // What this build contains. The GPU path (NCCL, CUDA) is not there yet.
+  // What this build contains: the library's own answer, so that a wheel built without
+  // the CUDA toolkit says so.
+  const BuildFeatures features = build_features();
   py::dict built;
   built["mpi"] = true;
-  built["cuda"] = false;
-  built["nccl"] = false;
+  built["cuda"] = features.cuda;
+  built["nccl"] = features.nccl;
   m.attr("built") = built;
 }
 

@@ -1,6 +1,8 @@
 """Failures: every kind of mismatch raises on every rank (never hangs), names in
 flight twice and bad arguments raise ValueError at once, on the calling rank only."""
 
+import os
+
 import pytest
 import torch
 
@@ -97,20 +99,34 @@ def test_adasum_is_not_implemented(hvd):
         hvd.grouped_allreduce_async([torch.ones(2)], op=hvd.Adasum)
 
 
-def test_gpu_tensors_say_the_gpu_path_is_not_there_yet(hvd):
-    devices = ["meta"] + (["cuda"] if torch.cuda.is_available() else [])
-    for device in devices:
-        t = torch.ones(2, device=device)
-        for call in (lambda: hvd.allreduce(t), lambda: hvd.allgather(t),
-                     lambda: hvd.broadcast_(t, 0), lambda: hvd.alltoall(t)):
-            with pytest.raises(NotImplementedError, match="GPU path is not there yet"):
-                call()
+def test_tensors_on_other_devices_name_the_devices_accord_takes(hvd):
+    t = torch.ones(2, device="meta")
+    taken = "cpu and cuda" if hvd.cuda_built() else "cpu"
+    for call in (lambda: hvd.allreduce(t), lambda: hvd.allgather(t),
+                 lambda: hvd.broadcast_(t, 0), lambda: hvd.alltoall(t)):
+        with pytest.raises(NotImplementedError, match=f"meta.*takes tensors on {taken} only"):
+            call()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here")
+def test_gpu_tensors_without_the_gpu_path_say_so(hvd):
+    if hvd.cuda_built():
+        pytest.skip("this build has the GPU path (test_cuda.py)")
+    t = torch.ones(2, device="cuda")
+    with pytest.raises(NotImplementedError, match="no GPU path"):
+        hvd.allreduce(t)
 
 
 def test_build_and_topology_queries(hvd):
     assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.is_initialized()
-    assert not (hvd.nccl_built() or hvd.cuda_built() or hvd.rocm_built() or hvd.gloo_built()
-                or hvd.gloo_enabled() or hvd.ccl_built() or hvd.ddl_built())
+    # What CMake found, passed on by the test's environment (tests/python/CMakeLists.txt).
+    expected = os.environ.get("ACCORD_TEST_BUILT_CUDA_NCCL")
+    if expected is not None:
+        cuda, nccl = (flag == "1" for flag in expected.split(","))
+        assert (hvd.cuda_built(), hvd.nccl_built()) == (cuda, nccl)
+    assert hvd.cuda_built() or not hvd.nccl_built()
+    assert not (hvd.rocm_built() or hvd.gloo_built() or hvd.gloo_enabled() or hvd.ccl_built()
+                or hvd.ddl_built())
     assert hvd.mpi_threads_supported() in (True, False)
     assert 0 <= hvd.rank() < hvd.size()
     assert 0 <= hvd.local_rank() < hvd.local_size() <= hvd.size()

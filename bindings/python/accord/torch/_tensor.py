@@ -1,7 +1,13 @@
 """How a torch tensor crosses into Accord: its data pointer, dtype code, shape and
 device, read from the tensor itself (no build against PyTorch's C++ ABI, so one build
 serves every torch version). Outputs that Accord allocates come back through DLPack,
-without a copy."""
+without a copy.
+
+CUDA tensors (in a build with the GPU path, ``_core.built["cuda"]``) also carry
+PyTorch's current stream on their GPU: the runtime starts its work on them after
+whatever the caller queued there, as PyTorch's own collectives do. Their outputs of
+unknown size (allgather, alltoall, reducescatter) are allocated by PyTorch on that GPU
+once the shape is known, never in host memory."""
 
 import torch
 import torch.utils.dlpack
@@ -25,23 +31,40 @@ def describe(what, name):
     return f"{what} '{name}'" if name else what
 
 
+_DEVICES = ("cpu", "cuda") if _core.built["cuda"] else ("cpu",)
+
+
 def dtype_code(tensor, what, name):
-    """The runtime's dtype code for a CPU tensor; refuses what Accord cannot take."""
+    """The runtime's dtype code for a tensor Accord takes; refuses any other."""
     code = _DTYPES.get(getattr(tensor, "dtype", None))
-    if code is not None and tensor.device.type == "cpu" and tensor.layout == torch.strided:
+    if code is not None and tensor.device.type in _DEVICES and tensor.layout == torch.strided:
         return code
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{describe(what, name)}: expected a torch.Tensor, got "
                          f"{type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type == "cuda":
         raise NotImplementedError(
-            f"{describe(what, name)}: the tensor is on {tensor.device}, but Accord takes CPU "
-            "tensors only for now (its GPU path is not there yet): move it with tensor.cpu()")
+            f"{describe(what, name)}: the tensor is on {tensor.device}, but this build of "
+            "Accord has no GPU path (it was built without the CUDA toolkit; "
+            "accord.torch.cuda_built() is False): move it with tensor.cpu(), or build "
+            "Accord where the CUDA toolkit is installed")
+    if tensor.device.type not in _DEVICES:
+        raise NotImplementedError(
+            f"{describe(what, name)}: the tensor is on {tensor.device}, but Accord takes "
+            f"tensors on {' and '.join(_DEVICES)} only")
     if tensor.layout != torch.strided:
         raise ValueError(f"{describe(what, name)}: {tensor.layout} tensors are not supported "
                          "(sparse gradients go through sparse_allreduce_async)")
     raise ValueError(f"{describe(what, name)}: dtype {tensor.dtype} is not supported by "
                      f"Accord (supported: {_SUPPORTED})")
+
+
+def placement(tensor):
+    """(device, stream) as the runtime takes them: (-1, 0) for a CPU tensor; for a CUDA
+    tensor its GPU and PyTorch's current stream there (a cudaStream_t as an int)."""
+    if tensor.device.type != "cuda":
+        return -1, 0
+    return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def contiguous_copy(tensor, what, name):

@@ -7,14 +7,15 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import contiguous_copy, in_place_target, needs_grad
+from accord.torch._tensor import contiguous_copy, in_place_target, needs_grad, placement
 from accord.torch.compression import Compression
 
 
 def _submit(work, code, name, op, prescale_factor, postscale_factor, process_set):
-    return _core.allreduce_async(work.data_ptr(), code, work.shape, -1, name or "", op,
+    device, stream = placement(work)
+    return _core.allreduce_async(work.data_ptr(), code, work.shape, device, name or "", op,
                                  float(prescale_factor), float(postscale_factor),
-                                 process_set._id("allreduce"))
+                                 process_set._id("allreduce"), stream)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -75,10 +76,15 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 # ---- grouped: negotiated, fused and completed as one unit ---------------------------
 def _submit_group(works, codes, name, op, prescale_factor, postscale_factor, process_set):
-    args = [(w.data_ptr(), code, w.shape, -1) for w, code in zip(works, codes)]
+    places = [placement(w) for w in works]
+    args = [(w.data_ptr(), code, w.shape, device)
+            for w, code, (device, _) in zip(works, codes, places)]
+    # One stream for the group: the current one of the first GPU tensor's device (the
+    # runtime refuses a group spread over several devices).
+    stream = next((s for d, s in places if d >= 0), 0)
     return _core.grouped_allreduce_async(args, name or "", op, float(prescale_factor),
                                          float(postscale_factor),
-                                         process_set._id("grouped_allreduce"))
+                                         process_set._id("grouped_allreduce"), stream)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -6,14 +6,16 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, rank, register, synchronize
-from accord.torch._tensor import contiguous_copy, in_place_target
+from accord.torch._tensor import contiguous_copy, in_place_target, placement
 from accord.torch.allreduce import allreduce
 
 
 def _submit(work, code, root_rank, name, process_set):
     set_id = process_set._id("broadcast")
     root = process_set.set_rank_of(root_rank, "broadcast")
-    return _core.broadcast_async(work.data_ptr(), code, work.shape, -1, name or "", root, set_id)
+    device, stream = placement(work)
+    return _core.broadcast_async(work.data_ptr(), code, work.shape, device, name or "", root,
+                                 set_id, stream)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):

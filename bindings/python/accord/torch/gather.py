@@ -1,13 +1,18 @@
 """Collectives whose output Accord allocates once the other ranks' shapes are known:
 allgather, alltoall and reducescatter, with their grouped forms (several tensors under
 one handle). The output arrives from the runtime's memory without a copy. The blocking
-forms are autograd functions with Horovod's gradients."""
+forms are autograd functions with Horovod's gradients.
+
+For a CUDA tensor, PyTorch allocates the output on its GPU, so its shape must be known
+at submission: reducescatter works it out locally; allgather and alltoall first
+exchange the row counts among the ranks (a small host collective, waited for at
+submission), then start the collective itself into that output."""
 
 import torch
 
 from accord import _core
 from accord.basics import Average, Sum, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import contiguous_input, from_buffer
+from accord.torch._tensor import contiguous_input, from_buffer, placement
 from accord.torch.allreduce import allreduce, grouped_allreduce
 from accord.torch.compression import Compression
 
@@ -17,27 +22,59 @@ def _names(name, count):
 
 
 # ---- allgather -----------------------------------------------------------------------
+def _suffixed(name, suffix):
+    return f"{name}.{suffix}" if name else ""
+
+
+def _device_output(work, rows):
+    """An uninitialised tensor for a GPU collective's output, beside its input."""
+    return torch.empty((rows, *work.shape[1:]), dtype=work.dtype, device=work.device)
+
+
+def _exchanged_rows(values, name, what, process_set):
+    """Host collective of row counts ahead of a GPU collective: allgather of this
+    rank's count (``what`` "rows") or alltoall of its splits ("splits")."""
+    counts = torch.tensor(values, dtype=torch.int64)
+    if what == "rows":
+        op = _core.allgather_async(counts.data_ptr(), _core.int64, [len(values)], -1,
+                                   _suffixed(name, what), process_set._id("allgather"))
+        op.wait()
+        return from_buffer(op.output()).tolist()
+    op = _core.alltoall_async(counts.data_ptr(), _core.int64, [len(values)], -1, [],
+                              _suffixed(name, what), process_set._id("alltoall"))
+    op.wait()
+    return from_buffer(op.output()).tolist()
+
+
 def _submit_allgather(tensor, name, process_set):
+    """(core op, what to keep alive, the output)"""
     work, code = contiguous_input(tensor, "allgather", name)
-    core = _core.allgather_async(work.data_ptr(), code, work.shape, -1, name or "",
-                                 process_set._id("allgather"))
-    return core, work
+    device, stream = placement(work)
+    out = None
+    if device >= 0 and work.dim() > 0:
+        out = _device_output(work, sum(_exchanged_rows([work.shape[0]], name, "rows",
+                                                        process_set)))
+    core = _core.allgather_async(work.data_ptr(), code, work.shape, device, name or "",
+                                 process_set._id("allgather"), stream,
+                                 None if out is None else (out.data_ptr(), out.shape))
+    if out is None:
+        return core, work, lambda: from_buffer(core.output())
+    return core, (work, out), lambda: out
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along the first dimension (which
     may differ per rank)."""
-    core, work = _submit_allgather(tensor, name, process_set)
-    return register([core], work, lambda: from_buffer(core.output()))
+    core, keep, output = _submit_allgather(tensor, name, process_set)
+    return register([core], keep, output)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """allgather_async of each tensor, under one handle that gives the list."""
     submitted = [_submit_allgather(t, n, process_set)
                  for t, n in zip(tensors, _names(name, len(tensors)))]
-    cores = [c for c, _ in submitted]
-    return register(cores, [w for _, w in submitted],
-                    lambda: [from_buffer(c.output()) for c in cores])
+    return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
+                    lambda: [output() for _, _, output in submitted])
 
 
 def _own_rows(grad, rows, process_set):
@@ -98,14 +135,26 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     synchronize() gives (output, received_splits), received_splits[r] being the rows
     that came from rank r (an int32 tensor)."""
     work, code = contiguous_input(tensor, "alltoall", name)
-    core = _core.alltoall_async(work.data_ptr(), code, work.shape, -1, _split_list(splits),
-                                name or "", process_set._id("alltoall"))
+    device, stream = placement(work)
+    split_list = _split_list(splits)
+    out = None
+    if device >= 0 and work.dim() > 0:
+        # Rows to each rank: the given splits, else equal parts (the runtime checks that
+        # they add up and divide evenly, and fails the collective itself if not).
+        ranks = process_set.size()
+        sent = split_list or [work.shape[0] // ranks] * ranks
+        if len(sent) == ranks:
+            out = _device_output(work, sum(_exchanged_rows(sent, name, "splits",
+                                                           process_set)))
+    core = _core.alltoall_async(work.data_ptr(), code, work.shape, device, split_list,
+                                name or "", process_set._id("alltoall"), stream,
+                                None if out is None else (out.data_ptr(), out.shape))
 
     def finish():
         received = torch.tensor(core.received_splits(), dtype=torch.int32)
-        return from_buffer(core.output()), received
+        return (from_buffer(core.output()) if out is None else out), received
 
-    return register([core], work, finish)
+    return register([core], (work, out), finish)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -134,11 +183,20 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- reducescatter -------------------------------------------------------------------
 def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor):
+    """(core op, what to keep alive, the output)"""
     work, code = contiguous_input(tensor, "reducescatter", name)
-    core = _core.reducescatter_async(work.data_ptr(), code, work.shape, -1, name or "", op,
+    device, stream = placement(work)
+    out = None
+    if device >= 0 and work.dim() > 0 and process_set.included():
+        rows = _core.reducescatter_rows(work.shape[0], process_set.rank(), process_set.size())
+        out = _device_output(work, rows)
+    core = _core.reducescatter_async(work.data_ptr(), code, work.shape, device, name or "", op,
                                      float(prescale_factor), float(postscale_factor),
-                                     process_set._id("reducescatter"))
-    return core, work
+                                     process_set._id("reducescatter"), stream,
+                                     None if out is None else (out.data_ptr(), out.shape))
+    if out is None:
+        return core, work, lambda: from_buffer(core.output())
+    return core, (work, out), lambda: out
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -146,9 +204,9 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Starts reducing ``tensor`` (same shape on every rank) and giving each rank its
     block of rows; the first ranks get a row more when the rows do not divide evenly."""
     op = resolve_op(op, None, "reducescatter")
-    core, work = _submit_reducescatter(tensor, name, op, process_set, prescale_factor,
-                                       postscale_factor)
-    return register([core], work, lambda: from_buffer(core.output()))
+    core, keep, output = _submit_reducescatter(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor)
+    return register([core], keep, output)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -156,9 +214,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     op = resolve_op(op, None, "grouped_reducescatter")
     submitted = [_submit_reducescatter(t, n, op, process_set, prescale_factor, postscale_factor)
                  for t, n in zip(tensors, _names(name, len(tensors)))]
-    cores = [c for c, _ in submitted]
-    return register(cores, [w for _, w in submitted],
-                    lambda: [from_buffer(c.output()) for c in cores])
+    return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
+                    lambda: [output() for _, _, output in submitted])
 
 
 def _reducescatter_grad(grad, op, process_set, pre, post):

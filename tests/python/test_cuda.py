@@ -1,0 +1,108 @@
+"""CUDA tensors through accord.torch: every collective on the GPU gives what it gives on
+the CPU, its output stays on the GPU, and the runtime starts after the work the caller
+queued on its current stream. Skipped where PyTorch sees no GPU or the build has no
+GPU path (run ci/device-python.sh on a GPU machine)."""
+
+import pytest
+import torch
+
+import accord.torch as hvd_module
+from helpers import sent
+
+pytestmark = pytest.mark.skipif(
+    not (torch.cuda.is_available() and hvd_module.cuda_built()),
+    reason="needs a GPU and a build with the GPU path")
+
+
+@pytest.fixture
+def device(hvd):
+    d = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(d)
+    return d
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("op", ["sum", "average", "max"])
+def test_allreduce_on_the_gpu_equals_the_cpu(hvd, device, dtype, op):
+    if op == "average" and dtype == torch.int32:
+        pytest.skip("average of integers: covered on the CPU")
+    ops = {"sum": hvd.Sum, "average": hvd.Average, "max": hvd.Max}
+    host = sent(hvd.rank(), (3, 1000), dtype)
+    on_gpu = hvd.allreduce(host.to(device), op=ops[op], name=f"cuda.ar.{dtype}.{op}")
+    on_cpu = hvd.allreduce(host, op=ops[op], name=f"cpu.ar.{dtype}.{op}")
+    assert on_gpu.device == device
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-2, atol=1e-2)
+
+
+def test_in_place_grouped_and_scaled(hvd, device):
+    n = hvd.size()
+    t = torch.full((1 << 20,), float(hvd.rank() + 1), device=device)
+    hvd.allreduce_(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5, name="cuda.inplace")
+    assert torch.all(t == n * (n + 1) / 2).item()
+    group = [torch.full((k + 1,), float(hvd.rank()), device=device) for k in range(5)]
+    out = hvd.grouped_allreduce(group, op=hvd.Sum, name="cuda.grouped")
+    for k, o in enumerate(out):
+        assert o.device == device and o.shape == (k + 1,)
+        assert torch.all(o == n * (n - 1) / 2).item()
+
+
+def test_broadcast_allgather_alltoall_reducescatter(hvd, device):
+    n, r = hvd.size(), hvd.rank()
+    b = torch.full((4, 5), float(r), device=device)
+    hvd.broadcast_(b, root_rank=n - 1, name="cuda.bcast")
+    assert torch.all(b == n - 1).item()
+
+    # Different first dimensions per rank.
+    mine = torch.full((r + 1, 3), float(r), device=device)
+    gathered = hvd.allgather(mine, name="cuda.gather")
+    expected = torch.cat([torch.full((q + 1, 3), float(q)) for q in range(n)])
+    assert gathered.device == device
+    torch.testing.assert_close(gathered.cpu(), expected)
+
+    # Rank r sends q+1 rows of value 100r+q to rank q.
+    splits = [q + 1 for q in range(n)]
+    rows = torch.cat([torch.full((q + 1, 2), float(100 * r + q)) for q in range(n)])
+    out, received = hvd.alltoall(rows.to(device), splits=splits, name="cuda.a2a")
+    assert out.device == device and received.tolist() == [r + 1] * n
+    expected = torch.cat([torch.full((r + 1, 2), float(100 * q + r)) for q in range(n)])
+    torch.testing.assert_close(out.cpu(), expected)
+
+    x = torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) * (r + 1)
+    scattered = hvd.reducescatter(x.to(device), op=hvd.Sum, name="cuda.rs")
+    total = torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) * (n * (n + 1) / 2)
+    assert scattered.device == device
+    torch.testing.assert_close(scattered.cpu(), total[2 * r:2 * r + 2])
+
+
+def test_the_runtime_waits_for_the_callers_stream(hvd, device):
+    # A side stream holds a long kernel, then writes the tensor: the allreduce submitted
+    # right after must see the written values, not the ones before.
+    side = torch.cuda.Stream(device)
+    t = torch.zeros(1 << 22, device=device)
+    torch.cuda.synchronize(device)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # some 100 ms of GPU time
+        t.fill_(float(hvd.rank() + 1))
+        handle = hvd.allreduce_async_(t, op=hvd.Sum, name="cuda.stream")
+    hvd.synchronize(handle)
+    n = hvd.size()
+    assert torch.all(t == n * (n + 1) / 2).item()
+
+
+def test_distributed_optimizer_on_the_gpu(hvd, device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(device)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    gen = torch.Generator().manual_seed(hvd.rank())
+    for _ in range(3):
+        x = torch.randn(8, 16, generator=gen).to(device)
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = hvd.allgather(flat.unsqueeze(0), name="cuda.opt.params")
+    for q in range(hvd.size()):
+        torch.testing.assert_close(everyone[q], flat)
