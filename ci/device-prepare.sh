@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors
-             accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors)
+             accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors
+             accord_gpu_cudnn_tests accord-resnet)
 if [ "${ACCORD_DEVICE_TARGETS:-}" = gpu ]; then
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
   cmake --build build -j "${ACCORD_JOBS:-$(nproc)}" --target "${gpu_targets[@]}"
@@ -35,6 +36,8 @@ packages=(
   libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1
   libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libatomic1
   libtbb12 libtbbmalloc2 libspdlog1.10 libfmt9
+  libopenmpi-dev  # mpi.h, for ci/device-python.sh to compile accord._core there
+  libdnnl2 ocl-icd-libopencl1 libgomp1  # the trainer (accord-resnet) and its GPU tests
 )
 rm -rf .debs && mkdir -p .debs
 (cd .debs && apt-get download "${packages[@]}" > /dev/null 2>&1)
@@ -42,7 +45,8 @@ echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .deb
 
 # Anything the binaries need that is neither in those packages nor in a base image
 # would fail there at load time: say so here instead.
-missing=$(for f in build/libaccord.so build/tools/accord-bench /usr/bin/orted \
+missing=$(for f in build/libaccord.so build/tools/accord-bench build/examples/resnet/accord-resnet \
+                   /usr/bin/orted \
                    /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do
             ldd "$f" | awk '/=>/ {print $3}'
           done | sort -u | xargs -r readlink -f | { xargs -r dpkg -S 2>/dev/null || true; } | cut -d: -f1 |

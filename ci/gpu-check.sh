@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, in one command on a machine with a GPU: the GPU build's tests
 # (ctest -L gpu: CUDA kernels, every device collective with NCCL on one rank and staged
-# through MPI on one and two ranks, the error paths), the host MPI tests of the same
-# build, and the device benchmarks (accord-bench --device cuda). Results go to $OUT
+# through MPI on one and two ranks, the error paths, the trainer's cuDNN layers), the
+# host MPI tests of the same build, the device benchmarks (accord-bench --device cuda),
+# accord.torch on CUDA tensors (ci/device-python.sh), and the trainer on the GPU against
+# PyTorch (tools/resnet_gpu_bench.py). Results go to $OUT
 # (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
 # printed last.
 #
@@ -24,21 +26,31 @@ status=0
 say "== gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 say "$(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1)"
 
-# libaccord links libnccl.so.2, found on the build machine under the CUDA toolkit.
-# Here it may live elsewhere: the toolkit, the system, or PyTorch's nvidia-nccl wheel.
-if ldd build/libaccord.so | grep -q 'libnccl.so.2 => not found'; then
-  nccl_dir=""
+# libaccord links libnccl.so.2, the trainer also libcudnn.so.9 and libcublas: found on
+# the build machine under the CUDA toolkit. Here they may live elsewhere: the toolkit,
+# the system, or PyTorch's nvidia-* wheels.
+find_library_dir() {  # <soname> <python module of the wheel that carries it>
+  local candidate
   for candidate in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
-      "$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"; do
-    if [ -n "$candidate" ] && [ -e "$candidate/libnccl.so.2" ]; then nccl_dir=$candidate; break; fi
+      "$(python3 -c "import $2, os; print(os.path.join(list($2.__path__)[0], 'lib'))" 2>/dev/null)"; do
+    if [ -n "$candidate" ] && [ -e "$candidate/$1" ]; then echo "$candidate"; return; fi
   done
-  if [ -z "$nccl_dir" ]; then
-    nccl_dir=$(dirname "$(find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
-  fi
-  if [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ]; then
-    export LD_LIBRARY_PATH=$nccl_dir:${LD_LIBRARY_PATH:-}
-  fi
-fi
+  dirname "$(find / -name "$1" -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null
+}
+for binary in build/libaccord.so build/examples/resnet/accord-resnet; do
+  [ -e "$binary" ] || continue
+  for lib in $(ldd "$binary" | awk '/=> not found/ {print $1}'); do
+    case $lib in
+      libnccl*) module=nvidia.nccl ;;
+      libcudnn*) module=nvidia.cudnn ;;
+      libcublasLt*) module=nvidia.cublas ;;
+      libcublas*) module=nvidia.cublas ;;
+      *) continue ;;
+    esac
+    dir=$(find_library_dir "$lib" "$module")
+    if [ -n "$dir" ] && [ -e "$dir/$lib" ]; then export LD_LIBRARY_PATH=$dir:${LD_LIBRARY_PATH:-}; fi
+  done
+done
 say "NCCL: $(ldd build/libaccord.so | awk '/libnccl/ {print $3}')"
 if ldd build/libaccord.so | grep -q 'not found'; then
   say "FAILED: libaccord cannot load here:"
@@ -70,5 +82,18 @@ say "bench ($gpus rank(s)):"
 grep -E 'latency_cuda|resnet50_cuda' "$out/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
 grep -E '^ +[0-9]+ ' "$out/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
   sed 's/^/  sweep /' | tee -a "$summary"
+# 4. accord.torch on CUDA tensors, against this machine's PyTorch (one rank).
+timeout 300 bash ci/device-python.sh test_cuda.py test_errors.py \
+    > "$out/python-cuda.log" 2>&1 || status=1
+say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$out/python-cuda.log" | tail -1)"
+
+# 5. The trainer on the GPU against PyTorch (issue figures: img/s, % of peak).
+if [ -x build/examples/resnet/accord-resnet ]; then
+  timeout 400 python3 tools/resnet_gpu_bench.py --runs "${ACCORD_GPU_BENCH_RUNS:-resnet50:128}" \
+      --compile off --steps 20 --warmup 5 --json "$out/resnet-gpu.json" \
+      > "$out/resnet-gpu.log" 2>&1 || status=1
+  say "trainer vs PyTorch:"
+  sed 's/^/  /' "$out/resnet-gpu.log" | tail -8 | tee -a "$summary"
+fi
 say "== gpu-check: $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"
 exit $status

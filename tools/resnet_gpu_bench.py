@@ -118,11 +118,17 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
     help_text = subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
     if "--device" not in help_text:
         return None, "this accord-resnet has no --device (CPU-only build)"
+    # One epoch of warmup + steps batches; its rate counts the warm-up steps too.
     cmd = [exe, "--device", "cuda", "--model", model_name, "--stem", "imagenet", "--width", "1",
            "--dataset", "synthetic", "--image-size", "224", "--classes", "1000",
-           "--batch-size", str(batch), "--max-steps", str(steps + warmup),
+           "--batch-size", str(batch), "--steps", str(steps + warmup),
            "--synthetic-size", str(batch * (steps + warmup)), "--epochs", "1", "--no-eval",
-           "--no-progress", "--precision", precision, "--metrics", "/dev/stdout"]
+           "--no-progress", "--metrics", "/dev/stdout"]
+    note = None
+    if "--precision" in help_text:
+        cmd += ["--precision", precision]
+    elif precision != "fp32":
+        note = "fp32: this accord-resnet has no --precision"
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -131,7 +137,7 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
              if line.startswith("{") and "images_per_sec" in line]
     if not rates:
         return None, "no images_per_sec in its metrics"
-    return rates[-1], None
+    return rates[-1], note
 
 
 def main():

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Python suite on a lent GPU machine, against that machine's own PyTorch (its
+# python3): compiles accord._core there, with its compiler and pybind11, against the
+# carried build's libaccord, assembles the package in a folder of its own, and runs
+# tests/python under mpirun on one rank (the machine has one GPU; NCCL puts one rank
+# per GPU), test_cuda.py included. Logs go to $OUT (./device-python-out elsewhere).
+#
+# On the build machine (no GPU needed), then through the device tool:
+#   ACCORD_DEVICE_TARGETS=gpu ACCORD_DEVICE_SLIM=1 bash ci/device-prepare.sh
+#   run: bash ci/device-run.sh bash ci/device-python.sh [pytest arguments]
+#                                                      (carry: build, .debs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/device-python-out}
+mkdir -p "$out"
+py=${ACCORD_DEVICE_PYTHON:-python3}
+prefix=${ACCORD_DEVICE_PREFIX:-/tmp/accord-debs}
+mpi_include=$prefix/usr/lib/x86_64-linux-gnu/openmpi/include
+[ -f "$mpi_include/mpi.h" ] || { echo "ci/device-python.sh: no mpi.h under $prefix: run it through ci/device-run.sh with .debs from ci/device-prepare.sh" >&2; exit 2; }
+
+site=/tmp/accord-python
+rm -rf "$site" && mkdir -p "$site"
+cp -r bindings/python/accord "$site/"
+ext=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+include=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+pybind=$("$py" -c 'import pybind11; print(pybind11.get_include())')
+echo "ci/device-python.sh: $("$py" --version), torch $("$py" -c 'import torch; print(torch.__version__, torch.cuda.is_available())')"
+# The same sources and flags as bindings/CMakeLists.txt's accord_python.
+"${CXX:-c++}" -O2 -std=c++20 -shared -fPIC -fvisibility=hidden \
+  -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+  -I runtime/include -I "$include" -I "$pybind" -I "$mpi_include" \
+  bindings/src/module.cc bindings/src/errors.cc bindings/src/runtime.cc \
+  bindings/src/collectives.cc bindings/src/pending.cc bindings/src/buffer.cc \
+  bindings/src/dlpack.cc \
+  -L build -Wl,-rpath,"$PWD/build" -laccord \
+  -L "$prefix/usr/lib/x86_64-linux-gnu/openmpi/lib" -lmpi \
+  -o "$site/accord/_core$ext" 2>&1 | tee "$out/compile.log"
+[ -f "$site/accord/_core$ext" ] || exit 1
+
+cd tests/python
+set -o pipefail
+PYTHONPATH=$site ACCORD_STALL_SHUTDOWN_TIME=30 \
+  mpirun -np 1 --allow-run-as-root --oversubscribe --bind-to none \
+  "$py" -m pytest --color=no -q -rs -p no:cacheprovider "$@" 2>&1 | tee "$out/pytest.log"
