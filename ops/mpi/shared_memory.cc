@@ -254,11 +254,11 @@ void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
 void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op,
                          const Scaling& post) {
   // Peers normally arrive within microseconds. One that was descheduled (more ranks
-  // than cores) needs this core, so yield; past a millisecond sleep, so that a long
-  // wait costs little CPU.
-  static constexpr Patience kPatience{std::chrono::microseconds(20),
-                                      std::chrono::microseconds(1000),
-                                      std::chrono::microseconds(20), std::chrono::microseconds(20)};
+  // than cores, or the application's compute on them) needs a core, so yield; past
+  // 100 us sleep on the futex until it arrives, leaving the core to the compute.
+  static constexpr Patience kPatience{std::chrono::microseconds(20), std::chrono::microseconds(100),
+                                      std::chrono::microseconds(20),
+                                      std::chrono::microseconds(100000), true};
   const std::size_t elem = dtype_size(dtype);
   const std::uint64_t gen = ++pieces_;
   auto begin = [&](int block) { return count * block / size_ * elem; };
