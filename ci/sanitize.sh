@@ -121,7 +121,15 @@ run_thread() {
   # libdnnl against the main thread, in the pooling and model-gradient tests), and its
   # shadow memory breaks the data loader's bound on resident memory. They run under
   # AddressSanitizer.
-  ctest --test-dir build-tsan --output-on-failure --no-tests=error -LE '^trainer' "$@"
+  #
+  # Also excluded: the DDP side of bench_ddp, whose gloo threads race inside PyTorch
+  # (uninstrumented, not Accord's code), and the tests in which a rank leaves in the
+  # middle of an allreduce: under ThreadSanitizer the victim notices that its allreduce
+  # started only once it has finished, so the survivors rightly succeed and the test's
+  # premise fails (the freeze variants, and leaving in every other collective, still
+  # run here; all of them run under AddressSanitizer and in the plain build).
+  ctest --test-dir build-tsan --output-on-failure --no-tests=error -LE '^trainer' \
+    -E '^(examples\..*\.bench_ddp|(mpi|multihost)\.fault\.exit\.allreduce\..*)$' "$@"
 }
 
 run_address() {

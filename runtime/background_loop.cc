@@ -32,9 +32,8 @@ constexpr auto kIdleMax = std::chrono::milliseconds(20);
 // kMaxBusyWait, so that a waiting rank does not turn into a negotiation storm. A rank
 // that is behind (others wait for its submissions, it has none pending) waits as an
 // idle one does: its own submission ends the wait at once. Every wake-up of this
-// thread takes a core from the application's compute for a moment: during a 1.3 s
-// backward pass of ResNet-18 on two ranks of two cores, a fixed 50 us wait woke it
-// some 3000 times a step and made the step 10% slower.
+// thread takes a core from the application's compute for a moment, which data-parallel
+// training on CPUs feels (examples/python/README.md, "Accord against DDP").
 constexpr auto kMinBusyWait = std::chrono::microseconds(50);
 constexpr auto kMaxBusyWait = std::chrono::microseconds(2000);
 
