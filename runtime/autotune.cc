@@ -138,16 +138,25 @@ bool Autotuner::observe(const std::vector<Response>& responses, Clock::time_poin
   for (const auto& response : responses) {
     if (response.type != ResponseType::Allreduce) continue;
     for (const auto& name : response.names) {
-      if (anchor_.empty() || ++since_anchor_ > kAnchorPatience) {
-        // A new anchor: the trial's timing restarts with it.
+      if (anchor_.empty()) {
+        // The first name negotiated a second time marks steps; names used once (set-up
+        // collectives, unnamed ones) never do.
+        if (seen_.insert(name).second) {
+          if (seen_.size() > kAnchorPatience) seen_.clear();
+          continue;
+        }
         anchor_ = name;
+        seen_.clear();
         since_anchor_ = 0;
-        boundaries_ = 0;
+        boundaries_ = 0;  // the trial's timing starts with the anchor
         steps_ms_.clear();
         boundary = true;
       } else if (name == anchor_) {
         since_anchor_ = 0;
         boundary = true;
+      } else if (++since_anchor_ > kAnchorPatience) {
+        anchor_.clear();  // the workload changed: find another
+        since_anchor_ = 0;
       }
     }
   }

@@ -4,8 +4,8 @@
 // What is measured is what the user cares about: the time of a training step of the
 // real workload. Steps are recognized without help from the application: data-parallel
 // training submits the same named gradients every step, so a step boundary is each
-// negotiation of the first allreduce name the tuner saw (the anchor). A name that does
-// not come back is dropped for a later one. Every rank sees the same responses in the
+// negotiation of the first allreduce name that was negotiated twice (the anchor). An
+// anchor that stops coming back is dropped for another. Every rank sees the same responses in the
 // same cycles, so every rank counts the same steps and reaches each trial's end in the
 // same cycle. There rank 0, the only rank that times steps, decides the next settings
 // and broadcasts them over the global set's negotiation channel, and every rank applies
@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace accord {
@@ -100,6 +101,7 @@ class Autotuner {
 
   // Step recognition, identical on every rank.
   std::string anchor_;
+  std::unordered_set<std::string> seen_;  // allreduce names so far, while there is no anchor
   std::size_t since_anchor_ = 0;  // allreduce names negotiated since the anchor's last
   std::size_t boundaries_ = 0;    // step boundaries seen in this trial
   Clock::time_point last_boundary_{};

@@ -24,9 +24,9 @@ namespace {
 
 std::string logPath() { return "autotune_log_" + std::to_string(getppid()) + ".csv"; }
 
-// 1 + 7 + 5 + 3 trials (autotune.cc's ladders and the start values), one warm-up and one
-// measured step each, and some settled steps after.
-constexpr int kSteps = 16 * 2 + 12;
+// A step to find the recurring name, 1 + 7 + 5 + 3 trials (autotune.cc's ladders and the
+// start values) of one warm-up and one measured step each, and some settled steps after.
+constexpr int kSteps = 1 + 16 * 2 + 12;
 
 }  // namespace
 
