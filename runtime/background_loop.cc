@@ -5,6 +5,7 @@
 // blocking collectives on different sets cannot cross), execute the agreed responses,
 // then apply process-set changes. Between cycles the thread sleeps on the queue's
 // condition variable; it never spins.
+#include "runtime/autotune.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
 #include "runtime/keep_alive.h"
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 namespace accord {
@@ -40,7 +42,9 @@ constexpr auto kMaxBusyWait = std::chrono::microseconds(2000);
 class BackgroundLoop {
  public:
   explicit BackgroundLoop(Runtime& rt)
-      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, *rt.backend) {}
+      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, *rt.backend) {
+    if (rt.config.autotune) tuner_.emplace(rt.config, rt.rank == 0);
+  }
 
   void run() noexcept;
 
@@ -52,10 +56,12 @@ class BackgroundLoop {
   void addSet(SetChange& change);
   void removeSet(SetChange& change);
   void failEverything(std::exception_ptr reason, bool shut_down);
+  void retune(ProcessSet& global);
 
   Runtime& rt_;
   Controller controller_;
   Executor executor_;
+  std::optional<Autotuner> tuner_;  // ACCORD_AUTOTUNE
   bool last_progress_ = false;
   bool anyone_pending_ = false;
   std::chrono::microseconds idle_wait_{kMinBusyWait};
@@ -120,7 +126,10 @@ bool BackgroundLoop::runOnce() {
       anyone_pending_ = negotiated.anyone_pending;
     }
     progress = progress || !negotiated.responses.empty();
+    const bool trial_ended =
+        set->id == kGlobalProcessSet && tuner_ && tuner_->observe(negotiated.responses, now);
     executor_.run(*set, std::move(negotiated.responses), changes);
+    if (trial_ended) retune(*set);
   }
   applyChanges(changes);
   last_progress_ = progress;
@@ -131,6 +140,19 @@ bool BackgroundLoop::runOnce() {
   }
   timeline.flush();
   return true;
+}
+
+// Every rank ends the trial in the same cycle (autotune.h): rank 0's choice reaches all
+// of them here, and they apply it before the next cycle plans any fusion or piece.
+// Only this thread reads these settings once the loop runs.
+void BackgroundLoop::retune(ProcessSet& global) {
+  std::vector<std::uint8_t> choice;
+  if (rt_.rank == 0) choice = tuner_->decide();
+  if (rt_.size > 1) global.transport->channel().broadcastFromRoot(choice);
+  const TunedSettings& s = tuner_->accept(choice);
+  rt_.config.fusion_threshold = s.fusion_threshold;
+  rt_.config.chunk_bytes = s.chunk_bytes;
+  rt_.config.cycle_time = s.cycle_time;
 }
 
 void BackgroundLoop::applyChanges(std::vector<SetChange>& changes) {

@@ -61,6 +61,8 @@ constexpr std::size_t kMaxCacheCapacity = 1u << 16;
 // value below that resolution would round to 0, which means "no wait" or "never".
 constexpr double kMaxCycleTimeMs = 10'000.0;
 constexpr double kMaxSeconds = 1e9;  // keeps the milliseconds well inside int64
+// Autotune: more steps per trial only lengthen the search; a thousand is already hours.
+constexpr std::size_t kMaxAutotuneSteps = 1000;
 const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 std::string trim(const char* raw) {
@@ -149,6 +151,8 @@ constexpr std::pair<const char*, const char*> kHorovodNames[] = {
     {"ACCORD_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
     {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
     {"ACCORD_TIMELINE", "HOROVOD_TIMELINE"},
+    {"ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE"},
+    {"ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"},
 };
 
 const char* horovodName(const char* var) {
@@ -247,6 +251,8 @@ class Reader {
     return s ? s->value : std::string();
   }
 
+  bool given(const char* var) const { return get(var).has_value(); }
+
  private:
   std::optional<std::string> raw(const char* var) const {
     const char* value = getenv_(var);
@@ -261,6 +267,67 @@ class Reader {
 
 std::chrono::milliseconds secondsToMs(double s) {
   return std::chrono::milliseconds(std::llround(s * 1000.0));
+}
+
+// ACCORD_AUTOTUNE_START="ACCORD_FUSION_THRESHOLD=4K ACCORD_CYCLE_TIME=5": where the
+// tuner starts the settings it tunes, for experiments from a chosen (bad) point. Each
+// value is checked as the variable itself would be; a setting given explicitly is not
+// tuned, so naming it here is an error.
+void applyAutotuneStart(Config& c, const std::string& text) {
+  if (text.empty()) return;
+  constexpr const char* kVar = "ACCORD_AUTOTUNE_START";
+  const char* expected =
+      "space- or comma-separated NAME=VALUE among ACCORD_CYCLE_TIME, ACCORD_FUSION_THRESHOLD "
+      "and ACCORD_CHUNK_BYTES";
+  if (!c.autotune) {
+    throw InvalidArgument(std::string(kVar) + "='" + text +
+                          "' is only read with ACCORD_AUTOTUNE=1, which is not set");
+  }
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::string item;
+  auto flush = [&] {
+    if (item.empty()) return;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) reject(kVar, text, expected);
+    entries.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    item.clear();
+  };
+  for (char ch : text) {
+    if (ch == ' ' || ch == ',' || ch == '\t') {
+      flush();
+    } else {
+      item += ch;
+    }
+  }
+  flush();
+  for (const auto& [name, value] : entries) {
+    const bool given = name == "ACCORD_CYCLE_TIME"         ? c.given.cycle_time
+                       : name == "ACCORD_FUSION_THRESHOLD" ? c.given.fusion_threshold
+                       : name == "ACCORD_CHUNK_BYTES"      ? c.given.chunk_bytes
+                                                           : (reject(kVar, text, expected), true);
+    if (given) {
+      throw InvalidArgument(std::string(kVar) + " names " + name +
+                            ", which is also set explicitly and so is not tuned: unset one");
+    }
+  }
+  Config::Getenv lookup = [&entries](const char* var) -> const char* {
+    for (const auto& [name, value] : entries)
+      if (name == var) return value.c_str();
+    return nullptr;
+  };
+  try {
+    Reader start(lookup);
+    c.cycle_time = std::chrono::microseconds(
+        std::llround(start.time("ACCORD_CYCLE_TIME",
+                                static_cast<double>(c.cycle_time.count()) / 1000.0, kCycleTime) *
+                     1000.0));
+    c.fusion_threshold = start.bytes("ACCORD_FUSION_THRESHOLD", c.fusion_threshold, 0,
+                                     kMaxFusionThreshold, "0 disables fusion");
+    c.chunk_bytes =
+        start.bytes("ACCORD_CHUNK_BYTES", c.chunk_bytes, kMinChunkBytes, kMaxChunkBytes, "");
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(kVar) + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -288,6 +355,15 @@ Config Config::parse(const Getenv& getenv) {
       env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
   c.timeline = env.text("ACCORD_TIMELINE");
+  c.autotune = env.count("ACCORD_AUTOTUNE", 0, 1,
+                         "1: tune the cycle time, fusion threshold and piece size online") == 1;
+  c.autotune_steps = env.count("ACCORD_AUTOTUNE_STEPS", 5, kMaxAutotuneSteps,
+                               "measured training steps per autotune trial; 0 means 1");
+  c.autotune_log = env.text("ACCORD_AUTOTUNE_LOG");
+  c.given.cycle_time = env.given("ACCORD_CYCLE_TIME");
+  c.given.fusion_threshold = env.given("ACCORD_FUSION_THRESHOLD");
+  c.given.chunk_bytes = env.given("ACCORD_CHUNK_BYTES");
+  applyAutotuneStart(c, env.text("ACCORD_AUTOTUNE_START"));
   return c;
 }
 
@@ -334,15 +410,32 @@ std::string Config::describe() const {
   out += line("ACCORD_LOG_LEVEL", log_level, "trace, debug, info, warn, error or off");
   out += line("ACCORD_TIMELINE", timeline.empty() ? "(off)" : timeline,
               "Chrome trace of every tensor's phases, written by rank 0");
+  out += line("ACCORD_AUTOTUNE", autotune ? "1" : "0",
+              "tune cycle time, fusion threshold and pieces online (those not set)");
+  out += line("ACCORD_AUTOTUNE_STEPS", std::to_string(autotune_steps),
+              "measured steps per autotune trial (1.." + std::to_string(kMaxAutotuneSteps) + ")");
+  out += line("ACCORD_AUTOTUNE_LOG", autotune_log.empty() ? "(off)" : autotune_log,
+              "CSV file of the autotune trials, written by rank 0");
+  out += line("ACCORD_AUTOTUNE_START", "(in the values above)",
+              "NAME=VALUE list: where autotune starts those settings");
   return out;
 }
 
 const std::vector<std::string>& Config::knownVariables() {
-  static const std::vector<std::string> known = {
-      "ACCORD_CYCLE_TIME",          "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
-      "ACCORD_SHARED_MEMORY",       "ACCORD_NCCL",             "ACCORD_CACHE_CAPACITY",
-      "ACCORD_STALL_CHECK_TIME",    "ACCORD_STALL_SHUTDOWN_TIME", "ACCORD_LOG_LEVEL",
-      "ACCORD_TIMELINE"};
+  static const std::vector<std::string> known = {"ACCORD_CYCLE_TIME",
+                                                 "ACCORD_FUSION_THRESHOLD",
+                                                 "ACCORD_CHUNK_BYTES",
+                                                 "ACCORD_SHARED_MEMORY",
+                                                 "ACCORD_NCCL",
+                                                 "ACCORD_CACHE_CAPACITY",
+                                                 "ACCORD_STALL_CHECK_TIME",
+                                                 "ACCORD_STALL_SHUTDOWN_TIME",
+                                                 "ACCORD_LOG_LEVEL",
+                                                 "ACCORD_TIMELINE",
+                                                 "ACCORD_AUTOTUNE",
+                                                 "ACCORD_AUTOTUNE_STEPS",
+                                                 "ACCORD_AUTOTUNE_LOG",
+                                                 "ACCORD_AUTOTUNE_START"};
   return known;
 }
 

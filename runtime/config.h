@@ -28,6 +28,15 @@ struct Config {
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off
   std::string log_level = "warn";  // ACCORD_LOG_LEVEL: trace debug info warn error off
   std::string timeline;            // ACCORD_TIMELINE: Chrome trace written by rank 0; "" off
+  // ACCORD_AUTOTUNE: tune the cycle time, fusion threshold and piece size online, those
+  // not given explicitly (runtime/autotune.h); they then start from ACCORD_AUTOTUNE_START.
+  bool autotune = false;
+  std::size_t autotune_steps = 5;  // ACCORD_AUTOTUNE_STEPS: measured steps per trial
+  std::string autotune_log;        // ACCORD_AUTOTUNE_LOG: a CSV line per trial, rank 0
+  // Which tunable settings the environment gave explicitly (ACCORD_ or HOROVOD_ name).
+  struct Given {
+    bool cycle_time = false, fusion_threshold = false, chunk_bytes = false;
+  } given;
 
   using Getenv = std::function<const char*(const char*)>;
   static Config parse(const Getenv& getenv);

@@ -184,7 +184,7 @@ void resnet50(const Bench& bench, const Options& opt) {
   });
 
   // Round-robin over the variants, step by step, for the same reason as timePair.
-  const int warmup = opt.quick ? 1 : 2;
+  const int warmup = opt.resnet_warmup >= 0 ? opt.resnet_warmup : opt.quick ? 1 : 2;
   std::vector<std::vector<double>> times(variants.size());
   for (int step = 0; step < warmup + opt.resnet_steps; ++step)
     for (std::size_t v = 0; v < variants.size(); ++v) {
@@ -248,8 +248,10 @@ int run(const Options& opt) {
   const std::size_t floats = std::max<std::uint64_t>(opt.max_bytes, 4096) / sizeof(float);
   std::unique_ptr<float, decltype(&std::free)> buffer(
       static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)), &std::free);
-  sweep(bench, opt, buffer.get());
-  latency(bench, opt, buffer.get());
+  if (!opt.resnet_only) {
+    sweep(bench, opt, buffer.get());
+    latency(bench, opt, buffer.get());
+  }
   resnet50(bench, opt);
   if (bench.csv) std::fclose(bench.csv);
   MPI_Comm_free(&bench.comm);
@@ -274,6 +276,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--resnet-steps", opt.resnet_steps, "Timed steps of the ResNet-50 gradient set")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--resnet-warmup", opt.resnet_warmup,
+                 "Untimed steps of the ResNet-50 gradient set before those (default 2; with "
+                 "ACCORD_AUTOTUNE, enough for the search to settle)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resnet-only", opt.resnet_only, "Run the ResNet-50 gradient set only");
   app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
   app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
   app.add_option("--device", opt.device,

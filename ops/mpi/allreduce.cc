@@ -26,7 +26,10 @@ namespace {
 // ACCORD_CHUNK_BYTES (1.5 chunks go as two 0.75-chunk pieces, not a full and a half).
 void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                     const mpi::Scaling& pre, const mpi::Scaling& post, const std::string& what) {
-  if (ctx.shm) return ctx.shm->allreduce(data, count, dtype, op, pre, post, what);
+  if (ctx.shm) {
+    ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
+    return ctx.shm->allreduce(data, count, dtype, op, pre, post, what);
+  }
   const std::size_t elem = dtype_size(dtype);
   const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes / elem);
   const std::size_t pieces = (count + step - 1) / step;

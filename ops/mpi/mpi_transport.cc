@@ -1,6 +1,8 @@
 // MpiTransport (see mpi_transport.h).
 #include "ops/mpi/mpi_transport.h"
 
+#include "runtime/autotune.h"
+
 namespace accord::mpi {
 
 // The shared-memory AND with MpiChannel's gather and broadcast.
@@ -26,7 +28,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const C
     : link_(comm, std::move(global_ranks), config.stall_shutdown_time), mpi_channel_(link_) {
   if (!config.shared_memory) return;
   SharedMemoryOptions options;
-  options.piece_bytes = config.chunk_bytes;
+  options.piece_bytes = Autotuner::maxChunkBytes(config);
   options.negotiation_words = negotiationWords(config.cache_capacity);
   options.timeout = config.stall_shutdown_time;
   options.global_ranks.resize(link_.size());

@@ -133,8 +133,9 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
                           "-byte pieces and " + std::to_string(words) +
                           " negotiation words do not fit a window");
   s->negotiation_bytes_ = roundUp(words * 8, kLine);
-  s->piece_bytes_ = roundUp(piece, kLine);
-  bytes = kHeaderBytes + 2 * s->negotiation_bytes_ + 2 * s->piece_bytes_;  // data slot: two pieces
+  s->slot_piece_bytes_ = s->piece_bytes_ = roundUp(piece, kLine);
+  bytes =
+      kHeaderBytes + 2 * s->negotiation_bytes_ + 2 * s->slot_piece_bytes_;  // data slot: two pieces
   MPI_Info info;
   ACCORD_MPI_CHECK(MPI_Info_create(&info));
   // Each rank's region in its own pages, placed near that rank.
@@ -289,6 +290,10 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
     if (r != rank_) collect_.push_back({data + begin(r), dataSlot(r) + begin(r), length(r)});
   cpu::parallelCopy(collect_);
   advance(kCollected, gen);
+}
+
+void SharedMemory::setPieceBytes(std::size_t bytes) {
+  piece_bytes_ = std::min(roundUp(std::max<std::size_t>(bytes, kLine), kLine), slot_piece_bytes_);
 }
 
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,

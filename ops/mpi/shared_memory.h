@@ -56,6 +56,9 @@ class SharedMemory {
   // scales this rank's input, `post` the result. `what` names the tensors in errors.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
                  const Scaling& post, const std::string& what);
+  // The allreduce piece from now on (ACCORD_AUTOTUNE changes it while running): at most
+  // the options' piece_bytes, for which the window was sized. The same on every rank.
+  void setPieceBytes(std::size_t bytes);
   // In-place bitwise AND over every rank; bits.size() <= negotiation_words, the same on
   // every rank. Waits for late peers politely: they may be busy elsewhere for
   // milliseconds.
@@ -85,7 +88,8 @@ class SharedMemory {
   int size_ = 1;
   SharedMemoryOptions options_;
   std::size_t negotiation_bytes_ = 0;  // one negotiation slot, cache-line aligned
-  std::size_t piece_bytes_ = 0;        // options_.piece_bytes, cache-line aligned
+  std::size_t slot_piece_bytes_ = 0;   // options_.piece_bytes, cache-line aligned
+  std::size_t piece_bytes_ = 0;        // the piece in use, at most slot_piece_bytes_
   std::vector<char*> bases_;           // every rank's region, mapped into this process
   std::uint64_t pieces_ = 0;           // allreduce pieces so far; the same on every rank
   std::uint64_t rounds_ = 0;           // bitwiseAnd rounds so far; the same on every rank

@@ -92,6 +92,19 @@ class CommandLines(unittest.TestCase):
         self.assertEqual(env["ACCORD_SHARED_MEMORY"], "0")
         self.assertEqual("--allow-run-as-root" in cmd, os.geteuid() == 0)
 
+    def test_timeline_and_autotune_flags(self):
+        rc, cmd, env = command(["-np", "2", "--timeline", "t.json", "--autotune", "--autotune-log", "a.csv",
+                                "--fusion-threshold", "4M", "prog"], {})
+        self.assertEqual(rc, 0)
+        self.assertEqual(env["ACCORD_TIMELINE"], os.path.abspath("t.json"))
+        self.assertEqual(env["ACCORD_AUTOTUNE"], "1")
+        self.assertEqual(env["ACCORD_AUTOTUNE_LOG"], os.path.abspath("a.csv"))
+        self.assertEqual(env["ACCORD_FUSION_THRESHOLD"], "4M")
+        for var in ["ACCORD_TIMELINE", "ACCORD_AUTOTUNE", "ACCORD_AUTOTUNE_LOG"]:
+            self.assertIn(var, cmd)
+        rc, _, _ = command(["-np", "2", "--autotune-log", "a.csv", "prog"], {})
+        self.assertEqual(rc, 2)
+
     def test_srun_inside_slurm(self):
         rc, cmd, _ = command(["-np", "8", "prog"], {"SLURM_JOB_ID": "42"})
         self.assertEqual(rc, 0)

@@ -194,12 +194,13 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
        {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
         "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1",
         "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
-        "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)"}) {
+        "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)",
+        "ACCORD_AUTOTUNE=0", "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 10);
-  CHECK(Config::knownVariables().size() == 10);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 14);
+  CHECK(Config::knownVariables().size() == 14);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 
@@ -254,4 +255,49 @@ TEST_CASE("times below the clock's resolution are rejected, not rounded to 0", "
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0.001"}}).cycle_time == 1us);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0"}}).cycle_time == 0us);
   CHECK(parse({{"ACCORD_STALL_SHUTDOWN_TIME", "0.0"}}).stall_shutdown_time == 0ms);
+}
+
+TEST_CASE("autotune settings and where the search starts", "[config]") {
+  Config off = parse({});
+  CHECK_FALSE(off.autotune);
+  CHECK(off.autotune_steps == 5);
+  CHECK_FALSE(off.given.cycle_time);
+  Config c =
+      parse({{"HOROVOD_AUTOTUNE", "1"},
+             {"HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv"},
+             {"ACCORD_AUTOTUNE_START", " ACCORD_FUSION_THRESHOLD=4K,ACCORD_CYCLE_TIME=0.5 "}});
+  CHECK(c.autotune);
+  CHECK(c.autotune_log == "/tmp/a.csv");
+  CHECK(c.fusion_threshold == 4096);
+  CHECK(c.cycle_time == 500us);
+  CHECK(c.chunk_bytes == 1u << 20);
+  CHECK_FALSE(c.given.fusion_threshold);  // a starting point, still tuned
+
+  CHECK(error("ACCORD_AUTOTUNE", "yes") ==
+        "ACCORD_AUTOTUNE='yes': expected an integer between 0 and 1 (1: tune the cycle time, "
+        "fusion threshold and piece size online)");
+  CHECK(error("ACCORD_AUTOTUNE_START", "ACCORD_CYCLE_TIME=1") ==
+        "ACCORD_AUTOTUNE_START='ACCORD_CYCLE_TIME=1' is only read with ACCORD_AUTOTUNE=1, which "
+        "is not set");
+  auto startError = [](std::map<std::string, std::string> env) {
+    env.emplace("ACCORD_AUTOTUNE", "1");
+    try {
+      parse(env);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(startError({{"ACCORD_AUTOTUNE_START", "ACCORD_CHUNK_BYTES=16G"}}) ==
+        "ACCORD_AUTOTUNE_START: ACCORD_CHUNK_BYTES='16G': expected bytes between 4096 (4K) and "
+        "1073741824 (1G), suffixes K, M, G");
+  CHECK(startError({{"ACCORD_AUTOTUNE_START", "ACCORD_CACHE_CAPACITY=1"}}) ==
+        "ACCORD_AUTOTUNE_START='ACCORD_CACHE_CAPACITY=1': expected space- or comma-separated "
+        "NAME=VALUE among ACCORD_CYCLE_TIME, ACCORD_FUSION_THRESHOLD and ACCORD_CHUNK_BYTES");
+  CHECK(startError({{"ACCORD_AUTOTUNE_START", "ACCORD_CYCLE_TIME"}}).find("expected space-") !=
+        std::string::npos);
+  CHECK(
+      startError({{"ACCORD_AUTOTUNE_START", "ACCORD_CYCLE_TIME=1"}, {"ACCORD_CYCLE_TIME", "2"}}) ==
+      "ACCORD_AUTOTUNE_START names ACCORD_CYCLE_TIME, which is also set explicitly and so is "
+      "not tuned: unset one");
 }
