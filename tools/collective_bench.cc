@@ -156,7 +156,8 @@ void resnet50(const Bench& bench, const Options& opt) {
     for (auto& h : handles) h.wait();
   };
   // Sum is the like-for-like comparison with raw MPI; Average, what training uses,
-  // adds one scaling pass over the 97.5 MiB (about 20 ms on this machine's memory).
+  // divides in the pass that adds each block's last contribution (no pass of its own),
+  // so the two lines differ only by that in-cache multiply or divide.
   variants.emplace_back("accord: 161 named allreduce_async (Sum, reverse order), wait all",
                         [&] { accordStep(accord::ReduceOp::Sum, "grad.sum."); });
   variants.emplace_back(std::string("accord: the same with Average"), [&] {
