@@ -65,7 +65,6 @@ std::unique_ptr<Hierarchy> Hierarchy::create(Link& set, const Config& config) {
 
   std::unique_ptr<Hierarchy> h(new Hierarchy());
   h->host_ = host;
-  h->local_size_ = local_size;
   SharedMemoryOptions options;
   options.piece_bytes = config.chunk_bytes;
   options.timeout = config.stall_shutdown_time;

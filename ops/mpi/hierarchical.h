@@ -56,16 +56,12 @@ class Hierarchy {
   void allreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                  const Scaling& pre, const Scaling& post, const std::string& what);
 
-  int hosts() const { return across_->size(); }
-  int ranksPerHost() const { return local_size_; }
-
  private:
   Hierarchy() = default;
 
   MPI_Comm host_ = MPI_COMM_NULL;        // this host's ranks of the set; the window's
   std::unique_ptr<SharedMemory> local_;  // steps 1 and 3
   std::unique_ptr<Link> across_;         // step 2: the ranks with this local rank
-  int local_size_ = 1;
 };
 
 }  // namespace accord::mpi
