@@ -18,6 +18,7 @@
 namespace accord {
 
 namespace mpi {
+class Hierarchy;
 class Link;
 class SharedMemory;
 }  // namespace mpi
@@ -39,6 +40,9 @@ struct ExecContext {
   FusionBuffer& scratch;  // the rings' temporaries
   FusionBuffer& spare;    // stands in for an output this rank failed to allocate
   std::unique_ptr<SetExtension>& extension;  // the set's device state, null until first use
+  // Set when the set spans hosts evenly and ACCORD_HIERARCHICAL_ALLREDUCE is on: host
+  // allreduces go through it instead of the flat ring.
+  mpi::Hierarchy* hierarchy = nullptr;
   int rank() const;
   int size() const;
 };

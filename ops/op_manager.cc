@@ -64,8 +64,9 @@ void OpManager::execute(SetTransport& transport, const Response& response,
   // Every transport this backend hands out is an MpiTransport.
   auto& mpi_transport = static_cast<mpi::MpiTransport&>(transport);
   mpi_transport.link().checkUsable();
-  ExecContext ctx{mpi_transport.link(),     mpi_transport.shm(), config_, fusion_, scratch_, spare_,
-                  mpi_transport.extension()};
+  ExecContext ctx{
+      mpi_transport.link(),      mpi_transport.shm(),      config_, fusion_, scratch_, spare_,
+      mpi_transport.extension(), mpi_transport.hierarchy()};
   for (const auto& op : ops_) {
     if (op->enabled(response)) return op->execute(ctx, response, entries);
   }

@@ -151,6 +151,7 @@ constexpr std::pair<const char*, const char*> kHorovodNames[] = {
     {"ACCORD_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
     {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
     {"ACCORD_TIMELINE", "HOROVOD_TIMELINE"},
+    {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"},
     {"ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE"},
     {"ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"},
 };
@@ -344,6 +345,10 @@ Config Config::parse(const Getenv& getenv) {
   c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
                               "1: allreduces among ranks of one host go through shared "
                               "memory; 0: always MPI") == 1;
+  c.hierarchical_allreduce =
+      env.count("ACCORD_HIERARCHICAL_ALLREDUCE", 0, 1,
+                "1: host allreduces of a process set spanning hosts reduce inside each host "
+                "through shared memory and across hosts over MPI; 0: one ring over MPI") == 1;
   c.nccl = env.count("ACCORD_NCCL", 1, 1,
                      "1: CUDA tensors go through NCCL where Accord was built with it; 0: "
                      "through MPI, staged in pinned host memory") == 1;
@@ -394,6 +399,8 @@ std::string Config::describe() const {
                   suffixed(kMaxChunkBytes) + ")");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
+  out += line("ACCORD_HIERARCHICAL_ALLREDUCE", hierarchical_allreduce ? "1" : "0",
+              "across hosts: reduce within each host, then across hosts (0 = one flat ring)");
   out += line("ACCORD_NCCL", nccl ? "1" : "0",
               "CUDA tensors through NCCL where built with it (0 = MPI via pinned host memory)");
   out +=
@@ -432,6 +439,7 @@ const std::vector<std::string>& Config::knownVariables() {
                                                  "ACCORD_STALL_SHUTDOWN_TIME",
                                                  "ACCORD_LOG_LEVEL",
                                                  "ACCORD_TIMELINE",
+                                                 "ACCORD_HIERARCHICAL_ALLREDUCE",
                                                  "ACCORD_AUTOTUNE",
                                                  "ACCORD_AUTOTUNE_STEPS",
                                                  "ACCORD_AUTOTUNE_LOG",

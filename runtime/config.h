@@ -20,6 +20,9 @@ struct Config {
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
+  // ACCORD_HIERARCHICAL_ALLREDUCE: host allreduces of a set that spans hosts reduce
+  // inside each host through shared memory and only each rank's share crosses hosts.
+  bool hierarchical_allreduce = false;
   // ACCORD_NCCL: CUDA tensors through NCCL where this build has it; 0 (or a build
   // without NCCL): through MPI, staged in pinned host memory.
   bool nccl = true;

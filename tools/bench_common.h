@@ -26,6 +26,8 @@ struct Options {
   std::string csv;
   bool quick = false;
   std::string device = "cpu";  // cpu: host memory against MPI; cuda: GPU memory against NCCL
+  bool hierarchical = false;   // the hierarchical allreduce against the flat one and MPI
+  int repeats = 3;             // --hierarchical: Accord restarts per setting
 };
 
 // The benchmark's MPI context: a duplicate of MPI_COMM_WORLD, so that raw MPI's traffic
@@ -80,6 +82,30 @@ inline std::pair<double, double> timePair(const Bench& bench, int warmup, int it
   }
   return {median(ta), median(tb)};
 }
+
+// Every rank contributes rank + 1 through `allreduce` (in place on data[0, count)); true
+// when n(n+1)/2 came back at both ends, else a message on stderr. Leaves zeros, which
+// stay zeros: no overflow, no denormals.
+inline bool checkedSum(const Bench& bench, float* data, std::int64_t count,
+                       const std::function<void()>& allreduce) {
+  std::fill(data, data + count, static_cast<float>(bench.rank + 1));
+  allreduce();
+  const float want = static_cast<float>(bench.size * (bench.size + 1) / 2);
+  const bool ok = data[0] == want && data[count - 1] == want;
+  if (!ok)
+    std::fprintf(stderr,
+                 "[rank %d] accord-bench: wrong allreduce result for %lld floats: %g/%g, "
+                 "expected %g\n",
+                 bench.rank, static_cast<long long>(count), data[0], data[count - 1], want);
+  std::fill(data, data + count, 0.0f);
+  return ok;
+}
+
+// accord-bench --hierarchical (hierarchical_bench.cc): flat and hierarchical Accord and
+// MPI_Allreduce over the size sweep, Accord started once per setting and repeat; Accord
+// must not be initialized when it is called. `buffer` holds max_bytes. Returns the exit
+// status.
+int runHierarchicalBench(const Bench& bench, const Options& options, float* buffer);
 
 // The device benchmarks (device_bench.cc where Accord was built with CUDA and NCCL):
 // the same sweep, latency and ResNet-50 gradient set on GPU memory, against raw NCCL.

@@ -5,13 +5,17 @@
 // fused group is copied into the fusion buffer (in parallel), reduced once and copied
 // back. Either way the buffer is reduced in pieces of ACCORD_CHUNK_BYTES, each of which
 // stays in cache between arriving and being passed on: through the shared-memory
-// window when the set's ranks share this host, else as a ring over MPI (ring.h).
+// window when the set's ranks share this host, else as a ring over MPI (ring.h), or,
+// under ACCORD_HIERARCHICAL_ALLREDUCE across hosts, through both (hierarchical.h).
 //
 // A joined rank (null entry) contributes the op's neutral element from scratch space
 // in the fusion buffer and throws the result away. Prescale runs on the inputs only
 // (scaling a neutral 1 or +inf would change it); postscale and Average's division run
-// on each rank's reduced block before it is passed around.
+// on each rank's reduced block before it is passed around, in the same pass as the
+// block's last reduction (the ring's last step, or the shared-memory reduce): there is
+// no separate pass over the data for them.
 #include "ops/cpu/kernels.h"
+#include "ops/mpi/hierarchical.h"
 #include "ops/mpi/link.h"
 #include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
@@ -22,6 +26,10 @@
 namespace accord {
 namespace {
 
+const char* reduceStep(const ExecContext& ctx) {
+  return ctx.shm ? "reduce_shared_memory" : ctx.hierarchy ? "reduce_hierarchical" : "reduce_mpi";
+}
+
 // Reduces `count` elements in place, in the fewest near-equal pieces of at most
 // ACCORD_CHUNK_BYTES (1.5 chunks go as two 0.75-chunk pieces, not a full and a half).
 void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
@@ -30,6 +38,7 @@ void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype
     ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
     return ctx.shm->allreduce(data, count, dtype, op, pre, post, what);
   }
+  if (ctx.hierarchy) return ctx.hierarchy->allreduce(ctx, data, count, dtype, op, pre, post, what);
   const std::size_t elem = dtype_size(dtype);
   const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes / elem);
   const std::size_t pieces = (count + step - 1) / step;
@@ -76,7 +85,7 @@ class MpiAllreduce final : public Op {
       data = ctx.fusion.reserve(bytes);
       cpu::fillNeutral(data, count, response.dtype, response.op);
     }
-    timelineStep(ctx.shm ? "reduce_shared_memory" : "reduce_mpi");
+    timelineStep(reduceStep(ctx));
     reduceInPieces(ctx, data, count, response.dtype, response.op, pre, post,
                    mpi::describeTensor(response, i));
   }
@@ -112,7 +121,7 @@ class MpiAllreduce final : public Op {
     }
 
     // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
-    timelineStep(ctx.shm ? "reduce_shared_memory" : "reduce_mpi");
+    timelineStep(reduceStep(ctx));
     reduceInPieces(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
                    mpi::postScaling(response, ctx.size()), mpi::describe(response));
     timelineStep("copy_out");

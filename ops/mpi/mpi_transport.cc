@@ -27,6 +27,8 @@ class MpiTransport::ShmChannel final : public NegotiationChannel {
 MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const Config& config)
     : link_(comm, std::move(global_ranks), config.stall_shutdown_time), mpi_channel_(link_) {
   if (!config.shared_memory) return;
+  // A set spanning hosts gets no window of its own (create() returns nullptr), but may
+  // get one per host under the hierarchical allreduce.
   SharedMemoryOptions options;
   options.piece_bytes = Autotuner::maxChunkBytes(config);
   options.negotiation_words = negotiationWords(config.cache_capacity);
@@ -34,7 +36,10 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const C
   options.global_ranks.resize(link_.size());
   for (int r = 0; r < link_.size(); ++r) options.global_ranks[r] = link_.globalRank(r);
   shm_ = SharedMemory::create(link_.comm(), std::move(options));
-  if (shm_) shm_channel_ = std::make_unique<ShmChannel>(*shm_, mpi_channel_);
+  if (shm_)
+    shm_channel_ = std::make_unique<ShmChannel>(*shm_, mpi_channel_);
+  else
+    hierarchy_ = Hierarchy::create(link_, config);
 }
 
 MpiTransport::~MpiTransport() = default;

@@ -1,11 +1,14 @@
 // The MPI backend's transport of one process set: its communicator as a Link, and,
-// when every member shares this host, the shared-memory window.
+// when every member shares this host, the shared-memory window; when the members span
+// hosts evenly and ACCORD_HIERARCHICAL_ALLREDUCE is on, the per-host windows and
+// cross-host links of the hierarchical allreduce.
 //
 // Negotiation goes through MpiChannel, or through SharedMemory's AND with MpiChannel's
 // gather and broadcast when the window exists (the AND runs every cycle; the other two
 // only when the response cache cannot answer). Data collectives use link() and shm().
 #pragma once
 
+#include "ops/mpi/hierarchical.h"
 #include "ops/mpi/link.h"
 #include "ops/mpi/mpi_channel.h"
 #include "ops/mpi/shared_memory.h"
@@ -27,6 +30,7 @@ class MpiTransport final : public SetTransport {
 
   Link& link() { return link_; }
   SharedMemory* shm() { return shm_.get(); }
+  Hierarchy* hierarchy() { return hierarchy_.get(); }
   std::unique_ptr<SetExtension>& extension() { return extension_; }
 
  private:
@@ -38,6 +42,7 @@ class MpiTransport final : public SetTransport {
   // communicator.
   std::unique_ptr<SharedMemory> shm_;
   std::unique_ptr<ShmChannel> shm_channel_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // also on sub-communicators of link_
   // Declared last: a device backend's state (NCCL's communicator) goes first, since
   // it was set up over link_.
   std::unique_ptr<SetExtension> extension_;

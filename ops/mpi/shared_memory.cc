@@ -222,9 +222,10 @@ void SharedMemory::giveUp(int which, int rank) {
   std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
   broken_ = (which == kNegotiated || !what_ ? std::string("negotiation") : *what_) + ": rank " +
             std::to_string(options_.global_ranks[rank]) + " did not " + step[which] + " within " +
-            seconds +
-            " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): it has died or hangs. "
-            "Accord cannot go on without it; every pending and later collective fails";
+            seconds + " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): " +
+            (options_.peers_wait_elsewhere ? "it, or a rank it waits for in turn, has died or hangs"
+                                           : "it has died or hangs") +
+            ". Accord cannot go on without it; every pending and later collective fails";
   throw CommError(broken_);
 }
 
@@ -253,7 +254,7 @@ void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
 }
 
 void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op,
-                         const Scaling& post) {
+                         const Scaling& post, const Across& across) {
   // Peers normally arrive within microseconds. One that was descheduled (more ranks
   // than cores, or the application's compute on them) needs a core, so yield; past
   // 100 us sleep on the futex until it arrives, leaving the core to the compute.
@@ -279,8 +280,24 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
   peers_.clear();
   for (int r = 0; r < size_; ++r)
     if (r != rank_) peers_.push_back(dataSlot(r) + begin(rank_));
-  cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op,
-                         post.factor, post.divisor, mine + begin(rank_));
+  if (!across) {
+    cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op,
+                           post.factor, post.divisor, mine + begin(rank_));
+  } else {
+    // The block is final only once the other hosts' shares are in: scaling waits for
+    // the last pass over it, across hosts. Peers wait meanwhile on `reduced` with the
+    // same deadline as for any late peer.
+    cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op, 1.0, 1.0,
+                           nullptr);
+    try {
+      if (length(rank_) > 0) across(data + begin(rank_), length(rank_) / elem);
+    } catch (const std::exception& e) {
+      // The peers' counters no longer agree with mine: nothing can use the window now.
+      broken_ = e.what();
+      throw;
+    }
+    std::memcpy(mine + begin(rank_), data + begin(rank_), length(rank_));
+  }
   advance(kReduced, gen);
   waitForPeers(kReduced, gen, kPatience);
 
@@ -297,7 +314,8 @@ void SharedMemory::setPieceBytes(std::size_t bytes) {
 }
 
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
-                             const Scaling& pre, const Scaling& post, const std::string& what) {
+                             const Scaling& pre, const Scaling& post, const std::string& what,
+                             const Across& across) {
   if (!broken_.empty()) throw CommError(broken_);
   what_ = &what;
   const std::size_t elem = dtype_size(dtype);
@@ -307,7 +325,7 @@ void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceO
     const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
     char* p = static_cast<char*>(data) + lo * elem;
     applyScaling(pre, p, hi - lo, dtype);
-    piece(p, hi - lo, dtype, op, post);
+    piece(p, hi - lo, dtype, op, post, across);
   }
   what_ = nullptr;
 }

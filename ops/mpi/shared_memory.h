@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct SharedMemoryOptions {
   // CommError, and every later call fails at once: the ranks' counters no longer agree.
   std::chrono::milliseconds timeout{0};
   std::vector<int> global_ranks;  // global_ranks[i] names comm's rank i in messages
+  // Peers may in turn wait for ranks elsewhere (the hierarchical allreduce's cross-host
+  // step): a late peer is then not necessarily the one that failed, and messages say so.
+  bool peers_wait_elsewhere = false;
 };
 
 class SharedMemory {
@@ -52,10 +56,17 @@ class SharedMemory {
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
 
+  // The hierarchical allreduce's step between this host's reduce-scatter and its
+  // allgather (hierarchical.h): handed this rank's block of a piece, reduced over the
+  // host's ranks and not yet scaled, it leaves the block's final value in place.
+  using Across = std::function<void(void* block, std::size_t count)>;
+
   // In-place allreduce of `count` elements, in the same pieces on every rank; `pre`
   // scales this rank's input, `post` the result. `what` names the tensors in errors.
+  // With `across`, each rank's reduced block goes through it instead of being scaled by
+  // `post`, which `across` then applies.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
-                 const Scaling& post, const std::string& what);
+                 const Scaling& post, const std::string& what, const Across& across = nullptr);
   // The allreduce piece from now on (ACCORD_AUTOTUNE changes it while running): at most
   // the options' piece_bytes, for which the window was sized. The same on every rank.
   void setPieceBytes(std::size_t bytes);
@@ -78,7 +89,8 @@ class SharedMemory {
   void advance(int which, std::uint64_t value);  // my counter `which` = value; wakes waiters
   char* negotiationSlot(int rank, std::uint64_t round) const;
   char* dataSlot(int rank) const;
-  void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post);
+  void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
+             const Across& across);
   // Waits until every other rank's counter `which` reaches gen.
   void waitForPeers(int which, std::uint64_t gen, const Patience& patience);
   [[noreturn]] void giveUp(int which, int rank);

@@ -9,8 +9,10 @@
 #include "mpi_test.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace accord_test;
@@ -194,6 +196,74 @@ TEST_CASE("allreduce: one name reduced 50 times (response cache steady state)") 
     INFO("step " << step << ": " << da << db);
     CHECK(da.empty());
     CHECK(db.empty());
+  }
+}
+
+TEST_CASE("allreduce: fewer elements than ranks, every dtype and op") {
+  // Some ranks own no block of the ring or of the shared-memory reduce (and, under the
+  // hierarchical allreduce, some cross-host rings get nothing at all).
+  std::vector<Case> cases;
+  for (DType dtype : kAllDTypes)
+    for (ReduceOp op : kAllOps)
+      for (std::int64_t n = 1; n <= accord::size() + 1; ++n)
+        cases.push_back(submit(dtype, op, n, "ar.few"));
+  for (auto& c : cases) checkCase(c);
+}
+
+namespace {
+
+// Values with full mantissas, so that the order of additions and where the division
+// happens both show in the result.
+double irregular(int rank, std::int64_t i) {
+  const auto h = static_cast<std::uint64_t>(i * 2654435761LL + rank * 40503LL + 17);
+  return static_cast<double>(h % 1000003) / 7.0 - 71428.0;
+}
+
+template <class T>
+std::string averageIsSumOverN(std::int64_t n, const std::string& tag) {
+  const int me = accord::rank(), size = accord::size();
+  std::vector<T> sum(n), avg(n);
+  for (std::int64_t i = 0; i < n; ++i) sum[i] = avg[i] = static_cast<T>(irregular(me, i));
+  const DType dtype = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+  auto run = [&](std::vector<T>& v, ReduceOp op, const std::string& name) {
+    accord::TensorView view;
+    view.data = v.data();
+    view.dtype = dtype;
+    view.shape = {n};
+    accord::AllreduceOptions o;
+    o.name = name;
+    o.op = op;
+    // One at a time: each is reduced alone, so both see the same blocks and pieces and
+    // add in the same order.
+    return describe(finish(accord::allreduce_async(view, o), name), name);
+  };
+  std::string out =
+      run(sum, ReduceOp::Sum, tag + ".sum") + run(avg, ReduceOp::Average, tag + ".avg");
+  std::int64_t wrong = 0, first = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T want = sum[i] / static_cast<T>(size);  // one correctly rounded division
+    if (std::memcmp(&want, &avg[i], sizeof(T)) != 0 && wrong++ == 0) first = i;
+  }
+  if (wrong > 0)
+    out += tag + ": " + std::to_string(wrong) + " elements of the Average differ from the Sum / " +
+           std::to_string(size) + ", first at " + std::to_string(first);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: Average is the Sum divided once, bit for bit") {
+  // The division runs in the pass that adds the last contribution to each block. It must
+  // act on the finished sum exactly once: dividing the inputs, a partial sum, or twice
+  // would change the last bits of these values. Sizes: one fused-size tensor, one over
+  // several pieces, one that is not a multiple of the rank count.
+  for (std::int64_t n : {std::int64_t{1023}, std::int64_t{(3 << 20) / 4 + 5}}) {
+    const std::string f = averageIsSumOverN<float>(n, "ar.avgsum.f32." + std::to_string(n));
+    INFO(f);
+    CHECK(f.empty());
+    const std::string d = averageIsSumOverN<double>(n, "ar.avgsum.f64." + std::to_string(n));
+    INFO(d);
+    CHECK(d.empty());
   }
 }
 

@@ -9,7 +9,9 @@
 #include <accord/error.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -145,4 +147,78 @@ TEST_CASE("transports: shared memory inside a host, MPI across hosts") {
   accord::remove_process_set(across);
   for (auto it = host_sets.rbegin(); it != host_sets.rend(); ++it) accord::remove_process_set(*it);
 }
+namespace {
+
+bool hierarchicalAsked() {
+  for (const char* var : {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"}) {
+    const char* v = std::getenv(var);
+    if (v && std::string(v) == "1") return true;
+  }
+  return false;
+}
+
+// Where the hierarchical allreduce applies to a set of all ranks: asked for, shared
+// memory on, two or more hosts, each with the same number (>= 2) of ranks.
+bool hierarchicalApplies(const std::vector<int>& slots) {
+  bool even = slots.size() > 1 && slots[0] >= 2;
+  for (int s : slots) even = even && s == slots[0];
+  return hierarchicalAsked() && sharedMemoryOn() && even;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("hierarchical allreduce: taken on even hosts, flat elsewhere, and exact either way") {
+  const auto slots = layout();
+  const int me = accord::rank();
+  // Rank 0's timeline says which path each allreduce took.
+  const std::string path = "/tmp/accord_multihost_hier_" + std::to_string(::getpid()) + ".json";
+  accord::start_timeline(path);
+  std::vector<int> all;
+  for (int r = 0; r < accord::size(); ++r) all.push_back(r);
+  // Odd sizes, fewer elements than ranks, and one over several 1 MiB pieces.
+  for (std::int64_t n : {1, 3, 1001, 300'007}) {
+    Buffer b(DType::Int64, {n});
+    b.fill([&](std::int64_t i) { return static_cast<double>(me * 1000 + i % 997); });
+    accord::AllreduceOptions o;
+    o.name = "multihost.hier." + std::to_string(n);
+    const Outcome out = finish(accord::allreduce_async(b.view(), o), o.name);
+    INFO(out.message);
+    CHECK(out.ok());
+    const std::int64_t n_ranks = accord::size();
+    const std::string diff = compareElements(DType::Int64, b.data(), n, [&](std::int64_t i) {
+      return static_cast<double>(1000 * n_ranks * (n_ranks - 1) / 2 + n_ranks * (i % 997));
+    });
+    INFO(o.name << ": " << diff);
+    CHECK(diff.empty());
+  }
+  // Sets that span the hosts: all ranks again (its own transport), and all but the last
+  // rank (uneven hosts: flat).
+  const auto again = accord::add_process_set(all);
+  std::vector<int> uneven(all.begin(), all.end() - 1);
+  const auto lopsided = uneven.size() > 1 ? accord::add_process_set(uneven) : again;
+  allreduceOver(again, all, "multihost.hier.set");
+  if (lopsided != again && me < static_cast<int>(uneven.size()))
+    allreduceOver(lopsided, uneven, "multihost.hier.uneven");
+  accord::stop_timeline();
+  if (lopsided != again) accord::remove_process_set(lopsided);
+  accord::remove_process_set(again);
+
+  if (me == 0) {
+    const std::string trace = readFile(path);
+    const bool hierarchical = trace.find("reduce_hierarchical") != std::string::npos;
+    INFO("layout " << std::getenv("SIMHOSTS_SLOTS") << ", ACCORD_HIERARCHICAL_ALLREDUCE "
+                   << (hierarchicalAsked() ? "1" : "unset/0"));
+    CHECK(hierarchical == hierarchicalApplies(slots));
+    if (slots.size() > 1) CHECK(trace.find("reduce_mpi") != std::string::npos);
+    std::remove(path.c_str());
+  }
+}
+
 int main(int argc, char** argv) { return runMain(argc, argv); }

@@ -67,6 +67,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
   CHECK_FALSE(c.nccl);
   CHECK(parse({{"ACCORD_NCCL", "1"}}).nccl);
+  CHECK_FALSE(c.hierarchical_allreduce);  // off unless asked for
+  CHECK(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0015"}}).cycle_time == 2us);  // to the nearest microsecond
 }
@@ -142,6 +144,14 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
               "': expected an integer between 0 and 1 (1: CUDA tensors go through NCCL where "
               "Accord was built with it; 0: through MPI, staged in pinned host memory)");
   }
+  for (std::string bad : {"2", "true", "-1"}) {
+    INFO(bad);
+    CHECK(error("ACCORD_HIERARCHICAL_ALLREDUCE", bad) ==
+          "ACCORD_HIERARCHICAL_ALLREDUCE='" + bad +
+              "': expected an integer between 0 and 1 (1: host allreduces of a process set "
+              "spanning hosts reduce inside each host through shared memory and across hosts "
+              "over MPI; 0: one ring over MPI)");
+  }
   CHECK(error("ACCORD_LOG_LEVEL", "warnings") ==
         "ACCORD_LOG_LEVEL='warnings': expected one of trace, debug, info, warn, error, off");
   for (std::string level : {"trace", "debug", "info", "warn", "error", "off"})
@@ -156,8 +166,10 @@ TEST_CASE("Horovod's names of the same settings apply where the ACCORD_ name is 
                     {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
                     {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "120"},
                     {"HOROVOD_LOG_LEVEL", "WARNING"},
-                    {"HOROVOD_TIMELINE", "/tmp/t.json"}});
+                    {"HOROVOD_TIMELINE", "/tmp/t.json"},
+                    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
   CHECK(c.cycle_time == 2500us);
+  CHECK(c.hierarchical_allreduce);
   CHECK(c.fusion_threshold == 32u << 20);
   CHECK(c.cache_capacity == 0);
   CHECK(c.stall_check_time == 30s);
@@ -195,12 +207,13 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
         "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1",
         "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
         "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)",
-        "ACCORD_AUTOTUNE=0", "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)"}) {
+        "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0", "ACCORD_AUTOTUNE_STEPS=5",
+        "ACCORD_AUTOTUNE_LOG=(off)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 14);
-  CHECK(Config::knownVariables().size() == 14);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 15);
+  CHECK(Config::knownVariables().size() == 15);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 

@@ -1,0 +1,67 @@
+// Hierarchical allreduce on host memory (ACCORD_HIERARCHICAL_ALLREDUCE=1), for a
+// process set that spans hosts.
+//
+// A flat ring over all ranks sends 2(n-1)/n of the buffer through every link, and with
+// ranks packed host by host the ring crosses between hosts on every host boundary: the
+// slow network carries as much as the fast memory does. Here the work splits by what
+// each level is good at:
+//   1. inside each host, reduce-scatter through the shared-memory window: local rank l
+//      ends with block l of the buffer reduced over its host;
+//   2. across hosts, allreduce block l among the ranks with local rank l (one
+//      communicator per local rank index, so all of a host's ranks use the network at
+//      once, each for 1/local_size of the data), as the flat MPI path's ring;
+//   3. inside each host, allgather the blocks through the window.
+// Only 2(h-1)/h of a block, 1/local_size of the buffer, leaves each rank for the network.
+// Each element is still reduced along one fixed chain and then only copied, so every
+// rank holds bit-identical results; the order of that chain differs from the flat
+// ring's, so floating-point sums may differ from the flat path's in the last bits.
+//
+// Steps 1-3 run per piece of the shared-memory transport (shared_memory.h), which
+// calls step 2 between its reduce and its gather. Every wait is deadline-bounded: the
+// window's counters and the cross-host ring's Link both give up after
+// ACCORD_STALL_SHUTDOWN_TIME and name the rank they waited for.
+//
+// Built only where it applies: every host holds the same number (>= 2) of the set's
+// ranks, there are at least two hosts, and shared memory is on. Otherwise create()
+// returns nullptr (with a debug log saying why) and the set reduces with the flat MPI
+// ring. Uneven hosts fall back rather than being handled: their blocks would not line
+// up across hosts.
+#pragma once
+
+#include "ops/mpi/link.h"
+#include "ops/mpi/shared_memory.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accord {
+struct ExecContext;
+struct Config;
+}  // namespace accord
+
+namespace accord::mpi {
+
+class Hierarchy {
+ public:
+  // Collective over set's communicator (link.comm()); every member takes the same branch.
+  static std::unique_ptr<Hierarchy> create(Link& set, const Config& config);
+  // Collective over the host's ranks (it frees the window).
+  ~Hierarchy();
+  Hierarchy(const Hierarchy&) = delete;
+  Hierarchy& operator=(const Hierarchy&) = delete;
+
+  // In-place allreduce of `count` elements over every rank of the set. `ctx` is the
+  // set's context (for its buffers); `post` includes Average's division by the set size.
+  void allreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+                 const Scaling& pre, const Scaling& post, const std::string& what);
+
+ private:
+  Hierarchy() = default;
+
+  MPI_Comm host_ = MPI_COMM_NULL;        // this host's ranks of the set; the window's
+  std::unique_ptr<SharedMemory> local_;  // steps 1 and 3
+  std::unique_ptr<Link> across_;         // step 2: the ranks with this local rank
+};
+
+}  // namespace accord::mpi
