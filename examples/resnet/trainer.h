@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "distributed.h"
+#include "jpeg_source.h"
 #include "loader.h"
 #include "lr_schedule.h"
 #include "metrics.h"
@@ -45,9 +46,11 @@ class Trainer {
     double loss_sum = 0, correct = 0, scored = 0;  // over the steps applied
     double seen = 0;                               // images, skipped steps included
     double skipped = 0;                            // steps with a non-finite loss
+    double bad_samples = 0;                        // training samples skipped (--corrupt skip)
   };
 
   void buildData();
+  void buildPhotoData();  // --dataset folder | packed
   void buildModel();
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();

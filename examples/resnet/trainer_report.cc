@@ -37,8 +37,8 @@ EvalResult Trainer::evaluate() {
 
 void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
                      const EvalResult* val) {
-  std::vector<double> sums = {t.loss_sum, t.correct, t.scored, t.seen,
-                              t.compute,  t.comm,    t.data,   seconds};
+  std::vector<double> sums = {t.loss_sum, t.correct, t.scored, t.seen,       t.compute,
+                              t.comm,     t.data,    seconds,  t.bad_samples};
   sumDoubles(sums, "metrics.sums");
   EpochReport r;
   r.epoch = epoch;
@@ -57,6 +57,7 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
     r.val_top5 = val->top5;
     r.has_top5 = model_.fc.out > 5;
   }
+  r.skipped_samples = static_cast<std::int64_t>(sums[8]);
   r.world = world_;
   r.seconds = sums[7] / world_;
   r.compute_s = sums[4] / world_;
