@@ -82,10 +82,12 @@ bool randomFlip(std::uint64_t seed) {
 
 void cropResize(const RgbImage& img, int full_w, int full_h, const CropBox& box, int S, bool flip,
                 const Normalize& norm, float* out) {
-  const double sx = static_cast<double>(img.width) / full_w;
-  const double sy = static_cast<double>(img.height) / full_h;
-  Taps tx = taps(box.x * sx, box.w * sx, S, img.width);
-  const Taps ty = taps(box.y * sy, box.h * sy, S, img.height);
+  const int scaled_w = img.scaled_width > 0 ? img.scaled_width : img.width;
+  const int scaled_h = img.scaled_height > 0 ? img.scaled_height : img.height;
+  const double sx = static_cast<double>(scaled_w) / full_w;
+  const double sy = static_cast<double>(scaled_h) / full_h;
+  Taps tx = taps(box.x * sx - img.x0, box.w * sx, S, img.width);
+  const Taps ty = taps(box.y * sy - img.y0, box.h * sy, S, img.height);
   if (flip) {
     std::reverse(tx.i0.begin(), tx.i0.end());
     std::reverse(tx.i1.begin(), tx.i1.end());

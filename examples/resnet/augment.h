@@ -15,12 +15,6 @@
 
 namespace accord::resnet {
 
-// A rectangle in full-size pixels.
-struct CropBox {
-  int x = 0, y = 0, w = 0, h = 0;
-  bool operator==(const CropBox&) const = default;
-};
-
 // The usual ImageNet training crop: a fraction of the area drawn uniformly from
 // [0.08, 1] and an aspect ratio log-uniformly from [3/4, 4/3]; after 10 draws that do
 // not fit, the largest centred crop of the nearest allowed aspect ratio.
@@ -38,7 +32,8 @@ struct Normalize {
 };
 
 // Writes crop `box` of an image whose full size is full_w x full_h, decoded as `img`
-// (possibly at a reduced scale), into out (3, S, S): bilinear, mirrored if flip.
+// (possibly at a reduced scale, possibly only a region of it), into out (3, S, S):
+// bilinear, mirrored if flip.
 void cropResize(const RgbImage& img, int full_w, int full_h, const CropBox& box, int S, bool flip,
                 const Normalize& norm, float* out);
 

@@ -7,9 +7,12 @@
 // the jump skips no destructor.
 #include "jpeg.h"
 
+#include <algorithm>
+#include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jerror.h>
 #include <jpeglib.h>
@@ -64,8 +67,19 @@ int pickScale(double region_w, double region_h, int out_w, int out_h) {
   return denom;
 }
 
+// The rectangle of the scaled image [lo, hi) to ask libjpeg for: full-size [x, x + w)
+// with a pixel to spare each side for the bilinear taps, and one more, since the
+// chroma upsampling of a cropped decode has no neighbour at the crop's edge and gets
+// that column slightly wrong. scaled = ceil(full / denom), as libjpeg rounds.
+std::pair<int, int> scaledSpan(int x, int w, int full, int scaled) {
+  const double f = static_cast<double>(scaled) / full;
+  const int lo = std::max(0, static_cast<int>(std::floor(x * f)) - 2);
+  const int hi = std::min(scaled, static_cast<int>(std::ceil((x + w) * f)) + 2);
+  return {lo, std::max(hi, lo + 1)};
+}
+
 RgbImage decodeJpeg(const std::uint8_t* data, std::size_t size,
-                    const std::function<int(int, int)>& pick) {
+                    const std::function<DecodePlan(int, int)>& pick) {
   RgbImage img;
   std::vector<std::uint8_t> cmyk_row;
   jpeg_decompress_struct cinfo{};
@@ -81,23 +95,39 @@ RgbImage decodeJpeg(const std::uint8_t* data, std::size_t size,
   jpeg_read_header(&cinfo, TRUE);
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-  const int denom =
-      pick ? pick(static_cast<int>(cinfo.image_width), static_cast<int>(cinfo.image_height)) : 1;
+  const int full_w = static_cast<int>(cinfo.image_width);
+  const int full_h = static_cast<int>(cinfo.image_height);
+  const DecodePlan plan = pick ? pick(full_w, full_h) : DecodePlan{};
   cinfo.scale_num = 1;
-  cinfo.scale_denom = static_cast<unsigned>(denom);
+  cinfo.scale_denom = static_cast<unsigned>(plan.denom);
   jpeg_start_decompress(&cinfo);
+  img.scaled_width = static_cast<int>(cinfo.output_width);
+  img.scaled_height = static_cast<int>(cinfo.output_height);
+  int y_end = img.scaled_height;
+  if (plan.region.w > 0 && plan.region.h > 0) {
+    const auto [x_lo, x_hi] = scaledSpan(plan.region.x, plan.region.w, full_w, img.scaled_width);
+    const auto [y_lo, y_hi] = scaledSpan(plan.region.y, plan.region.h, full_h, img.scaled_height);
+    // libjpeg widens the columns to whole blocks and says where they start.
+    JDIMENSION x = static_cast<JDIMENSION>(x_lo), w = static_cast<JDIMENSION>(x_hi - x_lo);
+    if (w < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x, &w);
+    img.x0 = static_cast<int>(x);
+    if (y_lo > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y_lo));
+    img.y0 = static_cast<int>(cinfo.output_scanline);
+    y_end = y_hi;
+  }
   img.width = static_cast<int>(cinfo.output_width);
-  img.height = static_cast<int>(cinfo.output_height);
+  img.height = y_end - img.y0;
   img.pixels.resize(static_cast<std::size_t>(img.width) * img.height * 3);
   if (cmyk) cmyk_row.resize(static_cast<std::size_t>(img.width) * 4);
   const std::size_t stride = static_cast<std::size_t>(img.width) * 3;
-  while (cinfo.output_scanline < cinfo.output_height) {
-    std::uint8_t* dst = img.pixels.data() + cinfo.output_scanline * stride;
+  while (static_cast<int>(cinfo.output_scanline) < y_end) {
+    std::uint8_t* dst = img.pixels.data() + (cinfo.output_scanline - img.y0) * stride;
     JSAMPROW row = cmyk ? cmyk_row.data() : dst;
     if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) ERREXIT(&cinfo, JERR_INPUT_EOF);
     if (cmyk) cmykToRgb(cmyk_row.data(), dst, img.width, cinfo.saw_Adobe_marker);
   }
-  jpeg_finish_decompress(&cinfo);
+  // Rows below the region are not needed: stop without decoding them.
+  if (cinfo.output_scanline == cinfo.output_height) jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   return img;
 }

@@ -33,7 +33,7 @@ void decodeSample(const std::uint8_t* bytes, std::size_t size, int S, bool augme
     full_w = w;
     full_h = h;
     box = augment ? randomResizedCrop(w, h, seed) : centerCrop(w, h);
-    return pickScale(box.w, box.h, S, S);
+    return DecodePlan{pickScale(box.w, box.h, S, S), box};
   });
   cropResize(img, full_w, full_h, box, S, augment && randomFlip(seed), Normalize{}, out);
 }

@@ -57,7 +57,7 @@ TEST_CASE("a JPEG decodes to the pixels it was made from, at full and reduced sc
     const RgbImage img = decodeJpeg(bytes.data(), bytes.size(), [&](int w, int h) {
       seen_w = w;
       seen_h = h;
-      return denom;
+      return DecodePlan{denom};
     });
     CHECK(seen_w == 80);
     CHECK(seen_h == 48);
@@ -78,10 +78,51 @@ TEST_CASE("a JPEG decodes to the pixels it was made from, at full and reduced sc
   RgbImage odd{50, 30, std::vector<std::uint8_t>(50 * 30 * 3, 200)};
   const auto odd_bytes = encodeJpeg(odd, 90);
   const RgbImage quarter =
-      decodeJpeg(odd_bytes.data(), odd_bytes.size(), [](int, int) { return 4; });
+      decodeJpeg(odd_bytes.data(), odd_bytes.size(), [](int, int) { return DecodePlan{4}; });
   CHECK(quarter.width == 13);
   CHECK(quarter.height == 8);
   CHECK(std::abs(pixel(quarter, 6, 4, 1) - 200) <= 2);
+}
+
+TEST_CASE("a region decodes to the same pixels as the whole image", "[jpeg]") {
+  // Mixed content, sizes that are not multiples of a block.
+  RgbImage src{301, 203, {}};
+  for (int y = 0; y < 203; ++y)
+    for (int x = 0; x < 301; ++x)
+      for (int c = 0; c < 3; ++c)
+        src.pixels.push_back(
+            static_cast<std::uint8_t>((x * (c + 2) + y * (3 - c) + (x * y) % 17) % 256));
+  const auto bytes = encodeJpeg(src, 90);
+  for (int denom : {1, 2, 4}) {
+    const RgbImage whole =
+        decodeJpeg(bytes.data(), bytes.size(), [&](int, int) { return DecodePlan{denom}; });
+    for (const CropBox box : {CropBox{0, 0, 50, 40}, CropBox{100, 70, 120, 90},
+                              CropBox{250, 150, 51, 53}, CropBox{33, 0, 1, 203}}) {
+      INFO("scale 1/" << denom << ", box " << box.x << "," << box.y << " " << box.w << "x"
+                      << box.h);
+      const RgbImage part = decodeJpeg(bytes.data(), bytes.size(), [&](int, int) {
+        return DecodePlan{denom, box};
+      });
+      CHECK(part.scaled_width == whole.width);
+      CHECK(part.scaled_height == whole.height);
+      // The region, a pixel to spare around it, is inside what came back...
+      const int x_lo = std::max(0, box.x / denom - 1), y_lo = std::max(0, box.y / denom - 1);
+      const int x_hi = std::min(whole.width, (box.x + box.w + denom - 1) / denom + 1);
+      const int y_hi = std::min(whole.height, (box.y + box.h + denom - 1) / denom + 1);
+      CHECK(part.x0 <= x_lo);
+      CHECK(part.y0 <= y_lo);
+      CHECK(part.x0 + part.width >= x_hi);
+      CHECK(part.y0 + part.height >= y_hi);
+      // ...less than the whole where the region is small, and the same pixel for pixel.
+      if (box.w * box.h * 4 < 301 * 203) CHECK(part.pixels.size() < whole.pixels.size());
+      int differ = 0;
+      for (int y = y_lo; y < y_hi; ++y)
+        for (int x = x_lo; x < x_hi; ++x)
+          for (int c = 0; c < 3; ++c)
+            differ += pixel(part, x - part.x0, y - part.y0, c) != pixel(whole, x, y, c);
+      CHECK(differ == 0);
+    }
+  }
 }
 
 TEST_CASE("damaged, truncated and foreign bytes are JPEG errors, never grey pixels", "[jpeg]") {
