@@ -58,6 +58,10 @@ void cmykToRgb(const std::uint8_t* in, std::uint8_t* out, int width, bool invert
   }
 }
 
+// 2^26 pixels (192 MiB of RGB): a 9000 x 7000 photo decoded whole, far more than any
+// crop needs once the scale is chosen.
+constexpr std::int64_t kMaxDecodedPixels = std::int64_t{1} << 26;
+
 }  // namespace
 
 int pickScale(double region_w, double region_h, int out_w, int out_h) {
@@ -117,6 +121,13 @@ RgbImage decodeJpeg(const std::uint8_t* data, std::size_t size,
   }
   img.width = static_cast<int>(cinfo.output_width);
   img.height = y_end - img.y0;
+  // A damaged header can claim up to 65500 x 65500 pixels in a few bytes.
+  if (static_cast<std::int64_t>(img.width) * img.height > kMaxDecodedPixels) {
+    std::snprintf(err.message, sizeof(err.message),
+                  "%d x %d pixels to decode (of a %d x %d image), more than the %lld allowed",
+                  img.width, img.height, full_w, full_h, static_cast<long long>(kMaxDecodedPixels));
+    std::longjmp(err.jump, 1);
+  }
   img.pixels.resize(static_cast<std::size_t>(img.width) * img.height * 3);
   if (cmyk) cmyk_row.resize(static_cast<std::size_t>(img.width) * 4);
   const std::size_t stride = static_cast<std::size_t>(img.width) * 3;

@@ -38,6 +38,9 @@ void decodeSample(const std::uint8_t* bytes, std::size_t size, int S, bool augme
   cropResize(img, full_w, full_h, box, S, augment && randomFlip(seed), Normalize{}, out);
 }
 
+// 256 MiB: far above any photo; reading a larger file whole would only exhaust memory.
+constexpr off_t kMaxFileBytes = off_t{256} << 20;
+
 std::vector<std::uint8_t> readWhole(const fs::path& path) {
   std::vector<std::uint8_t> bytes;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -46,6 +49,12 @@ std::vector<std::uint8_t> readWhole(const fs::path& path) {
     const int e = errno;
     if (fd >= 0) ::close(fd);
     throw BadRecord(path.string() + " (offset 0): cannot open: " + std::strerror(e));
+  }
+  if (st.st_size > kMaxFileBytes) {
+    ::close(fd);
+    throw BadRecord(path.string() + " (offset 0, " + std::to_string(st.st_size) +
+                    " bytes): larger than the " + std::to_string(kMaxFileBytes) +
+                    " bytes allowed for one image");
   }
   bytes.resize(static_cast<std::size_t>(st.st_size));
   std::size_t got = 0;

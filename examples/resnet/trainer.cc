@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 namespace accord::resnet {
@@ -95,6 +96,10 @@ void Trainer::buildPhotoData() {
     test_src_ = makeSynthetic(1, 3, size, train_src_->classes(), opt_.seed);  // never read
     return;
   }
+  if (!std::filesystem::exists(opt_.data_dir + "/val"))
+    throw InvalidArgument(opt_.data_dir +
+                          " has train/ but no val/ to evaluate on: add it, or "
+                          "pass --no-eval");
   test_src_ = open("val");
   if (test_src_->classNames() != train_src_->classNames())
     throw InvalidArgument(opt_.data_dir + "/val has other classes than " + opt_.data_dir +

@@ -133,6 +133,17 @@ TEST_CASE("damaged, truncated and foreign bytes are JPEG errors, never grey pixe
   // Cut in the middle: libjpeg calls this a warning and makes up the rest.
   std::vector<std::uint8_t> cut(good.begin(), good.begin() + good.size() / 2);
   CHECK(jpegError(cut).find("Premature end") != std::string::npos);
+  // A header claiming 60000 x 60000 pixels is refused before 10 GB are allocated.
+  std::vector<std::uint8_t> huge = good;
+  for (std::size_t i = 0; i + 8 < huge.size(); ++i)
+    if (huge[i] == 0xFF && huge[i + 1] == 0xC0) {  // SOF0: length, precision, height, width
+      for (std::size_t b : {i + 5, i + 7}) {
+        huge[b] = 60000 >> 8;
+        huge[b + 1] = 60000 & 0xFF;
+      }
+      break;
+    }
+  CHECK(jpegError(huge).find("60000 x 60000 pixels to decode") != std::string::npos);
 }
 
 TEST_CASE("pickScale keeps the crop at least as large as the output", "[jpeg]") {
