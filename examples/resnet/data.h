@@ -1,5 +1,6 @@
-// What the trainer feeds the model: image sources (Fashion-MNIST, synthetic) and the
-// sharding rule that decides which samples each rank sees at each step.
+// What the trainer feeds the model: image sources (Fashion-MNIST, synthetic; JPEG
+// folders and packed records in jpeg_source.h) and the sharding rules that decide
+// which samples each rank sees at each step.
 //
 // Sharding: every epoch all ranks compute the same permutation of the training set
 // from the shared seed and the epoch number. Step s of the epoch covers the global
@@ -9,6 +10,9 @@
 // with batch 2B sees (the data-parallel equivalence test relies on that).
 // Augmentation draws from a generator seeded by (seed, epoch, sample index), never by
 // rank, for the same reason.
+// Packed records follow shardedEpochOrder instead: each rank reads its own shards in
+// order, which a global permutation would scatter; the price is that the partition,
+// and so the samples of a step, depend on the rank count.
 #pragma once
 
 #include "idx.h"

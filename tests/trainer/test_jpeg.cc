@@ -6,6 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+// jpeglib.h needs FILE and size_t declared first.
+#include <jpeglib.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +148,50 @@ TEST_CASE("damaged, truncated and foreign bytes are JPEG errors, never grey pixe
       break;
     }
   CHECK(jpegError(huge).find("60000 x 60000 pixels to decode") != std::string::npos);
+}
+
+// A solid-colour CMYK JPEG as Adobe's encoders write it: an Adobe marker and inverted
+// inks (255: none), so stored (200, 100, 50, 255) is R, G, B = 200, 100, 50, no black.
+std::vector<std::uint8_t> adobeCmyk(int w, int h, const std::uint8_t (&inks)[4]) {
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long length = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &length);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 95, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<std::uint8_t> row(static_cast<std::size_t>(w) * 4);
+  for (int x = 0; x < w; ++x) std::copy(inks, inks + 4, row.begin() + x * 4);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<std::uint8_t> out(buffer, buffer + length);
+  jpeg_destroy_compress(&cinfo);
+  std::free(buffer);
+  return out;
+}
+
+TEST_CASE("CMYK JPEGs come out as RGB", "[jpeg]") {
+  const auto bytes = adobeCmyk(40, 24, {200, 100, 50, 255});
+  const RgbImage img = decodeJpeg(bytes.data(), bytes.size());
+  REQUIRE(img.width == 40);
+  CHECK(std::abs(pixel(img, 20, 12, 0) - 200) <= 2);
+  CHECK(std::abs(pixel(img, 20, 12, 1) - 100) <= 2);
+  CHECK(std::abs(pixel(img, 20, 12, 2) - 50) <= 2);
+  // Half the black ink halves every channel.
+  const auto dark = adobeCmyk(40, 24, {200, 100, 50, 128});
+  const RgbImage d = decodeJpeg(dark.data(), dark.size());
+  CHECK(std::abs(pixel(d, 20, 12, 0) - 100) <= 2);
+  CHECK(std::abs(pixel(d, 20, 12, 2) - 25) <= 2);
 }
 
 TEST_CASE("pickScale keeps the crop at least as large as the output", "[jpeg]") {
