@@ -30,6 +30,7 @@ namespace accord::resnet {
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
+  std::int64_t skipped_samples = 0;  // bad test samples left out (--corrupt skip), all ranks
 };
 
 class Trainer {

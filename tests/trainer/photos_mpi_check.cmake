@@ -4,8 +4,9 @@
 # training and 32 validation images of 40-80 px), as a folder and packed.
 #   folder   one epoch from the folder: 8 steps, evaluated on val/
 #   packed   the same from shards: 8 steps, no sample skipped
-#   corrupt  record 0 of shard 0 damaged: --corrupt skip trains on, counts 1 and names
-#            the shard and offset; --corrupt reject stops the run with the same
+#   corrupt  record 0 of shard 0 damaged in train/ and val/: --corrupt skip trains on,
+#            counts both and names their shards and offsets; --corrupt reject stops
+#            the run naming the training record
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(DATA ${WORK}/jpegs)
@@ -66,27 +67,34 @@ if(MODE STREQUAL "folder" OR MODE STREQUAL "packed")
   endif()
 elseif(MODE STREQUAL "corrupt")
   # Record 0 sits at offset 0 of shard 0 (index line: 0, 0, length, ...); zero 16 bytes
-  # in its middle.
-  file(STRINGS ${DATA}/packed/train/index.tsv first REGEX "^0\t0\t")
-  string(REPLACE "\t" ";" first "${first}")
-  list(GET first 2 length)
-  math(EXPR middle "${length} / 2")
-  set(shard ${DATA}/packed/train/shard-00000.rec)
-  tool(dd if=/dev/zero of=${shard} bs=1 count=16 seek=${middle} conv=notrunc status=none)
-  string(REGEX REPLACE "([][+.*()^$])" "\\\\\\1" shard_re "${shard}")
-  set(where "${shard_re} \\(offset 0, ${length} bytes, record 0 from [^)]*\\): corrupt: CRC-32")
+  # in its middle, in train/ and in val/. where_<split>: how its report must read.
+  foreach(split train val)
+    set(packed ${DATA}/packed/${split})
+    file(STRINGS ${packed}/index.tsv first REGEX "^0\t0\t")
+    string(REPLACE "\t" ";" first "${first}")
+    list(GET first 2 length)
+    math(EXPR middle "${length} / 2")
+    tool(dd if=/dev/zero of=${packed}/shard-00000.rec bs=1 count=16 seek=${middle} conv=notrunc
+         status=none)
+    string(REGEX REPLACE "([][+.*()^$])" "\\\\\\1" shard_re "${packed}/shard-00000.rec")
+    set(where_${split}
+        "${shard_re} \\(offset 0, ${length} bytes, record 0 from [^)]*\\): corrupt: CRC-32")
+  endforeach()
+  set(where "${where_train}")
 
   train(skip --dataset packed --data-dir ${DATA}/packed --corrupt skip)
   if(NOT RC EQUAL 0)
     message(FATAL_ERROR "--corrupt skip stopped the run")
   endif()
-  expect("${METRICS}" skipped_samples 1)
+  expect("${METRICS}" skipped_samples 2)  # one training, one test record
   expect("${METRICS}" steps 8)
-  if(NOT ERR MATCHES "\\(rank [01]\\): skipped bad sample 0: ${where}")
-    message(FATAL_ERROR "the skipped record was not reported with its shard and offset")
-  endif()
-  if(NOT OUT MATCHES "\\(1 bad samples skipped\\)")
-    message(FATAL_ERROR "the epoch line does not count the skipped record")
+  foreach(split train val)
+    if(NOT ERR MATCHES "\\(rank [01]\\): skipped bad sample 0: ${where_${split}}")
+      message(FATAL_ERROR "the skipped ${split} record was not reported with its shard and offset")
+    endif()
+  endforeach()
+  if(NOT OUT MATCHES "\\(2 bad samples skipped\\)")
+    message(FATAL_ERROR "the epoch line does not count the skipped records")
   endif()
 
   train(reject --dataset packed --data-dir ${DATA}/packed)  # --corrupt reject: the default
