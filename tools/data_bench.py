@@ -26,8 +26,11 @@ def positive(text):
 
 
 def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return out
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"data_bench.py: {' '.join(cmd)} failed ({done.returncode}):\n"
+                 f"{done.stdout}{done.stderr}")
+    return done.stdout
 
 
 def accord_rate(args, dataset, data_dir):

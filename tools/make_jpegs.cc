@@ -82,9 +82,14 @@ Pattern stripes(int label, int classes, std::mt19937_64& rng) {
 void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,
                std::atomic<int>& done, int total) {
   const int classes = set ? 10 : o.classes;
+  // Only the classes that get an image: an empty class folder is an error to some
+  // readers (torchvision's ImageFolder).
+  std::vector<char> used(classes, 0);
+  for (int i = 0; i < count; ++i) used[set ? set->labels[i % set->n] : i % classes] = 1;
   for (int k = 0; k < classes; ++k)
-    fs::create_directories(fs::path(o.out) / split /
-                           (set ? kFashionClasses[k] : "class-" + std::to_string(k)));
+    if (used[k])
+      fs::create_directories(fs::path(o.out) / split /
+                             (set ? kFashionClasses[k] : "class-" + std::to_string(k)));
   const std::uint64_t split_seed = mixSeed(o.seed, split == "train" ? 1 : 2);
   tbb::parallel_for(0, count, [&](int i) {
     std::mt19937_64 rng(mixSeed(split_seed, static_cast<std::uint64_t>(i)));
