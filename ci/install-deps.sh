@@ -12,7 +12,8 @@ packages=(
   libcli11-dev                 # command-line flags of the tools and the trainer
   libdnnl-dev                  # oneDNN: the trainer's CPU backend
   ocl-icd-opencl-dev           # only a Recommends of libdnnl-dev, but its CMake config needs OpenCL
-  zlib1g-dev                   # gzipped Fashion-MNIST files
+  zlib1g-dev                   # gzipped Fashion-MNIST files, CRC-32 of packed records
+  libjpeg62-turbo-dev          # libjpeg-turbo: the trainer's JPEG folder and packed datasets
   dataset-fashion-mnist        # the trainer's default dataset
   python3-dev pybind11-dev     # the Python bindings (accord._core)
   python3-venv                 # the PyTorch 2.x test environment (ci/python-env.sh)

@@ -143,6 +143,60 @@ std::vector<std::int64_t> shardBatch(const std::vector<std::int64_t>& order, std
   return {order.begin() + begin, order.begin() + begin + batch};
 }
 
+std::vector<std::int64_t> shardedEpochOrder(const std::vector<std::int64_t>& shard_sizes,
+                                            std::uint64_t seed, int epoch, int rank, int world,
+                                            std::int64_t window) {
+  std::vector<std::int64_t> first(shard_sizes.size());
+  std::int64_t n = 0;
+  for (std::size_t s = 0; s < shard_sizes.size(); ++s) {
+    first[s] = n;
+    n += shard_sizes[s];
+  }
+  const std::uint64_t epoch_seed = mixSeed(seed, static_cast<std::uint64_t>(epoch));
+  const std::vector<std::int64_t> shards =
+      epochOrder(static_cast<std::int64_t>(shard_sizes.size()), epoch_seed, 0);
+  const Range part = evalShard(n, rank, world);
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(part.end - part.begin));
+  std::int64_t pos = 0;  // position in the epoch's concatenation of shards
+  for (std::int64_t s : shards) {
+    const std::int64_t len = shard_sizes[static_cast<std::size_t>(s)];
+    const std::int64_t lo = std::max(pos, part.begin), hi = std::min(pos + len, part.end);
+    for (std::int64_t p = lo; p < hi; ++p)
+      out.push_back(first[static_cast<std::size_t>(s)] + p - pos);
+    pos += len;
+  }
+  if (window < 2) return out;
+  // Windows are placed on positions of the whole epoch, not of this part, so the
+  // shuffle of a record depends on the epoch alone and not on the rank count.
+  std::mt19937_64 rng(mixSeed(epoch_seed, 0x5EED));
+  const std::int64_t shift = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(window));
+  std::int64_t begin = part.begin;
+  while (begin < part.end) {
+    const std::int64_t k = (begin + shift) / window;  // this window's number
+    const std::int64_t end = std::min(part.end, (k + 1) * window - shift);
+    std::mt19937_64 wrng(mixSeed(epoch_seed, static_cast<std::uint64_t>(k)));
+    for (std::int64_t i = end - begin - 1; i > 0; --i) {
+      const auto j = static_cast<std::int64_t>(wrng() % static_cast<std::uint64_t>(i + 1));
+      std::swap(out[static_cast<std::size_t>(begin - part.begin + i)],
+                out[static_cast<std::size_t>(begin - part.begin + j)]);
+    }
+    begin = end;
+  }
+  return out;
+}
+
+std::int64_t shardedStepsPerEpoch(std::int64_t n, int world, int batch) {
+  if (world <= 0 || batch <= 0)
+    throw std::invalid_argument("batch size and rank count must be positive");
+  const std::int64_t steps = (n / world) / batch;
+  if (steps < 1)
+    throw std::invalid_argument("the training set (" + std::to_string(n) + " samples over " +
+                                std::to_string(world) + " ranks) is smaller than one batch of " +
+                                std::to_string(batch) + " per rank");
+  return steps;
+}
+
 Range evalShard(std::int64_t n, int rank, int world) {
   return {n * rank / world, n * (rank + 1) / world};
 }

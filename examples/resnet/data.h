@@ -1,5 +1,6 @@
-// What the trainer feeds the model: image sources (Fashion-MNIST, synthetic) and the
-// sharding rule that decides which samples each rank sees at each step.
+// What the trainer feeds the model: image sources (Fashion-MNIST, synthetic; JPEG
+// folders and packed records in jpeg_source.h) and the sharding rules that decide
+// which samples each rank sees at each step.
 //
 // Sharding: every epoch all ranks compute the same permutation of the training set
 // from the shared seed and the epoch number. Step s of the epoch covers the global
@@ -9,6 +10,9 @@
 // with batch 2B sees (the data-parallel equivalence test relies on that).
 // Augmentation draws from a generator seeded by (seed, epoch, sample index), never by
 // rank, for the same reason.
+// Packed records follow shardedEpochOrder instead: each rank reads its own shards in
+// order, which a global permutation would scatter; the price is that the partition,
+// and so the samples of a step, depend on the rank count.
 #pragma once
 
 #include "idx.h"
@@ -30,8 +34,15 @@ class ImageSource {
   virtual int classes() const = 0;
   // Writes sample `index` into out (C, S, S) and returns its label. With augment, a
   // random crop (padding 2) and horizontal flip drawn from aug_seed.
+  // Photos (jpeg_source.h) instead draw a random-resized crop, and throw BadRecord for
+  // a sample that cannot be used. Called from several threads at once.
   virtual std::int32_t fill(std::int64_t index, bool augment, std::uint64_t aug_seed,
                             float* out) const = 0;
+  // Class names by label, where the data names them (train and test must agree).
+  virtual std::vector<std::string> classNames() const { return {}; }
+  // Sources stored in shard files: how many consecutive samples each shard holds.
+  // Empty: every sample is as cheap to reach as any other.
+  virtual std::vector<std::int64_t> shardSizes() const { return {}; }
 };
 
 // Fashion-MNIST (28x28 grey); centred with zero padding when image_size > 28.
@@ -52,6 +63,17 @@ std::vector<std::int64_t> epochOrder(std::int64_t n, std::uint64_t seed, int epo
 // The samples rank `rank` trains on at `step` of an epoch with this order.
 std::vector<std::int64_t> shardBatch(const std::vector<std::int64_t>& order, std::int64_t step,
                                      int rank, int world, int batch);
+// Sharded sources, where a rank should read its own shards front to back: every epoch
+// the shards are put in an order drawn from (seed, epoch), rank r takes the r-th
+// contiguous part [n*r/world, n*(r+1)/world) of their records in that order, and the
+// part is shuffled within windows of `window` consecutive records (the windows'
+// boundaries shifted every epoch), so reads stay near each other in a shard while
+// batches mix. Ranks' parts are disjoint; every rank computes all of it alike.
+std::vector<std::int64_t> shardedEpochOrder(const std::vector<std::int64_t>& shard_sizes,
+                                            std::uint64_t seed, int epoch, int rank, int world,
+                                            std::int64_t window = 1024);
+// Training steps per epoch with shardedEpochOrder: the smallest part's full batches.
+std::int64_t shardedStepsPerEpoch(std::int64_t n, int world, int batch);
 // Evaluation: every sample once; rank r gets the r-th contiguous part [begin, end).
 struct Range {
   std::int64_t begin = 0, end = 0;

@@ -3,16 +3,23 @@
 // training thread. mu_ guards the queues, remaining_ and stopping_.
 #include "loader.h"
 
+#include "jpeg_source.h"
+
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 namespace accord::resnet {
 
 Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(source), opt_(options) {
   if (opt_.prefetch < 1) opt_.prefetch = 1;
-  if (opt_.train) {
+  sharded_ = opt_.train && !source_.shardSizes().empty();
+  if (sharded_) {
+    steps_ = shardedStepsPerEpoch(source_.size(), opt_.world, opt_.batch);
+  } else if (opt_.train) {
     steps_ = stepsPerEpoch(source_.size(), opt_.world, opt_.batch);
   } else {
     eval_range_ = evalShard(source_.size(), opt_.rank, opt_.world);
@@ -21,6 +28,8 @@ Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(sourc
   }
   const std::size_t per =
       static_cast<std::size_t>(source_.channels()) * source_.imageSize() * source_.imageSize();
+  arena_ = opt_.workers > 0 ? std::make_unique<tbb::task_arena>(opt_.workers)
+                            : std::make_unique<tbb::task_arena>();
   slots_.resize(static_cast<std::size_t>(opt_.prefetch));
   for (Slot& s : slots_) {
     s.x.resize(per * opt_.batch);
@@ -42,7 +51,10 @@ void Loader::stop() {
 void Loader::startEpoch(int epoch, std::int64_t first_step) {
   stop();
   epoch_ = epoch;
-  if (opt_.train) order_ = epochOrder(source_.size(), opt_.seed, epoch);
+  if (sharded_)
+    order_ = shardedEpochOrder(source_.shardSizes(), opt_.seed, epoch, opt_.rank, opt_.world);
+  else if (opt_.train)
+    order_ = epochOrder(source_.size(), opt_.seed, epoch);
   first_step = std::clamp<std::int64_t>(first_step, 0, steps_);
   ready_.clear();
   free_.clear();
@@ -54,6 +66,10 @@ void Loader::startEpoch(int epoch, std::int64_t first_step) {
 }
 
 std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
+  if (sharded_) {
+    const auto begin = order_.begin() + step * opt_.batch;
+    return {begin, begin + opt_.batch};
+  }
   if (opt_.train) return shardBatch(order_, step, opt_.rank, opt_.world, opt_.batch);
   const std::int64_t begin = eval_range_.begin + step * opt_.batch;
   const std::int64_t end = std::min(begin + opt_.batch, eval_range_.end);
@@ -62,15 +78,38 @@ std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
   return idx;
 }
 
+// Samples are written in place in parallel; bad ones are then squeezed out, keeping
+// the others in batch order.
 void Loader::fill(Slot& slot, std::int64_t step) {
   const std::vector<std::int64_t> idx = indicesFor(step);
   const std::size_t per = slot.x.size() / opt_.batch;
   const bool augment = opt_.train && opt_.augment;
+  std::vector<char> bad(idx.size(), 0);
   tbb::parallel_for(std::size_t{0}, idx.size(), [&](std::size_t i) {
     const std::uint64_t aug = mixSeed(mixSeed(opt_.seed, epoch_), idx[i]);
-    slot.labels[i] = source_.fill(idx[i], augment, aug, slot.x.data() + i * per);
+    try {
+      slot.labels[i] = source_.fill(idx[i], augment, aug, slot.x.data() + i * per);
+    } catch (const BadRecord& e) {
+      if (!opt_.skip_bad) throw;
+      std::fprintf(stderr, "accord-resnet (rank %d): skipped bad sample %lld: %s\n", opt_.log_rank,
+                   static_cast<long long>(idx[i]), e.what());
+      bad[i] = 1;
+    }
   });
-  slot.n = static_cast<int>(idx.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (bad[i]) continue;
+    if (n != i) {
+      std::copy_n(slot.x.data() + i * per, per, slot.x.data() + n * per);
+      slot.labels[n] = slot.labels[i];
+    }
+    ++n;
+  }
+  skipped_ += static_cast<std::int64_t>(idx.size() - n);
+  if (n == 0 && !idx.empty())
+    throw DataError("every sample of the batch at step " + std::to_string(step) +
+                    " was bad (see the messages above): the data is unusable");
+  slot.n = static_cast<int>(n);
 }
 
 void Loader::produce(std::int64_t first_step) {
@@ -83,23 +122,51 @@ void Loader::produce(std::int64_t first_step) {
   cv_.notify_all();
 }
 
-void Loader::produceSteps(std::int64_t first_step) {
-  for (std::int64_t step = first_step; step < steps_; ++step) {
-    int slot;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !free_.empty(); });
-      if (stopping_) return;
-      slot = free_.front();
-      free_.pop_front();
-    }
-    fill(slots_[slot], step);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(slot);
-    }
-    cv_.notify_all();
+int Loader::acquireSlot() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stopping_ || !free_.empty(); });
+  if (stopping_) return -1;
+  const int slot = free_.front();
+  free_.pop_front();
+  return slot;
+}
+
+void Loader::publish(int slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.push_back(slot);
   }
+  cv_.notify_all();
+}
+
+// Runs on the producer thread, which joins the arena: with N workers, N threads decode.
+// A stage that throws cancels the pipeline and the exception comes out here.
+void Loader::produceSteps(std::int64_t first_step) {
+  struct Job {
+    int slot = -1;
+    std::int64_t step = 0;
+  };
+  std::int64_t step = first_step;
+  arena_->execute([&] {
+    tbb::parallel_pipeline(
+        slots_.size(),
+        tbb::make_filter<void, Job>(tbb::filter_mode::serial_in_order,
+                                    [&](tbb::flow_control& fc) -> Job {
+                                      const int slot = step < steps_ ? acquireSlot() : -1;
+                                      if (slot < 0) {
+                                        fc.stop();
+                                        return {};
+                                      }
+                                      return {slot, step++};
+                                    }) &
+            tbb::make_filter<Job, Job>(tbb::filter_mode::parallel,
+                                       [&](Job job) {
+                                         fill(slots_[static_cast<std::size_t>(job.slot)], job.step);
+                                         return job;
+                                       }) &
+            tbb::make_filter<Job, void>(tbb::filter_mode::serial_in_order,
+                                        [&](Job job) { publish(job.slot); }));
+  });
 }
 
 int Loader::next(float* x, std::int32_t* labels) {

@@ -1,17 +1,28 @@
 // Batches for one rank, prepared ahead of the training loop.
 //
-// A producer thread builds batches `prefetch` steps ahead while the model computes;
-// inside a batch the samples are decoded and augmented in parallel with oneTBB. The
-// training thread only copies a finished batch into the model's input buffer, and the
-// time it waits for one is the "data wait" the metrics report.
+// A producer thread runs a oneTBB pipeline in an arena of `workers` threads: a serial
+// stage hands out steps and free batch buffers, a parallel stage decodes and augments
+// a batch (its samples again in parallel), a serial stage publishes finished batches
+// in step order. At most `prefetch` batches are in flight or waiting, so decoding runs
+// that far ahead of the model. The training thread only copies a finished batch into
+// the model's input buffer, and the time it waits for one is the "data wait" the
+// metrics report.
+//
+// A sample the source cannot use (BadRecord) is reported on stderr with its file and
+// offset and either dropped from its batch and counted (skip_bad), or fails the run
+// (next() rethrows it). It is never replaced by something made up.
 #pragma once
 
 #include "data.h"
 
+#include <tbb/task_arena.h>
+
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,6 +36,9 @@ struct LoaderOptions {
   bool train = true;       // train: shuffled shard, augmented, full batches only
   bool augment = true;
   int prefetch = 2;  // batches prepared ahead
+  int workers = 0;   // decode threads; 0: oneTBB's default (the cores)
+  bool skip_bad = false;
+  int log_rank = 0;  // names the rank in messages about bad samples
 };
 
 class Loader {
@@ -40,7 +54,10 @@ class Loader {
   // Starts producing the epoch's batches from step first_step (resuming mid-epoch).
   void startEpoch(int epoch, std::int64_t first_step = 0);
   // Copies the next batch into x (N, C, S, S) and labels (N); returns N, 0 at the end.
+  // With skip_bad a batch can be short; a batch of nothing but bad samples throws.
   int next(float* x, std::int32_t* labels);
+  // Bad samples skipped so far, over all epochs.
+  std::int64_t skipped() const { return skipped_.load(); }
 
  private:
   struct Slot {
@@ -52,6 +69,8 @@ class Loader {
   void produce(std::int64_t first_step);  // the producer thread's body
   void produceSteps(std::int64_t first_step);
   void fill(Slot& slot, std::int64_t step);
+  int acquireSlot();  // blocks; -1 when stopping
+  void publish(int slot);
   void stop();
 
   const ImageSource& source_;
@@ -59,6 +78,9 @@ class Loader {
   std::int64_t steps_ = 0;
   int epoch_ = 0;
   std::vector<std::int64_t> order_;  // this epoch's permutation (train)
+  bool sharded_ = false;             // order_ is this rank's own part (shardedEpochOrder)
+  std::unique_ptr<tbb::task_arena> arena_;
+  std::atomic<std::int64_t> skipped_{0};
   Range eval_range_;
 
   std::vector<Slot> slots_;

@@ -28,9 +28,9 @@ std::string json(double v, int digits) { return std::isfinite(v) ? fixed(v, digi
 std::string toJson(const EpochReport& r) {
   std::ostringstream o;
   o << "{\"epoch\":" << r.epoch << ",\"steps\":" << r.steps
-    << ",\"skipped_steps\":" << r.skipped_steps << ",\"global_step\":" << r.global_step
-    << ",\"lr\":" << json(r.lr, 8) << ",\"train_loss\":" << json(r.train_loss, 6)
-    << ",\"train_acc\":" << json(r.train_acc, 6);
+    << ",\"skipped_steps\":" << r.skipped_steps << ",\"skipped_samples\":" << r.skipped_samples
+    << ",\"global_step\":" << r.global_step << ",\"lr\":" << json(r.lr, 8)
+    << ",\"train_loss\":" << json(r.train_loss, 6) << ",\"train_acc\":" << json(r.train_acc, 6);
   if (r.has_val) {
     o << ",\"val_loss\":" << json(r.val_loss, 6) << ",\"val_top1\":" << json(r.val_top1, 6);
     if (r.has_top5) o << ",\"val_top5\":" << json(r.val_top5, 6);
@@ -47,6 +47,7 @@ std::string toLine(const EpochReport& r) {
   o << "epoch " << r.epoch << "  lr " << fixed(r.lr, 5) << "  train loss " << fixed(r.train_loss, 4)
     << " acc " << fixed(100 * r.train_acc, 2) << "%";
   if (r.skipped_steps > 0) o << " (" << r.skipped_steps << " non-finite steps skipped)";
+  if (r.skipped_samples > 0) o << " (" << r.skipped_samples << " bad samples skipped)";
   if (r.has_val) {
     o << "  test top-1 " << fixed(100 * r.val_top1, 2) << "%";
     if (r.has_top5) o << " top-5 " << fixed(100 * r.val_top5, 2) << "%";

@@ -17,6 +17,7 @@ struct EpochReport {
   int epoch = 0;                 // 1-based, as printed
   std::int64_t steps = 0;        // optimizer steps in this epoch
   std::int64_t skipped_steps = 0;  // of those, skipped for a non-finite loss
+  std::int64_t skipped_samples = 0;  // bad images or records left out, training and test
   std::int64_t global_step = 0;  // after the epoch
   double lr = 0;                 // at the epoch's last step
   double train_loss = 0, train_acc = 0;

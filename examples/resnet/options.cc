@@ -76,13 +76,16 @@ void addModelOptions(CLI::App& app, TrainOptions& o) {
 }
 
 void addDataOptions(CLI::App& app, TrainOptions& o) {
-  app.add_option("--dataset", o.dataset, "fashion-mnist or synthetic")
-      ->check(CLI::IsMember({"fashion-mnist", "synthetic"}))
+  app.add_option("--dataset", o.dataset,
+                 "fashion-mnist, synthetic, folder (JPEGs in one subfolder per class) or packed "
+                 "(shards written by accord-pack)")
+      ->check(CLI::IsMember({"fashion-mnist", "synthetic", "folder", "packed"}))
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir,
-                 "Fashion-MNIST folder (default: /usr/share/datasets/fashion-mnist)");
+                 "Fashion-MNIST folder (default: /usr/share/datasets/fashion-mnist); for folder "
+                 "and packed, the folder holding train/ and val/");
   app.add_option("--image-size", o.image_size,
-                 "image height = width (0: 28 for Fashion-MNIST, 224 synthetic)")
+                 "image height = width (0: 28 for Fashion-MNIST, 224 otherwise)")
       ->check(integerIn(0, 2048))  // one 3 x 2048 x 2048 image is 48 MiB of floats
       ->capture_default_str();
   app.add_option("--channels", o.channels, "synthetic image channels (0: 3)")
@@ -97,9 +100,19 @@ void addDataOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag_callback(
       "--no-augment", [&o] { o.augment = false; },
-      "no random 2-pixel crop and flip of Fashion-MNIST images");
+      "no random crop and flip (Fashion-MNIST: 2-pixel shift; photos: centre crop)");
   app.add_option("--prefetch", o.prefetch, "batches prepared ahead per rank")
       ->check(integerIn(1, 64))
+      ->capture_default_str();
+  app.add_option("--data-workers", o.data_workers,
+                 "threads decoding images per rank (0: cores / ranks on this host)")
+      ->check(integerIn(0, 1024))
+      ->capture_default_str();
+  app.add_option("--corrupt", o.corrupt,
+                 "folder and packed: an image that cannot be read or decoded, or a record that "
+                 "fails its checksum, stops the run (reject) or is left out of its batch and "
+                 "counted (skip); either way it is reported with its file and offset")
+      ->check(CLI::IsMember({"reject", "skip"}))
       ->capture_default_str();
 }
 

@@ -26,14 +26,16 @@ struct TrainOptions {
   int classes = 0;  // 0: the dataset's
   bool zero_init_residual = false;
   // data
-  std::string dataset = "fashion-mnist";  // or synthetic
-  std::string data_dir;                   // empty: the Debian package's path
-  int image_size = 0;                     // 0: the dataset's (28; synthetic 224)
+  std::string dataset = "fashion-mnist";  // or synthetic, folder, packed
+  std::string data_dir;  // empty: the Debian package's path; folder, packed: train/ + val/
+  int image_size = 0;    // 0: the dataset's (28; synthetic, folder, packed 224)
   int channels = 0;                       // synthetic only; 0: 3
   std::int64_t train_limit = 0;           // use only the first N training images
   std::int64_t synthetic_size = 12800;    // images per synthetic epoch
   bool augment = true;
   int prefetch = 2;
+  int data_workers = 0;            // decode threads per rank; 0: cores / ranks on this host
+  std::string corrupt = "reject";  // reject | skip: what a bad image or record does
   // optimisation
   int batch_size = 64;  // per rank
   int epochs = 2;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 namespace accord::resnet {
@@ -17,6 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The cores divided among the ranks on this host.
+int defaultThreads() {
+  const int local = std::max(1, accord::local_size());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local);
 }
 
 }  // namespace
@@ -30,9 +38,7 @@ int parseDepth(const std::string& model) {
 
 Trainer::Trainer(const TrainOptions& options)
     : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
-  const int local = std::max(1, accord::local_size());
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  setThreads(opt_.threads > 0 ? opt_.threads : std::max(1, cores / local));
+  setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
   metrics_ = std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress);
   buildData();
   buildModel();
@@ -52,9 +58,11 @@ void Trainer::buildData() {
     train_src_ = makeSynthetic(opt_.synthetic_size, channels, size, classes, opt_.seed);
     test_src_ = makeSynthetic(std::max<std::int64_t>(opt_.synthetic_size / 10, 1), channels, size,
                               classes, opt_.seed + 1);
+  } else if (opt_.dataset == "folder" || opt_.dataset == "packed") {
+    buildPhotoData();
   } else {
     throw InvalidArgument("unknown --dataset '" + opt_.dataset +
-                          "' (expected fashion-mnist or synthetic)");
+                          "' (expected fashion-mnist, synthetic, folder or packed)");
   }
   LoaderOptions lo;
   lo.batch = opt_.batch_size;
@@ -63,10 +71,40 @@ void Trainer::buildData() {
   lo.seed = opt_.seed;
   lo.augment = opt_.augment;
   lo.prefetch = opt_.prefetch;
+  lo.workers = opt_.data_workers > 0 ? opt_.data_workers : defaultThreads();
+  lo.skip_bad = opt_.corrupt == "skip";
+  lo.log_rank = rank_;
   train_loader_ = std::make_unique<Loader>(*train_src_, lo);
   lo.train = false;
   test_loader_ = std::make_unique<Loader>(*test_src_, lo);
   labels_.resize(static_cast<std::size_t>(opt_.batch_size));
+}
+
+// ImageNet's layout: <data-dir>/train and <data-dir>/val, each a folder of class
+// subfolders or a packed set. Evaluation needs val/ with the same classes.
+void Trainer::buildPhotoData() {
+  if (opt_.data_dir.empty())
+    throw InvalidArgument("--dataset " + opt_.dataset +
+                          " needs --data-dir (a folder holding train/ and val/)");
+  const int size = opt_.image_size > 0 ? opt_.image_size : 224;
+  const auto open = [&](const std::string& split) {
+    const std::string dir = opt_.data_dir + "/" + split;
+    return opt_.dataset == "folder" ? makeJpegFolder(dir, size) : makePacked(dir, size);
+  };
+  train_src_ = open("train");
+  if (!opt_.eval) {
+    test_src_ = makeSynthetic(1, 3, size, train_src_->classes(), opt_.seed);  // never read
+    return;
+  }
+  if (!std::filesystem::exists(opt_.data_dir + "/val"))
+    throw InvalidArgument(opt_.data_dir +
+                          " has train/ but no val/ to evaluate on: add it, or "
+                          "pass --no-eval");
+  test_src_ = open("val");
+  if (test_src_->classNames() != train_src_->classNames())
+    throw InvalidArgument(opt_.data_dir + "/val has other classes than " + opt_.data_dir +
+                          "/train (" + std::to_string(test_src_->classes()) + " vs " +
+                          std::to_string(train_src_->classes()) + ")");
 }
 
 void Trainer::buildModel() {
@@ -238,12 +276,14 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   const std::int64_t steps = train_loader_->steps();
   train_loader_->startEpoch(epoch, state_.step_in_epoch);
   const auto t0 = Clock::now();
+  const std::int64_t skipped_before = train_loader_->skipped();
   while (state_.step_in_epoch < steps) {
     if (capReached()) return false;
     trainStep(times);
     const double rate = times.seen * world_ / std::max(since(t0), 1e-9);
     metrics_->step(epoch + 1, state_.step_in_epoch - 1, steps,
                    times.loss_sum / std::max(times.scored, 1.0), rate);
+    times.bad_samples = static_cast<double>(train_loader_->skipped() - skipped_before);
   }
   return !capReached();
 }

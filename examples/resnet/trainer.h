@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "distributed.h"
+#include "jpeg_source.h"
 #include "loader.h"
 #include "lr_schedule.h"
 #include "metrics.h"
@@ -29,6 +30,7 @@ namespace accord::resnet {
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
+  std::int64_t skipped_samples = 0;  // bad test samples left out (--corrupt skip), all ranks
 };
 
 class Trainer {
@@ -45,9 +47,11 @@ class Trainer {
     double loss_sum = 0, correct = 0, scored = 0;  // over the steps applied
     double seen = 0;                               // images, skipped steps included
     double skipped = 0;                            // steps with a non-finite loss
+    double bad_samples = 0;                        // training samples skipped (--corrupt skip)
   };
 
   void buildData();
+  void buildPhotoData();  // --dataset folder | packed
   void buildModel();
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();

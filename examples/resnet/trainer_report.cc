@@ -19,7 +19,8 @@ void Trainer::syncBatchNormStats() {
 EvalResult Trainer::evaluate() {
   model_.bn_training = opt_.eval_bn_mode == "batch";
   test_loader_->startEpoch(0);
-  std::vector<double> sums(4, 0.0);  // loss * n, top-1 hits, top-5 hits, n
+  const std::int64_t skipped_before = test_loader_->skipped();
+  std::vector<double> sums(5, 0.0);  // loss * n, top-1 hits, top-5 hits, n, skipped
   int n;
   while ((n = test_loader_->next(model_.input, labels_.data())) > 0) {
     forward(model_, n);
@@ -30,15 +31,16 @@ EvalResult Trainer::evaluate() {
     sums[2] += hits.top5;
     sums[3] += n;
   }
+  sums[4] = static_cast<double>(test_loader_->skipped() - skipped_before);
   sumDoubles(sums, "eval.sums");
   const double total = std::max(sums[3], 1.0);
-  return {sums[0] / total, sums[1] / total, sums[2] / total};
+  return {sums[0] / total, sums[1] / total, sums[2] / total, static_cast<std::int64_t>(sums[4])};
 }
 
 void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
                      const EvalResult* val) {
-  std::vector<double> sums = {t.loss_sum, t.correct, t.scored, t.seen,
-                              t.compute,  t.comm,    t.data,   seconds};
+  std::vector<double> sums = {t.loss_sum, t.correct, t.scored, t.seen,       t.compute,
+                              t.comm,     t.data,    seconds,  t.bad_samples};
   sumDoubles(sums, "metrics.sums");
   EpochReport r;
   r.epoch = epoch;
@@ -57,6 +59,7 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
     r.val_top5 = val->top5;
     r.has_top5 = model_.fc.out > 5;
   }
+  r.skipped_samples = static_cast<std::int64_t>(sums[8]) + (val ? val->skipped_samples : 0);
   r.world = world_;
   r.seconds = sums[7] / world_;
   r.compute_s = sums[4] / world_;

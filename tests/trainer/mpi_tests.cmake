@@ -8,6 +8,7 @@
 #                --skip-nonfinite-steps leaves the model as it was
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
+#   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
 endif()
@@ -31,3 +32,19 @@ accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(accuracy 900)
+
+# The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a
+# damaged record skipped or rejected. They need the data tools.
+if(TARGET accord-make-jpegs AND TARGET accord-pack)
+  foreach(mode folder packed corrupt)
+    add_test(NAME trainer.mpi.photos-${mode}
+             COMMAND ${CMAKE_COMMAND} -DMODE=${mode} "-DMPIRUN=${ACCORD_TRAINER_MPIRUN}"
+                     -DTRAINER=$<TARGET_FILE:accord-resnet>
+                     -DMAKE_JPEGS=$<TARGET_FILE:accord-make-jpegs> -DPACK=$<TARGET_FILE:accord-pack>
+                     -DWORK=${ACCORD_TRAINER_WORK}/photos-${mode}
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/photos_mpi_check.cmake)
+    set_tests_properties(trainer.mpi.photos-${mode} PROPERTIES TIMEOUT 300
+                         LABELS "trainer;trainer-mpi"
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
+  endforeach()
+endif()

@@ -1,0 +1,180 @@
+// accord-make-jpegs: writes an ImageNet-style JPEG dataset for the tests and the data
+// benchmark, made here instead of downloaded: Fashion-MNIST's 28x28 images (the Debian
+// package) scaled up to photo sizes, tinted and grained, or synthetic class patterns.
+//
+//   accord-make-jpegs out --train 1000 --val 200     -> out/train/<class>/*.jpg, out/val/...
+//
+// Sizes are drawn per image in [--min-size, --max-size] for width and height apart,
+// so crops and scaled decoding meet varied shapes. Everything follows from --seed.
+#include "data.h"
+#include "idx.h"
+#include "jpeg.h"
+
+#include <tbb/parallel_for.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace accord::resnet;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kFashionClasses[] = {"t-shirt", "trouser", "pullover", "dress", "coat",
+                                       "sandal",  "shirt",   "sneaker",  "bag",   "ankle-boot"};
+
+struct Options {
+  std::string out, source = "fashion-mnist", fashion_dir = kFashionMnistDir;
+  int train = 1000, val = 200, classes = 10, min_size = 256, max_size = 500, quality = 90;
+  std::uint64_t seed = 1;
+};
+
+// Grey value (0-255) of the source image at (u, v) in [0, 1)^2.
+using Pattern = std::function<float(double u, double v)>;
+
+RgbImage render(const Pattern& grey, int w, int h, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> tint(0.35f, 1.0f);
+  std::normal_distribution<float> grain(0.0f, 6.0f);
+  const float colour[3] = {tint(rng), tint(rng), tint(rng)};
+  const float back[3] = {tint(rng) * 60, tint(rng) * 60, tint(rng) * 60};
+  RgbImage img{w, h, std::vector<std::uint8_t>(static_cast<std::size_t>(w) * h * 3)};
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const float g = grey((x + 0.5) / w, (y + 0.5) / h) / 255.0f;
+      for (int c = 0; c < 3; ++c) {
+        const float v = back[c] * (1 - g) + 255.0f * colour[c] * g + grain(rng);
+        img.pixels[(static_cast<std::size_t>(y) * w + x) * 3 + c] =
+            static_cast<std::uint8_t>(std::clamp(v, 0.0f, 255.0f));
+      }
+    }
+  return img;
+}
+
+// Bilinear lookup in a 28x28 Fashion-MNIST image.
+Pattern fashion(const std::uint8_t* px) {
+  return [px](double u, double v) {
+    const double x = std::clamp(u * 28 - 0.5, 0.0, 27.0), y = std::clamp(v * 28 - 0.5, 0.0, 27.0);
+    const int x0 = static_cast<int>(x), y0 = static_cast<int>(y);
+    const int x1 = std::min(x0 + 1, 27), y1 = std::min(y0 + 1, 27);
+    const double fx = x - x0, fy = y - y0;
+    const double top = px[y0 * 28 + x0] * (1 - fx) + px[y0 * 28 + x1] * fx;
+    const double bottom = px[y1 * 28 + x0] * (1 - fx) + px[y1 * 28 + x1] * fx;
+    return static_cast<float>(top * (1 - fy) + bottom * fy);
+  };
+}
+
+// Class k: stripes at angle k * pi / classes, with a random phase and frequency.
+Pattern stripes(int label, int classes, std::mt19937_64& rng) {
+  const double angle = M_PI * label / classes;
+  const double freq = 4 + static_cast<double>(rng() % 8), phase = (rng() % 1000) / 1000.0;
+  return [=](double u, double v) {
+    const double t = u * std::cos(angle) + v * std::sin(angle);
+    return static_cast<float>(127.5 * (1 + std::sin(2 * M_PI * (freq * t + phase))));
+  };
+}
+
+void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,
+               std::atomic<int>& done, int total) {
+  const int classes = set ? 10 : o.classes;
+  // Only the classes that get an image: an empty class folder is an error to some
+  // readers (torchvision's ImageFolder).
+  std::vector<char> used(classes, 0);
+  for (int i = 0; i < count; ++i) used[set ? set->labels[i % set->n] : i % classes] = 1;
+  for (int k = 0; k < classes; ++k)
+    if (used[k])
+      fs::create_directories(fs::path(o.out) / split /
+                             (set ? kFashionClasses[k] : "class-" + std::to_string(k)));
+  const std::uint64_t split_seed = mixSeed(o.seed, split == "train" ? 1 : 2);
+  tbb::parallel_for(0, count, [&](int i) {
+    std::mt19937_64 rng(mixSeed(split_seed, static_cast<std::uint64_t>(i)));
+    const int span = o.max_size - o.min_size + 1;
+    const int w = o.min_size + static_cast<int>(rng() % span);
+    const int h = o.min_size + static_cast<int>(rng() % span);
+    int label;
+    Pattern p;
+    if (set) {
+      // Fashion-MNIST's own split: training images for train/, test images for val/.
+      const int j = i % set->n;
+      label = set->labels[j];
+      p = fashion(set->pixels.data() + static_cast<std::size_t>(j) * 784);
+    } else {
+      label = i % classes;
+      p = stripes(label, classes, rng);
+    }
+    const std::vector<std::uint8_t> bytes = encodeJpeg(render(p, w, h, rng), o.quality);
+    char name[32];
+    std::snprintf(name, sizeof(name), "%06d.jpg", i);
+    const fs::path path = fs::path(o.out) / split /
+                          (set ? kFashionClasses[label] : "class-" + std::to_string(label)) / name;
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    const int d = ++done;
+    if (d % std::max(1, total / 20) == 0 || d == total)
+      std::fprintf(stderr, "\raccord-make-jpegs: %d / %d images", d, total);
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "accord-make-jpegs: writes a JPEG image folder (train/ and val/, one subfolder "
+      "per class) for tests and benchmarks, from Fashion-MNIST or synthetic patterns"};
+  Options o;
+  app.add_option("output", o.out, "folder to create")->required();
+  app.add_option("--source", o.source, "fashion-mnist (scaled up and tinted) or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "synthetic"}))
+      ->capture_default_str();
+  app.add_option("--fashion-dir", o.fashion_dir, "Fashion-MNIST folder")->capture_default_str();
+  app.add_option("--train", o.train, "training images")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  app.add_option("--val", o.val, "validation images (0: no val/)")
+      ->check(CLI::Range(0, 10000000))
+      ->capture_default_str();
+  app.add_option("--classes", o.classes, "synthetic classes")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--min-size", o.min_size, "smallest width or height")
+      ->check(CLI::Range(8, 4096))
+      ->capture_default_str();
+  app.add_option("--max-size", o.max_size, "largest width or height")
+      ->check(CLI::Range(8, 4096))
+      ->capture_default_str();
+  app.add_option("--quality", o.quality, "JPEG quality")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of sizes, tints and grain")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (o.max_size < o.min_size) {
+    std::fprintf(stderr, "accord-make-jpegs: error: --max-size %d is below --min-size %d\n",
+                 o.max_size, o.min_size);
+    return 2;
+  }
+  try {
+    ImageSet train_set, test_set;
+    const bool fashion = o.source == "fashion-mnist";
+    if (fashion) {
+      train_set = loadFashionMnist(o.fashion_dir, true);
+      test_set = loadFashionMnist(o.fashion_dir, false);
+    }
+    std::atomic<int> done{0};
+    const int total = o.train + o.val;
+    makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, done, total);
+    if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, done, total);
+    std::fprintf(stderr, "\n");
+    std::printf("accord-make-jpegs: %d training and %d validation images in %s\n", o.train, o.val,
+                o.out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\naccord-make-jpegs: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

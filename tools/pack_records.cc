@@ -1,0 +1,61 @@
+// accord-pack: packs an image folder (one subfolder per class of .jpg/.jpeg files)
+// into the trainer's packed record format (examples/resnet/records.h): a few large
+// shard files and an index with each record's shard, offset, length, label and CRC-32.
+//
+//   accord-pack data/train packed/train --shards 8
+//   accord-pack data/val packed/val
+#include "records.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+
+using namespace accord::resnet;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "accord-pack: packs a folder of JPEGs (one subfolder per class) into shard files plus "
+      "an index (file, offset, length, label, CRC-32), for accord-resnet --dataset packed.\n"
+      "Records are shuffled (by --seed) so that any run of them holds every class."};
+  std::string src, out;
+  PackOptions opt;
+  bool quiet = false;
+  app.add_option("source", src, "folder with one subfolder per class")->required();
+  app.add_option("output", out, "folder to write the shards and index.tsv into")->required();
+  app.add_option("--shards", opt.shards,
+                 "number of shard files (0: one per 256 MiB; use at least the number of ranks "
+                 "so that each rank reads its own)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--seed", opt.seed, "seed of the records' order")->capture_default_str();
+  app.add_flag("--quiet", quiet, "no progress on stderr");
+  CLI11_PARSE(app, argc, argv);
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto last = t0;
+  if (!quiet)
+    opt.progress = [&](std::int64_t done, std::int64_t total) {
+      const auto now = Clock::now();
+      if (done < total && now - last < std::chrono::milliseconds(500)) return;
+      last = now;
+      std::fprintf(stderr, "\raccord-pack: %lld / %lld images (%.0f%%)",
+                   static_cast<long long>(done), static_cast<long long>(total),
+                   100.0 * static_cast<double>(done) / static_cast<double>(total));
+      if (done == total) std::fputc('\n', stderr);
+    };
+  try {
+    const RecordIndex index = packFolder(src, out, opt);
+    std::uint64_t bytes = 0;
+    for (std::uint64_t b : index.shard_bytes) bytes += b;
+    std::printf("accord-pack: %zu images of %zu classes, %.1f MiB in %zu shards -> %s (%.1f s)\n",
+                index.records.size(), index.classes.size(), bytes / 1048576.0, index.shards.size(),
+                out.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accord-pack: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
