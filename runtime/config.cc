@@ -450,10 +450,14 @@ const std::vector<std::string>& Config::knownVariables() {
 std::vector<std::string> Config::unknownVariables(const std::vector<std::string>& environment) {
   // Read by Accord's build scripts, tests and trainer, not by the runtime, but not
   // typos either.
-  static const std::vector<std::string> tooling = {
-      "ACCORD_BUILD_DIR",           "ACCORD_JOBS",     "ACCORD_TEST_WAIT_SECONDS",
-      "ACCORD_TEST_TIME_SCALE",     "ACCORD_PROGRESS", "ACCORD_TORCH2_VENV",
-      "ACCORD_TEST_BUILT_CUDA_NCCL"};
+  static const std::vector<std::string> tooling = {"ACCORD_BUILD_DIR",
+                                                   "ACCORD_JOBS",
+                                                   "ACCORD_TEST_WAIT_SECONDS",
+                                                   "ACCORD_TEST_TIME_SCALE",
+                                                   "ACCORD_PROGRESS",
+                                                   "ACCORD_TORCH2_VENV",
+                                                   "ACCORD_TEST_BUILT_CUDA_NCCL",
+                                                   "ACCORD_TEST_MPIRUN"};
   auto listed = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };

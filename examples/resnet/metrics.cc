@@ -23,6 +23,25 @@ std::string fixed(double v, int digits) {
 // to every JSON parser, so a value that is not a number is written as null.
 std::string json(double v, int digits) { return std::isfinite(v) ? fixed(v, digits) : "null"; }
 
+// Values come from flags and ModelConfig::describe(); escaping keeps the line valid
+// JSON whatever a future description holds.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string toJson(const EpochReport& r) {
@@ -38,7 +57,12 @@ std::string toJson(const EpochReport& r) {
   o << ",\"seconds\":" << json(r.seconds, 3) << ",\"images_per_sec\":" << json(r.images_per_sec, 2)
     << ",\"images_per_sec_per_rank\":" << json(r.images_per_sec_rank, 2)
     << ",\"compute_s\":" << json(r.compute_s, 3) << ",\"comm_wait_s\":" << json(r.comm_wait_s, 3)
-    << ",\"data_wait_s\":" << json(r.data_wait_s, 3) << ",\"ranks\":" << r.world << "}";
+    << ",\"data_wait_s\":" << json(r.data_wait_s, 3) << ",\"ranks\":" << r.world
+    << ",\"images\":" << json(r.images, 0) << ",\"batch_size\":" << r.run.batch_size
+    << ",\"global_batch\":" << static_cast<std::int64_t>(r.run.batch_size) * r.world
+    << ",\"schedule\":" << quoted(r.run.schedule) << ",\"model\":" << quoted(r.run.model)
+    << ",\"dataset\":" << quoted(r.run.dataset) << ",\"image_size\":" << r.run.image_size
+    << ",\"device\":" << quoted(r.run.device) << "}";
   return o.str();
 }
 

@@ -13,6 +13,17 @@
 
 namespace accord::resnet {
 
+// What a run was, written into every line so that a report can tell which runs compare
+// (same model, data and device) and what each one varied (ranks, batch, schedule).
+struct RunInfo {
+  std::string model;     // ModelConfig::describe(): depth, classes, stem, width
+  std::string dataset;   // fashion-mnist or synthetic
+  int image_size = 0;    // height = width
+  std::string device;    // cpu or cuda
+  std::string schedule;  // step, cosine, exponential or constant
+  int batch_size = 0;    // per rank; the global batch is batch_size * world
+};
+
 struct EpochReport {
   int epoch = 0;                 // 1-based, as printed
   std::int64_t steps = 0;        // optimizer steps in this epoch
@@ -30,6 +41,8 @@ struct EpochReport {
   double images_per_sec_rank = 0;
   double compute_s = 0, comm_wait_s = 0, data_wait_s = 0;  // mean over ranks
   int world = 1;
+  double images = 0;  // global, trained on in `seconds` (skipped steps included)
+  RunInfo run;
 };
 
 // Returns {"epoch":1,...} (one line, no trailing newline); NaN and infinities as null.

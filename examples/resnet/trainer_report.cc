@@ -65,8 +65,11 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
   r.compute_s = sums[4] / world_;
   r.comm_wait_s = sums[5] / world_;
   r.data_wait_s = sums[6] / world_;
+  r.images = sums[3];
   r.images_per_sec = r.seconds > 0 ? sums[3] / r.seconds : 0;
   r.images_per_sec_rank = r.images_per_sec / world_;
+  r.run = {model_.cfg.describe(), opt_.dataset,  train_src_->imageSize(),
+           opt_.device,           opt_.schedule, opt_.batch_size};
   metrics_->epoch(r);
 }
 

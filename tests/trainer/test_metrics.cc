@@ -56,6 +56,27 @@ TEST_CASE("epoch reports as JSON lines and text", "[metrics]") {
   CHECK(toLine(r).find("(4 non-finite steps skipped)") != std::string::npos);
 }
 
+// accord-report groups runs by these fields and refuses to compare runs whose model,
+// data or device differ, so they must be in every line, quoted as JSON strings.
+TEST_CASE("epoch reports say what the run was", "[metrics]") {
+  EpochReport r;
+  r.world = 2;
+  r.images = 6400;
+  r.run = {
+      "resnet18 classes=10 in=1 stem=cifar width=0.125", "fashion-mnist", 28, "cpu", "cosine", 32};
+  const std::string json = toJson(r);
+  for (const char* key :
+       {"\"images\":6400,", "\"batch_size\":32,", "\"global_batch\":64,", "\"schedule\":\"cosine\"",
+        "\"model\":\"resnet18 classes=10 in=1 stem=cifar width=0.125\"",
+        "\"dataset\":\"fashion-mnist\"", "\"image_size\":28,", "\"device\":\"cpu\"",
+        "\"ranks\":2,"}) {
+    INFO(json);
+    CHECK(json.find(key) != std::string::npos);
+  }
+  r.run.model = "a \"quoted\" \\ name\n";
+  CHECK(toJson(r).find("\"model\":\"a \\\"quoted\\\" \\\\ name\\u000a\"") != std::string::npos);
+}
+
 // A diverged run's NaN loss must leave the line valid JSON, which has no NaN or inf.
 TEST_CASE("non-finite values are written as JSON null", "[metrics]") {
   EpochReport r;
