@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "parse_env.h"
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -18,12 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-Config parse(const std::map<std::string, std::string>& env) {
-  return Config::parse([&](const char* var) -> const char* {
-    auto it = env.find(var);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
-}
+Config parse(const std::map<std::string, std::string>& env) { return accord_test::parseEnv(env); }
 
 Response allreduce(std::vector<std::string> names) {
   Response r;
