@@ -12,14 +12,15 @@
 // them before its next cycle: the fusion threshold and the piece size shape fusion plans
 // and pieces, which must agree on every rank.
 //
-// The search is coordinate descent, one setting at a time (fusion threshold, piece size,
-// cycle time), each over a fixed ladder of candidates plus its starting value. A trial
-// runs one warm-up step, discarded (the fusion buffer grows, caches refill), then
-// ACCORD_AUTOTUNE_STEPS measured steps, scored by their median. The best candidate of
-// one setting is kept while the next one is tried; after the last, the tuner settles on
-// the best settings measured and stops. A setting given explicitly (ACCORD_ or HOROVOD_
-// variable) is kept as given and never tried. ACCORD_AUTOTUNE_START sets where the
-// others start (by default, their defaults).
+// The search is coordinate descent, one setting at a time (cycle time, fusion threshold,
+// piece size), each over a fixed ladder of candidates plus its starting value, in two
+// passes: the settings interact, and the first pass tries the first setting with the
+// others still at their starting values. A trial runs one warm-up step, discarded (the
+// fusion buffer grows, caches refill), then ACCORD_AUTOTUNE_STEPS measured steps, scored
+// by their median. The best candidate of one setting is kept while the next one is
+// tried; after the second pass the tuner settles on the best settings measured and stops. A setting
+// given explicitly (ACCORD_ or HOROVOD_ variable) is kept as given and never tried.
+// ACCORD_AUTOTUNE_START sets where the others start (by default, their defaults).
 #pragma once
 
 #include "runtime/config.h"
@@ -97,6 +98,9 @@ class Autotuner {
   std::size_t dim_ = 0, candidate_ = 0;
   std::vector<std::uint64_t> tried_;  // values of dims_[dim_] measured already
   bool baseline_done_ = false;
+  static constexpr int kPasses = 2;
+  int pass_ = 0;
+  bool remeasure_ = false;  // the trial under way measures best_ afresh
   bool settled_ = false;
 
   // Step recognition, identical on every rank.

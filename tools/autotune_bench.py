@@ -6,9 +6,9 @@ ACCORD_AUTOTUNE=1 started from a poor point (no fusion, 16 KiB pieces, 5 ms cycl
 once at that poor point untuned; repeats the whole set --repeats times, alternating, and
 prints each case's time and autotune's over the best hand-picked one. Workloads:
 
-  resnet50-set  accord-bench's ResNet-50 gradient set (161 named tensors per step, Sum):
-                median step time over --steps timed steps, after untimed steps that
-                cover the search.
+  resnet50-set  accord-bench's ResNet-50 gradient set (161 named tensors per step, Sum,
+                nothing else between steps): median step time over --steps timed
+                steps, after untimed steps that cover the search.
   trainer       accord-resnet on Fashion-MNIST: seconds per image of its last epoch;
                 the first epochs cover the search.
 
@@ -47,7 +47,7 @@ def run_case(args, env_extra, warmup):
         for var in sorted(env_extra):  # mpirun forwards them to every rank
             cmd += ["-x", var]
         if args.workload == "resnet50-set":
-            cmd += [args.bench, "--resnet-only", "--resnet-steps", str(args.steps),
+            cmd += [args.bench, "--resnet-only", "--resnet-accord-only", "--resnet-steps", str(args.steps),
                     "--resnet-warmup", str(warmup), "--csv", out]
         else:
             cmd += [args.trainer, "--epochs", str(args.epochs), "--train-limit",
@@ -83,10 +83,10 @@ def main():
                    help="more trainer arguments, one string (default '--batch-size 32')")
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("-np", "--np", type=int, default=2, help="ranks (default 2)")
-    p.add_argument("--steps", type=int, default=15, help="timed steps per run (default 15)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
     p.add_argument("--repeats", type=int, default=2, help="passes over every case (default 2)")
-    p.add_argument("--tune-steps", type=int, default=3,
-                   help="ACCORD_AUTOTUNE_STEPS for the autotuned run (default 3)")
+    p.add_argument("--tune-steps", type=int, default=5,
+                   help="ACCORD_AUTOTUNE_STEPS for the autotuned run (default 5, the default)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--log", help="keep the last autotuned run's trial log here (CSV)")
     args = p.parse_args()
@@ -98,10 +98,11 @@ def main():
     if not os.access(binary, os.X_OK):
         p.error(f"{binary}: not an executable (build it first)")
 
-    # 1 + 7 + 5 + 3 trials of (1 + tune_steps) steps, and a margin.
-    search_steps = 16 * (1 + args.tune_steps) + 4
+    # Two passes of 1 + 3 + 7 + 5 trials (from this start) of 1 + tune_steps steps, a step
+    # to find the recurring name, and a margin.
+    search_steps = 2 * 16 * (1 + args.tune_steps) + 6
     cases = [(f"fusion {f}, pieces {c}", {"ACCORD_FUSION_THRESHOLD": f, "ACCORD_CHUNK_BYTES": c,
-                                          "ACCORD_CYCLE_TIME": "0"}, 2)
+                                          "ACCORD_CYCLE_TIME": "0"}, 5)
              for f in FUSION for c in CHUNK]
     log_path = os.path.abspath(args.log) if args.log else os.path.join(
         tempfile.gettempdir(), f"autotune_bench_{os.getpid()}.csv")
@@ -109,7 +110,7 @@ def main():
                  "ACCORD_AUTOTUNE_START": BAD_START, "ACCORD_AUTOTUNE_LOG": log_path}
     cases.append((f"autotune from [{BAD_START}]", tuned_env, search_steps))
     cases.append(("the bad start itself (no autotune)", {
-        "ACCORD_FUSION_THRESHOLD": "0", "ACCORD_CHUNK_BYTES": "16K", "ACCORD_CYCLE_TIME": "5"}, 2))
+        "ACCORD_FUSION_THRESHOLD": "0", "ACCORD_CHUNK_BYTES": "16K", "ACCORD_CYCLE_TIME": "5"}, 5))
 
     times = {name: [] for name, _, _ in cases}
     total = len(cases) * args.repeats

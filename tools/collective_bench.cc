@@ -160,6 +160,26 @@ void resnet50(const Bench& bench, const Options& opt) {
   // so the two lines differ only by that in-cache multiply or divide.
   variants.emplace_back("accord: 161 named allreduce_async (Sum, reverse order), wait all",
                         [&] { accordStep(accord::ReduceOp::Sum, "grad.sum."); });
+  if (opt.resnet_accord_only) {
+    // Every step is Accord's alone, as in training: what ACCORD_AUTOTUNE measures.
+    const int warmup = std::max(opt.resnet_warmup, 0);
+    std::vector<double> times;
+    for (int step = 0; step < warmup + opt.resnet_steps; ++step) {
+      const double t =
+          bench.timeOnce(variants[0].second, [&] { std::fill(grads.begin(), grads.end(), 0.0f); });
+      if (step >= warmup) times.push_back(t);
+    }
+    const double med = median(times);
+    if (bench.rank == 0) {
+      std::printf(
+          "# ResNet-50 gradient set, Accord only: %d ranks, median of %d steps after %d\n"
+          "  resnet50  accord_sum %.2f ms\n",
+          bench.size, opt.resnet_steps, warmup, med * 1e3);
+      std::fflush(stdout);
+    }
+    bench.csvRow("resnet50", "accord_sum", static_cast<double>(total) * sizeof(float), total, med);
+    return;
+  }
   variants.emplace_back(std::string("accord: the same with Average"), [&] {
     accordStep(accord::ReduceOp::Average, "grad.avg.");
   });
@@ -281,6 +301,9 @@ int main(int argc, char** argv) {
                  "ACCORD_AUTOTUNE, enough for the search to settle)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--resnet-only", opt.resnet_only, "Run the ResNet-50 gradient set only");
+  app.add_flag("--resnet-accord-only", opt.resnet_accord_only,
+               "With --resnet-only: time Accord's Sum steps alone, nothing between them (how "
+               "tools/autotune_bench.py measures ACCORD_AUTOTUNE)");
   app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
   app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
   app.add_option("--device", opt.device,

@@ -86,22 +86,30 @@ TEST_CASE("autotune finds the best settings from a bad start, the same on every 
   CHECK(best.cycle_time == 0us);
   for (auto& r : ranks) CHECK(r.settled());
 
-  // Trial 0 measures the start; then each setting's other candidates, one at a time,
-  // with the ones already decided kept at their best.
+  // Trial 0 measures the start; then each setting's other candidates, one at a time
+  // (cycle time, fusion, pieces), with the ones already decided kept at their best.
   const auto& trials = ranks[0].trials();
   REQUIRE(!trials.empty());
   CHECK(trials[0].settings.fusion_threshold == 0);
   CHECK(trials[0].settings.chunk_bytes == 16u << 10);
-  // 8 fusion values (7 + the start), 6 piece sizes, 4 cycle times: every value once.
-  CHECK(trials.size() == 1 + 7 + 5 + 3);
+  CHECK(trials[1].settings.cycle_time == 0us);  // the cycle time goes first
+  CHECK(trials[1].settings.fusion_threshold == 0);
+  // Per pass: 4 cycle times (with the start), 8 fusion values (7 + the start), 6 piece
+  // sizes, every value once; the second pass first measures the best settings again.
+  constexpr std::size_t kPass = 1 + 3 + 7 + 5;
+  CHECK(trials.size() == 2 * kPass);
   std::set<std::tuple<std::size_t, std::size_t, long>> distinct;
-  for (const auto& trial : trials) {
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    const auto& trial = trials[i];
     CHECK(trial.steps_ms.size() == 3);
     CHECK(trial.median_ms == Approx(stepMs(trial.settings)));
-    distinct.insert({trial.settings.fusion_threshold, trial.settings.chunk_bytes,
-                     static_cast<long>(trial.settings.cycle_time.count())});
+    if (i < kPass) {
+      distinct.insert({trial.settings.fusion_threshold, trial.settings.chunk_bytes,
+                       static_cast<long>(trial.settings.cycle_time.count())});
+    }
   }
-  CHECK(distinct.size() == trials.size());
+  CHECK(distinct.size() == kPass);
+  CHECK(trials[kPass].settings == best);  // the second pass starts from the best
   // Each trial takes a warm-up step and 3 measured ones, after a first step that finds
   // the anchor.
   CHECK(steps >= static_cast<int>(trials.size()) * 4 + 1);
@@ -126,7 +134,7 @@ TEST_CASE("autotune keeps what the user set and tunes the rest", "[autotune]") {
     CHECK(trial.settings.fusion_threshold == 4u << 20);
     CHECK(trial.settings.cycle_time == 2000us);
   }
-  CHECK(ranks[0].trials().size() == 5);  // the start (1 MiB) and four other piece sizes
+  CHECK(ranks[0].trials().size() == 2 * 5);  // per pass: 1 MiB (the start) and 4 others
   CHECK(ranks[0].current().chunk_bytes == 2u << 20);
 
   Config all = parse({{"ACCORD_AUTOTUNE", "1"},
@@ -161,7 +169,9 @@ TEST_CASE("autotune counts steps by the first name that recurs", "[autotune]") {
   auto choice = tuner.decide();
   REQUIRE(tuner.trials().size() == 1);
   CHECK(tuner.trials()[0].steps_ms == std::vector<double>{15.0, 15.0});
-  CHECK(tuner.accept(choice).fusion_threshold == 16u << 10);  // the ladder's first value
+  const TunedSettings& next = tuner.accept(choice);
+  CHECK(next.cycle_time == 500us);  // the first value of the first ladder that is not the start
+  CHECK(next.fusion_threshold == 64u << 10);
 }
 
 TEST_CASE("autotune rejects a choice that is not one and writes its log", "[autotune]") {
@@ -181,7 +191,7 @@ TEST_CASE("autotune rejects a choice that is not one and writes its log", "[auto
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  REQUIRE(lines.size() == 1 + 4 + 1);  // header, 4 cycle times, the settled line
+  REQUIRE(lines.size() == 1 + 2 * 4 + 1);  // header, 4 cycle times twice, the settled line
   CHECK(lines[0].rfind("trial,fusion_threshold_bytes,chunk_bytes,cycle_time_ms", 0) == 0);
   CHECK(lines[1].rfind("1,65536,1048576,0,", 0) == 0);
   CHECK(lines.back().rfind("settled,65536,1048576,0,", 0) == 0);
