@@ -9,8 +9,8 @@ prints each case's time and autotune's over the best hand-picked one. Workloads:
   resnet50-set  accord-bench's ResNet-50 gradient set (161 named tensors per step, Sum,
                 nothing else between steps): median step time over --steps timed
                 steps, after untimed steps that cover the search.
-  trainer       accord-resnet on Fashion-MNIST: seconds per image of its last epoch;
-                the first epochs cover the search.
+  trainer       accord-resnet on Fashion-MNIST: microseconds per image of its last
+                epoch; the epochs before it cover the search.
 
   python3 tools/autotune_bench.py --bench build/tools/accord-bench -np 2
   python3 tools/autotune_bench.py --workload trainer --trainer build/examples/resnet/accord-resnet
@@ -36,7 +36,7 @@ TUNABLE = ("ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES", "ACCORD_CYCLE_TIME",
 
 
 def run_case(args, env_extra, warmup):
-    """One run: ms per step (resnet50-set) or ms per image of the last epoch (trainer)."""
+    """One run: ms per step (resnet50-set) or us per image of the last epoch (trainer)."""
     env = {k: v for k, v in os.environ.items() if k not in TUNABLE}
     env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                 "OMPI_MCA_rmaps_base_oversubscribe": "1", "ACCORD_PROGRESS": "0"})
@@ -61,12 +61,21 @@ def run_case(args, env_extra, warmup):
                 epochs = [json.loads(line) for line in f if line.strip()]
             if not epochs or not epochs[-1].get("images_per_sec"):
                 sys.exit(f"autotune_bench: {out} has no epoch with images_per_sec")
-            return 1000.0 / epochs[-1]["images_per_sec"]
+            return 1e6 / epochs[-1]["images_per_sec"]
         with open(out, newline="") as f:
             for row in csv.DictReader(f):
                 if row["section"] == "resnet50" and row["variant"] == "accord_sum":
                     return float(row["time_us"]) / 1000.0
     sys.exit("autotune_bench: accord-bench wrote no accord_sum row")
+
+
+def settled_line(log_path):
+    """The autotune log's "settled,..." line, or None."""
+    if not os.path.exists(log_path):
+        return None
+    with open(log_path) as f:
+        settled = [line.strip() for line in f if line.startswith("settled,")]
+    return settled[-1] if settled else None
 
 
 def main():
@@ -75,10 +84,11 @@ def main():
     p.add_argument("--bench", default="build/tools/accord-bench", help="accord-bench binary")
     p.add_argument("--trainer", default="build/examples/resnet/accord-resnet",
                    help="accord-resnet binary (--workload trainer)")
-    p.add_argument("--epochs", type=int, default=3,
-                   help="trainer epochs; the last one is timed (default 3)")
-    p.add_argument("--train-limit", type=int, default=6400,
-                   help="trainer images per epoch (default 6400)")
+    p.add_argument("--epochs", type=int, default=6,
+                   help="trainer epochs; the last one is timed, the search must end before it "
+                        "(default 6)")
+    p.add_argument("--train-limit", type=int, default=3200,
+                   help="trainer images per epoch (default 3200)")
     p.add_argument("--trainer-args", default="--batch-size 32",
                    help="more trainer arguments, one string (default '--batch-size 32')")
     p.add_argument("--mpirun", default="mpirun")
@@ -125,7 +135,7 @@ def main():
     if args.workload == "resnet50-set":
         print(f"# ResNet-50 gradient set, {args.np} ranks: median step (ms) per run, Accord Sum")
     else:
-        print(f"# accord-resnet {' '.join(args.trainer_args)}, {args.np} ranks: ms per image "
+        print(f"# accord-resnet {' '.join(args.trainer_args)}, {args.np} ranks: us per image "
               f"of epoch {args.epochs} ({args.train_limit} images per epoch)")
     hand = [name for name, _, _ in cases[:-2]]
     for name, _, _ in cases:
@@ -134,15 +144,17 @@ def main():
     best = min(hand, key=lambda n: statistics.median(times[n]))
     tuned = statistics.median(times[cases[-2][0]])
     best_ms = statistics.median(times[best])
-    print(f"  best hand-picked: {best} ({best_ms:.2f} ms)")
+    unit = "ms" if args.workload == "resnet50-set" else "us"
+    print(f"  best hand-picked: {best} ({best_ms:.2f} {unit})")
     print(f"  the bad start untuned took {statistics.median(times[cases[-1][0]]) / best_ms:.2f}x the best")
-    if os.path.exists(log_path):
-        with open(log_path) as f:
-            settled = [line.strip() for line in f if line.startswith("settled,")]
-        if settled:
-            fields = settled[-1].split(",")
-            print(f"  autotune settled on: fusion {fields[1]} B, pieces {fields[2]} B, "
-                  f"cycle {fields[3]} ms (trial log: {log_path})")
+    settled = settled_line(log_path)
+    if settled:
+        fields = settled.split(",")
+        print(f"  autotune settled on: fusion {fields[1]} B, pieces {fields[2]} B, "
+              f"cycle {fields[3]} ms (trial log: {log_path})")
+    else:
+        print(f"  autotune did not settle in its run (trial log: {log_path}): give it more "
+              "steps (--epochs, --train-limit or --steps), or fewer --tune-steps")
     print(f"  autotune/best hand-picked time ratio {tuned / best_ms:.3f} (target <= 1.05)")
 
 
