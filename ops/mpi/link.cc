@@ -25,8 +25,12 @@ struct Waiting {
 
 // Negotiation: a peer that is already negotiating answers within microseconds; one
 // sleeping between idle cycles (up to 20 ms) takes longer, and waking a few thousand
-// times a second at most bounds the added latency to 200 us.
-constexpr Waiting kNegotiation{std::chrono::microseconds(50), std::chrono::microseconds(50),
+// times a second at most bounds the added latency to 200 us. In between, for the first
+// millisecond, the wait yields rather than spins or sleeps: where ranks outnumber cores
+// (hosts shared with data loaders, several simulated hosts on one machine), a spinning
+// waiter holds the core its peer needs, and a sleeping one pays a scheduler wake-up per
+// message; yielding costs nothing when the core is free.
+constexpr Waiting kNegotiation{std::chrono::microseconds(5), std::chrono::microseconds(1000),
                                std::chrono::microseconds(5), std::chrono::microseconds(200)};
 // Data: as the shared-memory transport waits for a peer's piece.
 constexpr Waiting kData{std::chrono::microseconds(20), std::chrono::microseconds(1000),
