@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <exception>
 
+#include <unistd.h>
+
 using namespace accord::resnet;
 
 int main(int argc, char** argv) {
@@ -36,15 +38,19 @@ int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto last = t0;
+  // On a terminal one line rewritten in place; into a log (a pipe, a file) a line each
+  // time, less often, so that no carriage returns pile up there.
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  const auto every = std::chrono::milliseconds(terminal ? 500 : 5000);
   if (!quiet)
     opt.progress = [&](std::int64_t done, std::int64_t total) {
       const auto now = Clock::now();
-      if (done < total && now - last < std::chrono::milliseconds(500)) return;
+      if (done < total && now - last < every) return;
       last = now;
-      std::fprintf(stderr, "\raccord-pack: %lld / %lld images (%.0f%%)",
+      std::fprintf(stderr, "%saccord-pack: %lld / %lld images (%.0f%%)%s", terminal ? "\r" : "",
                    static_cast<long long>(done), static_cast<long long>(total),
-                   100.0 * static_cast<double>(done) / static_cast<double>(total));
-      if (done == total) std::fputc('\n', stderr);
+                   100.0 * static_cast<double>(done) / static_cast<double>(total),
+                   terminal && done < total ? "" : "\n");
     };
   try {
     const RecordIndex index = packFolder(src, out, opt);
