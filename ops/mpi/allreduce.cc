@@ -15,6 +15,7 @@
 // block's last reduction (the ring's last step, or the shared-memory reduce): there is
 // no separate pass over the data for them.
 #include "ops/cpu/kernels.h"
+#include "ops/mpi/doubling.h"
 #include "ops/mpi/hierarchical.h"
 #include "ops/mpi/link.h"
 #include "ops/mpi/mpi_common.h"
@@ -46,6 +47,10 @@ void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype
     const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
     char* piece = static_cast<char*>(data) + lo * elem;
     mpi::applyScaling(pre, piece, hi - lo, dtype);
+    if (mpi::preferDoubling((hi - lo) * elem, ctx.link)) {
+      mpi::doublingAllreduce(ctx, piece, hi - lo, dtype, op, post, what);
+      continue;
+    }
     const mpi::Blocks blocks = mpi::evenBlocks(hi - lo, elem, ctx.size());
     mpi::ringReduceScatter(ctx, piece, blocks, piece + blocks.offset[ctx.rank()], dtype, op, post,
                            what);

@@ -1,6 +1,7 @@
 // Hierarchy (see hierarchical.h).
 #include "ops/mpi/hierarchical.h"
 
+#include "ops/mpi/doubling.h"
 #include "ops/mpi/ring.h"
 #include "runtime/autotune.h"
 #include "runtime/config.h"
@@ -100,6 +101,8 @@ void Hierarchy::allreduce(ExecContext& ctx, void* data, std::size_t count, DType
   local_->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
   local_->allreduce(data, count, dtype, op, pre, post, what, [&](void* block, std::size_t n) {
     char* b = static_cast<char*>(block);
+    if (preferDoubling(n * elem, across.link))
+      return doublingAllreduce(across, b, n, dtype, op, post, what);
     const Blocks blocks = evenBlocks(n, elem, across.size());
     // Post-scaling (Average's division included) rides on the ring's last reduction.
     ringReduceScatter(across, b, blocks, b + blocks.offset[across.rank()], dtype, op, post, what);

@@ -64,6 +64,12 @@ Link::Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::millisecon
     global_ranks_.resize(size_);
     for (int r = 0; r < size_; ++r) global_ranks_[r] = r;
   }
+  MPI_Comm host;
+  ACCORD_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host));
+  int host_size = 0;
+  ACCORD_MPI_CHECK(MPI_Comm_size(host, &host_size));
+  MPI_Comm_free(&host);
+  spans_hosts_ = host_size < size_;
 }
 
 Link::~Link() {

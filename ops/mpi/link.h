@@ -44,7 +44,7 @@ enum class Patience { Negotiation, Data };
 
 class Link {
  public:
-  // Takes ownership of `comm` (freed by the destructor).
+  // Takes ownership of `comm` (freed by the destructor). Collective over `comm`.
   // `global_ranks[i]` names comm rank i in messages; `timeout` 0 waits for ever.
   Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::milliseconds timeout);
   ~Link();
@@ -56,6 +56,9 @@ class Link {
   int size() const { return size_; }
   int globalRank(int rank) const { return global_ranks_[rank]; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Whether the ranks are on more than one host: messages then cross a network, whose
+  // latency is many times a shared-memory copy's (doubling.h picks by it).
+  bool spansHosts() const { return spans_hosts_; }
 
   // Posts the transfer of `bytes` bytes to / from communicator rank `peer`, as as many
   // messages as MPI's int counts need (both sides cut alike). Nothing for 0 bytes.
@@ -81,6 +84,7 @@ class Link {
   int size_ = 1;
   std::vector<int> global_ranks_;
   std::chrono::milliseconds timeout_;
+  bool spans_hosts_ = false;
   std::string broken_;
 };
 

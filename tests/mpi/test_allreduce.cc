@@ -8,6 +8,9 @@
 
 #include "mpi_test.h"
 
+#include <mpi.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -264,6 +267,55 @@ TEST_CASE("allreduce: Average is the Sum divided once, bit for bit") {
     const std::string d = averageIsSumOverN<double>(n, "ar.avgsum.f64." + std::to_string(n));
     INFO(d);
     CHECK(d.empty());
+  }
+}
+
+TEST_CASE("allreduce: every rank ends with the same bits") {
+  // Float sums depend on the order of their terms, and Min and Max of +0 and -0 (or of
+  // NaNs) on the order of their operands; whatever the algorithm (a ring, recursive
+  // doubling for small buffers, with ranks folded in when their number is not a power
+  // of two), every rank must hold the bit pattern of one computation. Sizes from one
+  // element up to several reduction pieces.
+  const int me = accord::rank(), n = accord::size();
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  REQUIRE(size == n);
+  for (std::int64_t count : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{3000},
+                             std::int64_t{9000}, std::int64_t{70000}, std::int64_t{600000}}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max}) {
+      std::vector<float> data(count);
+      for (std::int64_t i = 0; i < count; ++i) {
+        const int k = static_cast<int>((i + me) % 7);
+        if (op == ReduceOp::Sum)  // magnitudes 1e-3..1e7: the sum rounds differently per order
+          data[i] = static_cast<float>((me % 2 ? -1.0 : 1.0) * std::pow(10.0, k - 3) *
+                                       (1.0 + 0.1234567 * me + 1e-7 * i));
+        else  // only +0 and -0, some NaNs: which one wins depends on the operand order
+          data[i] = k == 6 ? std::nanf("") : ((i + me) % 2 ? -0.0f : 0.0f);
+      }
+      const std::string name = "ar.samebits." + str(op) + "." + std::to_string(count);
+      accord::AllreduceOptions options;
+      options.name = name;
+      options.op = op;
+      const std::string error = describe(
+          finish(accord::allreduce_async(
+                     accord::TensorView{data.data(), DType::Float32, Shape{count}, {}}, options),
+                 name),
+          name);
+      INFO(error);
+      REQUIRE(error.empty());
+      std::vector<float> first(data);
+      MPI_Bcast(first.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      std::int64_t differ = 0, at = -1;
+      for (std::int64_t i = 0; i < count; ++i) {
+        if (std::memcmp(&first[i], &data[i], sizeof(float)) != 0) {
+          if (at < 0) at = i;
+          ++differ;
+        }
+      }
+      INFO(name << ": rank " << me << " differs from rank 0 in " << differ << " of " << count
+                << " elements, first at " << at);
+      CHECK(differ == 0);
+    }
   }
 }
 
