@@ -1,8 +1,20 @@
 // Handle completion: the background thread calls completePart()/fail(); application
-// threads block in wait() on the condition variable (never a spin).
+// threads wait in wait(), briefly yielding, then on the condition variable.
 #include "handle_state.h"
 
+#include <thread>
+
 namespace accord::detail {
+
+namespace {
+
+// A small collective completes within microseconds of being submitted; a thread that
+// went to sleep at once would add a scheduler wake-up (several microseconds) to each
+// one. For this long the waiter yields the core instead, which costs nothing when no
+// other thread wants it, and then sleeps.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+
+}  // namespace
 
 void HandleState::completePart() {
   {
@@ -10,6 +22,7 @@ void HandleState::completePart() {
     if (finished) return;
     if (--pending > 0) return;
     finished = true;
+    settled.store(true, std::memory_order_release);
   }
   cv.notify_all();
 }
@@ -20,6 +33,7 @@ void HandleState::fail(std::exception_ptr e) {
     if (finished) return;
     error = std::move(e);
     finished = true;
+    settled.store(true, std::memory_order_release);
   }
   cv.notify_all();
 }
@@ -30,6 +44,9 @@ bool HandleState::done() const {
 }
 
 void HandleState::wait() const {
+  const auto until = std::chrono::steady_clock::now() + kWaitSpin;
+  while (!settled.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [this] { return finished; });
   if (error) std::rethrow_exception(error);

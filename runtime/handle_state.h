@@ -14,6 +14,7 @@
 
 #include <accord/accord.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -30,7 +31,9 @@ struct HandleState {
   // Fails the whole state (the first error wins); later parts are ignored.
   void fail(std::exception_ptr error);
   bool done() const;
-  void wait() const;  // blocks on the condition variable; rethrows the failure
+  // Yields the core for a moment (handle_state.cc), then blocks on the condition variable;
+  // rethrows the failure.
+  void wait() const;
   bool waitFor(std::chrono::milliseconds timeout) const;  // false on timeout
 
   // One part was launched on a device stream; `event` (get(): the cudaEvent_t) completes
@@ -45,6 +48,7 @@ struct HandleState {
   int pending;
   int unlaunched;  // parts not yet launched on a device stream
   bool finished = false;
+  std::atomic<bool> settled{false};  // finished, readable without the lock
   std::exception_ptr error;
   std::shared_ptr<void> device_event;  // keeps the event of the last part launched alive
 

@@ -2,6 +2,9 @@
 
 #include <accord/error.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace accord {
 
 void TensorQueue::push(std::vector<QueuedOp> ops) {
@@ -20,6 +23,7 @@ void TensorQueue::push(std::vector<QueuedOp> ops) {
       in_flight_.insert({op.process_set, op.request.name});
       ops_.push_back(std::move(op));
     }
+    queued_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -28,6 +32,7 @@ std::vector<QueuedOp> TensorQueue::drain() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<QueuedOp> out;
   out.swap(ops_);
+  queued_.store(shutdown_requested_, std::memory_order_relaxed);
   return out;
 }
 
@@ -36,7 +41,15 @@ void TensorQueue::release(ProcessSetId set, const std::string& name) {
   in_flight_.erase({set, name});
 }
 
-void TensorQueue::waitForWork(std::chrono::microseconds timeout) {
+void TensorQueue::waitForWork(std::chrono::microseconds timeout,
+                              std::chrono::microseconds yielding) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::min(timeout, yielding);
+  while (!queued_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  timeout -= std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (timeout.count() <= 0) return;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return !ops_.empty() || shutdown_requested_; });
 }
@@ -50,6 +63,7 @@ void TensorQueue::requestShutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown_requested_ = true;
+    queued_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }

@@ -9,6 +9,7 @@
 #include "runtime/message.h"
 #include "runtime/tensor_entry.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -36,8 +37,10 @@ class TensorQueue {
   // The collective `name` completed: its name may be submitted again.
   void release(ProcessSetId set, const std::string& name);
 
-  // Background thread: sleeps until work arrives, a shutdown is requested, or `timeout`.
-  void waitForWork(std::chrono::microseconds timeout);
+  // Background thread: waits until work arrives, a shutdown is requested, or `timeout`;
+  // for the first `yielding` of it by yielding the core, then asleep.
+  void waitForWork(std::chrono::microseconds timeout,
+                   std::chrono::microseconds yielding = std::chrono::microseconds(0));
   bool hasWork() const;
 
   void requestShutdown();
@@ -49,6 +52,7 @@ class TensorQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<QueuedOp> ops_;
+  std::atomic<bool> queued_{false};  // !ops_.empty() || shutdown_requested_, lock-free
   std::set<std::pair<ProcessSetId, std::string>> in_flight_;
   bool shutdown_requested_ = false;
   std::exception_ptr closed_;
