@@ -2,6 +2,7 @@
 // threads wait in wait(), briefly yielding, then on the condition variable.
 #include "handle_state.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace accord::detail {
@@ -43,16 +44,21 @@ bool HandleState::done() const {
   return finished;
 }
 
-void HandleState::wait() const {
-  const auto until = std::chrono::steady_clock::now() + kWaitSpin;
+void HandleState::yieldAwhile(std::chrono::microseconds longest) const {
+  const auto until = std::chrono::steady_clock::now() + std::min(longest, kWaitSpin);
   while (!settled.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
+}
+
+void HandleState::wait() const {
+  yieldAwhile(kWaitSpin);
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [this] { return finished; });
   if (error) std::rethrow_exception(error);
 }
 
 bool HandleState::waitFor(std::chrono::milliseconds timeout) const {
+  yieldAwhile(timeout);
   std::unique_lock<std::mutex> lock(mu);
   if (!cv.wait_for(lock, timeout, [this] { return finished; })) return false;
   if (error) std::rethrow_exception(error);

@@ -31,8 +31,8 @@ struct HandleState {
   // Fails the whole state (the first error wins); later parts are ignored.
   void fail(std::exception_ptr error);
   bool done() const;
-  // Yields the core for a moment (handle_state.cc), then blocks on the condition variable;
-  // rethrows the failure.
+  // Both yield the core for a moment (handle_state.cc), then block on the condition
+  // variable; both rethrow the failure.
   void wait() const;
   bool waitFor(std::chrono::milliseconds timeout) const;  // false on timeout
 
@@ -42,6 +42,10 @@ struct HandleState {
   // Blocks until every part was launched or the state finished; the last part's event,
   // or nullptr when the state failed or no part ran on a device.
   void* waitLaunched() const;
+
+  // Yields until finished, for at most `longest` and at most the spin handle_state.cc
+  // allows.
+  void yieldAwhile(std::chrono::microseconds longest) const;
 
   mutable std::mutex mu;
   mutable std::condition_variable cv;
