@@ -5,8 +5,9 @@
 // fused group is copied into the fusion buffer (in parallel), reduced once and copied
 // back. Either way the buffer is reduced in pieces of ACCORD_CHUNK_BYTES, each of which
 // stays in cache between arriving and being passed on: through the shared-memory
-// window when the set's ranks share this host, else as a ring over MPI (ring.h), or,
-// under ACCORD_HIERARCHICAL_ALLREDUCE across hosts, through both (hierarchical.h).
+// window when the set's ranks share this host, else over MPI as a ring (ring.h) or,
+// when small, by recursive doubling (doubling.h), or, under
+// ACCORD_HIERARCHICAL_ALLREDUCE across hosts, through both (hierarchical.h).
 //
 // A joined rank (null entry) contributes the op's neutral element from scratch space
 // in the fusion buffer and throws the result away. Prescale runs on the inputs only

@@ -9,12 +9,14 @@
 //      ends with block l of the buffer reduced over its host;
 //   2. across hosts, allreduce block l among the ranks with local rank l (one
 //      communicator per local rank index, so all of a host's ranks use the network at
-//      once, each for 1/local_size of the data), as the flat MPI path's ring;
+//      once, each for 1/local_size of the data), as the flat MPI path does it: a ring,
+//      or recursive doubling for small blocks (doubling.h);
 //   3. inside each host, allgather the blocks through the window.
-// Only 2(h-1)/h of a block, 1/local_size of the buffer, leaves each rank for the network.
-// Each element is still reduced along one fixed chain and then only copied, so every
-// rank holds bit-identical results; the order of that chain differs from the flat
-// ring's, so floating-point sums may differ from the flat path's in the last bits.
+// With the ring only 2(h-1)/h of a block, 1/local_size of the buffer, leaves each rank
+// for the network. Every rank holds bit-identical results (each step computes every
+// element once and copies it, or computes it alike on every rank); the order of the
+// additions differs from the flat path's, so floating-point sums may differ from it in
+// the last bits.
 //
 // Steps 1-3 run per piece of the shared-memory transport (shared_memory.h), which
 // calls step 2 between its reduce and its gather. Every wait is deadline-bounded: the
