@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Accord needs on Debian 12 and nothing already there: safe to run again.
+#   bash ci/install-deps.sh [--tests]    --tests: also what only the test suite needs
 set -euo pipefail
 
 packages=(
@@ -22,6 +23,11 @@ packages=(
   python3-torchvision python3-filelock python3-packaging  # examples/python and Horovod's examples (tests/examples)
   python3-matplotlib           # accord-report's plots
 )
+case "${1:-}" in
+  --tests) packages+=(slurmctld slurmd slurm-client munge) ;;  # accordrun's srun test
+  "") ;;
+  *) echo "usage: ci/install-deps.sh [--tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,7 @@
 # Installs what is missing, builds, and runs the whole test suite (what CI runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/install-deps.sh
+bash ci/install-deps.sh --tests
 # The PyTorch 2 environment in which the Python tests also run (made once, then reused).
 bash ci/python-env.sh > /dev/null
 bash ci/build.sh
