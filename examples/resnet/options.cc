@@ -8,6 +8,8 @@
 // above any real run and low enough that what they size can be allocated.
 #include "options.h"
 
+#include <accord/error.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -61,8 +63,10 @@ void addModelOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--model", o.model, "resnet18, resnet34, resnet50, resnet101 or resnet152")
       ->capture_default_str();
   app.add_option("--stem", o.stem,
-                 "cifar (3x3 conv, stride 1, no max pool) or imagenet (7x7/2 + max pool)")
-      ->check(CLI::IsMember({"cifar", "imagenet"}))
+                 "cifar (3x3 conv, stride 1, no max pool), imagenet (7x7/2 + max pool) or "
+                 "auto (cifar for images up to " +
+                     std::to_string(kCifarStemLargest) + " px, imagenet above)")
+      ->check(CLI::IsMember({"auto", "cifar", "imagenet"}))
       ->capture_default_str();
   // 16: sixteen times torchvision's channels, far past any ResNet in use.
   app.add_option("--width", o.width, "channel multiplier (1 = torchvision's widths)")
@@ -226,6 +230,12 @@ CLI::App* addCompareCommand(CLI::App& app, CompareOptions& c) {
       ->check(nonNegative())
       ->capture_default_str();
   return cmp;
+}
+
+bool cifarStem(const std::string& stem, int image_size) {
+  if (stem == "auto") return image_size <= kCifarStemLargest;
+  if (stem == "cifar" || stem == "imagenet") return stem == "cifar";
+  throw InvalidArgument("unknown --stem '" + stem + "' (expected auto, cifar or imagenet)");
 }
 
 }  // namespace accord::resnet

@@ -18,10 +18,18 @@ namespace accord::resnet {
 // bad batch fails one step, a model that has diverged fails every step from then on.
 inline constexpr int kMaxNonFiniteInARow = 16;
 
+// --stem auto: the largest images (side, pixels) that get the cifar stem. Fashion-MNIST,
+// CIFAR and Tiny ImageNet (28-64 px) would lose most of their pixels to a 7x7/2
+// convolution and a max pool; photos at ImageNet's sizes would cost 16 times the
+// compute of the imagenet stem's first layers with the cifar one.
+constexpr int kCifarStemLargest = 64;
+
 struct TrainOptions {
   // model
   std::string model = "resnet18";
-  std::string stem = "cifar";  // cifar: 3x3/1 conv, no max pool; imagenet: 7x7/2 + pool
+  // cifar: 3x3/1 conv, no max pool; imagenet: 7x7/2 + pool; auto: cifar for images up
+  // to kCifarStemLargest pixels, imagenet above
+  std::string stem = "auto";
   double width = 0.125;
   int classes = 0;  // 0: the dataset's
   bool zero_init_residual = false;
@@ -76,6 +84,9 @@ struct CompareOptions {
 // Adds every training flag to app, bound to o's fields; a value outside a flag's range
 // makes app.parse() throw CLI::ValidationError naming the flag, the value and the range.
 void addTrainOptions(CLI::App& app, TrainOptions& o);
+// Whether --stem `stem` gives images of `image_size` pixels the cifar stem; throws
+// InvalidArgument for a value other than auto, cifar and imagenet.
+bool cifarStem(const std::string& stem, int image_size);
 // Adds the `compare` subcommand, bound to c; returns it so the caller can see if it ran.
 CLI::App* addCompareCommand(CLI::App& app, CompareOptions& c);
 

@@ -115,14 +115,12 @@ void Trainer::buildModel() {
     throw InvalidArgument("--classes " + std::to_string(cfg.classes) + " is fewer than the " +
                           std::to_string(train_src_->classes()) + " the dataset has");
   cfg.in_channels = train_src_->channels();
-  if (opt_.stem != "cifar" && opt_.stem != "imagenet")
-    throw InvalidArgument("unknown --stem '" + opt_.stem + "' (expected cifar or imagenet)");
-  cfg.cifar_stem = opt_.stem == "cifar";
   cfg.width = opt_.width;
   cfg.zero_init_residual = opt_.zero_init_residual;
   cfg.seed = opt_.seed;
   cfg.max_batch = opt_.batch_size;
   cfg.image_size = train_src_->imageSize();
+  cfg.cifar_stem = cifarStem(opt_.stem, cfg.image_size);
   resnet::buildModel(model_, cfg);
   useDevice(model_, opt_.device, accord::local_rank());
   if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")

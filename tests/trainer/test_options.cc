@@ -97,3 +97,18 @@ TEST_CASE("in-range values and the documented special values parse", "[options]"
   CHECK(o.milestones == std::vector<double>{3, 7});
   CHECK(o.threads == 2);
 }
+
+TEST_CASE("--stem: auto picks by image size, explicit values are kept") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK(o.stem == "auto");
+  CHECK(cifarStem("auto", 28));
+  CHECK(cifarStem("auto", kCifarStemLargest));
+  CHECK_FALSE(cifarStem("auto", kCifarStemLargest + 1));
+  CHECK_FALSE(cifarStem("auto", 224));
+  CHECK(cifarStem("cifar", 224));
+  CHECK_FALSE(cifarStem("imagenet", 28));
+  CHECK_THROWS_WITH(cifarStem("resnet", 28),
+                    Catch::Contains("unknown --stem 'resnet' (expected auto, cifar or imagenet)"));
+  CHECK(parseError("--stem resnet").find("resnet") != std::string::npos);
+}
