@@ -1,10 +1,12 @@
 """accord-report: its errors, its numbers against check_report.py, and a real sweep.
 
-  python3 test_report.py <accord-report> [<accord-resnet>] [MadeUpRuns | RealSweep]
+  python3 test_report.py <accord-report> [<accord-resnet>] [MadeUpRuns | RealSweep | SimhostsSweep]
 
 Without accord-resnet only the tests on made-up metrics files run; with it, also a
-tiny sweep (Fashion-MNIST, 1 and 2 ranks, three schedules) whose report is checked.
-CTest runs the two classes as two tests.
+tiny sweep (Fashion-MNIST, 1 and 2 ranks, three schedules) whose report is checked,
+and the same scaling runs across simulated hosts (SimhostsSweep: root, and
+ACCORD_TEST_SIMHOSTS naming tests/multihost/simhosts.sh). CTest runs the classes as
+separate tests.
 """
 import json
 import os
@@ -161,6 +163,32 @@ class RealSweep(unittest.TestCase):
         summary = json.loads(check_report.read(os.path.join(out, "summary.json")))
         self.assertEqual(sorted(s["schedule"] for s in summary["accuracy"] if s["ranks"] == 2),
                          ["cosine", "exponential", "step"])
+
+
+class SimhostsSweep(unittest.TestCase):
+    """The scaling runs across simulated hosts, one rank per host (--simhosts; root)."""
+
+    def test_sweep_across_simulated_hosts(self):
+        simhosts = os.environ.get("ACCORD_TEST_SIMHOSTS")
+        if not simhosts:
+            self.fail("ACCORD_TEST_SIMHOSTS must name tests/multihost/simhosts.sh")
+        out = tempfile.mkdtemp(prefix="accord-report-simhosts.")
+        self.addCleanup(shutil.rmtree, out)
+        p = report("--out", out, "--sweep-ranks", "1,2", "--batch-size", "16", "--schedules", "step",
+                   "--simhosts", simhosts, "--trainer", TRAINER, "--timeout", "120", "--",
+                   "--steps", "6", "--train-limit", "512", "--threads", "1", "--warmup-epochs", "0",
+                   "--seed", "7")
+        print(p.stdout, p.stderr, sep="\n")
+        if p.returncode != 0 and "skipped: " in p.stdout + p.stderr:
+            self.skipTest("simhosts.sh cannot make hosts here")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("[2/2] 2 rank(s) x batch 16", p.stdout)
+        metrics = sorted(os.path.join(out, "runs", f) for f in os.listdir(os.path.join(out, "runs"))
+                         if f.endswith(".jsonl"))
+        self.assertEqual(len(metrics), 2)
+        self.assertEqual(check_report.check(out, metrics), [])
+        ranks = sorted(json.loads(check_report.read(m).splitlines()[-1])["ranks"] for m in metrics)
+        self.assertEqual(ranks, [1, 2])
 
 
 if __name__ == "__main__":
