@@ -98,7 +98,7 @@ TEST_CASE("in-range values and the documented special values parse", "[options]"
   CHECK(o.threads == 2);
 }
 
-TEST_CASE("--stem: auto picks by image size, explicit values are kept") {
+TEST_CASE("the stem: auto picks by image size, explicit values are kept") {
   TrainOptions o;
   REQUIRE(parseError("", &o).empty());
   CHECK(o.stem == "auto");
