@@ -13,9 +13,19 @@ out=$(mktemp -d /tmp/accordrun-slurm.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
 fail() { echo "FAIL: $*"; exit 1; }
-# Each task says who started it before it becomes the test program.
+# Each task says who started it before it becomes the test program. Under
+# ci/sanitize.sh, Open MPI's mca_base_env_list carries the sanitizer's preload, which
+# mpirun applies to its ranks and srun does not: the task applies it to the program.
+preload=""
+IFS=';' read -ra assignments <<< "${OMPI_MCA_mca_base_env_list:-}"
+for a in "${assignments[@]}"; do
+  case "$a" in LD_PRELOAD=*) preload=${a#LD_PRELOAD=} ;; esac
+done
+export ACCORD_TEST_TASK_PRELOAD=$preload
 bash "$here/slurm_cluster.sh" 2 -- "$accordrun" --timeline "$out/timeline.json" -np 2 \
-  bash -c 'echo "task ${SLURM_PROCID:-none} of ${SLURM_NTASKS:-none} in step ${SLURM_STEP_ID:-none}"; exec "$0"' \
+  bash -c 'echo "task ${SLURM_PROCID:-none} of ${SLURM_NTASKS:-none} in step ${SLURM_STEP_ID:-none}"
+           [ -n "$ACCORD_TEST_TASK_PRELOAD" ] && export LD_PRELOAD=$ACCORD_TEST_TASK_PRELOAD
+           exec "$0"' \
   "$program" > "$out/log" 2>&1
 rc=$?
 cat "$out/log"
