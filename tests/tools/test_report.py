@@ -142,6 +142,16 @@ class MadeUpRuns(unittest.TestCase):
 
 
 @unittest.skipUnless(TRAINER, "no accord-resnet given")
+def checked_sweep(test, out, runs):
+    """The metrics files of a sweep's `runs` runs in `out`, after check_report found the
+    report true to them."""
+    runs_dir = os.path.join(out, "runs")
+    metrics = sorted(os.path.join(runs_dir, f) for f in os.listdir(runs_dir) if f.endswith(".jsonl"))
+    test.assertEqual(len(metrics), runs)
+    test.assertEqual(check_report.check(out, metrics), [])
+    return metrics
+
+
 class RealSweep(unittest.TestCase):
     def test_tiny_sweep(self):
         out = tempfile.mkdtemp(prefix="accord-report-sweep.")
@@ -156,10 +166,7 @@ class RealSweep(unittest.TestCase):
         print(p.stdout, p.stderr, sep="\n")
         self.assertEqual(p.returncode, 0)
         self.assertIn("[7/7] 2 rank(s) x batch 32, exponential schedule", p.stdout)
-        metrics = sorted(os.path.join(out, "runs", f) for f in os.listdir(os.path.join(out, "runs"))
-                         if f.endswith(".jsonl"))
-        self.assertEqual(len(metrics), 7)
-        self.assertEqual(check_report.check(out, metrics), [])
+        metrics = checked_sweep(self, out, 7)
         summary = json.loads(check_report.read(os.path.join(out, "summary.json")))
         self.assertEqual(sorted(s["schedule"] for s in summary["accuracy"] if s["ranks"] == 2),
                          ["cosine", "exponential", "step"])
@@ -183,10 +190,7 @@ class SimhostsSweep(unittest.TestCase):
             self.skipTest("simhosts.sh cannot make hosts here")
         self.assertEqual(p.returncode, 0)
         self.assertIn("[2/2] 2 rank(s) x batch 16", p.stdout)
-        metrics = sorted(os.path.join(out, "runs", f) for f in os.listdir(os.path.join(out, "runs"))
-                         if f.endswith(".jsonl"))
-        self.assertEqual(len(metrics), 2)
-        self.assertEqual(check_report.check(out, metrics), [])
+        metrics = checked_sweep(self, out, 2)
         ranks = sorted(json.loads(check_report.read(m).splitlines()[-1])["ranks"] for m in metrics)
         self.assertEqual(ranks, [1, 2])
 
