@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 namespace accord_gpu {
@@ -37,8 +38,13 @@ void ok(cudaError_t status, const char* what) {
   REQUIRE(status == cudaSuccess);
 }
 
+// Also called from the runtime's background thread (DeviceOutput's allocator), where
+// Catch's assertions must not run: a failure throws, and the runtime fails the handle.
 DeviceMemory::DeviceMemory(std::size_t bytes) : bytes_(bytes) {
-  ok(cudaMalloc(&data_, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  const cudaError_t status = cudaMalloc(&data_, bytes == 0 ? 1 : bytes);
+  if (status != cudaSuccess)
+    throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) +
+                             " bytes: " + cudaGetErrorString(status));
 }
 
 DeviceMemory::~DeviceMemory() { cudaFree(data_); }

@@ -1,9 +1,14 @@
 // The whole model on the GPU (useDevice(m, "cuda"): --device cuda) against the same
-// model on the CPU: same seed, same batch, so the logits, the loss, every gradient the
-// sink receives and the BN statistics after a few SGD steps must agree. Tag [model].
+// model on the CPU: same seed, same batches, so the logits and every gradient the sink
+// receives in the first step, and the losses, parameters and BN statistics of a few
+// SGD steps must agree. Tag [model].
 //
 // Tolerance 2e-3 of each tensor's largest value: the per-layer differences (see
 // test_cudnn_layers.cc) compound through a ResNet-18's 20 layers and batch norms.
+// Gradients are compared in the first step only, where both start from the same
+// parameters: after a step, parameters that differ in the last bits can flip a ReLU
+// or a max-pool choice near a tie, and in a model this small (8 channels, 4 images,
+// batch norm over as few as 4 values) one flip moves a gradient by percent.
 #include "cudnn_layers_util.h"
 #include "model.h"
 #include "model_device.h"
@@ -23,7 +28,8 @@ using test::checkClose;
 
 struct Run {
   resnet::Model model;
-  std::map<std::string, std::vector<float>> grads;  // what the sink received
+  std::map<std::string, std::vector<float>> grads;        // what the sink received
+  std::map<std::string, std::vector<float>> first_grads;  // ... in the first step
   std::vector<float> losses;
 };
 
@@ -49,6 +55,7 @@ void steps(Run& r, int N, int count) {
     resnet::forward(r.model, N);
     r.losses.push_back(resnet::loss(r.model, labels.data(), N, 0.1f, true));
     resnet::backward(r.model, N);
+    if (step == 0) r.first_grads = r.grads;
     sgd.step(0.05);
   }
 }
@@ -62,11 +69,11 @@ void compare(Run& cpu, Run& gpu, const resnet::ModelConfig& cfg, int N) {
     CHECK(gpu.losses[i] == Approx(cpu.losses[i]).epsilon(2e-3));
   const size_t nl = size_t(N) * cfg.classes;
   checkClose(copyOf(gpu.model.logits, nl), copyOf(cpu.model.logits, nl), 2e-3, "last logits");
-  REQUIRE(gpu.grads.size() == cpu.grads.size());
-  for (auto& [name, g] : cpu.grads) {
-    REQUIRE(gpu.grads.count(name) == 1);
+  REQUIRE(gpu.first_grads.size() == cpu.first_grads.size());
+  for (auto& [name, g] : cpu.first_grads) {
+    REQUIRE(gpu.first_grads.count(name) == 1);
     bool all_zero = std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; });
-    if (!all_zero) checkClose(gpu.grads[name], g, 2e-3, "gradient " + name);
+    if (!all_zero) checkClose(gpu.first_grads[name], g, 2e-3, "first step's gradient " + name);
   }
   const nn::Arena &gb = gpu.model.buffers, &cb = cpu.model.buffers;
   checkClose(copyOf(gb.base, gb.capacity), copyOf(cb.base, cb.capacity), 2e-3,

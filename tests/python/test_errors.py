@@ -59,6 +59,8 @@ def test_name_in_flight_twice_is_a_value_error_at_once(hvd):
     """Each rank in turn submits a name the others have not submitted yet (so it
     cannot complete), then submits it again: refused at once on that rank only."""
     me, n = hvd.rank(), hvd.size()
+    if n == 1:
+        pytest.skip("needs two ranks: alone, a rank's first submission completes at once")
     for turn in range(n):
         name = f"dup.{turn}"
         handle = None
