@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace accord::cuda {
 
@@ -29,6 +31,21 @@ std::size_t grownSize(std::size_t bytes, std::size_t capacity) {
     throw InvalidArgument("device buffer: " + std::to_string(bytes) + " bytes cannot be allocated");
   const std::size_t grown = std::max(bytes, capacity + capacity / 2);
   return std::max<std::size_t>((grown + 4095) / 4096 * 4096, 4096);
+}
+
+// Events are created once and reused: creating and destroying one per collective cost
+// microseconds of every small collective's latency.
+constexpr std::size_t kPooledEvents = 1024;  // per device
+
+struct EventPool {
+  std::mutex mu;
+  std::vector<std::vector<cudaEvent_t>> free;  // by device
+};
+
+// Never destroyed: events come back to it from other statics' destructors at exit.
+EventPool& eventPool() {
+  static auto* pool = new EventPool;
+  return *pool;
 }
 
 }  // namespace
@@ -56,12 +73,32 @@ DeviceGuard::~DeviceGuard() {
 }
 
 std::shared_ptr<void> makeEvent() {
+  int device = 0;
+  ACCORD_CUDA_CHECK(cudaGetDevice(&device));
+  EventPool& pool = eventPool();
   cudaEvent_t event = nullptr;
-  ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  // Destroying an event whose work is still queued is allowed: CUDA releases it when the
-  // work completes. At process exit the runtime may already be gone: ignore the status.
-  return std::shared_ptr<void>(static_cast<void*>(event),
-                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (static_cast<std::size_t>(device) < pool.free.size() && !pool.free[device].empty()) {
+      event = pool.free[device].back();
+      pool.free[device].pop_back();
+    }
+  }
+  if (!event) ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  // Back to the pool when the last copy goes. Recording a returned event again while
+  // work it recorded earlier is still queued is allowed: the stream waits already
+  // enqueued on it keep the earlier record.
+  return std::shared_ptr<void>(static_cast<void*>(event), [device](void* e) {
+    EventPool& pool = eventPool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (pool.free.size() <= static_cast<std::size_t>(device)) pool.free.resize(device + 1);
+    if (pool.free[device].size() < kPooledEvents) {
+      pool.free[device].push_back(static_cast<cudaEvent_t>(e));
+      return;
+    }
+    // At process exit the runtime may already be gone: ignore the status.
+    cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  });
 }
 
 void waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, const std::string& what) {

@@ -43,8 +43,9 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// A new event on the current device, without timing (cheaper to record and to query).
-// The pointer's get() is the cudaEvent_t itself; the last copy destroys the event.
+// An event on the current device, without timing (cheaper to record and to query),
+// from a pool of reused ones.
+// The pointer's get() is the cudaEvent_t itself; the last copy returns it to the pool.
 std::shared_ptr<void> makeEvent();
 inline cudaEvent_t eventOf(const std::shared_ptr<void>& event) {
   return static_cast<cudaEvent_t>(event.get());
