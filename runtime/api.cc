@@ -100,7 +100,7 @@ void checkConfigAgrees(const Runtime& rt) {
       {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
       {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
       // Every rank must take the same path for device tensors (NCCL or MPI).
-      {"ACCORD_NCCL", rt.config.nccl},
+      {"ACCORD_NCCL", rt.config.nccl + rt.config.nccl_alone},
   };
   for (const auto& [name, value] : values) {
     std::uint64_t lo = value, hi = value;

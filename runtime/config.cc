@@ -349,9 +349,13 @@ Config Config::parse(const Getenv& getenv) {
       env.count("ACCORD_HIERARCHICAL_ALLREDUCE", 0, 1,
                 "1: host allreduces of a process set spanning hosts reduce inside each host "
                 "through shared memory and across hosts over MPI; 0: one ring over MPI") == 1;
-  c.nccl = env.count("ACCORD_NCCL", 1, 1,
-                     "1: CUDA tensors go through NCCL where Accord was built with it; 0: "
-                     "through MPI, staged in pinned host memory") == 1;
+  const std::uint64_t nccl =
+      env.count("ACCORD_NCCL", 1, 2,
+                "1: CUDA tensors go through NCCL where Accord was built with it; 0: "
+                "through MPI, staged in pinned host memory; 2: through NCCL also in a "
+                "process set of one rank");
+  c.nccl = nccl >= 1;
+  c.nccl_alone = nccl == 2;
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
   c.stall_check_time =
@@ -401,8 +405,12 @@ std::string Config::describe() const {
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
   out += line("ACCORD_HIERARCHICAL_ALLREDUCE", hierarchical_allreduce ? "1" : "0",
               "across hosts: reduce within each host, then across hosts (0 = one flat ring)");
-  out += line("ACCORD_NCCL", nccl ? "1" : "0",
-              "CUDA tensors through NCCL where built with it (0 = MPI via pinned host memory)");
+  out += line("ACCORD_NCCL",
+              nccl_alone ? "2"
+              : nccl     ? "1"
+                         : "0",
+              "CUDA tensors through NCCL where built with it (0 = MPI via pinned host "
+              "memory, 2 = NCCL also in sets of one rank)");
   out +=
       line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
            "response cache entries (0.." + std::to_string(kMaxCacheCapacity) + ", 0 = no cache)");

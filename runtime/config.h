@@ -26,6 +26,10 @@ struct Config {
   // ACCORD_NCCL: CUDA tensors through NCCL where this build has it; 0 (or a build
   // without NCCL): through MPI, staged in pinned host memory.
   bool nccl = true;
+  // ACCORD_NCCL=2: NCCL runs also in a set of one rank, where by default an allreduce
+  // or broadcast is its input and nothing is exchanged (tests of the NCCL path use it
+  // on one GPU).
+  bool nccl_alone = false;
   std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off

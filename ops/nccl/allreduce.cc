@@ -11,6 +11,10 @@
 // division where ncclAvg does not do it) scales the result: one cuda::scale launch
 // each, none when the factor is 1. A joined rank, or a rank whose tensor does not
 // match the response, contributes the op's neutral element from scratch space.
+//
+// In a set of one rank the reduction is the input itself: every tensor stays where it
+// is, only the scaling runs, and NCCL is not called (nor the fusion buffer used);
+// ACCORD_NCCL=2 runs NCCL there anyway.
 #include "ops/cuda/kernels.h"
 #include "ops/nccl/nccl_common.h"
 #include "ops/nccl/nccl_ops.h"
@@ -25,7 +29,8 @@ std::size_t align16(std::size_t bytes) {
   return (bytes + kFusedAlignment - 1) / kFusedAlignment * kFusedAlignment;
 }
 
-void reduceInPlace(Launch& l, std::size_t i, const Reduction& red) {
+// `exchange`: false in a set of one rank, where only the scaling is left to do.
+void reduceInPlace(Launch& l, std::size_t i, const Reduction& red, bool exchange) {
   const Response& r = l.response;
   const std::size_t bytes = r.tensorBytes(i);
   const std::size_t count = bytes / dtype_size(r.dtype);
@@ -39,9 +44,11 @@ void reduceInPlace(Launch& l, std::size_t i, const Reduction& red) {
     data = l.device.scratch.reserve(bytes, l.stream);
     cuda::fillNeutral(data, count, r.dtype, r.op, l.stream);
   }
-  l.nccl([&](ncclComm_t comm) {
-    return ncclAllReduce(data, data, count, ncclType(r.dtype), red.op, comm, l.stream);
-  });
+  if (exchange) {
+    l.nccl([&](ncclComm_t comm) {
+      return ncclAllReduce(data, data, count, ncclType(r.dtype), red.op, comm, l.stream);
+    });
+  }
   if (!red.post.isOne())
     cuda::scale(data, count, r.dtype, red.post.factor, red.post.divisor, l.stream);
 }
@@ -94,8 +101,10 @@ class NcclAllreduce final : public Op {
                std::vector<TensorEntry*>& entries) override {
     run(devices_, ctx, response, entries, [&](Launch& l) {
       const Reduction red = reductionFor(response, ctx.size());
-      if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
-        for (std::size_t i = 0; i < response.names.size(); ++i) reduceInPlace(l, i, red);
+      const bool alone = ctx.size() == 1 && !ctx.config.nccl_alone;
+      if (alone || response.names.size() == 1 ||
+          response.totalBytes() > ctx.config.fusion_threshold) {
+        for (std::size_t i = 0; i < response.names.size(); ++i) reduceInPlace(l, i, red, !alone);
       } else {
         reduceFused(l, red);
       }

@@ -45,7 +45,8 @@ class NcclBroadcast final : public Op {
         buffers.emplace_back(scratch, bytes);
         scratch += alignUp(bytes);
       }
-      if (buffers.empty()) return;
+      // Alone, the root has it already.
+      if (buffers.empty() || (ctx.size() == 1 && !ctx.config.nccl_alone)) return;
       l.nccl([&](ncclComm_t comm) {
         for (auto [data, bytes] : buffers) {
           const ncclResult_t result =

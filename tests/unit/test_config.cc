@@ -64,6 +64,9 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
   CHECK_FALSE(c.nccl);
   CHECK(parse({{"ACCORD_NCCL", "1"}}).nccl);
+  CHECK_FALSE(parse({{"ACCORD_NCCL", "1"}}).nccl_alone);
+  CHECK(parse({{"ACCORD_NCCL", "2"}}).nccl);
+  CHECK(parse({{"ACCORD_NCCL", "2"}}).nccl_alone);
   CHECK_FALSE(c.hierarchical_allreduce);  // off unless asked for
   CHECK(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
@@ -134,12 +137,13 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
               "': expected an integer between 0 and 1 (1: allreduces among ranks of one host "
               "go through shared memory; 0: always MPI)");
   }
-  for (std::string bad : {"2", "on", "-1"}) {
+  for (std::string bad : {"3", "on", "-1"}) {
     INFO(bad);
     CHECK(error("ACCORD_NCCL", bad) ==
           "ACCORD_NCCL='" + bad +
-              "': expected an integer between 0 and 1 (1: CUDA tensors go through NCCL where "
-              "Accord was built with it; 0: through MPI, staged in pinned host memory)");
+              "': expected an integer between 0 and 2 (1: CUDA tensors go through NCCL where "
+              "Accord was built with it; 0: through MPI, staged in pinned host memory; 2: "
+              "through NCCL also in a process set of one rank)");
   }
   for (std::string bad : {"2", "true", "-1"}) {
     INFO(bad);
