@@ -37,7 +37,7 @@ packages=(
   libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libatomic1
   libtbb12 libtbbmalloc2 libspdlog1.10 libfmt9
   libopenmpi-dev  # mpi.h, for ci/device-python.sh to compile accord._core there
-  libdnnl2 ocl-icd-libopencl1 libgomp1  # the trainer (accord-resnet) and its GPU tests
+  libdnnl2 ocl-icd-libopencl1 libgomp1 libjpeg62-turbo  # the trainer (accord-resnet) and its GPU tests
 )
 rm -rf .debs && mkdir -p .debs
 (cd .debs && apt-get download "${packages[@]}" > /dev/null 2>&1)

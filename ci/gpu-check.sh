@@ -61,7 +61,7 @@ fi
 # 1. The GPU tests (kernels, device collectives, errors).
 junit=()  # CTest 3.21+ also writes JUnit XML
 ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$out/gpu-tests.xml")
-ctest --test-dir build -L gpu --output-on-failure --timeout 240 "${junit[@]}" \
+ctest --test-dir build -L gpu --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
       > "$out/gpu-tests.log" 2>&1 || status=1
 say "gpu tests:  $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
 grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$out/gpu-tests.log" |
