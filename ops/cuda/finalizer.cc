@@ -18,7 +18,8 @@ using Clock = std::chrono::steady_clock;
 
 // After the last completion or launch, poll flat out this long (a small collective
 // takes tens of microseconds, and each microsecond of polling delay is latency the
-// caller sees), then sleep in growing steps up to 100 us: a large collective is
+// caller sees; with nothing in flight, this is how long a new launch is picked up
+// without a wake-up), then sleep in growing steps up to 100 us: a large collective is
 // noticed within 100 us of its end, at 10,000 polls a second while it runs.
 constexpr auto kSpin = std::chrono::microseconds(200);
 constexpr auto kFirstSleep = std::chrono::microseconds(10);
@@ -120,6 +121,15 @@ void Finalizer::run() {
     }
     if (items_.empty()) {
       if (stopping_) return;
+      // Right after a completion the next collective often follows within microseconds
+      // (a training step's stream of small ones): keep polling for it a while rather
+      // than sleep, since waking a sleeping thread costs about as long again.
+      if (Clock::now() - last_progress < kSpin) {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        continue;
+      }
       wake_.wait(lock, [&] { return stopping_ || !items_.empty(); });
       last_progress = Clock::now();
       sleep = kFirstSleep;
@@ -174,6 +184,21 @@ void Finalizer::run() {
     }
     wake_.wait_for(lock, sleep);
     sleep = std::min(sleep * 2, kMaxSleep);
+  }
+}
+
+void completeWhenReady(Finalizer& finalizer, int device, const Response& response,
+                       std::vector<TensorEntry*>& entries) {
+  const std::string what = mpi::describe(response);
+  for (TensorEntry* e : entries) {
+    Launched launched;
+    launched.what = what;
+    launched.device = device;
+    launched.done = e->ready;
+    e->handle->partLaunched(e->ready);
+    launched.parts.push_back({e->handle, nullptr});
+    e->backend_completes = true;
+    finalizer.add(std::move(launched));
   }
 }
 

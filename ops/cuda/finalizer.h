@@ -96,6 +96,13 @@ class Finalizer {
   std::thread thread_;  // last: starts after everything it uses
 };
 
+// Hands entries that need no GPU work over to the finalizer, each to complete when its
+// own ready event has (the point on the application's stream it was submitted at):
+// an allreduce alone, unscaled, leaves the data as it is. Every entry must be local,
+// without an error, and have a ready event.
+void completeWhenReady(Finalizer& finalizer, int device, const Response& response,
+                       std::vector<TensorEntry*>& entries);
+
 // Hands the local entries of a response launched on `stream` over to the finalizer:
 // records the done event, reports each part launched to its handle, and marks the
 // entries as completed by the backend (TensorEntry::backend_completes). Entries with

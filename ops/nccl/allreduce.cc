@@ -14,7 +14,8 @@
 //
 // In a set of one rank the reduction is the input itself: every tensor stays where it
 // is, only the scaling runs, and NCCL is not called (nor the fusion buffer used);
-// ACCORD_NCCL=2 runs NCCL there anyway.
+// unscaled, nothing runs on the GPU and each handle completes on its tensor's ready
+// event. ACCORD_NCCL=2 runs NCCL there anyway.
 #include "ops/cuda/kernels.h"
 #include "ops/nccl/nccl_common.h"
 #include "ops/nccl/nccl_ops.h"
@@ -89,6 +90,23 @@ void reduceFused(Launch& l, const Reduction& red) {
   cuda::batchedCopy(out, l.stream);
 }
 
+// Alone and unscaled, the result is the input as it is: nothing runs on the GPU, and
+// each handle completes when its tensor is ready on the application's stream. False
+// (the regular path) where any entry is not plainly local.
+bool completeUnchanged(cuda::Devices& devices, ExecContext& ctx, const Response& r,
+                       std::vector<TensorEntry*>& entries, const Reduction& red) {
+  if (ctx.size() != 1 || ctx.config.nccl_alone || !red.post.isOne() || !mpi::preScaling(r).isOne())
+    return false;
+  const int device = cuda::deviceOf(devices, entries);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry* e = entries[i];
+    if (!e || e->error || !e->ready || e->tensor.device.index != device) return false;
+    if (!mpi::prepareLocal(*e, [&] { mpi::checkInput(r, i, *e, r.tensorBytes(i)); })) return false;
+  }
+  cuda::completeWhenReady(devices.finalizer(), device, r, entries);
+  return true;
+}
+
 class NcclAllreduce final : public Op {
  public:
   explicit NcclAllreduce(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
@@ -99,8 +117,9 @@ class NcclAllreduce final : public Op {
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
+    const Reduction red = reductionFor(response, ctx.size());
+    if (completeUnchanged(*devices_, ctx, response, entries, red)) return;
     run(devices_, ctx, response, entries, [&](Launch& l) {
-      const Reduction red = reductionFor(response, ctx.size());
       const bool alone = ctx.size() == 1 && !ctx.config.nccl_alone;
       if (alone || response.names.size() == 1 ||
           response.totalBytes() > ctx.config.fusion_threshold) {
