@@ -10,7 +10,10 @@
 //              right after that layer's backward, and go on to its sink from there
 // So gradients reach the runtime through host buffers, and every step uploads the
 // parameters the host optimizer updated: simple and correct first; keeping parameters,
-// the optimizer (nn::cuda::FusedSgd) and NCCL reductions on the GPU comes next.
+// the optimizer (nn::cuda::FusedSgd) and NCCL reductions on the GPU comes next. The
+// host arenas that travel (parameters, gradients, BN statistics, the input batch) are
+// page-locked for the time the model is on the GPU, so those copies run at the
+// bus's speed.
 #pragma once
 
 #include "model.h"
@@ -20,9 +23,11 @@
 namespace accord::resnet {
 
 // Moves m's passes to `device`: "cpu" does nothing, "cuda" uses GPU local_rank modulo
-// the GPUs present. Throws InvalidArgument for another name, or "cuda" in a build
-// without cuDNN. Call after buildModel().
-void useDevice(Model& m, const std::string& device, int local_rank);
+// the GPUs present. `precision`: "fp32", or "tf32" (cuda only: tensor cores on float32
+// data). Throws InvalidArgument for another name, "cuda" in a build without cuDNN, or
+// tf32 on the CPU. Call after buildModel().
+void useDevice(Model& m, const std::string& device, int local_rank,
+               const std::string& precision = "fp32");
 
 // The passes on m.device (model_pass.cc forwards to these when it is set).
 void deviceForward(Model& m, int N);

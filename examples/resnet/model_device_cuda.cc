@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <vector>
 
 namespace accord::resnet {
@@ -14,8 +15,11 @@ namespace accord::resnet {
 struct DeviceModel {
   Model mirror;               // device arenas, nn::cuda::layers()
   int32_t* labels = nullptr;  // (max_batch) device
+  std::vector<void*> pinned;  // host ranges of the host model made page-locked
   ~DeviceModel() {
-    if (labels) cudaFree(labels);  // from a destructor: no throw
+    // From a destructor: no throw.
+    for (void* p : pinned) cudaHostUnregister(p);
+    if (labels) cudaFree(labels);
   }
 };
 
@@ -27,6 +31,26 @@ void check(cudaError_t s, const std::string& what) {
 
 void upload(nn::Arena& device, const nn::Arena& host) {
   nn::cuda::copy_to_device(device.base, host.base, host.capacity);
+}
+
+// Page-locks [p, p + floats) of the host model, so that copies to and from the GPU run
+// as DMA at the bus's speed. Where the system refuses (a locked-memory limit), the
+// copies still work from pageable memory, only slower: say so once and go on.
+void pin(DeviceModel& d, float* p, size_t floats) {
+  if (!p || floats == 0) return;
+  const cudaError_t s = cudaHostRegister(p, floats * sizeof(float), cudaHostRegisterDefault);
+  if (s == cudaSuccess) {
+    d.pinned.push_back(p);
+    return;
+  }
+  cudaGetLastError();  // not sticky: clear it
+  static bool said = false;
+  if (!said)
+    std::fprintf(stderr,
+                 "accord-resnet: warning: cannot page-lock host buffers for the GPU (%s); "
+                 "copies run from pageable memory\n",
+                 cudaGetErrorString(s));
+  said = true;
 }
 
 // The gradient at `g` in the mirror's arena lives at the same offset in the host's.
@@ -42,8 +66,15 @@ const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
 
 }  // namespace
 
-void useDevice(Model& m, const std::string& device, int local_rank) {
-  if (device == "cpu") return;
+void useDevice(Model& m, const std::string& device, int local_rank, const std::string& precision) {
+  if (precision != "fp32" && precision != "tf32")
+    throw InvalidArgument("unknown --precision '" + precision + "' (expected fp32 or tf32)");
+  if (device == "cpu") {
+    if (precision != "fp32")
+      throw InvalidArgument("--precision " + precision +
+                            " needs --device cuda (the CPU layers are fp32)");
+    return;
+  }
   if (device != "cuda")
     throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
   int count = 0;
@@ -53,12 +84,18 @@ void useDevice(Model& m, const std::string& device, int local_rank) {
   auto d = std::make_shared<DeviceModel>();
   for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
     nn::cuda::useDeviceMemory(*a);
+  nn::cuda::set_math(precision == "tf32" ? nn::cuda::Math::Tf32 : nn::cuda::Math::Fp32);
   d->mirror.ops = &nn::cuda::layers();
   buildModel(d->mirror, m.cfg, false);
   if (d->mirror.params.capacity != m.params.capacity || d->mirror.acts.capacity != m.acts.capacity)
     throw Error("--device cuda: the device model's layout differs from the host model's");
   check(cudaMalloc(reinterpret_cast<void**>(&d->labels), sizeof(int32_t) * m.cfg.max_batch),
         "--device cuda: allocating labels");
+  pin(*d, m.params.base, m.params.capacity);
+  pin(*d, m.grads.base, m.grads.capacity);
+  pin(*d, m.buffers.base, m.buffers.capacity);
+  pin(*d, m.input,
+      size_t(m.cfg.max_batch) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
   // Each gradient comes down to its place in the host arena, then goes on to the host
   // model's sink (the runtime), exactly as on the CPU. copy_to_host waits for it.
   Model* host = &m;

@@ -6,8 +6,13 @@
 
 namespace accord::resnet {
 
-void useDevice(Model&, const std::string& device, int) {
-  if (device == "cpu") return;
+void useDevice(Model&, const std::string& device, int, const std::string& precision) {
+  if (device == "cpu") {
+    if (precision != "fp32")
+      throw InvalidArgument("--precision " + precision +
+                            " needs --device cuda (the CPU layers are fp32)");
+    return;
+  }
   if (device == "cuda")
     throw InvalidArgument(
         "--device cuda: this build has no GPU layers (it found no CUDA toolkit or no cuDNN; "

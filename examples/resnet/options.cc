@@ -191,6 +191,11 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                  "GPUs; builds with cuDNN only)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "arithmetic of the GPU layers: fp32 (plain float32, matches the CPU) or tf32 "
+                 "(tensor cores on float32 data, about 1e-3 relative; --device cuda only)")
+      ->check(CLI::IsMember({"fp32", "tf32"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
       ->check(integerIn(0, 1024))
       ->capture_default_str();

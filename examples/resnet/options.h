@@ -65,6 +65,7 @@ struct TrainOptions {
   std::uint64_t seed = 42;
   // run
   std::string device = "cpu";  // cpu | cuda
+  std::string precision = "fp32";  // fp32 | tf32 (tensor cores; --device cuda only)
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

@@ -122,7 +122,7 @@ void Trainer::buildModel() {
   cfg.image_size = train_src_->imageSize();
   cfg.cifar_stem = cifarStem(opt_.stem, cfg.image_size);
   resnet::buildModel(model_, cfg);
-  useDevice(model_, opt_.device, accord::local_rank());
+  useDevice(model_, opt_.device, accord::local_rank(), opt_.precision);
   if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")
     throw InvalidArgument("unknown --train-bn-mode '" + opt_.train_bn_mode +
                           "' (expected batch or running)");

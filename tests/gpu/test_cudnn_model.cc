@@ -98,6 +98,30 @@ TEST_CASE("a ResNet-18 on the GPU trains like on the CPU", "[model]") {
   }
 }
 
+TEST_CASE("a ResNet-18 on the GPU in tf32 stays close to the CPU", "[model]") {
+  // Tensor cores round float32 inputs to 10-bit mantissas (about 1e-3 relative per
+  // product), so one step's loss and logits agree to about 1e-2 here, not 2e-3.
+  resnet::ModelConfig cfg;
+  cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = true;
+  cfg.width = 0.25, cfg.max_batch = 8, cfg.image_size = 16;
+  const int N = 8;
+  Run cpu, gpu;
+  build(cpu, cfg, false);
+  resnet::buildModel(gpu.model, cfg);
+  resnet::useDevice(gpu.model, "cuda", 0, "tf32");
+  gpu.model.sink = [&gpu](const std::string& name, float* g, std::size_t n) {
+    gpu.grads[name].assign(g, g + n);
+  };
+  steps(cpu, N, 1);
+  steps(gpu, N, 1);
+  REQUIRE(gpu.losses.size() == 1);
+  CHECK(gpu.losses[0] == Approx(cpu.losses[0]).epsilon(1e-2));
+  const size_t nl = size_t(N) * cfg.classes;
+  checkClose(copyOf(gpu.model.logits, nl), copyOf(cpu.model.logits, nl), 2e-2, "logits (tf32)");
+  checkClose(gpu.first_grads["fc.weight"], cpu.first_grads["fc.weight"], 2e-2,
+             "fc.weight gradient (tf32)");
+}
+
 TEST_CASE("an unknown device is refused", "[model]") {
   resnet::ModelConfig cfg;
   cfg.width = 0.125, cfg.classes = 10, cfg.cifar_stem = true, cfg.image_size = 16;
@@ -105,6 +129,8 @@ TEST_CASE("an unknown device is refused", "[model]") {
   resnet::Model m;
   resnet::buildModel(m, cfg);
   CHECK_THROWS_AS(resnet::useDevice(m, "tpu", 0), InvalidArgument);
+  CHECK_THROWS_AS(resnet::useDevice(m, "cpu", 0, "tf32"), InvalidArgument);  // GPU only
+  CHECK_THROWS_AS(resnet::useDevice(m, "cuda", 0, "fp64"), InvalidArgument);
   CHECK_NOTHROW(resnet::useDevice(m, "cpu", 0));
   CHECK(!m.device);
 }

@@ -112,3 +112,12 @@ TEST_CASE("the stem: auto picks by image size, explicit values are kept") {
                     Catch::Contains("unknown --stem 'resnet' (expected auto, cifar or imagenet)"));
   CHECK(parseError("--stem resnet").find("resnet") != std::string::npos);
 }
+
+TEST_CASE("the precision: fp32 by default, tf32 taken, others refused") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK(o.precision == "fp32");
+  REQUIRE(parseError("--precision tf32", &o).empty());
+  CHECK(o.precision == "tf32");
+  CHECK(parseError("--precision fp64").find("fp64") != std::string::npos);
+}
