@@ -115,7 +115,11 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
     """Returns (img/s, None) or (None, why not)."""
     if not os.path.exists(exe):
         return None, f"{exe} not found"
-    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
+    shown = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    if shown.returncode != 0:  # e.g. a shared library missing on this machine
+        tail = (shown.stderr or shown.stdout).strip().splitlines()[-1:]
+        return None, f"{exe} --help failed (exit {shown.returncode}): {' '.join(tail)}"
+    help_text = shown.stdout
     if "--device" not in help_text:
         return None, "this accord-resnet has no --device (CPU-only build)"
     # One epoch of warmup + steps batches; its rate counts the warm-up steps too.
@@ -125,10 +129,16 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
            "--synthetic-size", str(batch * (steps + warmup)), "--epochs", "1", "--no-eval",
            "--no-progress", "--metrics", "/dev/stdout"]
     note = None
-    if "--precision" in help_text:
-        cmd += ["--precision", precision]
-    elif precision != "fp32":
-        note = "fp32: this accord-resnet has no --precision"
+    # The trainer's --precision choices, as its help lists them ("{fp32,tf32}").
+    m = re.search(r"--precision\s+\S*\{([^}]*)\}", help_text)
+    offered = m.group(1).split(",") if m else ["fp32"]
+    if precision in offered:
+        used = precision
+    else:  # the closest it has: tf32 (tensor cores) before plain fp32
+        used = "tf32" if "tf32" in offered else "fp32"
+        note = f"{used}: this accord-resnet has no {precision}"
+    if m:
+        cmd += ["--precision", used]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
