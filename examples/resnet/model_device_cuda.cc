@@ -29,8 +29,10 @@ void check(cudaError_t s, const std::string& what) {
   if (s != cudaSuccess) throw Error(what + ": CUDA failed: " + cudaGetErrorString(s));
 }
 
+// Asynchronous: the host arenas change only after a synchronous copy back (the
+// gradients' and statistics' downloads), which the stream reaches after this.
 void upload(nn::Arena& device, const nn::Arena& host) {
-  nn::cuda::copy_to_device(device.base, host.base, host.capacity);
+  nn::cuda::copy_to_device_async(device.base, host.base, host.capacity);
 }
 
 // Page-locks [p, p + floats) of the host model, so that copies to and from the GPU run
@@ -112,8 +114,10 @@ void deviceForward(Model& m, int N) {
   // The host optimizer, a resume or BN averaging may have changed these since.
   upload(d.params, m.params);
   upload(d.buffers, m.buffers);
-  nn::cuda::copy_to_device(d.input, m.input,
-                           size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
+  // The batch, like the parameters, is read before the host writes the next one: the
+  // trainer writes it after this step's synchronous downloads.
+  nn::cuda::copy_to_device_async(
+      d.input, m.input, size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
   d.bn_training = m.bn_training;
   forward(d, N);
   // The running statistics forward moved, and the logits, for whoever reads them.

@@ -103,6 +103,13 @@ void copy_to_device(float* device, const float* host, size_t n) {
   ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(backend().stream));
 }
 
+void copy_to_device_async(float* device, const float* host, size_t n) {
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::copy_to_device_async floats", n);
+  ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(device, host, n * sizeof(float),
+                                             cudaMemcpyHostToDevice, backend().stream));
+}
+
 void copy_to_host(float* host, const float* device, size_t n) {
   if (n == 0) return;
   const std::string what = key("nn::cuda::copy_to_host floats", n);

@@ -60,6 +60,10 @@ void clear_plan_cache();
 size_t plan_cache_size();
 
 void copy_to_device(float* device, const float* host, size_t n);  // synchronous
+// Queued on the layers' stream and returns at once: `host` must hold its values until
+// the stream has read them (the next synchronous copy, say). From page-locked memory
+// the host goes on launching while the bytes move.
+void copy_to_device_async(float* device, const float* host, size_t n);
 void copy_to_host(float* host, const float* device, size_t n);    // synchronous
 
 // ---- arenas -------------------------------------------------------------------------
