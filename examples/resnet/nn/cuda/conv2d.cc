@@ -2,14 +2,12 @@
 // favour of the graph API; it is the shortest path to the three convolutions).
 //
 // One plan per shape and math mode holds the descriptors and the algorithm of each
-// direction, chosen once by running cuDNN's candidates on scratch buffers and timing
-// them (cudnnFind*Algorithm, what PyTorch's cudnn.benchmark does): the first step of
-// each shape pays a few milliseconds. The fastest candidate that works for these
-// descriptors is taken; in Fp32 mode candidates that would use tensor cores are
-// skipped, so results stay plain fp32. Where the search fails (too little memory for
-// its buffers, say), cuDNN's heuristics (cudnnGet*Algorithm_v7) choose instead. Workspaces come
-// from one buffer shared by every conv (calls are sequential on one stream), grown to the largest
-// request.
+// direction, chosen once by cuDNN's heuristics (cudnnGet*Algorithm_v7, which do not run
+// anything, so planning costs no GPU time and needs no buffers). The first candidate
+// that cuDNN supports for these descriptors is taken; in Fp32 mode candidates that
+// would use tensor cores are skipped, so results stay plain fp32. Workspaces come from
+// one buffer shared by every conv (calls are sequential on one stream), grown to the
+// largest request.
 #include "nn/cuda/backend_cuda.h"
 
 #include <vector>
@@ -61,19 +59,6 @@ const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& wh
               std::to_string(count) + " candidates, none supported without tensor ops)");
 }
 
-// Whether a search (cudnnFind*Algorithm) answered with a usable candidate; its results
-// come fastest first. A failed search leaves nothing behind that a later call sees.
-template <class Perf>
-bool measured(cudnnStatus_t status, const std::vector<Perf>& perf, int count) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    cudaGetLastError();  // an allocation the search could not make is not sticky
-    return false;
-  }
-  for (int i = 0; i < count; ++i)
-    if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return true;
-  return false;
-}
-
 void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
@@ -109,31 +94,22 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
 
   int count = 0;
   std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-  if (!measured(cudnnFindConvolutionForwardAlgorithm(h, p.x, p.w, p.conv, p.y, int(fwd.size()),
-                                                     &count, fwd.data()),
-                fwd, count))
-    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionForwardAlgorithm_v7(
-                                   h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()));
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionForwardAlgorithm_v7(
+                                 h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()));
   p.fwd = pick(fwd, count, what, "forward").algo;
   ACCORD_NN_CUDA_CHECK(
       what, cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &p.fwd_bytes));
 
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-  if (!measured(cudnnFindConvolutionBackwardDataAlgorithm(h, p.w, p.y, p.conv, p.x, int(bd.size()),
-                                                          &count, bd.data()),
-                bd, count))
-    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                                   h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                 h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
   p.bwd_data = pick(bd, count, what, "backward-data").algo;
   ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataWorkspaceSize(
                                  h, p.w, p.y, p.conv, p.x, p.bwd_data, &p.bwd_data_bytes));
 
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-  if (!measured(cudnnFindConvolutionBackwardFilterAlgorithm(h, p.x, p.y, p.conv, p.w,
-                                                            int(bf.size()), &count, bf.data()),
-                bf, count))
-    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                                   h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()));
+  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                 h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()));
   p.bwd_filter = pick(bf, count, what, "backward-filter").algo;
   ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterWorkspaceSize(
                                  h, p.x, p.y, p.conv, p.w, p.bwd_filter, &p.bwd_filter_bytes));
