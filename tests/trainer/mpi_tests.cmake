@@ -8,6 +8,7 @@
 #                --skip-nonfinite-steps leaves the model as it was
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
+#   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -32,6 +33,10 @@ accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(accuracy 900)
+# CPU -> GPU -> CPU through checkpoints; "skipped: no GPU" where there is none.
+accord_trainer_mpi_test(device-resume 300)
+set_tests_properties(trainer.mpi.device-resume PROPERTIES LABELS "trainer;gpu"
+                     SKIP_REGULAR_EXPRESSION "skipped: no GPU")
 
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a
 # damaged record skipped or rejected. They need the data tools.

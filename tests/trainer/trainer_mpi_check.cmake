@@ -101,6 +101,26 @@ elseif(MODE STREQUAL "bad-resume")
   if(rc EQUAL 0 OR NOT err MATCHES "truncated")
     message(FATAL_ERROR "a truncated checkpoint was not rejected clearly")
   endif()
+elseif(MODE STREQUAL "device-resume")
+  # A checkpoint written on the CPU resumes on the GPU, and the GPU's resumes on the CPU:
+  # 2 + 2 + 2 steps end where 6 steps on the CPU alone end, to float32's differences
+  # between cuDNN and oneDNN (a resume that lost its state would be off by far more).
+  set(args ${SMALL} --batch-size 16 --warmup-epochs 0 --lr 0.1)
+  run(1 first ${args} --steps 2 --checkpoint ${WORK}/cpu.ckpt)
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --device cuda --resume ${WORK}/cpu.ckpt
+                          --steps 4 --checkpoint ${WORK}/gpu.ckpt
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("---- on the GPU\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    if(err MATCHES "--device cuda: (no GPU found|counting GPUs|this build has no GPU layers)")
+      message("skipped: no GPU (${CMAKE_MATCH_0})")
+      return()
+    endif()
+    message(FATAL_ERROR "the GPU run resuming the CPU's checkpoint failed with ${rc}")
+  endif()
+  run(1 last ${args} --resume ${WORK}/gpu.ckpt --steps 6 --dump-params ${WORK}/mixed.params)
+  run(1 cpu ${args} --steps 6 --dump-params ${WORK}/cpu.params)
+  compare(${WORK}/cpu.params ${WORK}/mixed.params --atol 1e-3 --rtol 1e-2)
 elseif(MODE STREQUAL "accuracy")
   run(2 default --no-progress --metrics ${WORK}/metrics.jsonl)
   if(NOT LAST_OUT MATCHES "final test accuracy: ([0-9.]+)%")
