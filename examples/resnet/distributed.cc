@@ -29,7 +29,12 @@ void GradExchange::submit(const std::string& name, float* grad, std::size_t n) {
   AllreduceOptions o;
   o.name = "grad." + name;
   o.op = ReduceOp::Average;
-  handles_.push_back(allreduce_async(view(grad, DType::Float32, n), o));
+  TensorView v = view(grad, DType::Float32, n);
+  if (device_ >= 0) {
+    v.device = Device::cuda(device_);
+    o.stream = stream_;
+  }
+  handles_.push_back(allreduce_async(v, o));
 }
 
 void GradExchange::submitValue(const std::string& name, double* value) {

@@ -20,6 +20,12 @@ namespace accord::resnet {
 class GradExchange {
  public:
   explicit GradExchange(int world) : world_(world) {}
+  // Gradients in GPU `device`'s memory from here on, ready in the order of `stream`
+  // (a cudaStream_t): they are reduced there, as CUDA tensors (NCCL).
+  void onDevice(int device, void* stream) {
+    device_ = device;
+    stream_ = stream;
+  }
   // Called from the model's GradSink on the training thread; returns at once.
   void submit(const std::string& name, float* grad, std::size_t n);
   // Averages one value (the step's loss) along with the gradients, so every rank ends
@@ -30,6 +36,8 @@ class GradExchange {
 
  private:
   int world_;
+  int device_ = -1;  // host memory
+  void* stream_ = nullptr;
   std::vector<Handle> handles_;
 };
 

@@ -8,15 +8,24 @@
 //   forward:   parameters, BN statistics and the batch go up; BN statistics come back
 //   backward:  each layer's gradients come down into the host model's gradient arena
 //              right after that layer's backward, and go on to its sink from there
-// So gradients reach the runtime through host buffers, and every step uploads the
-// parameters the host optimizer updated: simple and correct first; keeping parameters,
-// the optimizer (nn::cuda::FusedSgd) and NCCL reductions on the GPU comes next. The
-// host arenas that travel (parameters, gradients, BN statistics, the input batch) are
-// page-locked for the time the model is on the GPU, so those copies run at the
-// bus's speed.
+// So the host's optimizer and code written for the CPU model (the GPU tests compare
+// the two this way) work unchanged, at the price of moving every parameter and
+// gradient across the bus each step. The host arenas that travel (parameters,
+// gradients, BN statistics, the input batch) are page-locked for the time the model
+// is on the GPU, so those copies run at the bus's speed.
+//
+// The trainer goes further (trainOnDevice): there the device copy of the parameters is
+// the one trained. The sink then receives the gradients where they are, in device
+// memory, for the runtime to average as CUDA tensors; deviceSgdStep updates parameters
+// and momentum on the GPU (nn::cuda::FusedSgd, the CPU optimizer's arithmetic); nothing
+// travels per step but the batch, the labels and the BN statistics. The host arenas
+// and the optimizer's momentum then hold the trained values only after pullToHost
+// (checkpoints, the final parameters), and pushToDevice takes host values up (a resume,
+// the initial broadcast).
 #pragma once
 
 #include "model.h"
+#include "optimizer.h"
 
 #include <string>
 
@@ -28,6 +37,20 @@ namespace accord::resnet {
 // tf32 on the CPU. Call after buildModel().
 void useDevice(Model& m, const std::string& device, int local_rank,
                const std::string& precision = "fp32");
+
+// Training on the GPU (see above); every call needs useDevice(m, "cuda") first.
+// trainOnDevice also pushes the host's parameters and sgd's momentum up.
+void trainOnDevice(Model& m, const Sgd& sgd);
+void pushToDevice(Model& m, const Sgd& sgd);
+void pullToHost(Model& m, Sgd& sgd);
+// One update of every parameter from its (averaged) device gradient, queued on the
+// layers' stream.
+void deviceSgdStep(Model& m, const Sgd& sgd, double lr);
+// No NaN or infinity in any device gradient (they come down to m's gradient arena).
+bool deviceGradientsFinite(Model& m, const Sgd& sgd);
+// The GPU the model runs on, and the stream its layers run on (a cudaStream_t).
+int deviceIndex(const Model& m);
+void* deviceStream(const Model& m);
 
 // The passes on m.device (model_pass.cc forwards to these when it is set).
 void deviceForward(Model& m, int N);

@@ -7,19 +7,27 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 namespace accord::resnet {
 
 struct DeviceModel {
   Model mirror;               // device arenas, nn::cuda::layers()
+  int device = 0;
   int32_t* labels = nullptr;  // (max_batch) device
   std::vector<void*> pinned;  // host ranges of the host model made page-locked
+  // trainOnDevice: the mirror's parameters are the trained ones.
+  bool resident = false;
+  float* momentum = nullptr;  // (params.capacity) device, the parameters' layout
+  std::unique_ptr<nn::cuda::FusedSgd> sgd;
   ~DeviceModel() {
     // From a destructor: no throw.
     for (void* p : pinned) cudaHostUnregister(p);
     if (labels) cudaFree(labels);
+    if (momentum) cudaFree(momentum);
   }
 };
 
@@ -84,6 +92,7 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   if (count == 0) throw InvalidArgument("--device cuda: no GPU found");
   check(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
   auto d = std::make_shared<DeviceModel>();
+  d->device = local_rank % count;
   for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
     nn::cuda::useDeviceMemory(*a);
   nn::cuda::set_math(precision == "tf32" ? nn::cuda::Math::Tf32 : nn::cuda::Math::Fp32);
@@ -100,8 +109,14 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
       size_t(m.cfg.max_batch) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
   // Each gradient comes down to its place in the host arena, then goes on to the host
   // model's sink (the runtime), exactly as on the CPU. copy_to_host waits for it.
+  // Trained on the device, a gradient goes on where it is.
   Model* host = &m;
-  d->mirror.sink = [host](const std::string& name, float* g, std::size_t n) {
+  const DeviceModel* dm = d.get();
+  d->mirror.sink = [host, dm](const std::string& name, float* g, std::size_t n) {
+    if (dm->resident) {
+      if (host->sink) host->sink(name, g, n);
+      return;
+    }
     float* h = hostTwin(*host, g);
     nn::cuda::copy_to_host(h, g, n);
     if (host->sink) host->sink(name, h, n);
@@ -111,8 +126,9 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
 
 void deviceForward(Model& m, int N) {
   Model& d = m.device->mirror;
-  // The host optimizer, a resume or BN averaging may have changed these since.
-  upload(d.params, m.params);
+  // The host optimizer, a resume or BN averaging may have changed these since (trained
+  // on the device, the parameters are already there).
+  if (!m.device->resident) upload(d.params, m.params);
   upload(d.buffers, m.buffers);
   // The batch, like the parameters, is read before the host writes the next one: the
   // trainer writes it after this step's synchronous downloads.
@@ -134,5 +150,88 @@ nn::TopK deviceAccuracy(Model& m, const int32_t* labels, int N) {
 }
 
 void deviceBackward(Model& m, int N) { backward(m.device->mirror, N); }
+
+namespace {
+
+DeviceModel& trained(Model& m, const char* what) {
+  if (!m.device) throw Error(std::string(what) + ": the model is not on a GPU (useDevice)");
+  return *m.device;
+}
+
+// The optimizer's momentum, one vector per parameter, and the flat device buffer with
+// the parameters' layout.
+std::vector<float> flatMomentum(const Model& m, const Sgd& sgd) {
+  std::vector<float> flat(m.params.capacity, 0.0f);
+  for (std::size_t i = 0; i < sgd.params().size(); ++i) {
+    const ParamRef& p = sgd.params()[i];
+    std::copy(sgd.momentum()[i].begin(), sgd.momentum()[i].end(),
+              flat.begin() + (p.w - m.params.base));
+  }
+  return flat;
+}
+
+}  // namespace
+
+void trainOnDevice(Model& m, const Sgd& sgd) {
+  DeviceModel& d = trained(m, "trainOnDevice");
+  if (!d.momentum)
+    check(cudaMalloc(reinterpret_cast<void**>(&d.momentum), sizeof(float) * m.params.capacity),
+          "--device cuda: allocating the momentum buffer");
+  std::vector<nn::cuda::SgdSegment> segments;
+  const SgdOptions& o = sgd.options();
+  for (const ParamRef& p : sgd.params()) {
+    const auto offset = static_cast<std::size_t>(p.w - m.params.base);
+    // FusedSgd reads each gradient at its parameter's offset.
+    if (static_cast<std::size_t>(p.g - m.grads.base) != offset)
+      throw Error("trainOnDevice: " + p.name + "'s gradient is not at its parameter's offset");
+    const bool decay = o.bn_bias_decay || !p.is_bn_or_bias;
+    segments.push_back({offset, p.n, decay ? static_cast<float>(o.weight_decay) : 0.0f});
+  }
+  d.sgd =
+      std::make_unique<nn::cuda::FusedSgd>(segments, static_cast<float>(o.momentum), o.nesterov);
+  d.resident = true;
+  pushToDevice(m, sgd);
+}
+
+void pushToDevice(Model& m, const Sgd& sgd) {
+  DeviceModel& d = trained(m, "pushToDevice");
+  nn::cuda::copy_to_device(d.mirror.params.base, m.params.base, m.params.capacity);
+  if (d.momentum) {
+    const std::vector<float> flat = flatMomentum(m, sgd);
+    nn::cuda::copy_to_device(d.momentum, flat.data(), flat.size());
+  }
+}
+
+void pullToHost(Model& m, Sgd& sgd) {
+  DeviceModel& d = trained(m, "pullToHost");
+  if (!d.resident) return;  // the host's are the trained ones
+  nn::cuda::copy_to_host(m.params.base, d.mirror.params.base, m.params.capacity);
+  std::vector<float> flat(m.params.capacity);
+  nn::cuda::copy_to_host(flat.data(), d.momentum, flat.size());
+  for (std::size_t i = 0; i < sgd.params().size(); ++i) {
+    const ParamRef& p = sgd.params()[i];
+    const auto at = flat.begin() + (p.w - m.params.base);
+    std::copy(at, at + static_cast<std::ptrdiff_t>(p.n), sgd.momentum()[i].begin());
+  }
+}
+
+void deviceSgdStep(Model& m, const Sgd&, double lr) {
+  DeviceModel& d = trained(m, "deviceSgdStep");
+  if (!d.sgd) throw Error("deviceSgdStep: trainOnDevice was not called");
+  d.sgd->step(d.mirror.params.base, d.mirror.grads.base, d.momentum, static_cast<float>(lr));
+}
+
+bool deviceGradientsFinite(Model& m, const Sgd& sgd) {
+  DeviceModel& d = trained(m, "deviceGradientsFinite");
+  nn::cuda::copy_to_host(m.grads.base, d.mirror.grads.base, m.grads.capacity);
+  return sgd.gradientsFinite();
+}
+
+int deviceIndex(const Model& m) {
+  if (!m.device) throw Error("deviceIndex: the model is not on a GPU (useDevice)");
+  return m.device->device;
+}
+
+void* deviceStream(const Model&) { return static_cast<void*>(nn::cuda::stream()); }
 
 }  // namespace accord::resnet

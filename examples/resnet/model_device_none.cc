@@ -29,5 +29,18 @@ nn::TopK deviceAccuracy(Model&, const int32_t*, int) {
   throw Error("deviceAccuracy: no GPU layers in this build");
 }
 void deviceBackward(Model&, int) { throw Error("deviceBackward: no GPU layers in this build"); }
+void trainOnDevice(Model&, const Sgd&) {
+  throw Error("trainOnDevice: no GPU layers in this build");
+}
+void pushToDevice(Model&, const Sgd&) { throw Error("pushToDevice: no GPU layers in this build"); }
+void pullToHost(Model&, Sgd&) { throw Error("pullToHost: no GPU layers in this build"); }
+void deviceSgdStep(Model&, const Sgd&, double) {
+  throw Error("deviceSgdStep: no GPU layers in this build");
+}
+bool deviceGradientsFinite(Model&, const Sgd&) {
+  throw Error("deviceGradientsFinite: no GPU layers in this build");
+}
+int deviceIndex(const Model&) { throw Error("deviceIndex: no GPU layers in this build"); }
+void* deviceStream(const Model&) { throw Error("deviceStream: no GPU layers in this build"); }
 
 }  // namespace accord::resnet

@@ -41,6 +41,7 @@ class Sgd {
   bool gradientsFinite() const;  // no NaN or infinity in any gradient
   const std::vector<ParamRef>& params() const { return params_; }
   std::vector<std::vector<float>>& momentum() { return buf_; }  // (one per param)
+  const std::vector<std::vector<float>>& momentum() const { return buf_; }
   const SgdOptions& options() const { return options_; }
 
  private:

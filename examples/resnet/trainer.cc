@@ -43,6 +43,12 @@ Trainer::Trainer(const TrainOptions& options)
   buildData();
   buildModel();
   startFromRankZero();
+  // On a GPU, train the device's copy: gradients reach the runtime as CUDA tensors and
+  // the optimizer runs there (model_device.h).
+  if (model_.device) {
+    trainOnDevice(model_, *sgd_);
+    grads_.onDevice(deviceIndex(model_), deviceStream(model_));
+  }
 }
 
 void Trainer::buildData() {
@@ -219,7 +225,10 @@ void Trainer::trainStep(StepTimes& t) {
   t0 = Clock::now();
   last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
   if (const std::string reason = nonFiniteReason(); reason.empty()) {
-    sgd_->step(last_lr_);
+    if (model_.device)
+      deviceSgdStep(model_, *sgd_, last_lr_);
+    else
+      sgd_->step(last_lr_);
     nonfinite_in_a_row_ = 0;
     t.loss_sum += static_cast<double>(loss_value) * n;
     t.correct += hits.top1;
@@ -249,7 +258,9 @@ std::string Trainer::nonFiniteReason() {
   if (std::isnan(step_loss_)) return "the loss is NaN";
   if (std::isinf(step_loss_)) return "the loss is infinite";
   if (!opt_.skip_nonfinite_steps) return "";
-  std::vector<double> bad = {sgd_->gradientsFinite() ? 0.0 : 1.0};
+  const bool finite =
+      model_.device ? deviceGradientsFinite(model_, *sgd_) : sgd_->gradientsFinite();
+  std::vector<double> bad = {finite ? 0.0 : 1.0};
   sumDoubles(bad, "step.nonfinite_gradients");
   return bad[0] > 0 ? "the gradients are not finite" : "";
 }

@@ -74,6 +74,7 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
 }
 
 void Trainer::saveCheckpoint(const TrainState& state) {
+  if (model_.device) pullToHost(model_, *sgd_);  // trained on the GPU: bring them down
   std::string error;
   if (rank_ == 0) {
     try {
@@ -95,6 +96,7 @@ void Trainer::saveCheckpoint(const TrainState& state) {
 // equivalence tests' `accord-resnet compare A B`.
 void Trainer::dumpParams() {
   if (rank_ != 0) return;
+  if (model_.device) pullToHost(model_, *sgd_);
   std::vector<TensorRef> tensors;
   for (const ParamRef& p : parameterList(model_)) tensors.push_back({p.name, p.w, p.n});
   resnet::saveCheckpoint(opt_.dump_params, model_.cfg.describe(), state_, tensors, stepGeometry());

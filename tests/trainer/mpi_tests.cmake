@@ -9,6 +9,7 @@
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
+#   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -33,10 +34,14 @@ accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(accuracy 900)
-# CPU -> GPU -> CPU through checkpoints; "skipped: no GPU" where there is none.
+# On the GPU, "skipped: no GPU" where there is none: CPU -> GPU -> CPU through
+# checkpoints, and 2 ranks sharing one GPU (gradients as CUDA tensors through MPI).
 accord_trainer_mpi_test(device-resume 300)
-set_tests_properties(trainer.mpi.device-resume PROPERTIES LABELS "trainer;gpu"
-                     SKIP_REGULAR_EXPRESSION "skipped: no GPU")
+accord_trainer_mpi_test(device-equivalence 300)
+set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence PROPERTIES
+                     LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
+set_tests_properties(trainer.mpi.device-equivalence PROPERTIES ENVIRONMENT
+                     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")
 
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a
 # damaged record skipped or rejected. They need the data tools.

@@ -101,6 +101,24 @@ elseif(MODE STREQUAL "bad-resume")
   if(rc EQUAL 0 OR NOT err MATCHES "truncated")
     message(FATAL_ERROR "a truncated checkpoint was not rejected clearly")
   endif()
+elseif(MODE STREQUAL "device-equivalence")
+  # 2 ranks x 16 on the GPU (sharing it: gradients averaged as CUDA tensors through
+  # MPI, ACCORD_NCCL=0 from the test) train as 1 rank x 32 on the CPU does, as in
+  # `equivalence`, to float32's differences between cuDNN and oneDNN.
+  set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2 --train-bn-mode running)
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${args} --device cuda --batch-size 16
+                          --dump-params ${WORK}/gpu.params
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("---- 2 ranks on the GPU\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    if(err MATCHES "--device cuda: (no GPU found|counting GPUs|this build has no GPU layers)")
+      message("skipped: no GPU (${CMAKE_MATCH_0})")
+      return()
+    endif()
+    message(FATAL_ERROR "2 ranks on the GPU failed with ${rc}")
+  endif()
+  run(1 cpu ${args} --batch-size 32 --dump-params ${WORK}/cpu.params)
+  compare(${WORK}/cpu.params ${WORK}/gpu.params --atol 1e-3 --rtol 1e-2)
 elseif(MODE STREQUAL "device-resume")
   # A checkpoint written on the CPU resumes on the GPU, and the GPU's resumes on the CPU:
   # 2 + 2 + 2 steps end where 6 steps on the CPU alone end, to float32's differences
