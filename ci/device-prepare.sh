@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors
              accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors
-             accord_gpu_cudnn_tests accord-resnet)
+             accord_gpu_cudnn_tests accord-resnet accord-make-jpegs accord-pack)
 if [ "${ACCORD_DEVICE_TARGETS:-}" = gpu ]; then
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
   cmake --build build -j "${ACCORD_JOBS:-$(nproc)}" --target "${gpu_targets[@]}"

@@ -46,7 +46,7 @@ set_tests_properties(trainer.mpi.device-equivalence PROPERTIES ENVIRONMENT
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a
 # damaged record skipped or rejected. They need the data tools.
 if(TARGET accord-make-jpegs AND TARGET accord-pack)
-  foreach(mode folder packed corrupt)
+  foreach(mode folder packed corrupt packed-gpu)
     add_test(NAME trainer.mpi.photos-${mode}
              COMMAND ${CMAKE_COMMAND} -DMODE=${mode} "-DMPIRUN=${ACCORD_TRAINER_MPIRUN}"
                      -DTRAINER=$<TARGET_FILE:accord-resnet>
@@ -57,4 +57,8 @@ if(TARGET accord-make-jpegs AND TARGET accord-pack)
                          LABELS "trainer;trainer-mpi"
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
   endforeach()
+  # Both ranks share one GPU: gradients through MPI (ACCORD_NCCL=0).
+  set_tests_properties(trainer.mpi.photos-packed-gpu PROPERTIES LABELS "trainer;gpu"
+                       SKIP_REGULAR_EXPRESSION "skipped: no GPU"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")
 endif()
