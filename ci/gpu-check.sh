@@ -4,7 +4,8 @@
 # through MPI on one and two ranks, the error paths, the trainer's cuDNN layers), the
 # host MPI tests of the same build, the device benchmarks (accord-bench --device cuda),
 # accord.torch on CUDA tensors (ci/device-python.sh), and the trainer on the GPU against
-# PyTorch (tools/resnet_gpu_bench.py). Results go to $OUT
+# PyTorch (tools/resnet_gpu_bench.py), and the trainer's GPU time by layer kind
+# (--gpu-profile). Results go to $OUT
 # (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
 # printed last.
 #
@@ -95,5 +96,19 @@ if [ -x build/examples/resnet/accord-resnet ]; then
   say "trainer vs PyTorch:"
   sed 's/^/  /' "$out/resnet-gpu.log" | tail -8 | tee -a "$summary"
 fi
+# 6. Where the trainer's GPU time goes, by layer kind (ResNet-50, tf32, batch 128).
+if [ -x build/examples/resnet/accord-resnet ]; then
+  timeout 180 build/examples/resnet/accord-resnet --device cuda --precision tf32 --model resnet50 \
+      --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
+      --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
+      --gpu-profile > "$out/gpu-profile.log" 2>&1 || status=1
+  say "trainer GPU profile (ResNet-50, tf32, batch 128, 20 steps):"
+  sed -n '/GPU time by kind/,$p' "$out/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+fi
 say "== gpu-check: $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"
+# The device tool brings back at most 8 files: there, the logs travel as one archive.
+if [ -n "${OUT:-}" ]; then
+  (cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name gpu-check-logs.tar.gz -print0 |
+     tar --null -czf gpu-check-logs.tar.gz -T - --remove-files)
+fi
 exit $status

@@ -48,6 +48,11 @@ void pullToHost(Model& m, Sgd& sgd);
 void deviceSgdStep(Model& m, const Sgd& sgd, double lr);
 // No NaN or infinity in any device gradient (they come down to m's gradient arena).
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
+// Times the model's GPU work by kind from here on (nn::cuda::profiledLayers, plus the
+// copies and the optimizer); deviceProfileReport waits for the GPU and returns the
+// table, per step over `steps`.
+void profileDevice(Model& m);
+std::string deviceProfileReport(Model& m, int steps);
 // The GPU the model runs on, and the stream its layers run on (a cudaStream_t).
 int deviceIndex(const Model& m);
 void* deviceStream(const Model& m);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace accord::resnet {
@@ -21,6 +22,7 @@ struct DeviceModel {
   std::vector<void*> pinned;  // host ranges of the host model made page-locked
   // trainOnDevice: the mirror's parameters are the trained ones.
   bool resident = false;
+  bool profiled = false;      // profileDevice
   float* momentum = nullptr;  // (params.capacity) device, the parameters' layout
   std::unique_ptr<nn::cuda::FusedSgd> sgd;
   ~DeviceModel() {
@@ -62,6 +64,17 @@ void pin(DeviceModel& d, float* p, size_t floats) {
                  cudaGetErrorString(s));
   said = true;
 }
+
+// Times the GPU work enqueued in its life as `kind`, when the model is profiled.
+class Timed {
+ public:
+  Timed(const DeviceModel& d, const char* kind) {
+    if (d.profiled) scope_.emplace(kind);
+  }
+
+ private:
+  std::optional<nn::cuda::ProfileScope> scope_;
+};
 
 // The gradient at `g` in the mirror's arena lives at the same offset in the host's.
 float* hostTwin(Model& m, float* g) { return m.grads.base + (g - m.device->mirror.grads.base); }
@@ -128,15 +141,19 @@ void deviceForward(Model& m, int N) {
   Model& d = m.device->mirror;
   // The host optimizer, a resume or BN averaging may have changed these since (trained
   // on the device, the parameters are already there).
-  if (!m.device->resident) upload(d.params, m.params);
-  upload(d.buffers, m.buffers);
-  // The batch, like the parameters, is read before the host writes the next one: the
-  // trainer writes it after this step's synchronous downloads.
-  nn::cuda::copy_to_device_async(
-      d.input, m.input, size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
+  {
+    Timed timed(*m.device, "copies to the GPU");
+    if (!m.device->resident) upload(d.params, m.params);
+    upload(d.buffers, m.buffers);
+    // The batch, like the parameters, is read before the host writes the next one: the
+    // trainer writes it after this step's synchronous downloads.
+    nn::cuda::copy_to_device_async(
+        d.input, m.input, size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
+  }
   d.bn_training = m.bn_training;
   forward(d, N);
   // The running statistics forward moved, and the logits, for whoever reads them.
+  Timed timed(*m.device, "copies from the GPU");
   nn::cuda::copy_to_host(m.buffers.base, d.buffers.base, m.buffers.capacity);
   nn::cuda::copy_to_host(m.logits, d.logits, size_t(N) * m.fc.out);
 }
@@ -218,6 +235,7 @@ void pullToHost(Model& m, Sgd& sgd) {
 void deviceSgdStep(Model& m, const Sgd&, double lr) {
   DeviceModel& d = trained(m, "deviceSgdStep");
   if (!d.sgd) throw Error("deviceSgdStep: trainOnDevice was not called");
+  Timed timed(d, "optimizer (fused SGD)");
   d.sgd->step(d.mirror.params.base, d.mirror.grads.base, d.momentum, static_cast<float>(lr));
 }
 
@@ -225,6 +243,17 @@ bool deviceGradientsFinite(Model& m, const Sgd& sgd) {
   DeviceModel& d = trained(m, "deviceGradientsFinite");
   nn::cuda::copy_to_host(m.grads.base, d.mirror.grads.base, m.grads.capacity);
   return sgd.gradientsFinite();
+}
+
+void profileDevice(Model& m) {
+  DeviceModel& d = trained(m, "profileDevice");
+  d.profiled = true;
+  d.mirror.ops = &nn::cuda::profiledLayers();
+}
+
+std::string deviceProfileReport(Model& m, int steps) {
+  trained(m, "deviceProfileReport");
+  return nn::cuda::profileReport(steps);
 }
 
 int deviceIndex(const Model& m) {

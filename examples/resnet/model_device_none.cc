@@ -40,6 +40,10 @@ void deviceSgdStep(Model&, const Sgd&, double) {
 bool deviceGradientsFinite(Model&, const Sgd&) {
   throw Error("deviceGradientsFinite: no GPU layers in this build");
 }
+void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this build"); }
+std::string deviceProfileReport(Model&, int) {
+  throw Error("deviceProfileReport: no GPU layers in this build");
+}
 int deviceIndex(const Model&) { throw Error("deviceIndex: no GPU layers in this build"); }
 void* deviceStream(const Model&) { throw Error("deviceStream: no GPU layers in this build"); }
 

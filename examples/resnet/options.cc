@@ -196,6 +196,9 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                  "(tensor cores on float32 data, about 1e-3 relative; --device cuda only)")
       ->check(CLI::IsMember({"fp32", "tf32"}))
       ->capture_default_str();
+  app.add_flag("--gpu-profile", o.gpu_profile,
+               "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "
+               "print the table at the end (rank 0)");
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
       ->check(integerIn(0, 1024))
       ->capture_default_str();

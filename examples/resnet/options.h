@@ -66,6 +66,7 @@ struct TrainOptions {
   // run
   std::string device = "cpu";  // cpu | cuda
   std::string precision = "fp32";  // fp32 | tf32 (tensor cores; --device cuda only)
+  bool gpu_profile = false;        // --gpu-profile: GPU time by layer kind at the end
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

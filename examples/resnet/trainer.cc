@@ -129,6 +129,10 @@ void Trainer::buildModel() {
   cfg.cifar_stem = cifarStem(opt_.stem, cfg.image_size);
   resnet::buildModel(model_, cfg);
   useDevice(model_, opt_.device, accord::local_rank(), opt_.precision);
+  if (opt_.gpu_profile) {
+    if (!model_.device) throw InvalidArgument("--gpu-profile needs --device cuda");
+    profileDevice(model_);
+  }
   if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")
     throw InvalidArgument("unknown --train-bn-mode '" + opt_.train_bn_mode +
                           "' (expected batch or running)");
@@ -299,6 +303,7 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
 
 EvalResult Trainer::run() {
   EvalResult last;
+  const std::int64_t first_step = state_.global_step;
   const std::int64_t steps = train_loader_->steps();
   metrics_->message("accord-resnet: " + model_.cfg.describe() + ", " +
                     std::to_string(parameterCount(model_)) + " parameters, " +
@@ -334,6 +339,11 @@ EvalResult Trainer::run() {
     metrics_->message(line);
   }
   if (!opt_.dump_params.empty()) dumpParams();
+  if (opt_.gpu_profile) {
+    const std::string table =
+        deviceProfileReport(model_, static_cast<int>(state_.global_step - first_step));
+    if (rank_ == 0) metrics_->message(table);
+  }
   return last;
 }
 

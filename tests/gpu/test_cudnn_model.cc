@@ -122,6 +122,25 @@ TEST_CASE("a ResNet-18 on the GPU in tf32 stays close to the CPU", "[model]") {
              "fc.weight gradient (tf32)");
 }
 
+TEST_CASE("the GPU profile times every layer kind a step runs", "[model]") {
+  resnet::ModelConfig cfg;
+  cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = false;
+  cfg.width = 0.125, cfg.max_batch = 4, cfg.image_size = 32;
+  Run gpu;
+  build(gpu, cfg, true);
+  resnet::profileDevice(gpu.model);
+  steps(gpu, 4, 2);
+  const std::string table = resnet::deviceProfileReport(gpu.model, 2);
+  INFO(table);
+  for (const char* kind :
+       {"conv forward", "conv backward (data + filter)", "batch norm forward",
+        "batch norm backward", "max pool forward", "max pool backward", "linear forward",
+        "linear backward", "softmax cross-entropy", "copies to the GPU", "copies from the GPU"})
+    CHECK(table.find(kind) != std::string::npos);
+  // ResNet-18: 20 convolutions a forward pass (stem, 16 in blocks, 3 downsamples), 2 steps.
+  CHECK(table.find(" 40 calls") != std::string::npos);
+}
+
 TEST_CASE("an unknown device is refused", "[model]") {
   resnet::ModelConfig cfg;
   cfg.width = 0.125, cfg.classes = 10, cfg.cifar_stem = true, cfg.image_size = 16;

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace accord::nn::cuda {
@@ -54,6 +55,27 @@ enum class Math {
   Tf32,  // tensor cores with TF32 inputs (~1e-3 relative): faster, for training
 };
 Math set_math(Math math);  // returns the previous setting; later calls use the new one
+
+// ---- profile ------------------------------------------------------------------------
+
+// The layer table with every call timed on the GPU (timing events around it on the
+// stream), by kind: "conv forward", "batch norm backward", ... profileReport() reads
+// the times (it waits for the GPU) and returns a table, per step when `steps` > 0.
+const LayerOps& profiledLayers();
+std::string profileReport(int steps);
+// Times the GPU work enqueued during its life as `kind` (a string that outlives it),
+// for work outside the layer table (copies, the optimizer).
+class ProfileScope {
+ public:
+  explicit ProfileScope(const char* kind);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  int kind_;
+  cudaEvent_t start_ = nullptr;
+};
 
 // Drops cached cuDNN descriptors and algorithm choices (keyed by shape and math).
 void clear_plan_cache();
