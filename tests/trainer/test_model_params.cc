@@ -77,3 +77,23 @@ TEST_CASE("unsupported depth and sizes are rejected", "[model]") {
   Model m2;
   CHECK_THROWS_AS(buildModel(m2, tiny), accord::InvalidArgument);
 }
+
+// The GPU optimizer (nn::cuda::FusedSgd over the whole arena) reads each parameter's
+// gradient at the parameter's own offset: the two arenas must be laid out alike.
+TEST_CASE("every gradient sits at its parameter's offset", "[model]") {
+  for (int depth : {18, 50}) {
+    ModelConfig cfg;
+    cfg.depth = depth;
+    cfg.classes = 10;
+    cfg.width = 0.25;
+    cfg.max_batch = 1;
+    cfg.image_size = 32;
+    Model m;
+    buildModel(m, cfg);
+    REQUIRE(m.grads.capacity == m.params.capacity);
+    for (const ParamRef& p : parameterList(m)) {
+      INFO("resnet" << depth << " " << p.name);
+      CHECK(p.g - m.grads.base == p.w - m.params.base);
+    }
+  }
+}
