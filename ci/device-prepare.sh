@@ -7,19 +7,24 @@
 # .debs/; ci/device-run.sh unpacks them there into a folder of their own. Carry `build`
 # and `.debs` to the machine, then run `bash ci/device-run.sh <command>` there.
 #
-# ACCORD_DEVICE_TARGETS=gpu builds only what the GPU check (ci/gpu-check.sh) runs:
-# libaccord, the GPU tests, the MPI tests it also runs, and accord-bench. What travels
-# (build/ and .debs/) must stay under the device tool's 64 MiB; the size is printed.
+# ACCORD_DEVICE_TARGETS=gpu builds only what the GPU check (ci/gpu-check.sh) runs
+# (libaccord, the GPU tests, the MPI tests it also runs, accord-bench, the trainer and
+# its data tools) in a build folder of its own, build-gpu/, so that build/ stays as it
+# is here; it then stages a copy without object files and archives in build-device/.
+# Carry `build-device` and `.debs`; ci/device-run.sh puts build-device in place there.
+# What travels must stay under the device tool's 64 MiB; the size is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors
              accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors
              accord_gpu_cudnn_tests accord-resnet accord-make-jpegs accord-pack)
+dir=build  # what the checks below look at
 if [ "${ACCORD_DEVICE_TARGETS:-}" = gpu ]; then
-  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-  cmake --build build -j "${ACCORD_JOBS:-$(nproc)}" --target "${gpu_targets[@]}"
-  grep -q '^NCCL_LIBRARY:FILEPATH=/' build/CMakeCache.txt ||
+  dir=build-gpu
+  [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build-gpu -j "${ACCORD_JOBS:-$(nproc)}" --target "${gpu_targets[@]}"
+  grep -q '^NCCL_LIBRARY:FILEPATH=/' build-gpu/CMakeCache.txt ||
     echo "ci/device-prepare.sh: warning: this build has no NCCL; the GPU check runs the staged path only" >&2
 elif [ -n "${ACCORD_DEVICE_TARGETS:-}" ]; then
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
@@ -41,11 +46,11 @@ packages=(
 )
 rm -rf .debs && mkdir -p .debs
 (cd .debs && apt-get download "${packages[@]}" > /dev/null 2>&1)
-echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .debs | cut -f1)), build/ ready"
+echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .debs | cut -f1)), $dir/ ready"
 
 # Anything the binaries need that is neither in those packages nor in a base image
 # would fail there at load time: say so here instead.
-missing=$(for f in build/libaccord.so build/tools/accord-bench build/examples/resnet/accord-resnet \
+missing=$(for f in $dir/libaccord.so $dir/tools/accord-bench $dir/examples/resnet/accord-resnet \
                    /usr/bin/orted \
                    /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do
             ldd "$f" | awk '/=>/ {print $3}'
@@ -57,8 +62,18 @@ if [ -n "$missing" ]; then
   exit 1
 fi
 
-# The device tool carries at most 64 MiB (working tree included). Object files are
-# not needed there: ACCORD_DEVICE_SLIM=1 deletes them (the next build here recompiles).
+# The device tool carries at most 64 MiB (working tree included). Object files and
+# static archives are not needed there.
+if [ "$dir" = build-gpu ]; then
+  rm -rf build-device
+  cp -a build-gpu build-device
+  find build-device \( -name '*.o' -o -name '*.a' \) -delete
+  size_kib=$(du -sk build-device .debs | awk '{s += $1} END {print s}')
+  echo "ci/device-prepare.sh: build-device/ and .debs/ take $((size_kib / 1024)) MiB; carry both"
+  exit 0
+fi
+# A full build/: ACCORD_DEVICE_SLIM=1 deletes its object files (the next build here
+# recompiles them).
 if [ "${ACCORD_DEVICE_SLIM:-0}" = 1 ]; then
   find build -name '*.o' -delete
 fi
@@ -66,5 +81,5 @@ size_kib=$(du -sk build .debs | awk '{s += $1} END {print s}')
 echo "ci/device-prepare.sh: build/ and .debs/ take $((size_kib / 1024)) MiB"
 if [ "$size_kib" -gt $((56 * 1024)) ]; then
   echo "ci/device-prepare.sh: that is near or over the device tool's 64 MiB: rerun with" \
-       "ACCORD_DEVICE_SLIM=1 (drops object files), or ACCORD_DEVICE_TARGETS=gpu on a fresh build/" >&2
+       "ACCORD_DEVICE_SLIM=1 (drops object files), or ACCORD_DEVICE_TARGETS=gpu" >&2
 fi

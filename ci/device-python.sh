@@ -6,9 +6,9 @@
 # per GPU), test_cuda.py included. Logs go to $OUT (./device-python-out elsewhere).
 #
 # On the build machine (no GPU needed), then through the device tool:
-#   ACCORD_DEVICE_TARGETS=gpu ACCORD_DEVICE_SLIM=1 bash ci/device-prepare.sh
+#   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
 #   run: bash ci/device-run.sh bash ci/device-python.sh [pytest arguments]
-#                                                      (carry: build, .debs)
+#                                                      (carry: build-device, .debs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/device-python-out}

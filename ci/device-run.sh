@@ -7,6 +7,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -d "$root/.debs" ] || { echo "ci/device-run.sh: no .debs/: run ci/device-prepare.sh and carry .debs" >&2; exit 2; }
+# A GPU build staged by ci/device-prepare.sh (ACCORD_DEVICE_TARGETS=gpu) arrives as
+# build-device/: it becomes build-gpu/ (the folder its CTest files name) and build/.
+if [ -d "$root/build-device" ] && [ ! -e "$root/build" ]; then
+  rm -rf "$root/build-gpu"
+  mv "$root/build-device" "$root/build-gpu"
+  ln -s build-gpu "$root/build"
+fi
 prefix=${ACCORD_DEVICE_PREFIX:-/tmp/accord-debs}
 if [ ! -f "$prefix/.unpacked" ]; then
   mkdir -p "$prefix"

@@ -10,8 +10,8 @@
 # printed last.
 #
 # On the build machine (no GPU needed), then through the device tool:
-#   ACCORD_DEVICE_TARGETS=gpu ACCORD_DEVICE_SLIM=1 bash ci/device-prepare.sh
-#   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build, .debs)
+#   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
+#   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build-device, .debs)
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed or the benchmark did not finish.
