@@ -10,6 +10,7 @@
 #   corrupt  record 0 of shard 0 damaged in train/ and val/: --corrupt skip trains on,
 #            counts both and names their shards and offsets; --corrupt reject stops
 #            the run naming the training record
+include(${CMAKE_CURRENT_LIST_DIR}/no_gpu.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(DATA ${WORK}/jpegs)
@@ -66,7 +67,7 @@ if(MODE STREQUAL "folder" OR MODE STREQUAL "packed" OR MODE STREQUAL "packed-gpu
   endif()
   train(${MODE} --dataset ${dataset} --data-dir ${dir} ${device})
   if(NOT RC EQUAL 0)
-    if(device AND ERR MATCHES "--device cuda: (no GPU found|counting GPUs|this build has no GPU layers)")
+    if(device AND ERR MATCHES "${ACCORD_NO_GPU_ERROR}")
       message("skipped: no GPU (${CMAKE_MATCH_0})")
       return()
     endif()

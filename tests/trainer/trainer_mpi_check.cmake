@@ -1,6 +1,7 @@
 # Driven by mpi_tests.cmake: cmake -DMODE=... -DMPIRUN=... -DTRAINER=... -DWORK=... -P this
 # Every run is small (a few hundred Fashion-MNIST images, a width-1/8 ResNet-18) except
 # `accuracy`, which is the trainer's no-flag default.
+include(${CMAKE_CURRENT_LIST_DIR}/no_gpu.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(SMALL --width 0.125 --train-limit 512 --no-eval --no-progress --threads 1 --seed 7)
@@ -28,7 +29,7 @@ function(run_on_gpu np name)
   if(rc EQUAL 0)
     return()
   endif()
-  if(err MATCHES "--device cuda: (no GPU found|counting GPUs|this build has no GPU layers)")
+  if(err MATCHES "${ACCORD_NO_GPU_ERROR}")
     message("skipped: no GPU (${CMAKE_MATCH_0})")
     set(NO_GPU TRUE PARENT_SCOPE)
     return()
