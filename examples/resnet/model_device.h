@@ -45,7 +45,7 @@ void pushToDevice(Model& m, const Sgd& sgd);
 void pullToHost(Model& m, Sgd& sgd);
 // One update of every parameter from its (averaged) device gradient, queued on the
 // layers' stream.
-void deviceSgdStep(Model& m, const Sgd& sgd, double lr);
+void deviceSgdStep(Model& m, double lr);
 // No NaN or infinity in any device gradient (they come down to m's gradient arena).
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
 // Times the model's GPU work by kind from here on (nn::cuda::profiledLayers, plus the

@@ -232,7 +232,7 @@ void pullToHost(Model& m, Sgd& sgd) {
   }
 }
 
-void deviceSgdStep(Model& m, const Sgd&, double lr) {
+void deviceSgdStep(Model& m, double lr) {
   DeviceModel& d = trained(m, "deviceSgdStep");
   if (!d.sgd) throw Error("deviceSgdStep: trainOnDevice was not called");
   Timed timed(d, "optimizer (fused SGD)");

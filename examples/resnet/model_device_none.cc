@@ -34,9 +34,7 @@ void trainOnDevice(Model&, const Sgd&) {
 }
 void pushToDevice(Model&, const Sgd&) { throw Error("pushToDevice: no GPU layers in this build"); }
 void pullToHost(Model&, Sgd&) { throw Error("pullToHost: no GPU layers in this build"); }
-void deviceSgdStep(Model&, const Sgd&, double) {
-  throw Error("deviceSgdStep: no GPU layers in this build");
-}
+void deviceSgdStep(Model&, double) { throw Error("deviceSgdStep: no GPU layers in this build"); }
 bool deviceGradientsFinite(Model&, const Sgd&) {
   throw Error("deviceGradientsFinite: no GPU layers in this build");
 }

@@ -230,7 +230,7 @@ void Trainer::trainStep(StepTimes& t) {
   last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
   if (const std::string reason = nonFiniteReason(); reason.empty()) {
     if (model_.device)
-      deviceSgdStep(model_, *sgd_, last_lr_);
+      deviceSgdStep(model_, last_lr_);
     else
       sgd_->step(last_lr_);
     nonfinite_in_a_row_ = 0;
