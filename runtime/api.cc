@@ -98,6 +98,8 @@ void checkConfigAgrees(const Runtime& rt) {
       {"ACCORD_CACHE_CAPACITY", rt.config.cache_capacity},
       // Every rank must cut a buffer into the same pieces and use the same transport.
       {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
+      // The negotiation's receive buffers are sized for what a peer may carry.
+      {"ACCORD_CARRY_BYTES", rt.config.carry_bytes},
       {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
       // Every rank must take the same path for device tensors (NCCL or MPI).
       {"ACCORD_NCCL", rt.config.nccl + rt.config.nccl_alone},

@@ -133,9 +133,14 @@ bool BackgroundLoop::runOnce() {
       if (negotiated.shutdown) return false;  // every rank sees this in the same cycle
       anyone_pending_ = negotiated.anyone_pending;
     }
-    progress = progress || !negotiated.responses.empty();
-    const bool trial_ended =
-        set->id == kGlobalProcessSet && tuner_ && tuner_->observe(negotiated.responses, now);
+    progress = progress || !negotiated.responses.empty() || !negotiated.carried.empty();
+    bool trial_ended = false;
+    if (set->id == kGlobalProcessSet && tuner_) {
+      std::vector<Response> seen = negotiated.carried;  // carried first: they were done first
+      seen.insert(seen.end(), negotiated.responses.begin(), negotiated.responses.end());
+      trial_ended = tuner_->observe(seen, now);
+    }
+    executor_.completeCarried(*set, negotiated.carried);
     executor_.run(*set, std::move(negotiated.responses), changes);
     if (trial_ended) retune(*set);
   }

@@ -9,8 +9,11 @@
 // answering; after that the channel is broken and every later call throws at once.
 #pragma once
 
+#include <accord/accord.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace accord {
@@ -21,6 +24,36 @@ namespace accord {
 constexpr std::size_t negotiationWords(std::size_t cache_capacity) {
   return 1 + 3 * ((cache_capacity + 63) / 64);
 }
+
+// One small cached allreduce whose data rides on the messages of a negotiation round
+// (bitwiseAndCarrying below; the controller says which tensors qualify).
+struct CarriedTensor {
+  std::uint32_t slot = 0;  // its response cache slot
+  void* data = nullptr;    // this rank's tensor: the input, and the result if it is carried
+  std::size_t count = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;   // applied to the input
+  double postscale = 1.0;  // applied to the result, divided by
+  double divisor = 1.0;    // (the set size for Average)
+};
+
+struct Carriage {
+  // The AND vector's words [word0, word0 + words) mark the carried slots: each rank sets
+  // the bits of its `tensors`, and after the AND they mark the slots every rank carried.
+  std::size_t word0 = 0, words = 0;
+  std::vector<CarriedTensor> tensors;  // this rank's, in slot order
+  // The bytes of any slot some rank may carry: the caches are identical, so a rank can
+  // lay out what another sends without being told.
+  std::function<std::size_t(std::uint32_t slot)> slot_bytes;
+  // No rank carries more than this (each tensor rounded up by carriedFootprint), so
+  // receive buffers can be sized for it. Must be the same on every rank.
+  std::size_t max_bytes = 0;
+};
+
+// The room a carried tensor of `bytes` takes in a message: every tensor starts at a
+// multiple of 64 bytes, so that any dtype sits aligned.
+constexpr std::size_t carriedFootprint(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 class NegotiationChannel {
  public:
@@ -38,6 +71,18 @@ class NegotiationChannel {
   // (no polling): a rank waiting for the others may then enter the next round at once
   // instead of pacing its cycles.
   virtual bool sleepsUntilJoined() const { return false; }
+
+  // Whether this channel implements bitwiseAndCarrying (the same answer on every rank).
+  virtual bool carries() const { return false; }
+  // bitwiseAnd, and in the same messages the allreduce of the tensors every rank
+  // carries: for the slots whose carried bit survives the AND, each tensor's `data`
+  // holds the scaled result on return, identical on every rank; every other tensor is
+  // left untouched, for the ordinary path.
+  // A channel that does not carry ANDs alone and reports nothing carried.
+  virtual void bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) {
+    bitwiseAnd(bits);
+    for (std::size_t i = 0; i < carriage.words; ++i) bits[carriage.word0 + i] = 0;
+  }
 };
 
 }  // namespace accord

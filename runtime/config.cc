@@ -36,6 +36,7 @@ namespace {
 constexpr double kDefaultCycleTimeMs = 0.0;
 constexpr std::size_t kDefaultFusionThreshold = 64u << 10;  // 64 KiB
 constexpr std::size_t kDefaultChunkBytes = 1u << 20;       // 1 MiB
+constexpr std::size_t kDefaultCarryBytes = 64u << 10;      // 64 KiB
 constexpr std::size_t kDefaultCacheCapacity = 1024;
 constexpr double kDefaultStallCheckSeconds = 60.0;
 constexpr double kDefaultStallShutdownSeconds = 300.0;
@@ -57,6 +58,9 @@ constexpr std::size_t kMinChunkBytes = 4u << 10;  // below a page, chunking is a
 constexpr std::size_t kMaxChunkBytes = 1u << 30;
 constexpr std::size_t kMaxFusionThreshold = std::size_t{4} << 30;
 constexpr std::size_t kMaxCacheCapacity = 1u << 16;
+// - Carry: every MPI negotiation channel holds two buffers of this size; past the
+//   round trip it saves, carrying more only delays the negotiation behind the data.
+constexpr std::size_t kMaxCarryBytes = 1u << 20;
 // Times: the cycle time is kept in microseconds and the stall times in milliseconds; a
 // value below that resolution would round to 0, which means "no wait" or "never".
 constexpr double kMaxCycleTimeMs = 10'000.0;
@@ -342,6 +346,8 @@ Config Config::parse(const Getenv& getenv) {
                                  kMaxFusionThreshold, "0 disables fusion");
   c.chunk_bytes =
       env.bytes("ACCORD_CHUNK_BYTES", kDefaultChunkBytes, kMinChunkBytes, kMaxChunkBytes, "");
+  c.carry_bytes =
+      env.bytes("ACCORD_CARRY_BYTES", kDefaultCarryBytes, 0, kMaxCarryBytes, "0 disables carrying");
   c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
                               "1: allreduces among ranks of one host go through shared "
                               "memory; 0: always MPI") == 1;
@@ -401,6 +407,9 @@ std::string Config::describe() const {
   out += line("ACCORD_CHUNK_BYTES", std::to_string(chunk_bytes) + " bytes",
               "piece size of large reductions (" + suffixed(kMinChunkBytes) + ".." +
                   suffixed(kMaxChunkBytes) + ")");
+  out += line("ACCORD_CARRY_BYTES", std::to_string(carry_bytes) + " bytes",
+              "small cached allreduces carried by MPI negotiation (0.." + suffixed(kMaxCarryBytes) +
+                  ", 0 = never)");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
   out += line("ACCORD_HIERARCHICAL_ALLREDUCE", hierarchical_allreduce ? "1" : "0",
@@ -437,21 +446,13 @@ std::string Config::describe() const {
 }
 
 const std::vector<std::string>& Config::knownVariables() {
-  static const std::vector<std::string> known = {"ACCORD_CYCLE_TIME",
-                                                 "ACCORD_FUSION_THRESHOLD",
-                                                 "ACCORD_CHUNK_BYTES",
-                                                 "ACCORD_SHARED_MEMORY",
-                                                 "ACCORD_NCCL",
-                                                 "ACCORD_CACHE_CAPACITY",
-                                                 "ACCORD_STALL_CHECK_TIME",
-                                                 "ACCORD_STALL_SHUTDOWN_TIME",
-                                                 "ACCORD_LOG_LEVEL",
-                                                 "ACCORD_TIMELINE",
-                                                 "ACCORD_HIERARCHICAL_ALLREDUCE",
-                                                 "ACCORD_AUTOTUNE",
-                                                 "ACCORD_AUTOTUNE_STEPS",
-                                                 "ACCORD_AUTOTUNE_LOG",
-                                                 "ACCORD_AUTOTUNE_START"};
+  static const std::vector<std::string> known = {
+      "ACCORD_CYCLE_TIME",     "ACCORD_FUSION_THRESHOLD", "ACCORD_CHUNK_BYTES",
+      "ACCORD_CARRY_BYTES",    "ACCORD_SHARED_MEMORY",    "ACCORD_NCCL",
+      "ACCORD_CACHE_CAPACITY", "ACCORD_STALL_CHECK_TIME", "ACCORD_STALL_SHUTDOWN_TIME",
+      "ACCORD_LOG_LEVEL",      "ACCORD_TIMELINE",         "ACCORD_HIERARCHICAL_ALLREDUCE",
+      "ACCORD_AUTOTUNE",       "ACCORD_AUTOTUNE_STEPS",   "ACCORD_AUTOTUNE_LOG",
+      "ACCORD_AUTOTUNE_START"};
   return known;
 }
 

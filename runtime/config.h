@@ -19,6 +19,11 @@ struct Config {
   std::chrono::microseconds cycle_time{0};
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
+  // ACCORD_CARRY_BYTES: in steady state, cached host allreduces of up to this many bytes
+  // in all ride on the negotiation's own messages where it runs over MPI (across hosts,
+  // or with ACCORD_SHARED_MEMORY=0) among a power-of-two number of ranks: one network
+  // round trip instead of two. 0 disables.
+  std::size_t carry_bytes = 0;
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
   // ACCORD_HIERARCHICAL_ALLREDUCE: host allreduces of a set that spans hosts reduce
   // inside each host through shared memory and only each rank's share crosses hosts.

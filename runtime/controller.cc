@@ -68,7 +68,7 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
 // the coordinator's stall inspector sees it.
 std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
                                           std::vector<std::uint64_t>& bits, std::size_t& hits,
-                                          Clock::time_point now) {
+                                          Clock::time_point now, Carriage* carriage) {
   const auto demote_after = std::min<Clock::duration>(std::chrono::seconds(1),
                                                       config_.stall_check_time / 2);
   std::vector<Request> to_send;
@@ -78,6 +78,7 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
     if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after) {
       setBit(bits, 1, found.slot);
       ++hits;
+      if (carriage) offerToCarry(set, found.slot, p.entry, *carriage);
       continue;
     }
     if (found.status != ResponseCache::Status::Miss) clearBit(bits, 1 + w, found.slot);
@@ -92,7 +93,45 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
   }
   // The complement of the hits: its AND is the complement of the hits' OR.
   for (std::size_t i = 0; i < w; ++i) bits[1 + 2 * w + i] = ~bits[1 + i];
+  if (carriage) chooseCarried(bits, *carriage);
   return to_send;
+}
+
+// A hit whose cached response is a host allreduce is a candidate for carrying.
+void Controller::offerToCarry(const ProcessSet& set, std::uint32_t slot, TensorEntry& entry,
+                              Carriage& carriage) {
+  const Response& r = set.cache->response(slot);
+  if (r.type != ResponseType::Allreduce || r.device.type != DeviceType::CPU) return;
+  const std::size_t bytes = r.tensorBytes(0);
+  // A tensor that does not fit its response takes the ordinary path, which reports it.
+  if (entry.tensor.dtype != r.dtype || entry.tensor.bytes() != bytes) return;
+  if (bytes > 0 && entry.tensor.data == nullptr) return;
+  CarriedTensor t;
+  t.slot = slot;
+  t.data = entry.tensor.data;
+  t.count = bytes / dtype_size(r.dtype);
+  t.dtype = r.dtype;
+  t.op = r.op;
+  t.prescale = r.prescale;
+  t.postscale = r.postscale;
+  t.divisor = r.op == ReduceOp::Average ? static_cast<double>(set.size) : 1.0;
+  carriage.tensors.push_back(t);
+}
+
+// Keeps the candidates, in slot order, while they fit in carry_bytes, and marks them.
+void Controller::chooseCarried(std::vector<std::uint64_t>& bits, Carriage& carriage) const {
+  auto& tensors = carriage.tensors;
+  std::sort(tensors.begin(), tensors.end(),
+            [](const CarriedTensor& a, const CarriedTensor& b) { return a.slot < b.slot; });
+  std::size_t used = 0, kept = 0;
+  for (const CarriedTensor& t : tensors) {
+    const std::size_t room = carriedFootprint(t.count * dtype_size(t.dtype));
+    if (used + room > carriage.max_bytes) continue;
+    used += room;
+    setBit(bits, carriage.word0, t.slot);
+    tensors[kept++] = t;
+  }
+  tensors.resize(kept);
 }
 
 // Calls f(slot) for every slot whose bit in words [word0, word0 + words) equals `value`,
@@ -113,25 +152,46 @@ void forEachBit(const std::vector<std::uint64_t>& v, std::size_t word0, std::siz
 // Applies the AND-reduced bits: erase invalidated slots, then emit the common hits in
 // slot order. Every rank runs this on the same bits, so the caches stay identical.
 void Controller::applyCacheVerdict(ProcessSet& set, std::size_t w,
-                                   const std::vector<std::uint64_t>& bits, Negotiated& out) {
+                                   const std::vector<std::uint64_t>& bits, bool carrying,
+                                   Negotiated& out) {
   auto& cache = *set.cache;
   forEachBit(bits, 1 + w, w, false, [&](std::uint32_t slot) {
     if (cache.contains(slot)) cache.erase(slot);
   });
+  auto carried = [&](std::uint32_t slot) {
+    const std::size_t word = 1 + 3 * w + slot / 64;
+    return carrying && (bits[word] >> (slot % 64) & 1) != 0;
+  };
   forEachBit(bits, 1, w, true, [&](std::uint32_t slot) {
     if (cache.contains(slot)) {
       cache.touch(slot);
-      out.responses.push_back(cache.response(slot));
+      (carried(slot) ? out.carried : out.responses).push_back(cache.response(slot));
     }
   });
 }
 
 Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now) {
   const std::size_t w = set.cache->activeWords();
-  std::vector<std::uint64_t> bits(1 + 3 * w, 0);
+  NegotiationChannel& channel = set.transport->channel();
+  // The same decision on every rank: the settings agree, the caches are identical, and
+  // every rank of the set has the same kind of channel.
+  const bool carrying = config_.carry_bytes > 0 && w > 0 && channel.carries();
+  std::vector<std::uint64_t> bits(1 + (carrying ? 4 : 3) * w, 0);
   std::fill(bits.begin() + 1 + w, bits.begin() + 1 + 2 * w, ~std::uint64_t{0});
+  Carriage carriage;
+  if (carrying) {
+    carriage.word0 = 1 + 3 * w;
+    carriage.words = w;
+    carriage.max_bytes = config_.carry_bytes;
+    carriage.slot_bytes = [&cache = *set.cache](std::uint32_t slot) -> std::size_t {
+      if (!cache.contains(slot))
+        throw CommError("negotiation: a rank carried data for response cache slot " +
+                        std::to_string(slot) + ", which this rank's cache does not hold");
+      return cache.response(slot).tensorBytes(0);
+    };
+  }
   std::size_t hits = 0;
-  std::vector<Request> to_send = classify(set, w, bits, hits, now);
+  std::vector<Request> to_send = classify(set, w, bits, hits, now, carrying ? &carriage : nullptr);
 
   std::uint64_t flags = 0;
   const bool rank0_must_speak = set.coordinator && stallsExpired(set, now);
@@ -140,7 +200,11 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   if (hits == set.pending.size()) flags |= kOnlyHitsPending;
   bits[0] = flags;
 
-  set.transport->channel().bitwiseAnd(bits);
+  if (carrying) {
+    channel.bitwiseAndCarrying(bits, carriage);
+  } else {
+    channel.bitwiseAnd(bits);
+  }
 
   Negotiated out;
   out.shutdown = !(bits[0] & kNoShutdown);
@@ -150,7 +214,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   for (std::size_t i = 0; i < w && same_hits; ++i) same_hits = bits[1 + i] == ~bits[1 + 2 * w + i];
   out.anyone_pending =
       !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
-  applyCacheVerdict(set, w, bits, out);
+  applyCacheVerdict(set, w, bits, carrying, out);
   if (!(bits[0] & kNothingToSend)) {
     auto fresh = gatherAndDecide(set, to_send, now);
     for (auto& r : fresh) {

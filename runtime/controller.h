@@ -7,14 +7,20 @@
 //   words 1..W    cache hits: this rank has submitted the tensor in that slot
 //   words W+1..2W valid bits: cleared by a rank whose request no longer matches the slot
 //   words 2W+1..3W the complement of the hits, so that the AND also yields their OR
-// In steady state that one all-reduce is the whole negotiation. Only when some rank has
-// a request the cache cannot answer do the ranks gather serialized requests to the
-// set's rank 0, which decides and broadcasts the new responses.
+//   words 3W+1..4W carried (only where the channel carries): this rank's data for the
+//                 slot rides in the same messages (channel.h, Carriage)
+// In steady state that one all-reduce is the whole negotiation. Where it runs over MPI
+// it also carries the data of small cached host allreduces (up to ACCORD_CARRY_BYTES in
+// all per cycle, in slot order): a slot every rank carried is reduced by the time the
+// AND returns, so the tensor's collective costs no message round of its own. Only when some rank
+// has a request the cache cannot answer do the ranks gather serialized requests to the set's rank
+// 0, which decides and broadcasts the new responses.
 //
 // The exchanges go through the set's NegotiationChannel (channel.h), whatever carries
 // it; every wait there has a deadline.
 #pragma once
 
+#include "runtime/channel.h"
 #include "runtime/config.h"
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
@@ -25,6 +31,9 @@ namespace accord {
 
 struct Negotiated {
   std::vector<Response> responses;  // unfused, in execution order, identical on all ranks
+  // Allreduces the negotiation itself carried out: their results are in the tensors,
+  // only the handles remain to complete. Identical on all ranks.
+  std::vector<Response> carried;
   bool shutdown = false;            // some rank asked to shut down
   bool anyone_pending = false;      // some rank may still wait for a collective after
                                     // this cycle (conservative: true when unsure)
@@ -40,9 +49,12 @@ class Controller {
 
  private:
   std::vector<Request> classify(ProcessSet& set, std::size_t w, std::vector<std::uint64_t>& bits,
-                                std::size_t& hits, Clock::time_point now);
+                                std::size_t& hits, Clock::time_point now, Carriage* carriage);
+  static void offerToCarry(const ProcessSet& set, std::uint32_t slot, TensorEntry& entry,
+                           Carriage& carriage);
+  void chooseCarried(std::vector<std::uint64_t>& bits, Carriage& carriage) const;
   void applyCacheVerdict(ProcessSet& set, std::size_t w, const std::vector<std::uint64_t>& bits,
-                         Negotiated& out);
+                         bool carrying, Negotiated& out);
   std::vector<Response> gatherAndDecide(ProcessSet& set, const std::vector<Request>& to_send,
                                         Clock::time_point now);
   void reportStalls(ProcessSet& set, Clock::time_point now);

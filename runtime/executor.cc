@@ -56,6 +56,24 @@ void Executor::run(ProcessSet& set, std::vector<Response> responses,
   }
 }
 
+void Executor::completeCarried(ProcessSet& set, const std::vector<Response>& carried) {
+  Timeline& timeline = Timeline::instance();
+  const auto now = Clock::now();
+  for (const auto& response : carried) {
+    auto tensors = take(set, response);
+    if (timeline.active()) {
+      // The data moved inside the negotiation phase, which this ends.
+      const std::string args =
+          fmt::format("{{\"tensors\":1,\"bytes\":{},\"carried\":true}}", response.totalBytes());
+      timeline.tensorsPhase(response.names, responseTypeName(response.type), now, args);
+      timeline.tensorsDone(response.names, now);
+    }
+    for (auto& t : tensors) {
+      if (t) t->entry.handle->completePart();
+    }
+  }
+}
+
 void Executor::runData(ProcessSet& set, const Response& response) {
   auto tensors = take(set, response);
   std::vector<TensorEntry*> entries;

@@ -32,6 +32,8 @@ class Executor {
   // response have been failed, and the caller gives up on the runtime.
   void run(ProcessSet& set, std::vector<Response> responses,
            std::vector<SetChange>& changes);
+  // Completes the handles of allreduces the negotiation carried out (Negotiated::carried).
+  void completeCarried(ProcessSet& set, const std::vector<Response>& carried);
 
  private:
   // Removes this rank's tensors of `response` from the pending table and frees their

@@ -1,7 +1,9 @@
 // The negotiation channel over MPI point-to-point messages (see runtime/channel.h),
 // for process sets whose ranks do not share one host, or with ACCORD_SHARED_MEMORY=0.
 //
-// AND: dissemination, ceil(log2 n) rounds of one send and one receive each. Gather:
+// AND: dissemination, ceil(log2 n) rounds of one send and one receive each. Across
+// hosts with n a power of two, recursive doubling instead (the same rounds), which can
+// carry small allreduces in its messages: see bitwiseAndCarrying. Gather:
 // rank 0 receives from every rank separately, so a timeout names exactly the ranks
 // missing. Broadcast: a binomial tree. Every wait is Link::await's, with the deadline.
 #pragma once
@@ -19,6 +21,17 @@ class MpiChannel final : public NegotiationChannel {
   explicit MpiChannel(Link& link) : link_(link) {}
 
   void bitwiseAnd(std::vector<std::uint64_t>& bits) override;
+  // Across hosts, among a power-of-two number of ranks. Those pair up for the data (rank r with r ^
+  // 2^k in round k), so every element is reduced once per round, lower rank's operand first, and
+  // all ranks end with the same bits; the AND's dissemination would count some twice.
+  bool carries() const override;
+  // Each round's message is the rank's AND vector followed by its partial results of
+  // the carried slots (in slot order, at carriedFootprint offsets), sent in pieces of
+  // at most kCarryPiece bytes so that each stays under a network transport's eager
+  // limit. The receiver reads the sender's carried bits from the first piece and so
+  // knows how long the rest is; what both carry is reduced, what only one carries is
+  // dropped.
+  void bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) override;
   std::vector<std::vector<std::uint8_t>> gatherToRoot(
       const std::vector<std::uint8_t>& mine) override;
   void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override;
@@ -29,6 +42,7 @@ class MpiChannel final : public NegotiationChannel {
   // timeout its request stays with MPI, and a peer that wakes up later may still
   // complete it. The runtime then never destroys the transport, so these stay valid.
   std::vector<std::uint64_t> and_out_, and_in_;
+  std::vector<std::uint64_t> frame_out_, frame_in_;  // carrying rounds (8-byte aligned)
   std::uint64_t length_ = 0;
   std::vector<std::uint64_t> lengths_;
   std::vector<std::uint8_t> bytes_;

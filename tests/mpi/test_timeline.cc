@@ -147,6 +147,50 @@ TEST_CASE("a timeline started at run time holds every tensor's phases") {
   }
 }
 
+TEST_CASE("a cached allreduce that rides on the negotiation is marked carried") {
+  if (std::getenv("ACCORD_TIMELINE")) return;  // the .env variant records the whole run
+  // Small cached allreduces ride on the negotiation where it runs over MPI across hosts
+  // (tests/multihost runs this on 2 simulated hosts) among a power-of-two number of
+  // ranks; never on one host, and never with ACCORD_CARRY_BYTES=0.
+  const int n = accord::size();
+  const char* carry = std::getenv("ACCORD_CARRY_BYTES");
+  const bool carries =
+      accord::cross_size() > 1 && (n & (n - 1)) == 0 && !(carry && std::string(carry) == "0");
+  const std::string path = tempPath("carried");
+  accord::start_timeline(path);
+  for (int step = 0; step < 5; ++step) {
+    Buffer b(DType::Float32, {300});
+    b.fill([&](std::int64_t k) { return static_cast<double>(accord::rank() + k + step); });
+    accord::AllreduceOptions o;
+    o.name = "carried.grad";
+    accord::allreduce_async(b.view(), o).wait();
+    CHECK(b.get(7) == n * (n - 1) / 2 + n * (7 + step));
+  }
+  accord::stop_timeline();
+  if (accord::rank() != 0) return;
+  const json events = parseFile(path);
+  std::remove(path.c_str());
+  int track = -1, carried = 0, plain = 0;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "carried.grad")
+      track = e["tid"];
+  REQUIRE(track >= 0);
+  for (const auto& e : events) {
+    if (e["ph"] != "B" || e.value("tid", -1) != track || e["name"] != "allreduce") continue;
+    const bool marked = e.contains("args") && e["args"].value("carried", false);
+    (marked ? carried : plain) += 1;
+    if (marked) CHECK(e["args"].value("bytes", 0) == 1200);
+  }
+  INFO(carried << " of 5 allreduces carried; " << n << " ranks on " << accord::cross_size()
+               << " hosts, ACCORD_CARRY_BYTES=" << (carry ? carry : "(unset)"));
+  CHECK(carried + plain == 5);
+  if (carries) {
+    CHECK(carried >= 4);  // all but the first, which no cache knew yet
+  } else {
+    CHECK(carried == 0);
+  }
+}
+
 int main(int argc, char** argv) {
   MainOptions options;
   // With ACCORD_TIMELINE set, the whole run is in that file once shutdown() returns.

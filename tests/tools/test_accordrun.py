@@ -94,12 +94,13 @@ class CommandLines(unittest.TestCase):
 
     def test_timeline_and_autotune_flags(self):
         rc, cmd, env = command(["-np", "2", "--timeline", "t.json", "--autotune", "--autotune-log", "a.csv",
-                                "--fusion-threshold", "4M", "prog"], {})
+                                "--fusion-threshold", "4M", "--carry-bytes", "0", "prog"], {})
         self.assertEqual(rc, 0)
         self.assertEqual(env["ACCORD_TIMELINE"], os.path.abspath("t.json"))
         self.assertEqual(env["ACCORD_AUTOTUNE"], "1")
         self.assertEqual(env["ACCORD_AUTOTUNE_LOG"], os.path.abspath("a.csv"))
         self.assertEqual(env["ACCORD_FUSION_THRESHOLD"], "4M")
+        self.assertEqual(env["ACCORD_CARRY_BYTES"], "0")
         for var in ["ACCORD_TIMELINE", "ACCORD_AUTOTUNE", "ACCORD_AUTOTUNE_LOG"]:
             self.assertIn(var, cmd)
         rc, _, _ = command(["-np", "2", "--autotune-log", "a.csv", "prog"], {})

@@ -33,6 +33,7 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.cycle_time == 0us);
   CHECK(c.fusion_threshold == 64u << 10);
   CHECK(c.chunk_bytes == 1u << 20);
+  CHECK(c.carry_bytes == 64u << 10);
   CHECK(c.cache_capacity == 1024);
   CHECK(c.stall_check_time == 60s);
   CHECK(c.stall_shutdown_time == 300s);
@@ -47,6 +48,7 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   Config c = parse({{"ACCORD_CYCLE_TIME", "2.5"},
                     {"ACCORD_FUSION_THRESHOLD", "64M"},
                     {"ACCORD_CHUNK_BYTES", " 4096 "},
+                    {"ACCORD_CARRY_BYTES", "0"},
                     {"ACCORD_CACHE_CAPACITY", "0"},
                     {"ACCORD_STALL_CHECK_TIME", "0.5"},
                     {"ACCORD_STALL_SHUTDOWN_TIME", "0"},
@@ -56,6 +58,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(c.cycle_time == 2500us);
   CHECK(c.fusion_threshold == 64u << 20);
   CHECK(c.chunk_bytes == 4096);
+  CHECK(c.carry_bytes == 0);
+  CHECK(parse({{"ACCORD_CARRY_BYTES", "1M"}}).carry_bytes == 1u << 20);
   CHECK(c.cache_capacity == 0);
   CHECK(c.stall_check_time == 500ms);
   CHECK(c.stall_shutdown_time == 0ms);
@@ -98,6 +102,9 @@ TEST_CASE("bad sizes name the variable, the value and the range", "[config]") {
       "': expected bytes between 4096 (4K) and 1073741824 (1G), suffixes K, M, G";
   CHECK(error("ACCORD_CHUNK_BYTES", "4095") == "ACCORD_CHUNK_BYTES='4095" + chunk);
   CHECK(error("ACCORD_CHUNK_BYTES", "0") == "ACCORD_CHUNK_BYTES='0" + chunk);
+  CHECK(error("ACCORD_CARRY_BYTES", "2M") ==
+        "ACCORD_CARRY_BYTES='2M': expected bytes between 0 and 1048576 (1M), suffixes K, M, G; "
+        "0 disables carrying");
 }
 
 TEST_CASE("bad times name the variable, the value and the range", "[config]") {
@@ -205,16 +212,16 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
   std::string d = parse({{"ACCORD_CYCLE_TIME", "0.25"}, {"ACCORD_SHARED_MEMORY", "0"}}).describe();
   for (const char* var :
        {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
-        "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1",
-        "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
-        "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)",
-        "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0", "ACCORD_AUTOTUNE_STEPS=5",
-        "ACCORD_AUTOTUNE_LOG=(off)"}) {
+        "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_CARRY_BYTES=65536 bytes",
+        "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1", "ACCORD_CACHE_CAPACITY=1024",
+        "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
+        "ACCORD_TIMELINE=(off)", "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0",
+        "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 15);
-  CHECK(Config::knownVariables().size() == 15);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 16);
+  CHECK(Config::knownVariables().size() == 16);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 
