@@ -14,9 +14,6 @@
 
 namespace accord::mpi {
 
-namespace {
-
-// The global ranks of `sub`'s members, in `sub`'s rank order, for messages.
 std::vector<int> globalRanksOf(MPI_Comm sub, const Link& set) {
   MPI_Group sub_group, set_group;
   ACCORD_MPI_CHECK(MPI_Comm_group(sub, &sub_group));
@@ -32,57 +29,62 @@ std::vector<int> globalRanksOf(MPI_Comm sub, const Link& set) {
   return out;
 }
 
-}  // namespace
+HostSplit splitByHost(const Link& set) {
+  HostSplit split;
+  ACCORD_MPI_CHECK(MPI_Comm_split_type(set.comm(), MPI_COMM_TYPE_SHARED, set.rank(), MPI_INFO_NULL,
+                                       &split.host));
+  ACCORD_MPI_CHECK(MPI_Comm_rank(split.host, &split.local_rank));
+  ACCORD_MPI_CHECK(MPI_Comm_size(split.host, &split.local_size));
+  int extremes[2] = {split.local_size, -split.local_size};
+  split.hosts = split.local_rank == 0 ? 1 : 0;
+  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT, MPI_MAX, set.comm()));
+  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &split.hosts, 1, MPI_INT, MPI_SUM, set.comm()));
+  split.largest = extremes[0];
+  split.smallest = -extremes[1];
+  return split;
+}
+
+std::unique_ptr<Link> linkAcrossHosts(const Link& set, const HostSplit& split,
+                                      std::chrono::milliseconds timeout) {
+  MPI_Comm across;
+  ACCORD_MPI_CHECK(MPI_Comm_split(set.comm(), split.local_rank, set.rank(), &across));
+  auto ranks = globalRanksOf(across, set);
+  return std::make_unique<Link>(across, std::move(ranks), timeout);
+}
 
 std::unique_ptr<Hierarchy> Hierarchy::create(Link& set, const Config& config) {
   if (!config.hierarchical_allreduce || !config.shared_memory || set.size() < 2) return nullptr;
-  MPI_Comm host;
-  ACCORD_MPI_CHECK(
-      MPI_Comm_split_type(set.comm(), MPI_COMM_TYPE_SHARED, set.rank(), MPI_INFO_NULL, &host));
-  int local_rank = 0, local_size = 0;
-  ACCORD_MPI_CHECK(MPI_Comm_rank(host, &local_rank));
-  ACCORD_MPI_CHECK(MPI_Comm_size(host, &local_size));
-  // The largest and the smallest host, and the number of hosts: the same on every rank,
-  // so every rank takes the same branch below.
-  int extremes[2] = {local_size, -local_size};
-  int hosts = local_rank == 0 ? 1 : 0;
-  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT, MPI_MAX, set.comm()));
-  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hosts, 1, MPI_INT, MPI_SUM, set.comm()));
-  const int largest = extremes[0], smallest = -extremes[1];
+  HostSplit split = splitByHost(set);
   const char* flat = nullptr;
-  if (hosts < 2)
+  if (split.hosts < 2)
     flat = "all its ranks share one host (the shared-memory transport reduces it whole)";
-  else if (largest != smallest)
+  else if (split.largest != split.smallest)
     flat = "its hosts hold different numbers of its ranks";
-  else if (local_size < 2)
+  else if (split.local_size < 2)
     flat = "each host holds one of its ranks";
   if (flat) {
-    MPI_Comm_free(&host);
+    MPI_Comm_free(&split.host);
     log().debug(
         "ACCORD_HIERARCHICAL_ALLREDUCE: a process set of {} ranks on {} hosts ({}..{} "
         "per host) reduces with the flat MPI ring: {}",
-        set.size(), hosts, smallest, largest, flat);
+        set.size(), split.hosts, split.smallest, split.largest, flat);
     return nullptr;
   }
-
   std::unique_ptr<Hierarchy> h(new Hierarchy());
-  h->host_ = host;
+  h->host_ = split.host;
   SharedMemoryOptions options;
   options.piece_bytes = Autotuner::maxChunkBytes(config);
   options.timeout = config.stall_shutdown_time;
-  options.global_ranks = globalRanksOf(host, set);
+  options.global_ranks = globalRanksOf(split.host, set);
   options.peers_wait_elsewhere = true;
-  h->local_ = SharedMemory::create(host, std::move(options));
+  h->local_ = SharedMemory::create(split.host, std::move(options));
   if (!h->local_)  // cannot happen: host has >= 2 ranks, all on this host
     throw CommError("hierarchical allreduce: no shared-memory window among this host's ranks");
-  MPI_Comm across;
-  ACCORD_MPI_CHECK(MPI_Comm_split(set.comm(), local_rank, set.rank(), &across));
-  auto across_ranks = globalRanksOf(across, set);
-  h->across_ = std::make_unique<Link>(across, std::move(across_ranks), config.stall_shutdown_time);
+  h->across_ = linkAcrossHosts(set, split, config.stall_shutdown_time);
   log().debug(
       "ACCORD_HIERARCHICAL_ALLREDUCE: a process set of {} ranks reduces in {} hosts x "
       "{} ranks",
-      set.size(), hosts, local_size);
+      set.size(), split.hosts, split.local_size);
   return h;
 }
 

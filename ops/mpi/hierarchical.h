@@ -33,6 +33,7 @@
 #include "ops/mpi/link.h"
 #include "ops/mpi/shared_memory.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,22 @@ struct Config;
 }  // namespace accord
 
 namespace accord::mpi {
+
+// How a set's ranks sit on hosts. Collective over set.comm(); the counts are the same on
+// every rank, so every rank takes the same branch on them.
+struct HostSplit {
+  MPI_Comm host = MPI_COMM_NULL;  // this host's ranks of the set (the caller frees it)
+  int local_rank = 0, local_size = 1;
+  int hosts = 1;
+  int smallest = 1, largest = 1;  // ranks on the emptiest and the fullest host
+};
+HostSplit splitByHost(const Link& set);
+// The communicator of the set's ranks whose local rank is `split.local_rank`, one per
+// host, as a Link (collective over set.comm()).
+std::unique_ptr<Link> linkAcrossHosts(const Link& set, const HostSplit& split,
+                                      std::chrono::milliseconds timeout);
+// The global ranks of `sub`'s members, in `sub`'s rank order, for messages.
+std::vector<int> globalRanksOf(MPI_Comm sub, const Link& set);
 
 class Hierarchy {
  public:
