@@ -101,6 +101,9 @@ void checkConfigAgrees(const Runtime& rt) {
       // The negotiation's receive buffers are sized for what a peer may carry.
       {"ACCORD_CARRY_BYTES", rt.config.carry_bytes},
       {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
+      // Every rank must build the same hierarchy, collectively.
+      {"ACCORD_HIERARCHICAL_ALLREDUCE",
+       rt.config.hierarchical_allreduce + rt.config.hierarchical_everywhere},
       // Every rank must take the same path for device tensors (NCCL or MPI).
       {"ACCORD_NCCL", rt.config.nccl + rt.config.nccl_alone},
   };

@@ -351,10 +351,13 @@ Config Config::parse(const Getenv& getenv) {
   c.shared_memory = env.count("ACCORD_SHARED_MEMORY", 1, 1,
                               "1: allreduces among ranks of one host go through shared "
                               "memory; 0: always MPI") == 1;
-  c.hierarchical_allreduce =
-      env.count("ACCORD_HIERARCHICAL_ALLREDUCE", 0, 1,
-                "1: host allreduces of a process set spanning hosts reduce inside each host "
-                "through shared memory and across hosts over MPI; 0: one ring over MPI") == 1;
+  const std::uint64_t hierarchical = env.count(
+      "ACCORD_HIERARCHICAL_ALLREDUCE", 0, 2,
+      "1: allreduces of a process set spanning hosts reduce inside each host (through "
+      "shared memory, or NCCL for CUDA tensors) and across hosts; 0: one flat ring; 2: as "
+      "1, and CUDA tensors take it also on one host or with one rank per host");
+  c.hierarchical_allreduce = hierarchical >= 1;
+  c.hierarchical_everywhere = hierarchical == 2;
   const std::uint64_t nccl =
       env.count("ACCORD_NCCL", 1, 2,
                 "1: CUDA tensors go through NCCL where Accord was built with it; 0: "
@@ -412,7 +415,10 @@ std::string Config::describe() const {
                   ", 0 = never)");
   out += line("ACCORD_SHARED_MEMORY", shared_memory ? "1" : "0",
               "negotiate and allreduce through shared memory within a host (0 = MPI)");
-  out += line("ACCORD_HIERARCHICAL_ALLREDUCE", hierarchical_allreduce ? "1" : "0",
+  out += line("ACCORD_HIERARCHICAL_ALLREDUCE",
+              hierarchical_everywhere  ? "2"
+              : hierarchical_allreduce ? "1"
+                                       : "0",
               "across hosts: reduce within each host, then across hosts (0 = one flat ring)");
   out += line("ACCORD_NCCL",
               nccl_alone ? "2"

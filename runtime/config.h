@@ -25,9 +25,13 @@ struct Config {
   // round trip instead of two. 0 disables.
   std::size_t carry_bytes = 0;
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
-  // ACCORD_HIERARCHICAL_ALLREDUCE: host allreduces of a set that spans hosts reduce
-  // inside each host through shared memory and only each rank's share crosses hosts.
+  // ACCORD_HIERARCHICAL_ALLREDUCE: allreduces of a set that spans hosts reduce inside
+  // each host (shared memory; NCCL for CUDA tensors) and only each rank's share crosses
+  // hosts.
   bool hierarchical_allreduce = false;
+  // ACCORD_HIERARCHICAL_ALLREDUCE=2: CUDA tensors take the hierarchical path also where
+  // it cannot pay (all ranks on one host, or one per host), so that one GPU can run it.
+  bool hierarchical_everywhere = false;
   // ACCORD_NCCL: CUDA tensors through NCCL where this build has it; 0 (or a build
   // without NCCL): through MPI, staged in pinned host memory.
   bool nccl = true;

@@ -12,6 +12,9 @@
 // each, none when the factor is 1. A joined rank, or a rank whose tensor does not
 // match the response, contributes the op's neutral element from scratch space.
 //
+// Under ACCORD_HIERARCHICAL_ALLREDUCE, where the set's hosts hold several ranks each,
+// every response goes through the fusion buffer in three NCCL steps (hierarchy.h).
+//
 // In a set of one rank the reduction is the input itself: every tensor stays where it
 // is, only the scaling runs, and NCCL is not called (nor the fusion buffer used);
 // unscaled, nothing runs on the GPU and each handle completes on its tensor's ready
@@ -54,40 +57,90 @@ void reduceInPlace(Launch& l, std::size_t i, const Reduction& red, bool exchange
     cuda::scale(data, count, r.dtype, red.post.factor, red.post.divisor, l.stream);
 }
 
-void reduceFused(Launch& l, const Reduction& red) {
+// The response's tensors copied into the fusion buffer at 16-byte offsets with one
+// launch, prescaled, with the op's neutral element where this rank has no usable tensor
+// and in the padding that rounds the buffer up to a multiple of `multiple` elements.
+struct Staged {
+  char* fused = nullptr;
+  std::size_t count = 0;             // elements, padding included
+  std::vector<cuda::CopyPiece> out;  // the copies back
+};
+
+Staged stageIn(Launch& l, std::size_t multiple) {
   const Response& r = l.response;
   const std::size_t n = l.entries.size();
   const std::size_t elem = dtype_size(r.dtype);
   std::vector<std::size_t> offset(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + align16(r.tensorBytes(i));
-  const std::size_t total = offset[n];
-  if (total == 0) return;
-  char* fused = l.device.fusion.reserve(total, l.stream);
+  Staged s;
+  const std::size_t used = offset[n] / elem;
+  s.count = (used + multiple - 1) / multiple * multiple;
+  if (s.count == 0) return s;
+  s.fused = l.device.fusion.reserve(s.count * elem, l.stream);
 
-  std::vector<cuda::CopyPiece> in, out;
+  std::vector<cuda::CopyPiece> in;
   std::vector<bool> local(n, false);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t bytes = r.tensorBytes(i);
     local[i] = l.checkInput(i, bytes);
     if (!local[i] || bytes == 0) continue;
     void* data = l.entries[i]->tensor.data;
-    in.push_back({fused + offset[i], data, bytes});
-    out.push_back({data, fused + offset[i], bytes});
+    in.push_back({s.fused + offset[i], data, bytes});
+    s.out.push_back({data, s.fused + offset[i], bytes});
   }
   cuda::batchedCopy(in, l.stream);
   const mpi::Scaling pre = mpi::preScaling(r);
   // The whole buffer in one launch; the neutral regions are written after it.
-  if (!pre.isOne()) cuda::scale(fused, total / elem, r.dtype, pre.factor, pre.divisor, l.stream);
+  if (!pre.isOne()) cuda::scale(s.fused, used, r.dtype, pre.factor, pre.divisor, l.stream);
   for (std::size_t i = 0; i < n; ++i) {
     if (!local[i])
-      cuda::fillNeutral(fused + offset[i], r.tensorBytes(i) / elem, r.dtype, r.op, l.stream);
+      cuda::fillNeutral(s.fused + offset[i], r.tensorBytes(i) / elem, r.dtype, r.op, l.stream);
   }
+  if (s.count > used)
+    cuda::fillNeutral(s.fused + used * elem, s.count - used, r.dtype, r.op, l.stream);
+  return s;
+}
+
+void reduceFused(Launch& l, const Reduction& red) {
+  const Response& r = l.response;
+  Staged s = stageIn(l, 1);
+  if (s.count == 0) return;
   l.nccl([&](ncclComm_t comm) {
-    return ncclAllReduce(fused, fused, total / elem, ncclType(r.dtype), red.op, comm, l.stream);
+    return ncclAllReduce(s.fused, s.fused, s.count, ncclType(r.dtype), red.op, comm, l.stream);
   });
   if (!red.post.isOne())
-    cuda::scale(fused, total / elem, r.dtype, red.post.factor, red.post.divisor, l.stream);
-  cuda::batchedCopy(out, l.stream);
+    cuda::scale(s.fused, s.count, r.dtype, red.post.factor, red.post.divisor, l.stream);
+  cuda::batchedCopy(s.out, l.stream);
+}
+
+// Reduce-scatter inside the host, allreduce of this rank's block across hosts,
+// allgather inside the host (hierarchy.h); every tensor, lone or fused, goes through
+// the fusion buffer, padded to a multiple of the host's rank count.
+void reduceHierarchical(Launch& l, DeviceHierarchy& h, const Reduction& red) {
+  const Response& r = l.response;
+  const std::size_t parts = static_cast<std::size_t>(h.localSize());
+  Staged s = stageIn(l, parts);
+  if (s.count == 0) return;
+  const std::size_t block = s.count / parts;
+  char* mine = s.fused + static_cast<std::size_t>(h.localRank()) * block * dtype_size(r.dtype);
+  const ncclDataType_t type = ncclType(r.dtype);
+  const std::string what = mpi::describe(r);
+  h.local().launch(
+      [&](ncclComm_t comm) {
+        return ncclReduceScatter(s.fused, mine, block, type, red.op, comm, l.stream);
+      },
+      what + " (reduce-scatter inside the host)");
+  h.cross().launch(
+      [&](ncclComm_t comm) {
+        return ncclAllReduce(mine, mine, block, type, red.op, comm, l.stream);
+      },
+      what + " (allreduce across hosts)");
+  h.local().launch(
+      [&](ncclComm_t comm) { return ncclAllGather(mine, s.fused, block, type, comm, l.stream); },
+      what + " (allgather inside the host)");
+  if (!red.post.isOne())
+    cuda::scale(s.fused, s.count, r.dtype, red.post.factor, red.post.divisor, l.stream);
+  cuda::batchedCopy(s.out, l.stream);
 }
 
 // Alone and unscaled, the result is the input as it is: nothing runs on the GPU, and
@@ -121,8 +174,10 @@ class NcclAllreduce final : public Op {
     if (completeUnchanged(*devices_, ctx, response, entries, red)) return;
     run(devices_, ctx, response, entries, [&](Launch& l) {
       const bool alone = ctx.size() == 1 && !ctx.config.nccl_alone;
-      if (alone || response.names.size() == 1 ||
-          response.totalBytes() > ctx.config.fusion_threshold) {
+      if (l.hierarchy && !alone) {
+        reduceHierarchical(l, *l.hierarchy, red);
+      } else if (alone || response.names.size() == 1 ||
+                 response.totalBytes() > ctx.config.fusion_threshold) {
         for (std::size_t i = 0; i < response.names.size(); ++i) reduceInPlace(l, i, red, !alone);
       } else {
         reduceFused(l, red);

@@ -13,35 +13,73 @@ namespace {
 
 static_assert(kNumDTypes == 8, "map the new dtype to NCCL's below");
 
-// A process set's NCCL state, kept in its transport (SetExtension).
+// Several communicators watched as one: an error or an abort on any stops them all.
+class WatchedGroup final : public cuda::Watched {
+ public:
+  explicit WatchedGroup(std::vector<std::shared_ptr<Communicator>> comms)
+      : comms_(std::move(comms)) {}
+  std::string asyncError() override {
+    for (auto& c : comms_)
+      if (std::string e = c->asyncError(); !e.empty()) return e;
+    return "";
+  }
+  void abort(const std::string& reason) override {
+    for (auto& c : comms_) c->abort(reason);
+  }
+  std::string broken() const override {
+    for (const auto& c : comms_)
+      if (std::string b = c->broken(); !b.empty()) return b;
+    return "";
+  }
+
+ private:
+  std::vector<std::shared_ptr<Communicator>> comms_;
+};
+
+// A process set's NCCL state, kept in its transport (SetExtension): its communicator
+// and, under ACCORD_HIERARCHICAL_ALLREDUCE, the two of its hierarchy.
 class NcclSet final : public SetExtension {
  public:
-  NcclSet(std::shared_ptr<cuda::Devices> devices, std::shared_ptr<Communicator> comm)
-      : devices_(std::move(devices)), comm_(std::move(comm)) {}
+  NcclSet(std::shared_ptr<cuda::Devices> devices, std::shared_ptr<Communicator> comm,
+          std::unique_ptr<DeviceHierarchy> hierarchy)
+      : devices_(std::move(devices)), comm_(std::move(comm)), hierarchy_(std::move(hierarchy)) {
+    if (hierarchy_)
+      watched_ = std::make_shared<WatchedGroup>(std::vector<std::shared_ptr<Communicator>>{
+          comm_, hierarchy_->sharedLocal(), hierarchy_->sharedCross()});
+    else
+      watched_ = comm_;
+  }
 
   // Every member removes the set (or shuts down) in the same cycle: let the set's
-  // collectives in flight complete first, then free the communicator in step.
+  // collectives in flight complete first, then free the communicators in step.
   ~NcclSet() override {
     const auto timeout = devices_->config().stall_shutdown_time;
     const auto deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
                                               : std::chrono::steady_clock::time_point::max();
-    if (!devices_->finalizer().drain(comm_.get(), deadline))
-      comm_->abort("the " + comm_->name() +
-                   " was removed or shut down with device collectives still running");
+    if (!devices_->finalizer().drain(watched_.get(), deadline))
+      watched_->abort("the " + comm_->name() +
+                      " was removed or shut down with device collectives still running");
+    watched_.reset();
+    hierarchy_.reset();
   }
 
   Communicator& comm() { return *comm_; }
-  const std::shared_ptr<Communicator>& shared() const { return comm_; }
+  DeviceHierarchy* hierarchy() { return hierarchy_.get(); }
+  // What the finalizer watches for this set's collectives.
+  const std::shared_ptr<cuda::Watched>& watched() const { return watched_; }
 
  private:
   std::shared_ptr<cuda::Devices> devices_;  // outlives the communicator's collectives
   std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<DeviceHierarchy> hierarchy_;
+  std::shared_ptr<cuda::Watched> watched_;
 };
 
 NcclSet& setState(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, int device) {
   if (!ctx.extension) {
     auto comm = Communicator::create(ctx.link, device, ctx.config.stall_shutdown_time);
-    ctx.extension = std::make_unique<NcclSet>(devices, std::move(comm));
+    auto hierarchy = DeviceHierarchy::create(ctx.link, device, ctx.config);
+    ctx.extension = std::make_unique<NcclSet>(devices, std::move(comm), std::move(hierarchy));
   }
   // Only the NCCL ops put state into a transport's extension.
   return static_cast<NcclSet&>(*ctx.extension);
@@ -129,7 +167,7 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
   NcclSet& set = setState(devices, ctx, cuda::deviceOf(*devices, entries));
   Communicator& comm = set.comm();
   const std::string what = mpi::describe(response);
-  if (std::string reason = comm.broken(); !reason.empty()) {
+  if (std::string reason = set.watched()->broken(); !reason.empty()) {
     failLocal(entries, std::make_exception_ptr(CommError(what + ": " + reason)));
     return;
   }
@@ -137,14 +175,14 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
     cuda::DeviceGuard guard(comm.device());
     cuda::DeviceContext& device = devices->context(comm.device());
     cuda::waitUntilReady(response, comm.device(), device.stream, entries);
-    Launch launch{ctx, response, entries, comm, device, device.stream};
+    Launch launch{ctx, response, entries, comm, device, device.stream, set.hierarchy()};
     body(launch);
     cuda::completeWhenDone(devices->finalizer(), comm.device(), device.stream, response, entries,
-                           set.shared());
+                           set.watched());
   } catch (const std::exception& e) {
     // This rank cannot do its part: abort, so that the other members' collectives fail
     // (their finalizers see the error or time out) rather than wait for it.
-    comm.abort(what + ": " + e.what());
+    set.watched()->abort(what + ": " + e.what());
     failLocal(entries, std::current_exception());
   }
 }

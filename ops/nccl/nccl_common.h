@@ -11,6 +11,7 @@
 #include "ops/cuda/device_ops.h"
 #include "ops/mpi/mpi_common.h"
 #include "ops/nccl/communicator.h"
+#include "ops/nccl/hierarchy.h"
 
 #include <functional>
 #include <memory>
@@ -38,6 +39,7 @@ struct Launch {
   Communicator& comm;
   cuda::DeviceContext& device;
   cudaStream_t stream;
+  DeviceHierarchy* hierarchy = nullptr;  // ACCORD_HIERARCHICAL_ALLREDUCE, where it applies
 
   // Is entry i this rank's own, usable tensor? (Not joined, no local failure yet.)
   bool local(std::size_t i) const { return entries[i] && !entries[i]->error; }

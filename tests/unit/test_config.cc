@@ -73,6 +73,9 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(parse({{"ACCORD_NCCL", "2"}}).nccl_alone);
   CHECK_FALSE(c.hierarchical_allreduce);  // off unless asked for
   CHECK(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);
+  CHECK_FALSE(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_everywhere);
+  CHECK(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "2"}}).hierarchical_allreduce);
+  CHECK(parse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "2"}}).hierarchical_everywhere);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "10000"}}).cycle_time == 10s);
   CHECK(parse({{"ACCORD_CYCLE_TIME", "0.0015"}}).cycle_time == 2us);  // to the nearest microsecond
 }
@@ -152,13 +155,14 @@ TEST_CASE("bad counts and log levels name the accepted values", "[config]") {
               "Accord was built with it; 0: through MPI, staged in pinned host memory; 2: "
               "through NCCL also in a process set of one rank)");
   }
-  for (std::string bad : {"2", "true", "-1"}) {
+  for (std::string bad : {"3", "true", "-1"}) {
     INFO(bad);
     CHECK(error("ACCORD_HIERARCHICAL_ALLREDUCE", bad) ==
           "ACCORD_HIERARCHICAL_ALLREDUCE='" + bad +
-              "': expected an integer between 0 and 1 (1: host allreduces of a process set "
-              "spanning hosts reduce inside each host through shared memory and across hosts "
-              "over MPI; 0: one ring over MPI)");
+              "': expected an integer between 0 and 2 (1: allreduces of a process set "
+              "spanning hosts reduce inside each host (through shared memory, or NCCL for "
+              "CUDA tensors) and across hosts; 0: one flat ring; 2: as 1, and CUDA tensors "
+              "take it also on one host or with one rank per host)");
   }
   CHECK(error("ACCORD_LOG_LEVEL", "warnings") ==
         "ACCORD_LOG_LEVEL='warnings': expected one of trace, debug, info, warn, error, off");
