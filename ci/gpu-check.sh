@@ -96,13 +96,15 @@ if [ -x build/examples/resnet/accord-resnet ]; then
   say "trainer vs PyTorch:"
   sed 's/^/  /' "$out/resnet-gpu.log" | tail -8 | tee -a "$summary"
 fi
-# 6. Where the trainer's GPU time goes, by layer kind (ResNet-50, tf32, batch 128).
+# 6. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
+#    ACCORD_GPU_PROFILE_PRECISION says otherwise).
+profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
 if [ -x build/examples/resnet/accord-resnet ]; then
-  timeout 180 build/examples/resnet/accord-resnet --device cuda --precision tf32 --model resnet50 \
+  timeout 180 build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
       --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
       --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
       --gpu-profile > "$out/gpu-profile.log" 2>&1 || status=1
-  say "trainer GPU profile (ResNet-50, tf32, batch 128, 20 steps):"
+  say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 20 steps):"
   sed -n '/GPU time by kind/,$p' "$out/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
 fi
 say "== gpu-check: $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"

@@ -32,9 +32,11 @@
 namespace accord::resnet {
 
 // Moves m's passes to `device`: "cpu" does nothing, "cuda" uses GPU local_rank modulo
-// the GPUs present. `precision`: "fp32", or "tf32" (cuda only: tensor cores on float32
-// data). Throws InvalidArgument for another name, "cuda" in a build without cuDNN, or
-// tf32 on the CPU. Call after buildModel().
+// the GPUs present. `precision`: "fp32", "tf32" (cuda only: tensor cores on float32
+// data) or "bf16" (cuda only: activations stored as bfloat16, bf16 tensor cores,
+// float32 parameters, gradients and statistics; nn::cuda::Math::Bf16). Throws
+// InvalidArgument for another name, "cuda" in a build without cuDNN, or tf32 / bf16 on
+// the CPU. Call after buildModel().
 void useDevice(Model& m, const std::string& device, int local_rank,
                const std::string& precision = "fp32");
 

@@ -90,8 +90,8 @@ const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
 }  // namespace
 
 void useDevice(Model& m, const std::string& device, int local_rank, const std::string& precision) {
-  if (precision != "fp32" && precision != "tf32")
-    throw InvalidArgument("unknown --precision '" + precision + "' (expected fp32 or tf32)");
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
+    throw InvalidArgument("unknown --precision '" + precision + "' (expected fp32, tf32 or bf16)");
   if (device == "cpu") {
     if (precision != "fp32")
       throw InvalidArgument("--precision " + precision +
@@ -108,7 +108,9 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   d->device = local_rank % count;
   for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
     nn::cuda::useDeviceMemory(*a);
-  nn::cuda::set_math(precision == "tf32" ? nn::cuda::Math::Tf32 : nn::cuda::Math::Fp32);
+  nn::cuda::set_math(precision == "tf32"   ? nn::cuda::Math::Tf32
+                     : precision == "bf16" ? nn::cuda::Math::Bf16
+                                           : nn::cuda::Math::Fp32);
   d->mirror.ops = &nn::cuda::layers();
   buildModel(d->mirror, m.cfg, false);
   if (d->mirror.params.capacity != m.params.capacity || d->mirror.acts.capacity != m.acts.capacity)
@@ -147,7 +149,7 @@ void deviceForward(Model& m, int N) {
     upload(d.buffers, m.buffers);
     // The batch, like the parameters, is read before the host writes the next one: the
     // trainer writes it after this step's synchronous downloads.
-    nn::cuda::copy_to_device_async(
+    nn::cuda::upload_input_async(
         d.input, m.input, size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
   }
   d.bn_training = m.bn_training;

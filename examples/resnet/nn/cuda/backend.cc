@@ -72,6 +72,34 @@ void* workspace(size_t bytes) {
   return p;
 }
 
+namespace {
+// A device buffer that frees itself with the plan cache.
+std::shared_ptr<void> deviceBuffer(size_t bytes, const std::string& what) {
+  void* p = nullptr;
+  ACCORD_NN_CUDA_CHECK(what, cudaMalloc(&p, bytes ? bytes : 256));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+std::string bf16WeightsKey(const float* w, size_t n) {
+  return key("bf16 weights", static_cast<const void*>(w), n);
+}
+}  // namespace
+
+const void* bf16Weights(const float* w, size_t n, const std::string& what) {
+  auto& slot = backend().plans[bf16WeightsKey(w, n)];
+  if (!slot) slot = deviceBuffer(n * 2, what);
+  launchToBf16(w, slot.get(), n);
+  checkLaunch(what);
+  return slot.get();
+}
+
+const void* lastBf16Weights(const float* w, size_t n, const std::string& what) {
+  auto found = backend().plans.find(bf16WeightsKey(w, n));
+  if (found == backend().plans.end())
+    throw InvalidArgument(what + ": backward before forward in bf16 mode");
+  return found->second.get();
+}
+
 }  // namespace detail
 
 using namespace detail;
@@ -86,11 +114,15 @@ Math set_math(Math math) {
   Backend& b = backend();
   Math old = b.math;
   b.math = math;
+  // Bf16's products are cublasGemmEx calls on bf16 operands, which use tensor cores in
+  // the default mode; TF32 applies to float32 operands only.
   ACCORD_NN_CUDA_CHECK("nn::cuda::set_math",
                        cublasSetMathMode(b.cublas, math == Math::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                       : CUBLAS_DEFAULT_MATH));
   return old;  // conv plans are keyed by math, so they need no flush
 }
+
+Math math() { return backend().math; }
 
 void clear_plan_cache() { backend().plans.clear(); }
 size_t plan_cache_size() { return backend().plans.size(); }
@@ -116,6 +148,32 @@ void copy_to_host(float* host, const float* device, size_t n) {
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(host, device, n * sizeof(float),
                                              cudaMemcpyDeviceToHost, backend().stream));
   ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(backend().stream));
+}
+
+}  // namespace accord::nn::cuda
+
+namespace accord::nn::cuda {
+
+void upload_input_async(float* device, const float* host, size_t n) {
+  if (!bf16()) return copy_to_device_async(device, host, n);
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::upload_input_async floats", n);
+  // The stream orders the next upload's copy after this one's conversion.
+  auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
+  ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(staging, host, n * sizeof(float),
+                                             cudaMemcpyHostToDevice, backend().stream));
+  launchToBf16(staging, device, n);
+  checkLaunch(what);
+}
+
+void activations_to_host(float* host, const float* device, size_t n) {
+  if (!bf16()) return copy_to_host(host, device, n);
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::activations_to_host elements", n);
+  auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
+  launchToFloat(device, staging, n);
+  checkLaunch(what);
+  copy_to_host(host, staging, n);
 }
 
 }  // namespace accord::nn::cuda

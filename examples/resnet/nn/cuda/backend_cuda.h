@@ -38,7 +38,25 @@ Backend& backend();
 void* scratch(int slot, size_t bytes);
 void* workspace(size_t bytes);
 
-enum ScratchSlot { kSlotBatchNormDy = 0, kSlotLosses = 1, kSlotFlags = 2 };
+enum ScratchSlot {
+  kSlotBatchNormDy = 0,
+  kSlotLosses = 1,
+  kSlotFlags = 2,
+  kSlotWeightGrad = 3,  // Bf16: a conv's or the linear layer's weight gradient in bf16
+  kSlotLinearDy = 4,    // Bf16: the linear layer's output gradient in bf16
+  kSlotInput = 5,       // Bf16: upload_input_async's float staging buffer
+};
+
+// Whether activations are stored as bfloat16 (Math::Bf16), and their element size.
+inline bool bf16() { return backend().math == Math::Bf16; }
+inline size_t activationBytes(size_t n) { return n * (bf16() ? 2 : sizeof(float)); }
+// A bf16 copy of the `n` float32 weights at `w`, refreshed on the stream now; the copy
+// is the layer's own (kept in the plan cache, keyed by w) and stays valid until the next
+// refresh, so backward reads the weights forward used.
+const void* bf16Weights(const float* w, size_t n, const std::string& what);
+// The copy bf16Weights last made of `w` (backward reads what forward used); throws
+// InvalidArgument naming `what` when there is none yet.
+const void* lastBf16Weights(const float* w, size_t n, const std::string& what);
 
 // "conv2d_forward 32 64 56 56 ..." from the arguments, for keys and messages.
 template <class... Args>
@@ -76,6 +94,13 @@ inline void check(cublasStatus_t s, const std::string& what, const char* call, c
 void checkLaunch(const std::string& what);
 
 // ---- our own kernels (launched on the backend's stream) ------------------------------
+//
+// Those that take activations read and write them as bf16() says (the float* then
+// point at bf16 data); parameters, statistics, biases, logits and argmax are always
+// float32 / int32. Arithmetic is float32 either way.
+
+void launchToBf16(const float* x, void* y, size_t n);
+void launchToFloat(const void* x, float* y, size_t n);
 
 void launchRelu(const float* x, float* y, size_t n);
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);

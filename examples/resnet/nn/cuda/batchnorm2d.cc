@@ -15,6 +15,9 @@
 // kernel. Forward then writes y = max(x * scale + shift, 0) itself from the statistics
 // (in training after cuDNN computed them), and backward masks dy with the same
 // expression, evaluated by the same device code: the mask equals forward's exactly.
+//
+// Math::Bf16: x, y and the gradients are bf16 tensors; gamma, beta and the statistics
+// stay float32 (cuDNN's derived descriptor for them is float32 for bf16 data).
 #include "nn/cuda/backend_cuda.h"
 
 namespace accord::nn::cuda {
@@ -35,13 +38,14 @@ struct BnPlan {
 };
 
 BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
-  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W)];
+  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W, bf16())];
   if (!slot) {
     auto p = std::make_shared<BnPlan>();
+    const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->x));
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->stats));
-    ACCORD_NN_CUDA_CHECK(
-        what, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, bn.C, H, W));
+    ACCORD_NN_CUDA_CHECK(what,
+                         cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, data, N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
     slot = p;
@@ -117,13 +121,13 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
   // cuDNN does not promise to work in place.
   const float* g = dy;
   if (bn.relu || dx == dy) {
-    float* masked = static_cast<float*>(scratch(kSlotBatchNormDy, n * sizeof(float)));
+    float* masked = static_cast<float*>(scratch(kSlotBatchNormDy, activationBytes(n)));
     if (bn.relu) {
       launchBnReluMask(x, dy, masked, affineOf(bn, true), N, bn.C, HW);
       checkLaunch(what);
     } else {
-      ACCORD_NN_CUDA_CHECK(
-          what, cudaMemcpyAsync(masked, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, b.stream));
+      ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(masked, dy, activationBytes(n),
+                                                 cudaMemcpyDeviceToDevice, b.stream));
     }
     g = masked;
   }

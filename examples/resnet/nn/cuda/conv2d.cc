@@ -8,6 +8,10 @@
 // would use tensor cores are skipped, so results stay plain fp32. Workspaces come from
 // one buffer shared by every conv (calls are sequential on one stream), grown to the
 // largest request.
+//
+// Math::Bf16: x, y and their gradients are bf16 tensors, the filter a bf16 copy of the
+// float32 weights made by forward (bf16Weights), the arithmetic float32 on tensor cores;
+// the filter gradient comes out in bf16 and is widened into the float32 dw.
 #include "nn/cuda/backend_cuda.h"
 
 #include <vector>
@@ -45,7 +49,7 @@ struct ConvPlan {
 
 bool usable(cudnnStatus_t status, cudnnMathType_t math_type, size_t memory) {
   if (status != CUDNN_STATUS_SUCCESS || memory > kMaxWorkspace) return false;
-  return backend().math == Math::Tf32 || math_type == CUDNN_FMA_MATH ||
+  return backend().math != Math::Fp32 || math_type == CUDNN_FMA_MATH ||
          math_type == CUDNN_DEFAULT_MATH;
 }
 
@@ -62,27 +66,28 @@ const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& wh
 void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
+  const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.x));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.y));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateFilterDescriptor(&p.w));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateConvolutionDescriptor(&p.conv));
+  ACCORD_NN_CUDA_CHECK(what,
+                       cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, data, N, c.C_in, H, W));
   ACCORD_NN_CUDA_CHECK(
-      what, cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, c.C_in, H, W));
-  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N,
-                                                        c.C_out, Ho, Wo));
-  ACCORD_NN_CUDA_CHECK(what, cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                        c.C_out, c.C_in, c.K, c.K));
+      what, cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, data, N, c.C_out, Ho, Wo));
+  ACCORD_NN_CUDA_CHECK(
+      what, cudnnSetFilter4dDescriptor(p.w, data, CUDNN_TENSOR_NCHW, c.C_out, c.C_in, c.K, c.K));
   // Cross-correlation, like every framework's "convolution" (and oneDNN's).
   ACCORD_NN_CUDA_CHECK(
       what, cudnnSetConvolution2dDescriptor(p.conv, c.pad, c.pad, c.stride, c.stride, 1, 1,
                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   ACCORD_NN_CUDA_CHECK(
       what, cudnnSetConvolutionMathType(
-                p.conv, backend().math == Math::Tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+                p.conv, backend().math == Math::Fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
   if (c.bias) {
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.b));
-    ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                          1, c.C_out, 1, 1));
+    ACCORD_NN_CUDA_CHECK(
+        what, cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, data, 1, c.C_out, 1, 1));
   }
   // cuDNN must agree on the output shape, or the descriptors above are wrong.
   int dims[4] = {};
@@ -125,6 +130,8 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
       c.out_h(H) <= 0 || c.out_w(W) <= 0)
     throw InvalidArgument(what + ": invalid shape");
   if (!c.w || (c.bias && !c.b)) throw InvalidArgument(what + ": parameters not bound");
+  // cuDNN would add a bf16 bias to a bf16 output; ResNet's convolutions have none.
+  if (c.bias && bf16()) throw InvalidArgument(what + ": a bias is not supported in bf16 mode");
   auto& slot = backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
                                    int(backend().math))];
   if (!slot) {
@@ -135,15 +142,26 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
   return *static_cast<ConvPlan*>(slot.get());
 }
 
+size_t weightCount(const Conv2d& c) { return size_t(c.C_out) * c.C_in * c.K * c.K; }
+
+// The filter cuDNN reads: the weights, or in bf16 mode their bf16 copy (made by forward
+// when `refresh`, reused by backward).
+const void* filter(const Conv2d& c, bool refresh, const std::string& what) {
+  if (!bf16()) return c.w;
+  if (refresh) return bf16Weights(c.w, weightCount(c), what);
+  return lastBf16Weights(c.w, weightCount(c), what);
+}
+
 }  // namespace
 
 void conv2d_forward(Conv2d& c, const float* x, float* y, int N, int H, int W) {
   const std::string what = describe("conv2d_forward", c, N, H, W);
   ConvPlan& p = planFor(c, N, H, W, what);
   Backend& b = backend();
+  const void* w = filter(c, true, what);
   void* ws = workspace(p.fwd_bytes);
   const float one = 1.0f, zero = 0.0f;
-  ACCORD_NN_CUDA_CHECK(what, cudnnConvolutionForward(b.cudnn, &one, p.x, x, p.w, c.w, p.conv, p.fwd,
+  ACCORD_NN_CUDA_CHECK(what, cudnnConvolutionForward(b.cudnn, &one, p.x, x, p.w, w, p.conv, p.fwd,
                                                      ws, p.fwd_bytes, &zero, p.y, y));
   if (c.bias) ACCORD_NN_CUDA_CHECK(what, cudnnAddTensor(b.cudnn, &one, p.b, c.b, &one, p.y, y));
 }
@@ -153,19 +171,25 @@ void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int 
   if (!c.dw || (c.bias && !c.db)) throw InvalidArgument(what + ": gradients not bound");
   ConvPlan& p = planFor(c, N, H, W, what);
   Backend& b = backend();
+  const void* w = filter(c, false, what);
   const float one = 1.0f, zero = 0.0f;
   // beta = 0: backward overwrites dw and dx (layers.h), never accumulates.
+  void* dw = bf16() ? scratch(kSlotWeightGrad, weightCount(c) * 2) : c.dw;
   void* ws = workspace(p.bwd_filter_bytes);
   ACCORD_NN_CUDA_CHECK(
       what, cudnnConvolutionBackwardFilter(b.cudnn, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws,
-                                           p.bwd_filter_bytes, &zero, p.w, c.dw));
+                                           p.bwd_filter_bytes, &zero, p.w, dw));
+  if (bf16()) {
+    launchToFloat(dw, c.dw, weightCount(c));
+    checkLaunch(what);
+  }
   if (c.bias)
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnConvolutionBackwardBias(b.cudnn, &one, p.y, dy, &zero, p.b, c.db));
   if (dx) {
     ws = workspace(p.bwd_data_bytes);
     ACCORD_NN_CUDA_CHECK(
-        what, cudnnConvolutionBackwardData(b.cudnn, &one, p.w, c.w, p.y, dy, p.conv, p.bwd_data, ws,
+        what, cudnnConvolutionBackwardData(b.cudnn, &one, p.w, w, p.y, dy, p.conv, p.bwd_data, ws,
                                            p.bwd_data_bytes, &zero, p.x, dx));
   }
 }

@@ -4,7 +4,13 @@
 // Element-wise kernels are grid-stride loops (any size, one launch). Reductions give
 // every output to one thread or one block and sum in a fixed order, so results are
 // bitwise reproducible run to run; no atomics.
+//
+// Activations are templates on their storage type A (float, or __nv_bfloat16 under
+// Math::Bf16), read into float and rounded to nearest-even when stored; the launchers
+// pick the instance from bf16().
 #include "nn/cuda/backend_cuda.h"
+
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -23,30 +29,50 @@ unsigned blocksFor(size_t work) {
 __device__ size_t firstIndex() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
 
+using bf16_t = __nv_bfloat16;
+
+__device__ float load(const float* p, size_t i) { return p[i]; }
+__device__ float load(const bf16_t* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ void store(float* p, size_t i, float v) { p[i] = v; }
+__device__ void store(bf16_t* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+__global__ void toBf16Kernel(const float* x, bf16_t* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void toFloatKernel(const bf16_t* x, float* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __bfloat162float(x[i]);
+}
+
 // ---- element-wise -----------------------------------------------------------------
 
-__global__ void reluKernel(const float* x, float* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = fmaxf(x[i], 0.0f);
+template <class A>
+__global__ void reluKernel(const A* x, A* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) store(y, i, fmaxf(load(x, i), 0.0f));
 }
 
-__global__ void reluBackwardKernel(const float* y, const float* dy, float* dx, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+template <class A>
+__global__ void reluBackwardKernel(const A* y, const A* dy, A* dx, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride())
+    store(dx, i, load(y, i) > 0.0f ? load(dy, i) : 0.0f);
 }
 
-__global__ void addKernel(const float* a, const float* b, float* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = a[i] + b[i];
+template <class A>
+__global__ void addKernel(const A* a, const A* b, A* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) store(y, i, load(a, i) + load(b, i));
 }
 
 // ---- pooling ------------------------------------------------------------------------
 
 // One thread per output: the first maximum of its window, in row-major order; padding
 // never wins (it is skipped). argmax = h * W + w within the plane.
-__global__ void maxPoolKernel(const float* x, float* y, int32_t* argmax, size_t total, int H, int W,
-                              int Ho, int Wo, int K, int stride, int pad) {
+template <class A>
+__global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, size_t total, int H, int W, int Ho,
+                              int Wo, int K, int stride, int pad) {
   for (size_t o = firstIndex(); o < total; o += gridStride()) {
     size_t plane = o / (size_t(Ho) * Wo);
     int oh = int(o / Wo % Ho), ow = int(o % Wo);
-    const float* p = x + plane * H * W;
+    const A* p = x + plane * H * W;
     float best = -INFINITY;
     int at = -1;
     for (int kh = 0; kh < K; ++kh) {
@@ -55,21 +81,21 @@ __global__ void maxPoolKernel(const float* x, float* y, int32_t* argmax, size_t 
       for (int kw = 0; kw < K; ++kw) {
         int w = ow * stride - pad + kw;
         if (w < 0 || w >= W) continue;
-        float v = p[h * W + w];
+        float v = load(p, size_t(h) * W + w);
         // NaN propagates like a maximum (the first NaN wins), as oneDNN's max does.
         if (at < 0 || v > best || (v != v && best == best)) best = v, at = h * W + w;
       }
     }
-    y[o] = best;
+    store(y, o, best);
     argmax[o] = at;
   }
 }
 
 // One thread per input element: the sum of dy over the outputs whose arg-max it was,
 // visited in a fixed order (a gather, so no atomics and the same bits every run).
-__global__ void maxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx,
-                                      size_t total, int H, int W, int Ho, int Wo, int K, int stride,
-                                      int pad) {
+template <class A>
+__global__ void maxPoolBackwardKernel(const A* dy, const int32_t* argmax, A* dx, size_t total,
+                                      int H, int W, int Ho, int Wo, int K, int stride, int pad) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
     size_t plane = i / (size_t(H) * W);
     int h = int(i / W % H), w = int(i % W);
@@ -81,23 +107,26 @@ __global__ void maxPoolBackwardKernel(const float* dy, const int32_t* argmax, fl
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         size_t o = base + size_t(oh) * Wo + ow;
-        if (argmax[o] == h * W + w) sum += dy[o];
+        if (argmax[o] == h * W + w) sum += load(dy, o);
       }
-    dx[i] = sum;
+    store(dx, i, sum);
   }
 }
 
-__global__ void avgPoolKernel(const float* x, float* y, int NC, int HW) {
+template <class A>
+__global__ void avgPoolKernel(const A* x, A* y, int NC, int HW) {
   for (size_t p = firstIndex(); p < size_t(NC); p += gridStride()) {
-    const float* q = x + p * HW;
+    const A* q = x + p * HW;
     float s = 0.0f;
-    for (int i = 0; i < HW; ++i) s += q[i];
-    y[p] = s / float(HW);
+    for (int i = 0; i < HW; ++i) s += load(q, i);
+    store(y, p, s / float(HW));
   }
 }
 
-__global__ void avgPoolBackwardKernel(const float* dy, float* dx, size_t total, int HW) {
-  for (size_t i = firstIndex(); i < total; i += gridStride()) dx[i] = dy[i / HW] / float(HW);
+template <class A>
+__global__ void avgPoolBackwardKernel(const A* dy, A* dx, size_t total, int HW) {
+  for (size_t i = firstIndex(); i < total; i += gridStride())
+    store(dx, i, load(dy, i / HW) / float(HW));
 }
 
 // ---- linear's bias ------------------------------------------------------------------
@@ -133,20 +162,22 @@ __device__ Channel channelOf(const BnAffine& f, int c) {
 
 __device__ float normalised(float x, const Channel& k) { return __fmaf_rn(x, k.scale, k.shift); }
 
-__global__ void bnApplyKernel(const float* x, float* y, BnAffine f, bool relu, size_t total, int C,
+template <class A>
+__global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t total, int C,
                               size_t HW) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
     Channel k = channelOf(f, int(i / HW % C));
-    float v = normalised(x[i], k);
-    y[i] = relu ? fmaxf(v, 0.0f) : v;
+    float v = normalised(load(x, i), k);
+    store(y, i, relu ? fmaxf(v, 0.0f) : v);
   }
 }
 
-__global__ void bnReluMaskKernel(const float* x, const float* dy, float* g, BnAffine f,
-                                 size_t total, int C, size_t HW) {
+template <class A>
+__global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size_t total, int C,
+                                 size_t HW) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
     Channel k = channelOf(f, int(i / HW % C));
-    g[i] = normalised(x[i], k) > 0.0f ? dy[i] : 0.0f;
+    store(g, i, normalised(load(x, i), k) > 0.0f ? load(dy, i) : 0.0f);
   }
 }
 
@@ -165,7 +196,8 @@ __device__ double blockSum(double v, double* shared) {
 
 // One block per channel. dx = scale * g is written in the same pass that sums (each
 // element is read, then written, by the same thread: dx may be dy).
-__global__ void bnBackwardInferenceKernel(const float* x, const float* dy, float* dx, float* dgamma,
+template <class A>
+__global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float* dgamma,
                                           float* dbeta, BnAffine f, bool relu, int N, int C,
                                           size_t HW) {
   __shared__ double shared[kThreads];
@@ -175,11 +207,11 @@ __global__ void bnBackwardInferenceKernel(const float* x, const float* dy, float
   for (int n = 0; n < N; ++n) {
     const size_t base = (size_t(n) * C + c) * HW;
     for (size_t i = threadIdx.x; i < HW; i += kThreads) {
-      float xv = x[base + i], gv = dy[base + i];
+      float xv = load(x, base + i), gv = load(dy, base + i);
       if (relu && !(normalised(xv, k) > 0.0f)) gv = 0.0f;
       sum_g += gv;
       sum_g_xc += double(gv) * (xv - k.mean);
-      dx[base + i] = k.scale * gv;
+      store(dx, base + i, k.scale * gv);
     }
   }
   sum_g = blockSum(sum_g, shared);
@@ -190,41 +222,97 @@ __global__ void bnBackwardInferenceKernel(const float* x, const float* dy, float
   }
 }
 
+// Runs f with the activations' storage type: f(float{}) or f(bf16_t{}).
+template <class F>
+void dispatch(F&& f) {
+  if (bf16()) {
+    f(bf16_t{});
+  } else {
+    f(float{});
+  }
+}
+
+template <class A>
+const A* as(const float* p) {
+  return reinterpret_cast<const A*>(p);
+}
+template <class A>
+A* as(float* p) {
+  return reinterpret_cast<A*>(p);
+}
+
 }  // namespace
 
+void launchToBf16(const float* x, void* y, size_t n) {
+  if (n)
+    toBf16Kernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, static_cast<bf16_t*>(y), n);
+}
+
+void launchToFloat(const void* x, float* y, size_t n) {
+  if (n)
+    toFloatKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(static_cast<const bf16_t*>(x), y,
+                                                                   n);
+}
+
 void launchRelu(const float* x, float* y, size_t n) {
-  if (n) reluKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, y, n);
+  if (!n) return;
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    reluKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), n);
+  });
 }
 
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n) {
-  if (n) reluBackwardKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(y, dy, dx, n);
+  if (!n) return;
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    reluBackwardKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(y), as<A>(dy),
+                                                                        as<A>(dx), n);
+  });
 }
 
 void launchAdd(const float* a, const float* b, float* y, size_t n) {
-  if (n) addKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(a, b, y, n);
+  if (!n) return;
+  dispatch([&](auto t) {
+    using A = decltype(t);
+    addKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(a), as<A>(b), as<A>(y), n);
+  });
 }
 
 void launchMaxPool(const float* x, float* y, int32_t* argmax, int NC, int H, int W, int Ho, int Wo,
                    int K, int stride, int pad) {
   size_t total = size_t(NC) * Ho * Wo;
-  maxPoolKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, y, argmax, total, H, W, Ho,
-                                                                     Wo, K, stride, pad);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    maxPoolKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        as<A>(x), as<A>(y), argmax, total, H, W, Ho, Wo, K, stride, pad);
+  });
 }
 
 void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int NC, int H, int W,
                            int Ho, int Wo, int K, int stride, int pad) {
   size_t total = size_t(NC) * H * W;
-  maxPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-      dy, argmax, dx, total, H, W, Ho, Wo, K, stride, pad);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    maxPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        as<A>(dy), argmax, as<A>(dx), total, H, W, Ho, Wo, K, stride, pad);
+  });
 }
 
 void launchAvgPool(const float* x, float* y, int NC, int HW) {
-  avgPoolKernel<<<blocksFor(NC), kThreads, 0, backend().stream>>>(x, y, NC, HW);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    avgPoolKernel<<<blocksFor(NC), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), NC, HW);
+  });
 }
 
 void launchAvgPoolBackward(const float* dy, float* dx, int NC, int HW) {
   size_t total = size_t(NC) * HW;
-  avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(dy, dx, total, HW);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(as<A>(dy), as<A>(dx),
+                                                                               total, HW);
+  });
 }
 
 void launchAddBias(float* y, const float* b, int N, int out) {
@@ -238,19 +326,30 @@ void launchBiasGrad(const float* dy, float* db, int N, int out) {
 
 void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW) {
   size_t total = size_t(N) * C * HW;
-  bnApplyKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, y, f, relu, total, C, HW);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    bnApplyKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), f, relu,
+                                                                       total, C, HW);
+  });
 }
 
 void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
                       size_t HW) {
   size_t total = size_t(N) * C * HW;
-  bnReluMaskKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, dy, g, f, total, C, HW);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    bnReluMaskKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        as<A>(x), as<A>(dy), as<A>(g), f, total, C, HW);
+  });
 }
 
 void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
                                float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW) {
-  bnBackwardInferenceKernel<<<C, kThreads, 0, backend().stream>>>(x, dy, dx, dgamma, dbeta, f, relu,
-                                                                  N, C, HW);
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    bnBackwardInferenceKernel<<<C, kThreads, 0, backend().stream>>>(
+        as<A>(x), as<A>(dy), as<A>(dx), dgamma, dbeta, f, relu, N, C, HW);
+  });
 }
 
 }  // namespace accord::nn::cuda::detail

@@ -1,0 +1,227 @@
+// The GPU layers in mixed precision (nn::cuda::Math::Bf16, --precision bf16) against the
+// CPU backend. Tag [bf16].
+//
+// Activations are bfloat16 on the GPU: the inputs here are rounded to bf16 values first
+// and the CPU computes on the same rounded values (and, for convolutions and the linear
+// layer, the same rounded weights), so what remains is the rounding of each result to
+// bf16's 8-bit mantissa (2^-9 relative) and, for the products, the order of float32
+// accumulation. Tolerances, relative to each tensor's largest reference value: 1e-2 for
+// results stored in bf16, 2e-2 for batch norm's training dx (a difference of means) and
+// for products of rounded gradients; float32 outputs (statistics, weight gradients,
+// the logits) 1e-2 or tighter.
+#include "cudnn_layers_util.h"
+#include "nn/cuda/layers_cuda.h"
+#include "nn/layers.h"
+
+#include <accord/error.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+namespace {
+
+using namespace accord;
+using test::checkClose;
+using test::Device;
+using test::randomVector;
+
+// bf16 rounding (to nearest, ties to even) of each value, kept as float.
+std::vector<float> roundedToBf16(std::vector<float> v) {
+  for (float& f : v) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&f, &u, 4);
+  }
+  return v;
+}
+
+// Math::Bf16 for the test's scope.
+struct Bf16Mode {
+  nn::cuda::Math old = nn::cuda::set_math(nn::cuda::Math::Bf16);
+  ~Bf16Mode() { nn::cuda::set_math(old); }
+};
+
+// n activations on the device, stored as bf16 (in a float-sized buffer, as the model's
+// arenas hold them).
+class Activations {
+ public:
+  explicit Activations(const std::vector<float>& host) : n_(host.size()), d_(host.size(), 0.0f) {
+    nn::cuda::upload_input_async(d_.get(), host.data(), n_);
+    nn::cuda::synchronize();
+  }
+  Activations(size_t n, float fill) : Activations(std::vector<float>(n, fill)) {}
+  float* get() const { return d_.get(); }
+  std::vector<float> host() const {
+    std::vector<float> h(n_);
+    nn::cuda::activations_to_host(h.data(), d_.get(), n_);
+    return h;
+  }
+
+ private:
+  size_t n_;
+  Device d_;
+};
+
+TEST_CASE("bf16: convolutions match the CPU on bf16 values", "[bf16]") {
+  Bf16Mode mode;
+  std::mt19937_64 rng(21);
+  struct Case {
+    int N, C_in, C_out, H, W, K, stride, pad;
+    bool dx;
+  };
+  const Case cases[] = {{2, 3, 16, 33, 33, 7, 2, 3, false},
+                        {3, 16, 32, 15, 15, 1, 2, 0, true},
+                        {4, 16, 16, 14, 14, 3, 1, 1, true}};
+  for (const Case& k : cases) {
+    INFO("conv N=" << k.N << " " << k.C_in << "->" << k.C_out << " " << k.H << "x" << k.W
+                   << " K=" << k.K);
+    nn::Conv2d c;
+    c.C_in = k.C_in, c.C_out = k.C_out, c.K = k.K, c.stride = k.stride, c.pad = k.pad;
+    const int Ho = c.out_h(k.H), Wo = c.out_w(k.W);
+    const size_t nx = size_t(k.N) * k.C_in * k.H * k.W, ny = size_t(k.N) * k.C_out * Ho * Wo;
+    const size_t nw = size_t(k.C_out) * k.C_in * k.K * k.K;
+    auto x = roundedToBf16(randomVector(nx, rng));
+    auto w = roundedToBf16(randomVector(nw, rng, -0.3f, 0.3f));
+    auto dy = roundedToBf16(randomVector(ny, rng));
+    std::vector<float> y(ny), dx(nx), dw(nw);
+    nn::Conv2d cpu = c;
+    cpu.w = w.data(), cpu.dw = dw.data();
+    nn::conv2d_forward(cpu, x.data(), y.data(), k.N, k.H, k.W);
+    nn::conv2d_backward(cpu, x.data(), dy.data(), k.dx ? dx.data() : nullptr, k.N, k.H, k.W);
+
+    Activations gx(x), gy(ny, 1e3f), gdy(dy), gdx(nx, 1e3f);
+    Device gw(w), gdw(nw, 1e3f);
+    nn::Conv2d gpu = c;
+    gpu.w = gw.get(), gpu.dw = gdw.get();
+    nn::cuda::conv2d_forward(gpu, gx.get(), gy.get(), k.N, k.H, k.W);
+    nn::cuda::conv2d_backward(gpu, gx.get(), gdy.get(), k.dx ? gdx.get() : nullptr, k.N, k.H, k.W);
+    checkClose(gy.host(), y, 1e-2, "y (bf16)");
+    checkClose(gdw.host(), dw, 2e-2, "dw (float32 from a bf16 filter gradient)");
+    if (k.dx) checkClose(gdx.host(), dx, 1e-2, "dx (bf16)");
+  }
+}
+
+TEST_CASE("bf16: batch norm, pools, relu and add match the CPU on bf16 values", "[bf16]") {
+  Bf16Mode mode;
+  std::mt19937_64 rng(22);
+  const int N = 4, C = 6, H = 9, W = 7;
+  const size_t n = size_t(N) * C * H * W;
+  for (bool training : {true, false}) {
+    INFO((training ? "training" : "inference"));
+    nn::BatchNorm2d bn;
+    bn.C = C, bn.relu = true, bn.momentum = 0.1f, bn.eps = 1e-5f;
+    auto x = roundedToBf16(randomVector(n, rng, -1.5f, 2.5f));
+    auto dy = roundedToBf16(randomVector(n, rng));
+    std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
+    std::vector<float> mean = randomVector(C, rng, -0.2f, 0.2f), var = randomVector(C, rng, 0.5f, 2);
+    std::vector<float> save_mean(C), save_var(C), dgamma(C), dbeta(C), y(n), dx(n);
+    nn::BatchNorm2d cpu = bn;
+    cpu.gamma = gamma.data(), cpu.beta = beta.data(), cpu.running_mean = mean.data();
+    cpu.running_var = var.data(), cpu.save_mean = save_mean.data(), cpu.save_var = save_var.data();
+    cpu.dgamma = dgamma.data(), cpu.dbeta = dbeta.data();
+    Device g_gamma(gamma), g_beta(beta), g_mean(mean), g_var(var), g_sm(C, 0.0f), g_sv(C, 0.0f),
+        g_dgamma(C, 1e3f), g_dbeta(C, 1e3f);
+    nn::batchnorm2d_forward(cpu, x.data(), y.data(), N, H, W, training);
+    nn::batchnorm2d_backward(cpu, x.data(), dy.data(), dx.data(), N, H, W, training);
+    nn::BatchNorm2d gpu = bn;
+    gpu.gamma = g_gamma.get(), gpu.beta = g_beta.get(), gpu.running_mean = g_mean.get();
+    gpu.running_var = g_var.get(), gpu.save_mean = g_sm.get(), gpu.save_var = g_sv.get();
+    gpu.dgamma = g_dgamma.get(), gpu.dbeta = g_dbeta.get();
+    Activations gx(x), gy(n, 1e3f), gdy(dy), gdx(n, 1e3f);
+    nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), N, H, W, training);
+    nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdx.get(), N, H, W, training);
+    checkClose(gy.host(), y, 1e-2, "batch norm y (bf16)");
+    checkClose(g_mean.host(), mean, 1e-3, "running_mean (float32)");
+    checkClose(g_var.host(), var, 1e-3, "running_var (float32)");
+    checkClose(gdx.host(), dx, 2e-2, "batch norm dx (bf16)");
+    checkClose(g_dgamma.host(), dgamma, 1e-2, "dgamma (float32)");
+    checkClose(g_dbeta.host(), dbeta, 1e-2, "dbeta (float32)");
+  }
+
+  // Max pool 3x3 stride 2 pad 1 (the stem's) and the global average pool.
+  nn::MaxPool2d p;
+  p.K = 3, p.stride = 2, p.pad = 1;
+  const int Ho = p.out_h(H), Wo = p.out_w(W);
+  const size_t np = size_t(N) * C * Ho * Wo;
+  auto x = roundedToBf16(randomVector(n, rng));
+  auto dyp = roundedToBf16(randomVector(np, rng));
+  std::vector<float> yp(np), ws(np), dxp(n);
+  nn::maxpool2d_forward(p, x.data(), yp.data(), ws.data(), N, C, H, W);
+  nn::maxpool2d_backward(p, dyp.data(), ws.data(), dxp.data(), N, C, H, W);
+  Activations gx(x), gyp(np, 1e3f), gdyp(dyp), gdxp(n, 1e3f);
+  Device gws(np, 0.0f);
+  nn::cuda::maxpool2d_forward(p, gx.get(), gyp.get(), gws.get(), N, C, H, W);
+  nn::cuda::maxpool2d_backward(p, gdyp.get(), gws.get(), gdxp.get(), N, C, H, W);
+  checkClose(gyp.host(), yp, 1e-6, "max pool y (exact: a choice among bf16 values)");
+  checkClose(gdxp.host(), dxp, 1e-2, "max pool dx");
+
+  const size_t nc = size_t(N) * C;
+  std::vector<float> ya(nc), dxa(n);
+  auto dya = roundedToBf16(randomVector(nc, rng));
+  nn::avgpool_forward(x.data(), ya.data(), N, C, H, W);
+  nn::avgpool_backward(dya.data(), dxa.data(), N, C, H, W);
+  Activations gya(nc, 1e3f), gdya(dya), gdxa(n, 1e3f);
+  nn::cuda::avgpool_forward(gx.get(), gya.get(), N, C, H, W);
+  nn::cuda::avgpool_backward(gdya.get(), gdxa.get(), N, C, H, W);
+  checkClose(gya.host(), ya, 1e-2, "average pool y");
+  checkClose(gdxa.host(), dxa, 1e-2, "average pool dx");
+
+  auto b = roundedToBf16(randomVector(n, rng));
+  std::vector<float> sum(n), relu(n), drelu(n);
+  for (size_t i = 0; i < n; ++i) sum[i] = x[i] + b[i];
+  for (size_t i = 0; i < n; ++i) relu[i] = std::max(x[i], 0.0f);
+  for (size_t i = 0; i < n; ++i) drelu[i] = relu[i] > 0.0f ? b[i] : 0.0f;
+  Activations gb(b), gsum(n, 1e3f), grelu(n, 1e3f), gdrelu(n, 1e3f);
+  nn::cuda::add_forward(gx.get(), gb.get(), gsum.get(), n);
+  nn::cuda::relu_forward(gx.get(), grelu.get(), n);
+  nn::cuda::relu_backward(grelu.get(), gb.get(), gdrelu.get(), n);
+  checkClose(gsum.host(), sum, 1e-2, "add");
+  checkClose(grelu.host(), relu, 1e-6, "relu (exact)");
+  checkClose(gdrelu.host(), drelu, 1e-6, "relu backward (exact)");
+  nn::cuda::accumulate(gsum.get(), gb.get(), n);
+  for (size_t i = 0; i < n; ++i) sum[i] += b[i];
+  checkClose(gsum.host(), sum, 2e-2, "accumulate");
+}
+
+TEST_CASE("bf16: the linear layer takes bf16 features and gives float32 logits", "[bf16]") {
+  Bf16Mode mode;
+  std::mt19937_64 rng(23);
+  const int N = 8, in = 64, out = 10;
+  nn::Linear l;
+  l.in = in, l.out = out;
+  auto x = roundedToBf16(randomVector(size_t(N) * in, rng));
+  auto w = roundedToBf16(randomVector(size_t(out) * in, rng, -0.3f, 0.3f));
+  auto b = randomVector(out, rng);
+  auto dy = roundedToBf16(randomVector(size_t(N) * out, rng));  // float32 logits' gradient
+  std::vector<float> y(size_t(N) * out), dx(size_t(N) * in), dw(w.size()), db(out);
+  nn::Linear cpu = l;
+  cpu.w = w.data(), cpu.b = b.data(), cpu.dw = dw.data(), cpu.db = db.data();
+  nn::linear_forward(cpu, x.data(), y.data(), N);
+  nn::linear_backward(cpu, x.data(), dy.data(), dx.data(), N);
+  Activations gx(x), gdx(x.size(), 1e3f);
+  Device gw(w), gb(b), gy(y.size(), 1e3f), gdy(dy), gdw(w.size(), 1e3f), gdb(out, 1e3f);
+  nn::Linear gpu = l;
+  gpu.w = gw.get(), gpu.b = gb.get(), gpu.dw = gdw.get(), gpu.db = gdb.get();
+  nn::cuda::linear_forward(gpu, gx.get(), gy.get(), N);
+  nn::cuda::linear_backward(gpu, gx.get(), gdy.get(), gdx.get(), N);
+  checkClose(gy.host(), y, 1e-3, "logits (float32 from bf16 operands)");
+  checkClose(gdw.host(), dw, 1e-3, "dW (float32)");
+  checkClose(gdb.host(), db, 1e-5, "db (float32)");
+  checkClose(gdx.host(), dx, 1e-2, "dx (bf16)");
+}
+
+TEST_CASE("bf16: a backward before any forward is refused", "[bf16]") {
+  Bf16Mode mode;
+  nn::Conv2d c;
+  c.C_in = 2, c.C_out = 2, c.K = 1, c.stride = 1, c.pad = 0;
+  Device w(4, 0.5f), dw(4, 0.0f);
+  Activations x(8, 1.0f), dy(8, 1.0f);
+  c.w = w.get(), c.dw = dw.get();
+  nn::cuda::clear_plan_cache();
+  CHECK_THROWS_AS(nn::cuda::conv2d_backward(c, x.get(), dy.get(), nullptr, 2, 2, 1),
+                  InvalidArgument);
+}
+
+}  // namespace
