@@ -149,8 +149,8 @@ void deviceForward(Model& m, int N) {
     upload(d.buffers, m.buffers);
     // The batch, like the parameters, is read before the host writes the next one: the
     // trainer writes it after this step's synchronous downloads.
-    nn::cuda::upload_input_async(
-        d.input, m.input, size_t(N) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size);
+    nn::cuda::upload_input_async(d.input, m.input, N, m.cfg.in_channels, m.cfg.image_size,
+                                 m.cfg.image_size);
   }
   d.bn_training = m.bn_training;
   forward(d, N);

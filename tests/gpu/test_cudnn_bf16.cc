@@ -1,7 +1,8 @@
 // The GPU layers in mixed precision (nn::cuda::Math::Bf16, --precision bf16) against the
 // CPU backend. Tag [bf16].
 //
-// Activations are bfloat16 on the GPU: the inputs here are rounded to bf16 values first
+// Activations are bfloat16 on the GPU, in NHWC order (the helpers convert to and from
+// the CPU's NCHW): the inputs here are rounded to bf16 values first
 // and the CPU computes on the same rounded values (and, for convolutions and the linear
 // layer, the same rounded weights), so what remains is the rounding of each result to
 // bf16's 8-bit mantissa (2^-9 relative) and, for the products, the order of float32
@@ -43,24 +44,27 @@ struct Bf16Mode {
   ~Bf16Mode() { nn::cuda::set_math(old); }
 };
 
-// n activations on the device, stored as bf16 (in a float-sized buffer, as the model's
-// arenas hold them).
+// Activations of shape (N, C, H, W) on the device, stored as bf16 NHWC (in a float-sized
+// buffer, as the model's arenas hold them); filled and read back in NCHW order.
 class Activations {
  public:
-  explicit Activations(const std::vector<float>& host) : n_(host.size()), d_(host.size(), 0.0f) {
-    nn::cuda::upload_input_async(d_.get(), host.data(), n_);
+  Activations(const std::vector<float>& host, int N, int C, int H, int W)
+      : N_(N), C_(C), H_(H), W_(W), d_(host.size(), 0.0f) {
+    REQUIRE(host.size() == size_t(N) * C * H * W);
+    nn::cuda::upload_input_async(d_.get(), host.data(), N, C, H, W);
     nn::cuda::synchronize();
   }
-  Activations(size_t n, float fill) : Activations(std::vector<float>(n, fill)) {}
+  Activations(float fill, int N, int C, int H, int W)
+      : Activations(std::vector<float>(size_t(N) * C * H * W, fill), N, C, H, W) {}
   float* get() const { return d_.get(); }
   std::vector<float> host() const {
-    std::vector<float> h(n_);
-    nn::cuda::activations_to_host(h.data(), d_.get(), n_);
+    std::vector<float> h(size_t(N_) * C_ * H_ * W_);
+    nn::cuda::activations_to_host(h.data(), d_.get(), N_, C_, H_, W_);
     return h;
   }
 
  private:
-  size_t n_;
+  int N_, C_, H_, W_;
   Device d_;
 };
 
@@ -91,7 +95,8 @@ TEST_CASE("bf16: convolutions match the CPU on bf16 values", "[bf16]") {
     nn::conv2d_forward(cpu, x.data(), y.data(), k.N, k.H, k.W);
     nn::conv2d_backward(cpu, x.data(), dy.data(), k.dx ? dx.data() : nullptr, k.N, k.H, k.W);
 
-    Activations gx(x), gy(ny, 1e3f), gdy(dy), gdx(nx, 1e3f);
+    Activations gx(x, k.N, k.C_in, k.H, k.W), gy(1e3f, k.N, k.C_out, Ho, Wo);
+    Activations gdy(dy, k.N, k.C_out, Ho, Wo), gdx(1e3f, k.N, k.C_in, k.H, k.W);
     Device gw(w), gdw(nw, 1e3f);
     nn::Conv2d gpu = c;
     gpu.w = gw.get(), gpu.dw = gdw.get();
@@ -129,7 +134,7 @@ TEST_CASE("bf16: batch norm, pools, relu and add match the CPU on bf16 values", 
     gpu.gamma = g_gamma.get(), gpu.beta = g_beta.get(), gpu.running_mean = g_mean.get();
     gpu.running_var = g_var.get(), gpu.save_mean = g_sm.get(), gpu.save_var = g_sv.get();
     gpu.dgamma = g_dgamma.get(), gpu.dbeta = g_dbeta.get();
-    Activations gx(x), gy(n, 1e3f), gdy(dy), gdx(n, 1e3f);
+    Activations gx(x, N, C, H, W), gy(1e3f, N, C, H, W), gdy(dy, N, C, H, W), gdx(1e3f, N, C, H, W);
     nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), N, H, W, training);
     nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdx.get(), N, H, W, training);
     checkClose(gy.host(), y, 1e-2, "batch norm y (bf16)");
@@ -150,7 +155,8 @@ TEST_CASE("bf16: batch norm, pools, relu and add match the CPU on bf16 values", 
   std::vector<float> yp(np), ws(np), dxp(n);
   nn::maxpool2d_forward(p, x.data(), yp.data(), ws.data(), N, C, H, W);
   nn::maxpool2d_backward(p, dyp.data(), ws.data(), dxp.data(), N, C, H, W);
-  Activations gx(x), gyp(np, 1e3f), gdyp(dyp), gdxp(n, 1e3f);
+  Activations gx(x, N, C, H, W), gyp(1e3f, N, C, Ho, Wo), gdyp(dyp, N, C, Ho, Wo),
+      gdxp(1e3f, N, C, H, W);
   Device gws(np, 0.0f);
   nn::cuda::maxpool2d_forward(p, gx.get(), gyp.get(), gws.get(), N, C, H, W);
   nn::cuda::maxpool2d_backward(p, gdyp.get(), gws.get(), gdxp.get(), N, C, H, W);
@@ -162,7 +168,7 @@ TEST_CASE("bf16: batch norm, pools, relu and add match the CPU on bf16 values", 
   auto dya = roundedToBf16(randomVector(nc, rng));
   nn::avgpool_forward(x.data(), ya.data(), N, C, H, W);
   nn::avgpool_backward(dya.data(), dxa.data(), N, C, H, W);
-  Activations gya(nc, 1e3f), gdya(dya), gdxa(n, 1e3f);
+  Activations gya(1e3f, N, C, 1, 1), gdya(dya, N, C, 1, 1), gdxa(1e3f, N, C, H, W);
   nn::cuda::avgpool_forward(gx.get(), gya.get(), N, C, H, W);
   nn::cuda::avgpool_backward(gdya.get(), gdxa.get(), N, C, H, W);
   checkClose(gya.host(), ya, 1e-2, "average pool y");
@@ -173,7 +179,8 @@ TEST_CASE("bf16: batch norm, pools, relu and add match the CPU on bf16 values", 
   for (size_t i = 0; i < n; ++i) sum[i] = x[i] + b[i];
   for (size_t i = 0; i < n; ++i) relu[i] = std::max(x[i], 0.0f);
   for (size_t i = 0; i < n; ++i) drelu[i] = relu[i] > 0.0f ? b[i] : 0.0f;
-  Activations gb(b), gsum(n, 1e3f), grelu(n, 1e3f), gdrelu(n, 1e3f);
+  Activations gb(b, N, C, H, W), gsum(1e3f, N, C, H, W), grelu(1e3f, N, C, H, W),
+      gdrelu(1e3f, N, C, H, W);
   nn::cuda::add_forward(gx.get(), gb.get(), gsum.get(), n);
   nn::cuda::relu_forward(gx.get(), grelu.get(), n);
   nn::cuda::relu_backward(grelu.get(), gb.get(), gdrelu.get(), n);
@@ -200,7 +207,7 @@ TEST_CASE("bf16: the linear layer takes bf16 features and gives float32 logits",
   cpu.w = w.data(), cpu.b = b.data(), cpu.dw = dw.data(), cpu.db = db.data();
   nn::linear_forward(cpu, x.data(), y.data(), N);
   nn::linear_backward(cpu, x.data(), dy.data(), dx.data(), N);
-  Activations gx(x), gdx(x.size(), 1e3f);
+  Activations gx(x, N, in, 1, 1), gdx(1e3f, N, in, 1, 1);
   Device gw(w), gb(b), gy(y.size(), 1e3f), gdy(dy), gdw(w.size(), 1e3f), gdb(out, 1e3f);
   nn::Linear gpu = l;
   gpu.w = gw.get(), gpu.b = gb.get(), gpu.dw = gdw.get(), gpu.db = gdb.get();
@@ -217,7 +224,7 @@ TEST_CASE("bf16: a backward before any forward is refused", "[bf16]") {
   nn::Conv2d c;
   c.C_in = 2, c.C_out = 2, c.K = 1, c.stride = 1, c.pad = 0;
   Device w(4, 0.5f), dw(4, 0.0f);
-  Activations x(8, 1.0f), dy(8, 1.0f);
+  Activations x(1.0f, 2, 2, 2, 1), dy(1.0f, 2, 2, 2, 1);
   c.w = w.get(), c.dw = dw.get();
   nn::cuda::clear_plan_cache();
   CHECK_THROWS_AS(nn::cuda::conv2d_backward(c, x.get(), dy.get(), nullptr, 2, 2, 1),

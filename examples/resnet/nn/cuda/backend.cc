@@ -85,10 +85,14 @@ std::string bf16WeightsKey(const float* w, size_t n) {
 }
 }  // namespace
 
-const void* bf16Weights(const float* w, size_t n, const std::string& what) {
+const void* bf16Weights(const float* w, size_t n, const std::string& what,
+                        const FilterShape* filter) {
   auto& slot = backend().plans[bf16WeightsKey(w, n)];
   if (!slot) slot = deviceBuffer(n * 2, what);
-  launchToBf16(w, slot.get(), n);
+  if (filter)
+    launchToBf16Nhwc(w, slot.get(), filter->K, filter->C, filter->RS);
+  else
+    launchToBf16(w, slot.get(), n);
   checkLaunch(what);
   return slot.get();
 }
@@ -154,24 +158,26 @@ void copy_to_host(float* host, const float* device, size_t n) {
 
 namespace accord::nn::cuda {
 
-void upload_input_async(float* device, const float* host, size_t n) {
+void upload_input_async(float* device, const float* host, int N, int C, int H, int W) {
+  const size_t n = size_t(N) * C * H * W;
   if (!bf16()) return copy_to_device_async(device, host, n);
   if (n == 0) return;
-  const std::string what = key("nn::cuda::upload_input_async floats", n);
+  const std::string what = key("nn::cuda::upload_input_async (N C H W)", N, C, H, W);
   // The stream orders the next upload's copy after this one's conversion.
   auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(staging, host, n * sizeof(float),
                                              cudaMemcpyHostToDevice, backend().stream));
-  launchToBf16(staging, device, n);
+  launchToBf16Nhwc(staging, device, N, C, size_t(H) * W);
   checkLaunch(what);
 }
 
-void activations_to_host(float* host, const float* device, size_t n) {
+void activations_to_host(float* host, const float* device, int N, int C, int H, int W) {
+  const size_t n = size_t(N) * C * H * W;
   if (!bf16()) return copy_to_host(host, device, n);
   if (n == 0) return;
-  const std::string what = key("nn::cuda::activations_to_host elements", n);
+  const std::string what = key("nn::cuda::activations_to_host (N C H W)", N, C, H, W);
   auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
-  launchToFloat(device, staging, n);
+  launchToFloatNchw(device, staging, N, C, size_t(H) * W);
   checkLaunch(what);
   copy_to_host(host, staging, n);
 }

@@ -48,12 +48,19 @@ enum ScratchSlot {
 };
 
 // Whether activations are stored as bfloat16 (Math::Bf16), and their element size.
+// bf16 activations are laid out NHWC (channels last), float32 ones NCHW.
 inline bool bf16() { return backend().math == Math::Bf16; }
 inline size_t activationBytes(size_t n) { return n * (bf16() ? 2 : sizeof(float)); }
 // A bf16 copy of the `n` float32 weights at `w`, refreshed on the stream now; the copy
 // is the layer's own (kept in the plan cache, keyed by w) and stays valid until the next
-// refresh, so backward reads the weights forward used.
-const void* bf16Weights(const float* w, size_t n, const std::string& what);
+// refresh, so backward reads the weights forward used. `filter` (K, C, RS): a conv
+// filter (K, C, R, S), copied as (K, R, S, C) for NHWC convolutions.
+struct FilterShape {
+  int K, C;
+  size_t RS;
+};
+const void* bf16Weights(const float* w, size_t n, const std::string& what,
+                        const FilterShape* filter = nullptr);
 // The copy bf16Weights last made of `w` (backward reads what forward used); throws
 // InvalidArgument naming `what` when there is none yet.
 const void* lastBf16Weights(const float* w, size_t n, const std::string& what);
@@ -101,17 +108,21 @@ void checkLaunch(const std::string& what);
 
 void launchToBf16(const float* x, void* y, size_t n);
 void launchToFloat(const void* x, float* y, size_t n);
+// (N, C, HW) float32 to (N, HW, C) bf16, and back: activations (NCHW <-> NHWC) and conv
+// filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S).
+void launchToBf16Nhwc(const float* x, void* y, int N, int C, size_t HW);
+void launchToFloatNchw(const void* x, float* y, int N, int C, size_t HW);
 
 void launchRelu(const float* x, float* y, size_t n);
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);
 void launchAdd(const float* a, const float* b, float* y, size_t n);
 
-void launchMaxPool(const float* x, float* y, int32_t* argmax, int NC, int H, int W, int Ho, int Wo,
-                   int K, int stride, int pad);
-void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int NC, int H, int W,
-                           int Ho, int Wo, int K, int stride, int pad);
-void launchAvgPool(const float* x, float* y, int NC, int HW);
-void launchAvgPoolBackward(const float* dy, float* dx, int NC, int HW);
+void launchMaxPool(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int Ho,
+                   int Wo, int K, int stride, int pad);
+void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H,
+                           int W, int Ho, int Wo, int K, int stride, int pad);
+void launchAvgPool(const float* x, float* y, int N, int C, int HW);
+void launchAvgPoolBackward(const float* dy, float* dx, int N, int C, int HW);
 
 // y (N, out) += b; db (out) = column sums of dy (N, out).
 void launchAddBias(float* y, const float* b, int N, int out);

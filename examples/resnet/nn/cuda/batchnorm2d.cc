@@ -16,7 +16,7 @@
 // (in training after cuDNN computed them), and backward masks dy with the same
 // expression, evaluated by the same device code: the mask equals forward's exactly.
 //
-// Math::Bf16: x, y and the gradients are bf16 tensors; gamma, beta and the statistics
+// Math::Bf16: x, y and the gradients are bf16 NHWC tensors; gamma, beta and the statistics
 // stay float32 (cuDNN's derived descriptor for them is float32 for bf16 data).
 #include "nn/cuda/backend_cuda.h"
 
@@ -44,8 +44,9 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
     const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->x));
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->stats));
-    ACCORD_NN_CUDA_CHECK(what,
-                         cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, data, N, bn.C, H, W));
+    ACCORD_NN_CUDA_CHECK(
+        what, cudnnSetTensor4dDescriptor(p->x, bf16() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, data,
+                                         N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
     slot = p;

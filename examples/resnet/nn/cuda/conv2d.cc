@@ -9,9 +9,10 @@
 // one buffer shared by every conv (calls are sequential on one stream), grown to the
 // largest request.
 //
-// Math::Bf16: x, y and their gradients are bf16 tensors, the filter a bf16 copy of the
-// float32 weights made by forward (bf16Weights), the arithmetic float32 on tensor cores;
-// the filter gradient comes out in bf16 and is widened into the float32 dw.
+// Math::Bf16: x, y and their gradients are bf16 NHWC tensors, the filter a bf16 (K, R,
+// S, C) copy of the float32 (K, C, R, S) weights made by forward (bf16Weights), the
+// arithmetic float32 on tensor cores; the filter gradient comes out in bf16 (K, R, S, C)
+// and is widened and reordered into the float32 dw.
 #include "nn/cuda/backend_cuda.h"
 
 #include <vector>
@@ -67,16 +68,15 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
   const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const cudnnTensorFormat_t layout = bf16() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.x));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.y));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateFilterDescriptor(&p.w));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateConvolutionDescriptor(&p.conv));
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.x, layout, data, N, c.C_in, H, W));
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.y, layout, data, N, c.C_out, Ho, Wo));
   ACCORD_NN_CUDA_CHECK(what,
-                       cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, data, N, c.C_in, H, W));
-  ACCORD_NN_CUDA_CHECK(
-      what, cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, data, N, c.C_out, Ho, Wo));
-  ACCORD_NN_CUDA_CHECK(
-      what, cudnnSetFilter4dDescriptor(p.w, data, CUDNN_TENSOR_NCHW, c.C_out, c.C_in, c.K, c.K));
+                       cudnnSetFilter4dDescriptor(p.w, data, layout, c.C_out, c.C_in, c.K, c.K));
   // Cross-correlation, like every framework's "convolution" (and oneDNN's).
   ACCORD_NN_CUDA_CHECK(
       what, cudnnSetConvolution2dDescriptor(p.conv, c.pad, c.pad, c.stride, c.stride, 1, 1,
@@ -86,8 +86,7 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
                 p.conv, backend().math == Math::Fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
   if (c.bias) {
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.b));
-    ACCORD_NN_CUDA_CHECK(
-        what, cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, data, 1, c.C_out, 1, 1));
+    ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.b, layout, data, 1, c.C_out, 1, 1));
   }
   // cuDNN must agree on the output shape, or the descriptors above are wrong.
   int dims[4] = {};
@@ -148,7 +147,10 @@ size_t weightCount(const Conv2d& c) { return size_t(c.C_out) * c.C_in * c.K * c.
 // when `refresh`, reused by backward).
 const void* filter(const Conv2d& c, bool refresh, const std::string& what) {
   if (!bf16()) return c.w;
-  if (refresh) return bf16Weights(c.w, weightCount(c), what);
+  if (refresh) {
+    const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K};
+    return bf16Weights(c.w, weightCount(c), what, &shape);
+  }
   return lastBf16Weights(c.w, weightCount(c), what);
 }
 
@@ -180,7 +182,7 @@ void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int 
       what, cudnnConvolutionBackwardFilter(b.cudnn, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws,
                                            p.bwd_filter_bytes, &zero, p.w, dw));
   if (bf16()) {
-    launchToFloat(dw, c.dw, weightCount(c));
+    launchToFloatNchw(dw, c.dw, c.C_out, c.C_in, size_t(c.K) * c.K);
     checkLaunch(what);
   }
   if (c.bias)

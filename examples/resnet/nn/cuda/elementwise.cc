@@ -44,7 +44,7 @@ static_assert(sizeof(int32_t) == sizeof(float));
 void maxpool2d_forward(MaxPool2d& p, const float* x, float* y, float* ws, int N, int C, int H,
                        int W) {
   const std::string what = checkPool(p, N, C, H, W, "maxpool2d_forward");
-  launchMaxPool(x, y, reinterpret_cast<int32_t*>(ws), N * C, H, W, p.out_h(H), p.out_w(W), p.K,
+  launchMaxPool(x, y, reinterpret_cast<int32_t*>(ws), N, C, H, W, p.out_h(H), p.out_w(W), p.K,
                 p.stride, p.pad);
   checkLaunch(what);
 }
@@ -52,7 +52,7 @@ void maxpool2d_forward(MaxPool2d& p, const float* x, float* y, float* ws, int N,
 void maxpool2d_backward(MaxPool2d& p, const float* dy, const float* ws, float* dx, int N, int C,
                         int H, int W) {
   const std::string what = checkPool(p, N, C, H, W, "maxpool2d_backward");
-  launchMaxPoolBackward(dy, reinterpret_cast<const int32_t*>(ws), dx, N * C, H, W, p.out_h(H),
+  launchMaxPoolBackward(dy, reinterpret_cast<const int32_t*>(ws), dx, N, C, H, W, p.out_h(H),
                         p.out_w(W), p.K, p.stride, p.pad);
   checkLaunch(what);
 }
@@ -60,14 +60,14 @@ void maxpool2d_backward(MaxPool2d& p, const float* dy, const float* ws, float* d
 void avgpool_forward(const float* x, float* y, int N, int C, int H, int W) {
   const std::string what = key("avgpool_forward (N C H W)", N, C, H, W);
   if (N <= 0 || C <= 0 || H <= 0 || W <= 0) throw InvalidArgument(what + ": invalid shape");
-  launchAvgPool(x, y, N * C, H * W);
+  launchAvgPool(x, y, N, C, H * W);
   checkLaunch(what);
 }
 
 void avgpool_backward(const float* dy, float* dx, int N, int C, int H, int W) {
   const std::string what = key("avgpool_backward (N C H W)", N, C, H, W);
   if (N <= 0 || C <= 0 || H <= 0 || W <= 0) throw InvalidArgument(what + ": invalid shape");
-  launchAvgPoolBackward(dy, dx, N * C, H * W);
+  launchAvgPoolBackward(dy, dx, N, C, H * W);
   checkLaunch(what);
 }
 

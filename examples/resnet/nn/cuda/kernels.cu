@@ -7,13 +7,15 @@
 //
 // Activations are templates on their storage type A (float, or __nv_bfloat16 under
 // Math::Bf16), read into float and rounded to nearest-even when stored; the launchers
-// pick the instance from bf16().
+// pick the instance from bf16(). The storage type also fixes the layout: float
+// activations are NCHW, bf16 ones NHWC (kNhwc<A>), as the tensor cores want them.
 #include "nn/cuda/backend_cuda.h"
 
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 namespace accord::nn::cuda::detail {
 
@@ -36,12 +38,31 @@ __device__ float load(const bf16_t* p, size_t i) { return __bfloat162float(p[i])
 __device__ void store(float* p, size_t i, float v) { p[i] = v; }
 __device__ void store(bf16_t* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+template <class A>
+constexpr bool kNhwc = std::is_same_v<A, bf16_t>;
+
 __global__ void toBf16Kernel(const float* x, bf16_t* y, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 __global__ void toFloatKernel(const bf16_t* x, float* y, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __bfloat162float(x[i]);
+}
+
+// (N, C, HW) float32 to (N, HW, C) bf16: y[(n HW + p) C + c] = x[(n C + c) HW + p].
+__global__ void toBf16NhwcKernel(const float* x, bf16_t* y, int C, size_t HW, size_t total) {
+  for (size_t o = firstIndex(); o < total; o += gridStride()) {
+    const size_t c = o % C, t = o / C, p = t % HW, n = t / HW;
+    y[o] = __float2bfloat16_rn(x[(n * C + c) * HW + p]);
+  }
+}
+
+// The inverse: (N, HW, C) bf16 to (N, C, HW) float32.
+__global__ void toFloatNchwKernel(const bf16_t* x, float* y, int C, size_t HW, size_t total) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) {
+    const size_t p = i % HW, t = i / HW, c = t % C, n = t / C;
+    y[i] = __bfloat162float(x[(n * HW + p) * C + c]);
+  }
 }
 
 // ---- element-wise -----------------------------------------------------------------
@@ -67,12 +88,20 @@ __global__ void addKernel(const A* a, const A* b, A* y, size_t n) {
 // One thread per output: the first maximum of its window, in row-major order; padding
 // never wins (it is skipped). argmax = h * W + w within the plane.
 template <class A>
-__global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, size_t total, int H, int W, int Ho,
-                              int Wo, int K, int stride, int pad) {
+__global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, size_t total, int C, int H, int W,
+                              int Ho, int Wo, int K, int stride, int pad) {
   for (size_t o = firstIndex(); o < total; o += gridStride()) {
-    size_t plane = o / (size_t(Ho) * Wo);
-    int oh = int(o / Wo % Ho), ow = int(o % Wo);
-    const A* p = x + plane * H * W;
+    // Input (h, w) of this output's image and channel is x[base + (h W + w) step].
+    size_t base, step;
+    int oh, ow;
+    if constexpr (kNhwc<A>) {
+      const size_t c = o % C, t = o / C;
+      ow = int(t % Wo), oh = int(t / Wo % Ho);
+      base = t / (size_t(Wo) * Ho) * H * W * C + c, step = C;
+    } else {
+      ow = int(o % Wo), oh = int(o / Wo % Ho);
+      base = o / (size_t(Ho) * Wo) * H * W, step = 1;
+    }
     float best = -INFINITY;
     int at = -1;
     for (int kh = 0; kh < K; ++kh) {
@@ -81,7 +110,7 @@ __global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, size_t total, i
       for (int kw = 0; kw < K; ++kw) {
         int w = ow * stride - pad + kw;
         if (w < 0 || w >= W) continue;
-        float v = load(p, size_t(h) * W + w);
+        float v = load(x, base + (size_t(h) * W + w) * step);
         // NaN propagates like a maximum (the first NaN wins), as oneDNN's max does.
         if (at < 0 || v > best || (v != v && best == best)) best = v, at = h * W + w;
       }
@@ -95,38 +124,50 @@ __global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, size_t total, i
 // visited in a fixed order (a gather, so no atomics and the same bits every run).
 template <class A>
 __global__ void maxPoolBackwardKernel(const A* dy, const int32_t* argmax, A* dx, size_t total,
-                                      int H, int W, int Ho, int Wo, int K, int stride, int pad) {
+                                      int C, int H, int W, int Ho, int Wo, int K, int stride,
+                                      int pad) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
-    size_t plane = i / (size_t(H) * W);
-    int h = int(i / W % H), w = int(i % W);
+    // Output (oh, ow) of this input's image and channel is dy[base + (oh Wo + ow) step].
+    size_t base, step;
+    int h, w;
+    if constexpr (kNhwc<A>) {
+      const size_t c = i % C, t = i / C;
+      w = int(t % W), h = int(t / W % H);
+      base = t / (size_t(W) * H) * Ho * Wo * C + c, step = C;
+    } else {
+      w = int(i % W), h = int(i / W % H);
+      base = i / (size_t(H) * W) * Ho * Wo, step = 1;
+    }
     // Outputs oh whose window [oh * stride - pad, + K) contains h.
     int oh0 = max(0, (h + pad - K + stride) / stride), oh1 = min(Ho - 1, (h + pad) / stride);
     int ow0 = max(0, (w + pad - K + stride) / stride), ow1 = min(Wo - 1, (w + pad) / stride);
-    const size_t base = plane * Ho * Wo;
     float sum = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
-        size_t o = base + size_t(oh) * Wo + ow;
+        size_t o = base + (size_t(oh) * Wo + ow) * step;
         if (argmax[o] == h * W + w) sum += load(dy, o);
       }
     store(dx, i, sum);
   }
 }
 
+// y (N, C) from x (N, C, HW), or (N, HW, C) for bf16.
 template <class A>
-__global__ void avgPoolKernel(const A* x, A* y, int NC, int HW) {
-  for (size_t p = firstIndex(); p < size_t(NC); p += gridStride()) {
-    const A* q = x + p * HW;
+__global__ void avgPoolKernel(const A* x, A* y, int C, int HW, size_t NC) {
+  for (size_t p = firstIndex(); p < NC; p += gridStride()) {
+    const size_t n = p / C, c = p % C;
     float s = 0.0f;
-    for (int i = 0; i < HW; ++i) s += load(q, i);
+    for (int i = 0; i < HW; ++i) s += load(x, kNhwc<A> ? (n * HW + i) * C + c : p * HW + i);
     store(y, p, s / float(HW));
   }
 }
 
 template <class A>
-__global__ void avgPoolBackwardKernel(const A* dy, A* dx, size_t total, int HW) {
-  for (size_t i = firstIndex(); i < total; i += gridStride())
-    store(dx, i, load(dy, i / HW) / float(HW));
+__global__ void avgPoolBackwardKernel(const A* dy, A* dx, int C, size_t HW, size_t total) {
+  for (size_t i = firstIndex(); i < total; i += gridStride()) {
+    const size_t p = kNhwc<A> ? i / (HW * C) * C + i % C : i / HW;  // its (n, c)
+    store(dx, i, load(dy, p) / float(HW));
+  }
 }
 
 // ---- linear's bias ------------------------------------------------------------------
@@ -162,11 +203,17 @@ __device__ Channel channelOf(const BnAffine& f, int c) {
 
 __device__ float normalised(float x, const Channel& k) { return __fmaf_rn(x, k.scale, k.shift); }
 
+// The channel of element i: NCHW for float activations, NHWC for bf16 ones.
+template <class A>
+__device__ int channelAt(size_t i, int C, size_t HW) {
+  return kNhwc<A> ? int(i % C) : int(i / HW % C);
+}
+
 template <class A>
 __global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t total, int C,
                               size_t HW) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
-    Channel k = channelOf(f, int(i / HW % C));
+    Channel k = channelOf(f, channelAt<A>(i, C, HW));
     float v = normalised(load(x, i), k);
     store(y, i, relu ? fmaxf(v, 0.0f) : v);
   }
@@ -176,7 +223,7 @@ template <class A>
 __global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size_t total, int C,
                                  size_t HW) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
-    Channel k = channelOf(f, int(i / HW % C));
+    Channel k = channelOf(f, channelAt<A>(i, C, HW));
     store(g, i, normalised(load(x, i), k) > 0.0f ? load(dy, i) : 0.0f);
   }
 }
@@ -205,13 +252,16 @@ __global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float*
   const Channel k = channelOf(f, c);
   double sum_g = 0.0, sum_g_xc = 0.0;
   for (int n = 0; n < N; ++n) {
-    const size_t base = (size_t(n) * C + c) * HW;
+    // Element i of this image's channel plane sits at base + i * step.
+    const size_t base = kNhwc<A> ? size_t(n) * HW * C + c : (size_t(n) * C + c) * HW;
+    const size_t step = kNhwc<A> ? size_t(C) : 1;
     for (size_t i = threadIdx.x; i < HW; i += kThreads) {
-      float xv = load(x, base + i), gv = load(dy, base + i);
+      const size_t at = base + i * step;
+      float xv = load(x, at), gv = load(dy, at);
       if (relu && !(normalised(xv, k) > 0.0f)) gv = 0.0f;
       sum_g += gv;
       sum_g_xc += double(gv) * (xv - k.mean);
-      store(dx, base + i, k.scale * gv);
+      store(dx, at, k.scale * gv);
     }
   }
   sum_g = blockSum(sum_g, shared);
@@ -254,6 +304,20 @@ void launchToFloat(const void* x, float* y, size_t n) {
                                                                    n);
 }
 
+void launchToBf16Nhwc(const float* x, void* y, int N, int C, size_t HW) {
+  const size_t total = size_t(N) * C * HW;
+  if (total)
+    toBf16NhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        x, static_cast<bf16_t*>(y), C, HW, total);
+}
+
+void launchToFloatNchw(const void* x, float* y, int N, int C, size_t HW) {
+  const size_t total = size_t(N) * C * HW;
+  if (total)
+    toFloatNchwKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        static_cast<const bf16_t*>(x), y, C, HW, total);
+}
+
 void launchRelu(const float* x, float* y, size_t n) {
   if (!n) return;
   dispatch([&](auto a) {
@@ -279,39 +343,40 @@ void launchAdd(const float* a, const float* b, float* y, size_t n) {
   });
 }
 
-void launchMaxPool(const float* x, float* y, int32_t* argmax, int NC, int H, int W, int Ho, int Wo,
-                   int K, int stride, int pad) {
-  size_t total = size_t(NC) * Ho * Wo;
+void launchMaxPool(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int Ho,
+                   int Wo, int K, int stride, int pad) {
+  size_t total = size_t(N) * C * Ho * Wo;
   dispatch([&](auto a) {
     using A = decltype(a);
     maxPoolKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-        as<A>(x), as<A>(y), argmax, total, H, W, Ho, Wo, K, stride, pad);
+        as<A>(x), as<A>(y), argmax, total, C, H, W, Ho, Wo, K, stride, pad);
   });
 }
 
-void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int NC, int H, int W,
-                           int Ho, int Wo, int K, int stride, int pad) {
-  size_t total = size_t(NC) * H * W;
+void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H,
+                           int W, int Ho, int Wo, int K, int stride, int pad) {
+  size_t total = size_t(N) * C * H * W;
   dispatch([&](auto a) {
     using A = decltype(a);
     maxPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-        as<A>(dy), argmax, as<A>(dx), total, H, W, Ho, Wo, K, stride, pad);
+        as<A>(dy), argmax, as<A>(dx), total, C, H, W, Ho, Wo, K, stride, pad);
   });
 }
 
-void launchAvgPool(const float* x, float* y, int NC, int HW) {
+void launchAvgPool(const float* x, float* y, int N, int C, int HW) {
+  const size_t NC = size_t(N) * C;
   dispatch([&](auto a) {
     using A = decltype(a);
-    avgPoolKernel<<<blocksFor(NC), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), NC, HW);
+    avgPoolKernel<<<blocksFor(NC), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), C, HW, NC);
   });
 }
 
-void launchAvgPoolBackward(const float* dy, float* dx, int NC, int HW) {
-  size_t total = size_t(NC) * HW;
+void launchAvgPoolBackward(const float* dy, float* dx, int N, int C, int HW) {
+  size_t total = size_t(N) * C * HW;
   dispatch([&](auto a) {
     using A = decltype(a);
-    avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(as<A>(dy), as<A>(dx),
-                                                                               total, HW);
+    avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        as<A>(dy), as<A>(dx), C, size_t(HW), total);
   });
 }
 

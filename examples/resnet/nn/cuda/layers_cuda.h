@@ -53,12 +53,13 @@ void synchronize();  // waits for everything enqueued so far; throws on an async
 enum class Math {
   Fp32,  // CUDNN_FMA_MATH / cuBLAS default: plain fp32, matches the CPU
   Tf32,  // tensor cores with TF32 inputs (~1e-3 relative): faster, for training
-  // Mixed precision: activations and their gradients are STORED as bfloat16 (the float*
-  // of the layer functions then point at bf16 data, half the bytes), convolutions and
-  // the linear layer run on bf16 tensor cores with float32 accumulation; parameters,
-  // their gradients, batch-norm statistics and the logits (the linear layer's output
-  // and the loss's input) stay float32. A bf16 copy of each weight is made as its
-  // layer runs forward. Feed the network's input through upload_input_async.
+  // Mixed precision: activations and their gradients are STORED as bfloat16 in NHWC
+  // order (the float* of the layer functions then point at bf16 data, half the bytes;
+  // the shapes they take stay (N, C, H, W)), convolutions and the linear layer run on
+  // bf16 tensor cores with float32 accumulation; parameters, their gradients,
+  // batch-norm statistics and the logits (the linear layer's output and the loss's
+  // input) stay float32. A bf16 copy of each weight is made as its layer runs forward.
+  // Feed the network's input through upload_input_async.
   Bf16,
 };
 Math set_math(Math math);  // returns the previous setting; later calls use the new one
@@ -95,12 +96,13 @@ void copy_to_device(float* device, const float* host, size_t n);  // synchronous
 // the host goes on launching while the bytes move.
 void copy_to_device_async(float* device, const float* host, size_t n);
 void copy_to_host(float* host, const float* device, size_t n);    // synchronous
-// copy_to_device_async for the network's input: under Math::Bf16 the floats go to a
-// staging buffer and `device` receives them as bfloat16 (n of them), as the first layer
-// reads them; otherwise the same as copy_to_device_async.
-void upload_input_async(float* device, const float* host, size_t n);
-// Device activations of n elements to host floats, whatever they are stored as.
-void activations_to_host(float* host, const float* device, size_t n);  // synchronous
+// copy_to_device_async for the network's input, (N, C, H, W) floats: under Math::Bf16
+// they go to a staging buffer and `device` receives them as bfloat16 in NHWC order, as
+// the first layer reads them; otherwise the same as copy_to_device_async.
+void upload_input_async(float* device, const float* host, int N, int C, int H, int W);
+// Device activations of shape (N, C, H, W) to host floats in NCHW order, whatever they
+// are stored as. Synchronous.
+void activations_to_host(float* host, const float* device, int N, int C, int H, int W);
 
 // ---- arenas -------------------------------------------------------------------------
 
