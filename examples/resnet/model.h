@@ -82,6 +82,10 @@ struct Model {
   float* dlogits = nullptr;  // (N, classes)
   float* scratch[3] = {};    // (max activation) gradient ping-pong buffers
   bool bn_training = true;   // false: BN uses running statistics (inference mode)
+  // Loss scaling (fp16 on a GPU): the loss's gradient is multiplied by this before
+  // backward, so every gradient comes out scaled by it (the device's deviceSgdStep
+  // divides it out again). 1 on the CPU.
+  float loss_scale = 1.0f;
   GradSink sink;             // may be empty (one process, tests)
   // The layers the passes call: the CPU's, or the GPU's in a model laid out in device
   // memory (the device copy below).

@@ -33,10 +33,11 @@ namespace accord::resnet {
 
 // Moves m's passes to `device`: "cpu" does nothing, "cuda" uses GPU local_rank modulo
 // the GPUs present. `precision`: "fp32", "tf32" (cuda only: tensor cores on float32
-// data) or "bf16" (cuda only: activations stored as bfloat16, bf16 tensor cores,
-// float32 parameters, gradients and statistics; nn::cuda::Math::Bf16). Throws
-// InvalidArgument for another name, "cuda" in a build without cuDNN, or tf32 / bf16 on
-// the CPU. Call after buildModel().
+// data), "bf16" (cuda only: activations stored as bfloat16 NHWC, bf16 tensor cores,
+// float32 parameters, gradients and statistics; nn::cuda::Math::Bf16) or "fp16" (the
+// same in IEEE half, which needs m.loss_scale; nn::cuda::Math::Fp16). Throws
+// InvalidArgument for another name, "cuda" in a build without cuDNN, or anything but
+// fp32 on the CPU. Call after buildModel().
 void useDevice(Model& m, const std::string& device, int local_rank,
                const std::string& precision = "fp32");
 
@@ -45,10 +46,11 @@ void useDevice(Model& m, const std::string& device, int local_rank,
 void trainOnDevice(Model& m, const Sgd& sgd);
 void pushToDevice(Model& m, const Sgd& sgd);
 void pullToHost(Model& m, Sgd& sgd);
-// One update of every parameter from its (averaged) device gradient, queued on the
-// layers' stream.
+// One update of every parameter from its (averaged) device gradient divided by
+// m.loss_scale, queued on the layers' stream.
 void deviceSgdStep(Model& m, double lr);
-// No NaN or infinity in any device gradient (they come down to m's gradient arena).
+// No NaN or infinity in any device gradient: checked on the GPU when training there
+// (trainOnDevice), else in m's gradient arena after copying them down.
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
 // Times the model's GPU work by kind from here on (nn::cuda::profiledLayers, plus the
 // copies and the optimizer); deviceProfileReport waits for the GPU and returns the

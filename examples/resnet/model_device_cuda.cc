@@ -90,8 +90,9 @@ const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
 }  // namespace
 
 void useDevice(Model& m, const std::string& device, int local_rank, const std::string& precision) {
-  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
-    throw InvalidArgument("unknown --precision '" + precision + "' (expected fp32, tf32 or bf16)");
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
+    throw InvalidArgument("unknown --precision '" + precision +
+                          "' (expected fp32, tf32, bf16 or fp16)");
   if (device == "cpu") {
     if (precision != "fp32")
       throw InvalidArgument("--precision " + precision +
@@ -110,6 +111,7 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
     nn::cuda::useDeviceMemory(*a);
   nn::cuda::set_math(precision == "tf32"   ? nn::cuda::Math::Tf32
                      : precision == "bf16" ? nn::cuda::Math::Bf16
+                     : precision == "fp16" ? nn::cuda::Math::Fp16
                                            : nn::cuda::Math::Fp32);
   d->mirror.ops = &nn::cuda::layers();
   buildModel(d->mirror, m.cfg, false);
@@ -161,7 +163,11 @@ void deviceForward(Model& m, int N) {
 }
 
 float deviceLoss(Model& m, const int32_t* labels, int N, float smoothing, bool with_grad) {
-  return loss(m.device->mirror, uploadLabels(m, labels, N), N, smoothing, with_grad);
+  Model& d = m.device->mirror;
+  const float value = loss(d, uploadLabels(m, labels, N), N, smoothing, with_grad);
+  if (with_grad && m.loss_scale != 1.0f)
+    nn::cuda::scale(d.dlogits, size_t(N) * m.fc.out, m.loss_scale);
+  return value;
 }
 
 nn::TopK deviceAccuracy(Model& m, const int32_t* labels, int N) {
@@ -238,13 +244,17 @@ void deviceSgdStep(Model& m, double lr) {
   DeviceModel& d = trained(m, "deviceSgdStep");
   if (!d.sgd) throw Error("deviceSgdStep: trainOnDevice was not called");
   Timed timed(d, "optimizer (fused SGD)");
-  d.sgd->step(d.mirror.params.base, d.mirror.grads.base, d.momentum, static_cast<float>(lr));
+  d.sgd->step(d.mirror.params.base, d.mirror.grads.base, d.momentum, static_cast<float>(lr),
+              1.0f / m.loss_scale);
 }
 
 bool deviceGradientsFinite(Model& m, const Sgd& sgd) {
   DeviceModel& d = trained(m, "deviceGradientsFinite");
-  nn::cuda::copy_to_host(m.grads.base, d.mirror.grads.base, m.grads.capacity);
-  return sgd.gradientsFinite();
+  if (!d.resident) {  // the host's gradients are the ones the update reads
+    nn::cuda::copy_to_host(m.grads.base, d.mirror.grads.base, m.grads.capacity);
+    return sgd.gradientsFinite();
+  }
+  return nn::cuda::all_finite(d.mirror.grads.base, m.grads.capacity);
 }
 
 void profileDevice(Model& m) {

@@ -6,8 +6,12 @@
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
 
+#include <accord/error.h>
+
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace accord::resnet {
 
@@ -62,6 +66,36 @@ void Sgd::update(std::size_t i, double lr) {
                         w[k] -= rate * d;
                       }
                     });
+}
+
+namespace {
+constexpr float kMaxLossScale = 16777216.0f;  // 2^24
+}  // namespace
+
+LossScaler::LossScaler(float initial, int growth_interval)
+    : scale_(initial), growth_interval_(growth_interval) {
+  if (!(initial >= 1.0f && initial <= kMaxLossScale))
+    throw InvalidArgument("loss scale " + std::to_string(initial) + " is not within [1, 2^24]");
+  if (growth_interval < 1)
+    throw InvalidArgument("loss scale growth interval " + std::to_string(growth_interval) +
+                          " is not positive");
+}
+
+bool LossScaler::update(bool finite) {
+  if (!finite) {
+    if (scale_ <= 1.0f)
+      throw Error(
+          "the gradients overflow even with a loss scale of 1: training has diverged "
+          "(lower --lr)");
+    scale_ = std::max(1.0f, scale_ / 2.0f);
+    good_steps_ = 0;
+    return false;
+  }
+  if (++good_steps_ >= growth_interval_) {
+    scale_ = std::min(kMaxLossScale, scale_ * 2.0f);
+    good_steps_ = 0;
+  }
+  return true;
 }
 
 }  // namespace accord::resnet

@@ -52,4 +52,25 @@ class Sgd {
   std::vector<std::vector<float>> buf_;
 };
 
+// Dynamic loss scaling for float16 training: the loss's gradient is multiplied by
+// scale() so that small gradients survive fp16's narrow range, and the weight gradients
+// are divided by it again before the update. A step whose gradients overflowed is
+// skipped and the scale halved; after `growth_interval` good steps in a row it doubles.
+// The scale stays within [1, 2^24].
+class LossScaler {
+ public:
+  explicit LossScaler(float initial = 65536.0f, int growth_interval = 2000);
+
+  float scale() const { return scale_; }
+  // After a step: `finite` says whether every gradient was finite (the same on every
+  // rank). Returns false when the step must be skipped. Throws Error when the
+  // gradients overflow at the smallest scale: that is divergence, not range.
+  bool update(bool finite);
+
+ private:
+  float scale_;
+  int growth_interval_;
+  int good_steps_ = 0;
+};
+
 }  // namespace accord::resnet

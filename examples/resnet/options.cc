@@ -193,10 +193,11 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--precision", o.precision,
                  "arithmetic of the GPU layers: fp32 (plain float32, matches the CPU), tf32 "
-                 "(tensor cores on float32 data, about 1e-3 relative) or bf16 (activations in "
-                 "bfloat16 on bf16 tensor cores, float32 weights, gradients and statistics); "
-                 "tf32 and bf16 need --device cuda")
-      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+                 "(tensor cores on float32 data, about 1e-3 relative), bf16 (activations in "
+                 "bfloat16 on bf16 tensor cores, float32 weights, gradients and statistics) or "
+                 "fp16 (the same in IEEE half, with dynamic loss scaling); all but fp32 need "
+                 "--device cuda")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--gpu-profile", o.gpu_profile,
                "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "

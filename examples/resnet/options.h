@@ -65,7 +65,7 @@ struct TrainOptions {
   std::uint64_t seed = 42;
   // run
   std::string device = "cpu";  // cpu | cuda
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 (tf32, bf16: --device cuda only)
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (all but fp32: --device cuda)
   bool gpu_profile = false;        // --gpu-profile: GPU time by layer kind at the end
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;

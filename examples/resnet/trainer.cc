@@ -49,6 +49,7 @@ Trainer::Trainer(const TrainOptions& options)
     trainOnDevice(model_, *sgd_);
     grads_.onDevice(deviceIndex(model_), deviceStream(model_));
   }
+  if (opt_.precision == "fp16") loss_scaler_ = std::make_unique<LossScaler>();
 }
 
 void Trainer::buildData() {
@@ -211,8 +212,9 @@ void Trainer::trainStep(StepTimes& t) {
   t.data += since(t0);
   accord::timeline_begin(kTrack, "compute");
   t0 = Clock::now();
-  if (opt_.skip_nonfinite_steps)
+  if (opt_.skip_nonfinite_steps || loss_scaler_)
     bn_before_.assign(model_.buffers.base, model_.buffers.base + model_.buffers.capacity);
+  if (loss_scaler_) model_.loss_scale = loss_scaler_->scale();
   model_.bn_training = opt_.train_bn_mode == "batch";
   forward(model_, n);
   const float loss_value =
@@ -228,7 +230,9 @@ void Trainer::trainStep(StepTimes& t) {
   accord::timeline_begin(kTrack, "update");
   t0 = Clock::now();
   last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
-  if (const std::string reason = nonFiniteReason(); reason.empty()) {
+  if (const std::string reason = nonFiniteReason(); !reason.empty()) {
+    skipNonFiniteStep(reason, t);
+  } else if (lossScaleAllows(t)) {
     if (model_.device)
       deviceSgdStep(model_, last_lr_);
     else
@@ -237,8 +241,6 @@ void Trainer::trainStep(StepTimes& t) {
     t.loss_sum += static_cast<double>(loss_value) * n;
     t.correct += hits.top1;
     t.scored += n;
-  } else {
-    skipNonFiniteStep(reason, t);
   }
   t.compute += since(t0);
   accord::timeline_end(kTrack);
@@ -261,7 +263,8 @@ std::string Trainer::stepName() const {
 std::string Trainer::nonFiniteReason() {
   if (std::isnan(step_loss_)) return "the loss is NaN";
   if (std::isinf(step_loss_)) return "the loss is infinite";
-  if (!opt_.skip_nonfinite_steps) return "";
+  // Under loss scaling, overflowing gradients are the scaler's to handle.
+  if (!opt_.skip_nonfinite_steps || loss_scaler_) return "";
   const bool finite =
       model_.device ? deviceGradientsFinite(model_, *sgd_) : sgd_->gradientsFinite();
   std::vector<double> bad = {finite ? 0.0 : 1.0};
@@ -283,6 +286,23 @@ void Trainer::skipNonFiniteStep(const std::string& reason, StepTimes& t) {
     throw Error(reason + " at " + stepName() + ", the " + std::to_string(kMaxNonFiniteInARow) +
                 " steps up to it all skipped: the model has diverged (lower --lr)");
   metrics_->message("skipped " + stepName() + ": " + reason);
+}
+
+// fp16: gradients that overflowed at this step's loss scale (on any rank: the ranks
+// vote) skip the step, as a non-finite one is skipped, and halve the scale; that is
+// range finding, not divergence, so it does not count towards the skips in a row.
+bool Trainer::lossScaleAllows(StepTimes& t) {
+  if (!loss_scaler_) return true;
+  std::vector<double> bad = {deviceGradientsFinite(model_, *sgd_) ? 0.0 : 1.0};
+  sumDoubles(bad, "step.gradients_overflow");
+  const float scale = loss_scaler_->scale();
+  if (loss_scaler_->update(bad[0] == 0.0)) return true;
+  std::copy(bn_before_.begin(), bn_before_.end(), model_.buffers.base);
+  ++t.skipped;
+  metrics_->message("skipped " + stepName() + ": the gradients overflowed at loss scale " +
+                    std::to_string(static_cast<long long>(scale)) + "; the scale is now " +
+                    std::to_string(static_cast<long long>(loss_scaler_->scale())));
+  return false;
 }
 
 bool Trainer::trainEpoch(int epoch, StepTimes& times) {

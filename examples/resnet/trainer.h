@@ -61,6 +61,7 @@ class Trainer {
   void trainStep(StepTimes& times);
   std::string nonFiniteReason();  // "" if this step may update the model
   void skipNonFiniteStep(const std::string& reason, StepTimes& times);
+  bool lossScaleAllows(StepTimes& times);  // fp16: false (step skipped) on an overflow
   std::string stepName() const;
   EvalResult evaluate();
   void syncBatchNormStats();
@@ -84,6 +85,7 @@ class Trainer {
   double step_loss_ = 0;          // this step's loss, averaged over the ranks
   std::vector<float> bn_before_;  // BN statistics before the step (skipping only)
   int nonfinite_in_a_row_ = 0;
+  std::unique_ptr<LossScaler> loss_scaler_;  // --precision fp16
 };
 
 // "resnet50" -> 50; throws InvalidArgument otherwise.

@@ -10,6 +10,7 @@
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU
+#   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -38,7 +39,9 @@ accord_trainer_mpi_test(accuracy 900)
 # checkpoints, and 2 ranks sharing one GPU (gradients as CUDA tensors through MPI).
 accord_trainer_mpi_test(device-resume 300)
 accord_trainer_mpi_test(device-equivalence 300)
-set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence PROPERTIES
+accord_trainer_mpi_test(device-half-accuracy 600)
+set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
+                     trainer.mpi.device-half-accuracy PROPERTIES
                      LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
 set_tests_properties(trainer.mpi.device-equivalence PROPERTIES ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")

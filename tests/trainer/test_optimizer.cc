@@ -2,6 +2,8 @@
 // parameters and biases when so configured.
 #include "optimizer.h"
 
+#include <accord/error.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -50,4 +52,35 @@ TEST_CASE("SGD without momentum is plain gradient descent", "[optimizer]") {
   sgd.step(0.5);
   CHECK(std::count(w.begin(), w.end(), 0.0f) == static_cast<long>(w.size()));
   CHECK_THROWS(Sgd({}, {0.0, true, 0.0, true}));  // Nesterov needs momentum
+}
+
+TEST_CASE("the loss scale halves on overflow, doubles after enough good steps, and has bounds") {
+  LossScaler s(1024.0f, 3);
+  CHECK(s.scale() == 1024.0f);
+  CHECK_FALSE(s.update(false));  // overflow: skip the step
+  CHECK(s.scale() == 512.0f);
+  CHECK(s.update(true));
+  CHECK(s.update(true));
+  CHECK(s.scale() == 512.0f);
+  CHECK(s.update(true));  // the third good step in a row
+  CHECK(s.scale() == 1024.0f);
+  // An overflow restarts the count of good steps.
+  CHECK(s.update(true));
+  CHECK(s.update(true));
+  CHECK_FALSE(s.update(false));
+  CHECK(s.scale() == 512.0f);
+  CHECK(s.update(true));
+  CHECK(s.update(true));
+  CHECK(s.scale() == 512.0f);
+  // Never above 2^24.
+  LossScaler top(16777216.0f, 1);
+  CHECK(top.update(true));
+  CHECK(top.scale() == 16777216.0f);
+  // Down to 1, and an overflow there is divergence.
+  LossScaler low(2.0f, 100);
+  CHECK_FALSE(low.update(false));
+  CHECK(low.scale() == 1.0f);
+  CHECK_THROWS_AS(low.update(false), accord::Error);
+  CHECK_THROWS_AS(LossScaler(0.5f), accord::InvalidArgument);
+  CHECK_THROWS_AS(LossScaler(1024.0f, 0), accord::InvalidArgument);
 }

@@ -113,7 +113,7 @@ TEST_CASE("the stem: auto picks by image size, explicit values are kept") {
   CHECK(parseError("--stem resnet").find("resnet") != std::string::npos);
 }
 
-TEST_CASE("the precision: fp32 by default, tf32 and bf16 taken, others refused") {
+TEST_CASE("the precision: fp32 by default, tf32, bf16 and fp16 taken, others refused") {
   TrainOptions o;
   REQUIRE(parseError("", &o).empty());
   CHECK(o.precision == "fp32");
@@ -121,5 +121,7 @@ TEST_CASE("the precision: fp32 by default, tf32 and bf16 taken, others refused")
   CHECK(o.precision == "tf32");
   REQUIRE(parseError("--precision bf16", &o).empty());
   CHECK(o.precision == "bf16");
+  REQUIRE(parseError("--precision fp16", &o).empty());
+  CHECK(o.precision == "fp16");
   CHECK(parseError("--precision fp64").find("fp64") != std::string::npos);
 }

@@ -80,27 +80,27 @@ std::shared_ptr<void> deviceBuffer(size_t bytes, const std::string& what) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
-std::string bf16WeightsKey(const float* w, size_t n) {
-  return key("bf16 weights", static_cast<const void*>(w), n);
+std::string halfWeightsKey(const float* w, size_t n) {
+  return key("16-bit weights", static_cast<const void*>(w), n);
 }
 }  // namespace
 
-const void* bf16Weights(const float* w, size_t n, const std::string& what,
+const void* halfWeights(const float* w, size_t n, const std::string& what,
                         const FilterShape* filter) {
-  auto& slot = backend().plans[bf16WeightsKey(w, n)];
+  auto& slot = backend().plans[halfWeightsKey(w, n)];
   if (!slot) slot = deviceBuffer(n * 2, what);
   if (filter)
-    launchToBf16Nhwc(w, slot.get(), filter->K, filter->C, filter->RS);
+    launchToHalfNhwc(w, slot.get(), filter->K, filter->C, filter->RS);
   else
-    launchToBf16(w, slot.get(), n);
+    launchToHalf(w, slot.get(), n);
   checkLaunch(what);
   return slot.get();
 }
 
-const void* lastBf16Weights(const float* w, size_t n, const std::string& what) {
-  auto found = backend().plans.find(bf16WeightsKey(w, n));
+const void* lastHalfWeights(const float* w, size_t n, const std::string& what) {
+  auto found = backend().plans.find(halfWeightsKey(w, n));
   if (found == backend().plans.end())
-    throw InvalidArgument(what + ": backward before forward in bf16 mode");
+    throw InvalidArgument(what + ": backward before forward with 16-bit activations");
   return found->second.get();
 }
 
@@ -118,8 +118,8 @@ Math set_math(Math math) {
   Backend& b = backend();
   Math old = b.math;
   b.math = math;
-  // Bf16's products are cublasGemmEx calls on bf16 operands, which use tensor cores in
-  // the default mode; TF32 applies to float32 operands only.
+  // 16-bit math's products are cublasGemmEx calls on 16-bit operands, which use tensor
+  // cores in the default mode; TF32 applies to float32 operands only.
   ACCORD_NN_CUDA_CHECK("nn::cuda::set_math",
                        cublasSetMathMode(b.cublas, math == Math::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                       : CUBLAS_DEFAULT_MATH));
@@ -158,26 +158,45 @@ void copy_to_host(float* host, const float* device, size_t n) {
 
 namespace accord::nn::cuda {
 
+void scale(float* x, size_t n, float factor) {
+  launchScale(x, n, factor);
+  checkLaunch(key("nn::cuda::scale floats", n));
+}
+
+bool all_finite(const float* x, size_t n) {
+  const std::string what = key("nn::cuda::all_finite floats", n);
+  auto* bad = static_cast<int*>(scratch(kSlotFlags, sizeof(int)));
+  Backend& b = backend();
+  ACCORD_NN_CUDA_CHECK(what, cudaMemsetAsync(bad, 0, sizeof(int), b.stream));
+  launchNonFinite(x, n, bad);
+  checkLaunch(what);
+  int host = 0;
+  ACCORD_NN_CUDA_CHECK(what,
+                       cudaMemcpyAsync(&host, bad, sizeof(int), cudaMemcpyDeviceToHost, b.stream));
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(b.stream));
+  return host == 0;
+}
+
 void upload_input_async(float* device, const float* host, int N, int C, int H, int W) {
   const size_t n = size_t(N) * C * H * W;
-  if (!bf16()) return copy_to_device_async(device, host, n);
+  if (!halfActivations()) return copy_to_device_async(device, host, n);
   if (n == 0) return;
   const std::string what = key("nn::cuda::upload_input_async (N C H W)", N, C, H, W);
   // The stream orders the next upload's copy after this one's conversion.
   auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(staging, host, n * sizeof(float),
                                              cudaMemcpyHostToDevice, backend().stream));
-  launchToBf16Nhwc(staging, device, N, C, size_t(H) * W);
+  launchToHalfNhwc(staging, device, N, C, size_t(H) * W);
   checkLaunch(what);
 }
 
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W) {
   const size_t n = size_t(N) * C * H * W;
-  if (!bf16()) return copy_to_host(host, device, n);
+  if (!halfActivations()) return copy_to_host(host, device, n);
   if (n == 0) return;
   const std::string what = key("nn::cuda::activations_to_host (N C H W)", N, C, H, W);
   auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
-  launchToFloatNchw(device, staging, N, C, size_t(H) * W);
+  launchFromHalfNchw(device, staging, N, C, size_t(H) * W);
   checkLaunch(what);
   copy_to_host(host, staging, n);
 }

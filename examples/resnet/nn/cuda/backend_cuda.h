@@ -42,16 +42,32 @@ enum ScratchSlot {
   kSlotBatchNormDy = 0,
   kSlotLosses = 1,
   kSlotFlags = 2,
-  kSlotWeightGrad = 3,  // Bf16: a conv's or the linear layer's weight gradient in bf16
-  kSlotLinearDy = 4,    // Bf16: the linear layer's output gradient in bf16
-  kSlotInput = 5,       // Bf16: upload_input_async's float staging buffer
+  kSlotWeightGrad = 3,  // 16-bit math: a conv's weight gradient in 16 bits
+  kSlotLinearDy = 4,    // 16-bit math: the linear layer's output gradient in 16 bits
+  kSlotInput = 5,       // 16-bit math: upload_input_async's float staging buffer
 };
 
-// Whether activations are stored as bfloat16 (Math::Bf16), and their element size.
-// bf16 activations are laid out NHWC (channels last), float32 ones NCHW.
-inline bool bf16() { return backend().math == Math::Bf16; }
-inline size_t activationBytes(size_t n) { return n * (bf16() ? 2 : sizeof(float)); }
-// A bf16 copy of the `n` float32 weights at `w`, refreshed on the stream now; the copy
+// Whether activations are stored in 16 bits (Math::Bf16: bfloat16, Math::Fp16: IEEE
+// half), and their element size and library types. 16-bit activations are laid out
+// NHWC (channels last), float32 ones NCHW.
+inline bool halfActivations() {
+  return backend().math == Math::Bf16 || backend().math == Math::Fp16;
+}
+inline size_t activationBytes(size_t n) { return n * (halfActivations() ? 2 : sizeof(float)); }
+inline cudnnDataType_t activationType() {
+  switch (backend().math) {
+    case Math::Bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case Math::Fp16:
+      return CUDNN_DATA_HALF;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+// cuBLAS's name for the 16-bit type (halfActivations() only).
+inline cudaDataType_t halfType() { return backend().math == Math::Fp16 ? CUDA_R_16F : CUDA_R_16BF; }
+// A 16-bit copy (the activations' type) of the `n` float32 weights at `w`, refreshed on
+// the stream now; the copy
 // is the layer's own (kept in the plan cache, keyed by w) and stays valid until the next
 // refresh, so backward reads the weights forward used. `filter` (K, C, RS): a conv
 // filter (K, C, R, S), copied as (K, R, S, C) for NHWC convolutions.
@@ -59,11 +75,11 @@ struct FilterShape {
   int K, C;
   size_t RS;
 };
-const void* bf16Weights(const float* w, size_t n, const std::string& what,
+const void* halfWeights(const float* w, size_t n, const std::string& what,
                         const FilterShape* filter = nullptr);
-// The copy bf16Weights last made of `w` (backward reads what forward used); throws
+// The copy halfWeights last made of `w` (backward reads what forward used); throws
 // InvalidArgument naming `what` when there is none yet.
-const void* lastBf16Weights(const float* w, size_t n, const std::string& what);
+const void* lastHalfWeights(const float* w, size_t n, const std::string& what);
 
 // "conv2d_forward 32 64 56 56 ..." from the arguments, for keys and messages.
 template <class... Args>
@@ -102,16 +118,17 @@ void checkLaunch(const std::string& what);
 
 // ---- our own kernels (launched on the backend's stream) ------------------------------
 //
-// Those that take activations read and write them as bf16() says (the float* then
-// point at bf16 data); parameters, statistics, biases, logits and argmax are always
-// float32 / int32. Arithmetic is float32 either way.
+// Those that take activations read and write them in the type the math says (the
+// float* then point at 16-bit data); parameters, statistics, biases, logits and argmax
+// are always float32 / int32. Arithmetic is float32 either way. "Half" below means the
+// activations' 16-bit type: bf16 or fp16.
 
-void launchToBf16(const float* x, void* y, size_t n);
-void launchToFloat(const void* x, float* y, size_t n);
-// (N, C, HW) float32 to (N, HW, C) bf16, and back: activations (NCHW <-> NHWC) and conv
-// filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S).
-void launchToBf16Nhwc(const float* x, void* y, int N, int C, size_t HW);
-void launchToFloatNchw(const void* x, float* y, int N, int C, size_t HW);
+void launchToHalf(const float* x, void* y, size_t n);
+void launchFromHalf(const void* x, float* y, size_t n);
+// (N, C, HW) float32 to (N, HW, C) 16-bit, and back: activations (NCHW <-> NHWC) and
+// conv filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S).
+void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW);
+void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW);
 
 void launchRelu(const float* x, float* y, size_t n);
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);
@@ -123,6 +140,10 @@ void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, in
                            int W, int Ho, int Wo, int K, int stride, int pad);
 void launchAvgPool(const float* x, float* y, int N, int C, int HW);
 void launchAvgPoolBackward(const float* dy, float* dx, int N, int C, int HW);
+
+void launchScale(float* x, size_t n, float factor);
+// Sets *bad (device int) to 1 when any of the n floats is not finite; leaves it otherwise.
+void launchNonFinite(const float* x, size_t n, int* bad);
 
 // y (N, out) += b; db (out) = column sums of dy (N, out).
 void launchAddBias(float* y, const float* b, int N, int out);

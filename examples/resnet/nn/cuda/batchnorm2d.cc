@@ -16,8 +16,9 @@
 // (in training after cuDNN computed them), and backward masks dy with the same
 // expression, evaluated by the same device code: the mask equals forward's exactly.
 //
-// Math::Bf16: x, y and the gradients are bf16 NHWC tensors; gamma, beta and the statistics
-// stay float32 (cuDNN's derived descriptor for them is float32 for bf16 data).
+// Math::Bf16 / Fp16: x, y and the gradients are 16-bit NHWC tensors; gamma, beta and the
+// statistics stay float32 (cuDNN's derived descriptor for them is float32 for 16-bit
+// data).
 #include "nn/cuda/backend_cuda.h"
 
 namespace accord::nn::cuda {
@@ -38,15 +39,15 @@ struct BnPlan {
 };
 
 BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
-  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W, bf16())];
+  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W, int(activationType()))];
   if (!slot) {
     auto p = std::make_shared<BnPlan>();
-    const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    const cudnnDataType_t data = activationType();
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->x));
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p->stats));
-    ACCORD_NN_CUDA_CHECK(
-        what, cudnnSetTensor4dDescriptor(p->x, bf16() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, data,
-                                         N, bn.C, H, W));
+    ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(
+                                   p->x, halfActivations() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                   data, N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
     slot = p;

@@ -9,10 +9,10 @@
 // one buffer shared by every conv (calls are sequential on one stream), grown to the
 // largest request.
 //
-// Math::Bf16: x, y and their gradients are bf16 NHWC tensors, the filter a bf16 (K, R,
-// S, C) copy of the float32 (K, C, R, S) weights made by forward (bf16Weights), the
-// arithmetic float32 on tensor cores; the filter gradient comes out in bf16 (K, R, S, C)
-// and is widened and reordered into the float32 dw.
+// Math::Bf16 / Fp16: x, y and their gradients are 16-bit NHWC tensors, the filter a
+// 16-bit (K, R, S, C) copy of the float32 (K, C, R, S) weights made by forward
+// (halfWeights), the arithmetic float32 on tensor cores; the filter gradient comes out
+// in 16 bits (K, R, S, C) and is widened and reordered into the float32 dw.
 #include "nn/cuda/backend_cuda.h"
 
 #include <vector>
@@ -67,8 +67,8 @@ const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& wh
 void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
-  const cudnnDataType_t data = bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  const cudnnTensorFormat_t layout = bf16() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  const cudnnDataType_t data = activationType();
+  const cudnnTensorFormat_t layout = halfActivations() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.x));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.y));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateFilterDescriptor(&p.w));
@@ -129,8 +129,9 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
       c.out_h(H) <= 0 || c.out_w(W) <= 0)
     throw InvalidArgument(what + ": invalid shape");
   if (!c.w || (c.bias && !c.b)) throw InvalidArgument(what + ": parameters not bound");
-  // cuDNN would add a bf16 bias to a bf16 output; ResNet's convolutions have none.
-  if (c.bias && bf16()) throw InvalidArgument(what + ": a bias is not supported in bf16 mode");
+  // cuDNN would add a 16-bit bias to a 16-bit output; ResNet's convolutions have none.
+  if (c.bias && halfActivations())
+    throw InvalidArgument(what + ": a bias is not supported with 16-bit activations");
   auto& slot = backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
                                    int(backend().math))];
   if (!slot) {
@@ -143,15 +144,15 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
 
 size_t weightCount(const Conv2d& c) { return size_t(c.C_out) * c.C_in * c.K * c.K; }
 
-// The filter cuDNN reads: the weights, or in bf16 mode their bf16 copy (made by forward
+// The filter cuDNN reads: the weights, or with 16-bit activations their copy (made by forward
 // when `refresh`, reused by backward).
 const void* filter(const Conv2d& c, bool refresh, const std::string& what) {
-  if (!bf16()) return c.w;
+  if (!halfActivations()) return c.w;
   if (refresh) {
     const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K};
-    return bf16Weights(c.w, weightCount(c), what, &shape);
+    return halfWeights(c.w, weightCount(c), what, &shape);
   }
-  return lastBf16Weights(c.w, weightCount(c), what);
+  return lastHalfWeights(c.w, weightCount(c), what);
 }
 
 }  // namespace
@@ -176,13 +177,13 @@ void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int 
   const void* w = filter(c, false, what);
   const float one = 1.0f, zero = 0.0f;
   // beta = 0: backward overwrites dw and dx (layers.h), never accumulates.
-  void* dw = bf16() ? scratch(kSlotWeightGrad, weightCount(c) * 2) : c.dw;
+  void* dw = halfActivations() ? scratch(kSlotWeightGrad, weightCount(c) * 2) : c.dw;
   void* ws = workspace(p.bwd_filter_bytes);
   ACCORD_NN_CUDA_CHECK(
       what, cudnnConvolutionBackwardFilter(b.cudnn, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws,
                                            p.bwd_filter_bytes, &zero, p.w, dw));
-  if (bf16()) {
-    launchToFloatNchw(dw, c.dw, c.C_out, c.C_in, size_t(c.K) * c.K);
+  if (halfActivations()) {
+    launchFromHalfNchw(dw, c.dw, c.C_out, c.C_in, size_t(c.K) * c.K);
     checkLaunch(what);
   }
   if (c.bias)

@@ -5,13 +5,15 @@
 // every output to one thread or one block and sum in a fixed order, so results are
 // bitwise reproducible run to run; no atomics.
 //
-// Activations are templates on their storage type A (float, or __nv_bfloat16 under
-// Math::Bf16), read into float and rounded to nearest-even when stored; the launchers
-// pick the instance from bf16(). The storage type also fixes the layout: float
-// activations are NCHW, bf16 ones NHWC (kNhwc<A>), as the tensor cores want them.
+// Activations are templates on their storage type A (float; __nv_bfloat16 under
+// Math::Bf16, __half under Math::Fp16), read into float and rounded to nearest-even when
+// stored; the launchers pick the instance from the math. The storage type also fixes
+// the layout: float activations are NCHW, 16-bit ones NHWC (kNhwc<A>), as the tensor
+// cores want them.
 #include "nn/cuda/backend_cuda.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -32,36 +34,43 @@ __device__ size_t firstIndex() { return size_t(blockIdx.x) * blockDim.x + thread
 __device__ size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
 
 using bf16_t = __nv_bfloat16;
+using fp16_t = __half;
 
 __device__ float load(const float* p, size_t i) { return p[i]; }
 __device__ float load(const bf16_t* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ float load(const fp16_t* p, size_t i) { return __half2float(p[i]); }
 __device__ void store(float* p, size_t i, float v) { p[i] = v; }
 __device__ void store(bf16_t* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ void store(fp16_t* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 template <class A>
-constexpr bool kNhwc = std::is_same_v<A, bf16_t>;
+constexpr bool kNhwc = !std::is_same_v<A, float>;
 
-__global__ void toBf16Kernel(const float* x, bf16_t* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __float2bfloat16_rn(x[i]);
+template <class H>
+__global__ void toHalfKernel(const float* x, H* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) store(y, i, x[i]);
 }
 
-__global__ void toFloatKernel(const bf16_t* x, float* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = __bfloat162float(x[i]);
+template <class H>
+__global__ void fromHalfKernel(const H* x, float* y, size_t n) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = load(x, i);
 }
 
-// (N, C, HW) float32 to (N, HW, C) bf16: y[(n HW + p) C + c] = x[(n C + c) HW + p].
-__global__ void toBf16NhwcKernel(const float* x, bf16_t* y, int C, size_t HW, size_t total) {
+// (N, C, HW) float32 to (N, HW, C) 16-bit: y[(n HW + p) C + c] = x[(n C + c) HW + p].
+template <class H>
+__global__ void toHalfNhwcKernel(const float* x, H* y, int C, size_t HW, size_t total) {
   for (size_t o = firstIndex(); o < total; o += gridStride()) {
     const size_t c = o % C, t = o / C, p = t % HW, n = t / HW;
-    y[o] = __float2bfloat16_rn(x[(n * C + c) * HW + p]);
+    store(y, o, x[(n * C + c) * HW + p]);
   }
 }
 
-// The inverse: (N, HW, C) bf16 to (N, C, HW) float32.
-__global__ void toFloatNchwKernel(const bf16_t* x, float* y, int C, size_t HW, size_t total) {
+// The inverse: (N, HW, C) 16-bit to (N, C, HW) float32.
+template <class H>
+__global__ void fromHalfNchwKernel(const H* x, float* y, int C, size_t HW, size_t total) {
   for (size_t i = firstIndex(); i < total; i += gridStride()) {
     const size_t p = i % HW, t = i / HW, c = t % C, n = t / C;
-    y[i] = __bfloat162float(x[(n * HW + p) * C + c]);
+    y[i] = load(x, (n * HW + p) * C + c);
   }
 }
 
@@ -170,6 +179,18 @@ __global__ void avgPoolBackwardKernel(const A* dy, A* dx, int C, size_t HW, size
   }
 }
 
+// ---- loss scaling -------------------------------------------------------------------
+
+__global__ void scaleKernel(float* x, size_t n, float factor) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) x[i] = x[i] * factor;
+}
+
+// Sets *bad when any element is NaN or infinite (every writer writes the same 1).
+__global__ void nonFiniteKernel(const float* x, size_t n, int* bad) {
+  for (size_t i = firstIndex(); i < n; i += gridStride())
+    if (!isfinite(x[i])) *bad = 1;
+}
+
 // ---- linear's bias ------------------------------------------------------------------
 
 __global__ void addBiasKernel(float* y, const float* b, size_t total, int out) {
@@ -272,14 +293,24 @@ __global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float*
   }
 }
 
-// Runs f with the activations' storage type: f(float{}) or f(bf16_t{}).
+// Runs f with the activations' storage type: f(float{}), f(bf16_t{}) or f(fp16_t{}).
 template <class F>
 void dispatch(F&& f) {
-  if (bf16()) {
-    f(bf16_t{});
-  } else {
-    f(float{});
+  switch (backend().math) {
+    case Math::Bf16:
+      return f(bf16_t{});
+    case Math::Fp16:
+      return f(fp16_t{});
+    default:
+      return f(float{});
   }
+}
+
+// Runs f with the activations' 16-bit type (halfActivations() must hold).
+template <class F>
+void dispatchHalf(F&& f) {
+  if (backend().math == Math::Fp16) return f(fp16_t{});
+  f(bf16_t{});
 }
 
 template <class A>
@@ -293,29 +324,40 @@ A* as(float* p) {
 
 }  // namespace
 
-void launchToBf16(const float* x, void* y, size_t n) {
-  if (n)
-    toBf16Kernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, static_cast<bf16_t*>(y), n);
+void launchToHalf(const float* x, void* y, size_t n) {
+  if (!n) return;
+  dispatchHalf([&](auto h) {
+    using H = decltype(h);
+    toHalfKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, static_cast<H*>(y), n);
+  });
 }
 
-void launchToFloat(const void* x, float* y, size_t n) {
-  if (n)
-    toFloatKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(static_cast<const bf16_t*>(x), y,
-                                                                   n);
+void launchFromHalf(const void* x, float* y, size_t n) {
+  if (!n) return;
+  dispatchHalf([&](auto h) {
+    using H = decltype(h);
+    fromHalfKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(static_cast<const H*>(x), y, n);
+  });
 }
 
-void launchToBf16Nhwc(const float* x, void* y, int N, int C, size_t HW) {
+void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW) {
   const size_t total = size_t(N) * C * HW;
-  if (total)
-    toBf16NhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-        x, static_cast<bf16_t*>(y), C, HW, total);
+  if (!total) return;
+  dispatchHalf([&](auto h) {
+    using H = decltype(h);
+    toHalfNhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, static_cast<H*>(y), C,
+                                                                          HW, total);
+  });
 }
 
-void launchToFloatNchw(const void* x, float* y, int N, int C, size_t HW) {
+void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW) {
   const size_t total = size_t(N) * C * HW;
-  if (total)
-    toFloatNchwKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-        static_cast<const bf16_t*>(x), y, C, HW, total);
+  if (!total) return;
+  dispatchHalf([&](auto h) {
+    using H = decltype(h);
+    fromHalfNchwKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+        static_cast<const H*>(x), y, C, HW, total);
+  });
 }
 
 void launchRelu(const float* x, float* y, size_t n) {
@@ -378,6 +420,14 @@ void launchAvgPoolBackward(const float* dy, float* dx, int N, int C, int HW) {
     avgPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
         as<A>(dy), as<A>(dx), C, size_t(HW), total);
   });
+}
+
+void launchScale(float* x, size_t n, float factor) {
+  if (n) scaleKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, n, factor);
+}
+
+void launchNonFinite(const float* x, size_t n, int* bad) {
+  if (n) nonFiniteKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(x, n, bad);
 }
 
 void launchAddBias(float* y, const float* b, int N, int out) {

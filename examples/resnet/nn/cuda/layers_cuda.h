@@ -61,6 +61,9 @@ enum class Math {
   // input) stay float32. A bf16 copy of each weight is made as its layer runs forward.
   // Feed the network's input through upload_input_async.
   Bf16,
+  // As Bf16 with IEEE half (fp16) storage: 10-bit mantissas but a 5-bit exponent, so
+  // gradients need loss scaling to stay in range (the trainer's --precision fp16).
+  Fp16,
 };
 Math set_math(Math math);  // returns the previous setting; later calls use the new one
 Math math();               // the current setting
@@ -96,9 +99,9 @@ void copy_to_device(float* device, const float* host, size_t n);  // synchronous
 // the host goes on launching while the bytes move.
 void copy_to_device_async(float* device, const float* host, size_t n);
 void copy_to_host(float* host, const float* device, size_t n);    // synchronous
-// copy_to_device_async for the network's input, (N, C, H, W) floats: under Math::Bf16
-// they go to a staging buffer and `device` receives them as bfloat16 in NHWC order, as
-// the first layer reads them; otherwise the same as copy_to_device_async.
+// copy_to_device_async for the network's input, (N, C, H, W) floats: under Math::Bf16 and
+// Fp16 they go to a staging buffer and `device` receives them in 16 bits in NHWC order,
+// as the first layer reads them; otherwise the same as copy_to_device_async.
 void upload_input_async(float* device, const float* host, int N, int C, int H, int W);
 // Device activations of shape (N, C, H, W) to host floats in NCHW order, whatever they
 // are stored as. Synchronous.
@@ -175,6 +178,11 @@ float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, i
                    float smoothing);
 TopK topk_correct(const float* logits, const int32_t* labels, int N, int C);
 
+// x[i] *= factor over n float32s, on the stream (loss scaling).
+void scale(float* x, size_t n, float factor);
+// Whether all n float32s are finite (no NaN, no infinity). Waits for the GPU.
+bool all_finite(const float* x, size_t n);
+
 // ---- optimizer ----------------------------------------------------------------------
 
 // One parameter tensor inside a flat parameter array: elements [offset, offset + n),
@@ -197,7 +205,9 @@ class FusedSgd {
   FusedSgd(const FusedSgd&) = delete;
   FusedSgd& operator=(const FusedSgd&) = delete;
 
-  void step(float* w, const float* g, float* buf, float lr);  // all device, on stream()
+  // All device, on stream(). `grad_scale` multiplies each gradient as it is read (the
+  // inverse of the loss scale; 1 reads it as it is).
+  void step(float* w, const float* g, float* buf, float lr, float grad_scale = 1.0f);
 
   struct Chunk;  // one block's share of the array (sgd.cu)
 

@@ -28,12 +28,13 @@ constexpr int kThreads = 256;
 constexpr size_t kChunk = 16 * kThreads;
 
 __global__ void sgdKernel(const FusedSgd::Chunk* chunks, float* w, const float* g, float* buf,
-                          float lr, float mu, bool nesterov) {
+                          float lr, float mu, bool nesterov, float grad_scale) {
   const FusedSgd::Chunk c = chunks[blockIdx.x];
   for (unsigned i = threadIdx.x; i < c.n; i += kThreads) {
     const size_t k = c.offset + i;
     const float wk = w[k];
-    const float gk = __fadd_rn(g[k], __fmul_rn(c.weight_decay, wk));
+    // A scale of 1 multiplies exactly, so unscaled steps keep the CPU's bits.
+    const float gk = __fadd_rn(__fmul_rn(g[k], grad_scale), __fmul_rn(c.weight_decay, wk));
     float d = gk;
     if (mu != 0.0f) {
       const float b = __fadd_rn(__fmul_rn(mu, buf[k]), gk);
@@ -70,10 +71,10 @@ FusedSgd::~FusedSgd() {
   if (chunks_) cudaFree(chunks_);  // no throw from a destructor
 }
 
-void FusedSgd::step(float* w, const float* g, float* buf, float lr) {
+void FusedSgd::step(float* w, const float* g, float* buf, float lr, float grad_scale) {
   if (num_chunks_ == 0) return;
-  sgdKernel<<<unsigned(num_chunks_), kThreads, 0, backend().stream>>>(chunks_, w, g, buf, lr,
-                                                                      momentum_, nesterov_);
+  sgdKernel<<<unsigned(num_chunks_), kThreads, 0, backend().stream>>>(
+      chunks_, w, g, buf, lr, momentum_, nesterov_, grad_scale);
   checkLaunch(key("nn::cuda::FusedSgd::step chunks", num_chunks_));
 }
 

@@ -1,0 +1,248 @@
+// The GPU layers with 16-bit activations (nn::cuda::Math::Bf16 and Math::Fp16,
+// --precision bf16 / fp16) against the CPU backend. Tag [half]; every case runs in both.
+//
+// Activations are 16-bit on the GPU, in NHWC order (the helpers convert to and from the
+// CPU's NCHW): the inputs here are rounded to the 16-bit type first and the CPU
+// computes on the same rounded values (and, for convolutions and the linear layer, the
+// same rounded weights), so what remains is the rounding of each result (2^-9 relative
+// in bf16, 2^-12 in fp16) and, for the products, the order of float32 accumulation.
+// Tolerances, bf16's bound for both, relative to each tensor's largest reference
+// value: 1e-2 for results stored in 16 bits, 2e-2 for batch norm's training dx (a
+// difference of means) and for products of rounded gradients; float32 outputs
+// (statistics, weight gradients, the logits) 1e-2 or tighter.
+#include "cudnn_layers_util.h"
+#include "nn/cuda/layers_cuda.h"
+#include "nn/layers.h"
+
+#include <accord/error.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <catch2/catch.hpp>
+
+namespace {
+
+using namespace accord;
+using nn::cuda::Math;
+using test::checkClose;
+using test::Device;
+using test::randomVector;
+
+const Math kHalfMaths[] = {Math::Bf16, Math::Fp16};
+const char* nameOf(Math m) { return m == Math::Bf16 ? "bf16" : "fp16"; }
+
+// Each value rounded to `math`'s 16-bit type (to nearest, ties to even), kept as float.
+std::vector<float> rounded(std::vector<float> v, Math math) {
+  for (float& f : v)
+    f = math == Math::Bf16 ? __bfloat162float(__float2bfloat16(f)) : __half2float(__float2half(f));
+  return v;
+}
+
+// `math` for the scope.
+struct HalfMode {
+  explicit HalfMode(Math math) : old(nn::cuda::set_math(math)) {}
+  ~HalfMode() { nn::cuda::set_math(old); }
+  Math old;
+};
+
+// Activations of shape (N, C, H, W) on the device, stored 16-bit NHWC (in a float-sized
+// buffer, as the model's arenas hold them); filled and read back in NCHW order.
+class Activations {
+ public:
+  Activations(const std::vector<float>& host, int N, int C, int H, int W)
+      : N_(N), C_(C), H_(H), W_(W), d_(host.size(), 0.0f) {
+    REQUIRE(host.size() == size_t(N) * C * H * W);
+    nn::cuda::upload_input_async(d_.get(), host.data(), N, C, H, W);
+    nn::cuda::synchronize();
+  }
+  Activations(float fill, int N, int C, int H, int W)
+      : Activations(std::vector<float>(size_t(N) * C * H * W, fill), N, C, H, W) {}
+  float* get() const { return d_.get(); }
+  std::vector<float> host() const {
+    std::vector<float> h(size_t(N_) * C_ * H_ * W_);
+    nn::cuda::activations_to_host(h.data(), d_.get(), N_, C_, H_, W_);
+    return h;
+  }
+
+ private:
+  int N_, C_, H_, W_;
+  Device d_;
+};
+
+TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(21);
+    struct Case {
+      int N, C_in, C_out, H, W, K, stride, pad;
+      bool dx;
+    };
+    const Case cases[] = {{2, 3, 16, 33, 33, 7, 2, 3, false},
+                          {3, 16, 32, 15, 15, 1, 2, 0, true},
+                          {4, 16, 16, 14, 14, 3, 1, 1, true}};
+    for (const Case& k : cases) {
+      INFO("conv N=" << k.N << " " << k.C_in << "->" << k.C_out << " " << k.H << "x" << k.W
+                     << " K=" << k.K);
+      nn::Conv2d c;
+      c.C_in = k.C_in, c.C_out = k.C_out, c.K = k.K, c.stride = k.stride, c.pad = k.pad;
+      const int Ho = c.out_h(k.H), Wo = c.out_w(k.W);
+      const size_t nx = size_t(k.N) * k.C_in * k.H * k.W, ny = size_t(k.N) * k.C_out * Ho * Wo;
+      const size_t nw = size_t(k.C_out) * k.C_in * k.K * k.K;
+      auto x = rounded(randomVector(nx, rng), math);
+      auto w = rounded(randomVector(nw, rng, -0.3f, 0.3f), math);
+      auto dy = rounded(randomVector(ny, rng), math);
+      std::vector<float> y(ny), dx(nx), dw(nw);
+      nn::Conv2d cpu = c;
+      cpu.w = w.data(), cpu.dw = dw.data();
+      nn::conv2d_forward(cpu, x.data(), y.data(), k.N, k.H, k.W);
+      nn::conv2d_backward(cpu, x.data(), dy.data(), k.dx ? dx.data() : nullptr, k.N, k.H, k.W);
+
+      Activations gx(x, k.N, k.C_in, k.H, k.W), gy(1e3f, k.N, k.C_out, Ho, Wo);
+      Activations gdy(dy, k.N, k.C_out, Ho, Wo), gdx(1e3f, k.N, k.C_in, k.H, k.W);
+      Device gw(w), gdw(nw, 1e3f);
+      nn::Conv2d gpu = c;
+      gpu.w = gw.get(), gpu.dw = gdw.get();
+      nn::cuda::conv2d_forward(gpu, gx.get(), gy.get(), k.N, k.H, k.W);
+      nn::cuda::conv2d_backward(gpu, gx.get(), gdy.get(), k.dx ? gdx.get() : nullptr, k.N, k.H,
+                                k.W);
+      checkClose(gy.host(), y, 1e-2, "y (16-bit)");
+      checkClose(gdw.host(), dw, 2e-2, "dw (float32 from a 16-bit filter gradient)");
+      if (k.dx) checkClose(gdx.host(), dx, 1e-2, "dx (16-bit)");
+    }
+  }
+}
+
+TEST_CASE("16-bit: batch norm, pools, relu and add match the CPU on 16-bit values", "[half]") {
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(22);
+    const int N = 4, C = 6, H = 9, W = 7;
+    const size_t n = size_t(N) * C * H * W;
+    for (bool training : {true, false}) {
+      INFO((training ? "training" : "inference"));
+      nn::BatchNorm2d bn;
+      bn.C = C, bn.relu = true, bn.momentum = 0.1f, bn.eps = 1e-5f;
+      auto x = rounded(randomVector(n, rng, -1.5f, 2.5f), math);
+      auto dy = rounded(randomVector(n, rng), math);
+      std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
+      std::vector<float> mean = randomVector(C, rng, -0.2f, 0.2f),
+                         var = randomVector(C, rng, 0.5f, 2);
+      std::vector<float> save_mean(C), save_var(C), dgamma(C), dbeta(C), y(n), dx(n);
+      nn::BatchNorm2d cpu = bn;
+      cpu.gamma = gamma.data(), cpu.beta = beta.data(), cpu.running_mean = mean.data();
+      cpu.running_var = var.data(), cpu.save_mean = save_mean.data(),
+      cpu.save_var = save_var.data();
+      cpu.dgamma = dgamma.data(), cpu.dbeta = dbeta.data();
+      Device g_gamma(gamma), g_beta(beta), g_mean(mean), g_var(var), g_sm(C, 0.0f), g_sv(C, 0.0f),
+          g_dgamma(C, 1e3f), g_dbeta(C, 1e3f);
+      nn::batchnorm2d_forward(cpu, x.data(), y.data(), N, H, W, training);
+      nn::batchnorm2d_backward(cpu, x.data(), dy.data(), dx.data(), N, H, W, training);
+      nn::BatchNorm2d gpu = bn;
+      gpu.gamma = g_gamma.get(), gpu.beta = g_beta.get(), gpu.running_mean = g_mean.get();
+      gpu.running_var = g_var.get(), gpu.save_mean = g_sm.get(), gpu.save_var = g_sv.get();
+      gpu.dgamma = g_dgamma.get(), gpu.dbeta = g_dbeta.get();
+      Activations gx(x, N, C, H, W), gy(1e3f, N, C, H, W), gdy(dy, N, C, H, W),
+          gdx(1e3f, N, C, H, W);
+      nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), N, H, W, training);
+      nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdx.get(), N, H, W, training);
+      checkClose(gy.host(), y, 1e-2, "batch norm y (16-bit)");
+      checkClose(g_mean.host(), mean, 1e-3, "running_mean (float32)");
+      checkClose(g_var.host(), var, 1e-3, "running_var (float32)");
+      checkClose(gdx.host(), dx, 2e-2, "batch norm dx (16-bit)");
+      checkClose(g_dgamma.host(), dgamma, 1e-2, "dgamma (float32)");
+      checkClose(g_dbeta.host(), dbeta, 1e-2, "dbeta (float32)");
+    }
+
+    // Max pool 3x3 stride 2 pad 1 (the stem's) and the global average pool.
+    nn::MaxPool2d p;
+    p.K = 3, p.stride = 2, p.pad = 1;
+    const int Ho = p.out_h(H), Wo = p.out_w(W);
+    const size_t np = size_t(N) * C * Ho * Wo;
+    auto x = rounded(randomVector(n, rng), math);
+    auto dyp = rounded(randomVector(np, rng), math);
+    std::vector<float> yp(np), ws(np), dxp(n);
+    nn::maxpool2d_forward(p, x.data(), yp.data(), ws.data(), N, C, H, W);
+    nn::maxpool2d_backward(p, dyp.data(), ws.data(), dxp.data(), N, C, H, W);
+    Activations gx(x, N, C, H, W), gyp(1e3f, N, C, Ho, Wo), gdyp(dyp, N, C, Ho, Wo),
+        gdxp(1e3f, N, C, H, W);
+    Device gws(np, 0.0f);
+    nn::cuda::maxpool2d_forward(p, gx.get(), gyp.get(), gws.get(), N, C, H, W);
+    nn::cuda::maxpool2d_backward(p, gdyp.get(), gws.get(), gdxp.get(), N, C, H, W);
+    checkClose(gyp.host(), yp, 1e-6, "max pool y (exact: a choice among 16-bit values)");
+    checkClose(gdxp.host(), dxp, 1e-2, "max pool dx");
+
+    const size_t nc = size_t(N) * C;
+    std::vector<float> ya(nc), dxa(n);
+    auto dya = rounded(randomVector(nc, rng), math);
+    nn::avgpool_forward(x.data(), ya.data(), N, C, H, W);
+    nn::avgpool_backward(dya.data(), dxa.data(), N, C, H, W);
+    Activations gya(1e3f, N, C, 1, 1), gdya(dya, N, C, 1, 1), gdxa(1e3f, N, C, H, W);
+    nn::cuda::avgpool_forward(gx.get(), gya.get(), N, C, H, W);
+    nn::cuda::avgpool_backward(gdya.get(), gdxa.get(), N, C, H, W);
+    checkClose(gya.host(), ya, 1e-2, "average pool y");
+    checkClose(gdxa.host(), dxa, 1e-2, "average pool dx");
+
+    auto b = rounded(randomVector(n, rng), math);
+    std::vector<float> sum(n), relu(n), drelu(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = x[i] + b[i];
+    for (size_t i = 0; i < n; ++i) relu[i] = std::max(x[i], 0.0f);
+    for (size_t i = 0; i < n; ++i) drelu[i] = relu[i] > 0.0f ? b[i] : 0.0f;
+    Activations gb(b, N, C, H, W), gsum(1e3f, N, C, H, W), grelu(1e3f, N, C, H, W),
+        gdrelu(1e3f, N, C, H, W);
+    nn::cuda::add_forward(gx.get(), gb.get(), gsum.get(), n);
+    nn::cuda::relu_forward(gx.get(), grelu.get(), n);
+    nn::cuda::relu_backward(grelu.get(), gb.get(), gdrelu.get(), n);
+    checkClose(gsum.host(), sum, 1e-2, "add");
+    checkClose(grelu.host(), relu, 1e-6, "relu (exact)");
+    checkClose(gdrelu.host(), drelu, 1e-6, "relu backward (exact)");
+    nn::cuda::accumulate(gsum.get(), gb.get(), n);
+    for (size_t i = 0; i < n; ++i) sum[i] += b[i];
+    checkClose(gsum.host(), sum, 2e-2, "accumulate");
+  }
+}
+
+TEST_CASE("16-bit: the linear layer takes 16-bit features and gives float32 logits", "[half]") {
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(23);
+    const int N = 8, in = 64, out = 10;
+    nn::Linear l;
+    l.in = in, l.out = out;
+    auto x = rounded(randomVector(size_t(N) * in, rng), math);
+    auto w = rounded(randomVector(size_t(out) * in, rng, -0.3f, 0.3f), math);
+    auto b = randomVector(out, rng);
+    auto dy = rounded(randomVector(size_t(N) * out, rng), math);  // float32 logits' gradient
+    std::vector<float> y(size_t(N) * out), dx(size_t(N) * in), dw(w.size()), db(out);
+    nn::Linear cpu = l;
+    cpu.w = w.data(), cpu.b = b.data(), cpu.dw = dw.data(), cpu.db = db.data();
+    nn::linear_forward(cpu, x.data(), y.data(), N);
+    nn::linear_backward(cpu, x.data(), dy.data(), dx.data(), N);
+    Activations gx(x, N, in, 1, 1), gdx(1e3f, N, in, 1, 1);
+    Device gw(w), gb(b), gy(y.size(), 1e3f), gdy(dy), gdw(w.size(), 1e3f), gdb(out, 1e3f);
+    nn::Linear gpu = l;
+    gpu.w = gw.get(), gpu.b = gb.get(), gpu.dw = gdw.get(), gpu.db = gdb.get();
+    nn::cuda::linear_forward(gpu, gx.get(), gy.get(), N);
+    nn::cuda::linear_backward(gpu, gx.get(), gdy.get(), gdx.get(), N);
+    checkClose(gy.host(), y, 1e-3, "logits (float32 from 16-bit operands)");
+    checkClose(gdw.host(), dw, 1e-3, "dW (float32)");
+    checkClose(gdb.host(), db, 1e-5, "db (float32)");
+    checkClose(gdx.host(), dx, 1e-2, "dx (16-bit)");
+  }
+}
+
+TEST_CASE("16-bit: a backward before any forward is refused", "[half]") {
+  HalfMode mode(Math::Bf16);
+  nn::Conv2d c;
+  c.C_in = 2, c.C_out = 2, c.K = 1, c.stride = 1, c.pad = 0;
+  Device w(4, 0.5f), dw(4, 0.0f);
+  Activations x(1.0f, 2, 2, 2, 1), dy(1.0f, 2, 2, 2, 1);
+  c.w = w.get(), c.dw = dw.get();
+  nn::cuda::clear_plan_cache();
+  CHECK_THROWS_AS(nn::cuda::conv2d_backward(c, x.get(), dy.get(), nullptr, 2, 2, 1),
+                  InvalidArgument);
+}
+
+}  // namespace
