@@ -2,9 +2,10 @@
 """Training throughput of accord-resnet against PyTorch on the same GPU, in one run.
 
 For each model:batch pair, on synthetic 224x224 data, measures training images per
-second of torchvision's model in PyTorch (channels_last, bf16 autocast, SGD with
-momentum; eager and torch.compile) and of `accord-resnet --device cuda` with the same
-model, batch and optimizer, then prints both, the ratio, and the fraction of the GPU's
+second of torchvision's model in PyTorch (channels_last, bf16 autocast by default, or
+fp16 autocast with a GradScaler, tf32 or fp32; SGD with momentum; eager and
+torch.compile) and of `accord-resnet --device cuda` with the same model, batch,
+optimizer and --precision, then prints both, the ratio, and the fraction of the GPU's
 peak bf16 FLOP/s each reaches (a training image costs three forward passes: about
 24.5 GFLOP for ResNet-50).
 
@@ -54,8 +55,9 @@ def parse_args():
                    help="PyTorch runs without and/or with torch.compile (default: %(default)s)")
     p.add_argument("--accord-resnet", default="build/examples/resnet/accord-resnet",
                    help="the trainer to measure (default: %(default)s)")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "tf32"],
-                   help="both sides' precision (default: %(default)s)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "tf32"],
+                   help="both sides' precision; fp16 with loss scaling on both "
+                        "(default: %(default)s)")
     p.add_argument("--json", help="also write the results here as JSON")
     args = p.parse_args()
     runs = []
@@ -83,13 +85,20 @@ def torch_images_per_sec(torch, torchvision, model_name, batch, steps, warmup, p
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     x = torch.randn(batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device=device)
-    autocast = precision == "bf16"
+    autocast = precision in ("bf16", "fp16")
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    # fp16 needs its gradients scaled, as accord-resnet's fp16 does.
+    try:
+        scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    except (AttributeError, TypeError):  # PyTorch before 2.3
+        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
 
     def step(m):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cuda", dtype=dtype, enabled=autocast):
             loss = loss_fn(m(x), y)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
 
     run = torch.compile(model) if compiled else model
