@@ -18,7 +18,8 @@
 //
 // Math::Bf16 / Fp16: x, y and the gradients are 16-bit NHWC tensors; gamma, beta and the
 // statistics stay float32 (cuDNN's derived descriptor for them is float32 for 16-bit
-// data).
+// data). Training then asks for CUDNN_BATCHNORM_SPATIAL_PERSISTENT, cuDNN's fast NHWC
+// kernels, and keeps to SPATIAL where cuDNN answers that it does not support it.
 #include "nn/cuda/backend_cuda.h"
 
 namespace accord::nn::cuda {
@@ -29,6 +30,9 @@ namespace {
 
 struct BnPlan {
   cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+  // Training's mode: SPATIAL_PERSISTENT for 16-bit NHWC data, cuDNN's fast path there
+  // (as in PyTorch's channels_last training); SPATIAL where cuDNN does not support that.
+  cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
   BnPlan() = default;
   BnPlan(const BnPlan&) = delete;
   BnPlan& operator=(const BnPlan&) = delete;
@@ -50,6 +54,7 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
                                    data, N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
+    if (halfActivations()) p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     slot = p;
   }
   return *static_cast<BnPlan*>(slot.get());
@@ -71,6 +76,18 @@ std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training
   return what;
 }
 
+// Runs a training call with the plan's mode; where cuDNN does not support the
+// persistent mode for these tensors, falls back to SPATIAL for good (same statistics).
+template <class Call>
+cudnnStatus_t withMode(BnPlan& p, Call&& call) {
+  cudnnStatus_t s = call(p.mode);
+  if (s == CUDNN_STATUS_NOT_SUPPORTED && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+    p.mode = CUDNN_BATCHNORM_SPATIAL;
+    s = call(p.mode);
+  }
+  return s;
+}
+
 // The affine map forward applied: batch statistics in training, running ones otherwise.
 BnAffine affineOf(const BatchNorm2d& bn, bool training) {
   if (training) return {bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps};
@@ -87,10 +104,12 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
   Backend& b = backend();
   const float one = 1.0f, zero = 0.0f;
   if (training) {
-    ACCORD_NN_CUDA_CHECK(what, cudnnBatchNormalizationForwardTraining(
-                                   b.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, p.x, x, p.x, y,
-                                   p.stats, bn.gamma, bn.beta, double(bn.momentum), bn.running_mean,
-                                   bn.running_var, double(bn.eps), bn.save_mean, bn.save_var));
+    ACCORD_NN_CUDA_CHECK(what, withMode(p, [&](cudnnBatchNormMode_t mode) {
+                           return cudnnBatchNormalizationForwardTraining(
+                               b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma,
+                               bn.beta, double(bn.momentum), bn.running_mean, bn.running_var,
+                               double(bn.eps), bn.save_mean, bn.save_var);
+                         }));
   } else if (!bn.relu && x != y) {
     ACCORD_NN_CUDA_CHECK(
         what, cudnnBatchNormalizationForwardInference(
@@ -134,10 +153,12 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
     g = masked;
   }
   const float one = 1.0f, zero = 0.0f;
-  ACCORD_NN_CUDA_CHECK(
-      what, cudnnBatchNormalizationBackward(
-                b.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
-                p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean, bn.save_var));
+  ACCORD_NN_CUDA_CHECK(what, withMode(p, [&](cudnnBatchNormMode_t mode) {
+                         return cudnnBatchNormalizationBackward(
+                             b.cudnn, mode, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
+                             p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean,
+                             bn.save_var);
+                       }));
 }
 
 }  // namespace accord::nn::cuda
