@@ -100,6 +100,7 @@ void checkConfigAgrees(const Runtime& rt) {
       {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
       // The negotiation's receive buffers are sized for what a peer may carry.
       {"ACCORD_CARRY_BYTES", rt.config.carry_bytes},
+      {"ACCORD_CARRY_BYTES (set, or left to its default)", rt.config.carry_on_one_host},
       {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
       // Every rank must build the same hierarchy, collectively.
       {"ACCORD_HIERARCHICAL_ALLREDUCE",

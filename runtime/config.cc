@@ -381,6 +381,7 @@ Config Config::parse(const Getenv& getenv) {
   c.given.cycle_time = env.given("ACCORD_CYCLE_TIME");
   c.given.fusion_threshold = env.given("ACCORD_FUSION_THRESHOLD");
   c.given.chunk_bytes = env.given("ACCORD_CHUNK_BYTES");
+  c.carry_on_one_host = env.given("ACCORD_CARRY_BYTES");
   applyAutotuneStart(c, env.text("ACCORD_AUTOTUNE_START"));
   return c;
 }

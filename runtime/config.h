@@ -20,10 +20,13 @@ struct Config {
   std::size_t fusion_threshold = 0;  // ACCORD_FUSION_THRESHOLD, bytes; 0 disables fusion
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
   // ACCORD_CARRY_BYTES: in steady state, cached host allreduces of up to this many bytes
-  // in all ride on the negotiation's own messages where it runs over MPI (across hosts,
-  // or with ACCORD_SHARED_MEMORY=0) among a power-of-two number of ranks: one network
-  // round trip instead of two. 0 disables.
+  // in all ride on the negotiation's own messages where it runs over MPI across hosts
+  // among a power-of-two number of ranks: one network round trip instead of two.
+  // 0 disables.
   std::size_t carry_bytes = 0;
+  // ACCORD_CARRY_BYTES set explicitly: carry also among the ranks of one host over MPI
+  // (ACCORD_SHARED_MEMORY=0), where by default it does not, having measured slower.
+  bool carry_on_one_host = false;
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
   // ACCORD_HIERARCHICAL_ALLREDUCE: allreduces of a set that spans hosts reduce inside
   // each host (shared memory; NCCL for CUDA tensors) and only each rank's share crosses

@@ -71,9 +71,9 @@ void MpiChannel::bitwiseAnd(std::vector<std::uint64_t>& bits) {
 bool MpiChannel::carries() const {
   // On one host Open MPI sends only 4 KiB eagerly and anything larger after a
   // handshake: there a carried tensor waits for the handshake instead of a round trip
-  // it would save, and measured slower.
+  // it would save, and measured slower; only an explicit ACCORD_CARRY_BYTES asks for it.
   const int size = link_.size();
-  return link_.spansHosts() && (size & (size - 1)) == 0;
+  return size > 1 && (size & (size - 1)) == 0 && (link_.spansHosts() || carry_on_one_host_);
 }
 
 void MpiChannel::bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) {

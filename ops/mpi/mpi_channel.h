@@ -2,8 +2,9 @@
 // for process sets whose ranks do not share one host, or with ACCORD_SHARED_MEMORY=0.
 //
 // AND: dissemination, ceil(log2 n) rounds of one send and one receive each. Across
-// hosts with n a power of two, recursive doubling instead (the same rounds), which can
-// carry small allreduces in its messages: see bitwiseAndCarrying. Gather:
+// hosts (or on one host when ACCORD_CARRY_BYTES is set explicitly) with n a power of
+// two, recursive doubling instead (the same rounds), which can carry small allreduces
+// in its messages: see bitwiseAndCarrying. Gather:
 // rank 0 receives from every rank separately, so a timeout names exactly the ranks
 // missing. Broadcast: a binomial tree. Every wait is Link::await's, with the deadline.
 #pragma once
@@ -18,10 +19,13 @@ namespace accord::mpi {
 
 class MpiChannel final : public NegotiationChannel {
  public:
-  explicit MpiChannel(Link& link) : link_(link) {}
+  // `carry_on_one_host`: carry also when the ranks share one host (carries()).
+  MpiChannel(Link& link, bool carry_on_one_host)
+      : link_(link), carry_on_one_host_(carry_on_one_host) {}
 
   void bitwiseAnd(std::vector<std::uint64_t>& bits) override;
-  // Across hosts, among a power-of-two number of ranks. Those pair up for the data (rank r with r ^
+  // Among a power-of-two number of ranks, across hosts (on one host too where asked
+  // for). Those pair up for the data (rank r with r ^
   // 2^k in round k), so every element is reduced once per round, lower rank's operand first, and
   // all ranks end with the same bits; the AND's dissemination would count some twice.
   bool carries() const override;
@@ -38,6 +42,7 @@ class MpiChannel final : public NegotiationChannel {
 
  private:
   Link& link_;
+  bool carry_on_one_host_;
   // Every message is sent from or received into one of these, never a local: after a
   // timeout its request stays with MPI, and a peer that wakes up later may still
   // complete it. The runtime then never destroys the transport, so these stay valid.

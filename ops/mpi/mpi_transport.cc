@@ -25,7 +25,8 @@ class MpiTransport::ShmChannel final : public NegotiationChannel {
 };
 
 MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const Config& config)
-    : link_(comm, std::move(global_ranks), config.stall_shutdown_time), mpi_channel_(link_) {
+    : link_(comm, std::move(global_ranks), config.stall_shutdown_time),
+      mpi_channel_(link_, config.carry_on_one_host) {
   if (!config.shared_memory) return;
   // A set spanning hosts gets no window of its own (create() returns nullptr), but may
   // get one per host under the hierarchical allreduce.

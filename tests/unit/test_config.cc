@@ -34,6 +34,8 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.fusion_threshold == 64u << 10);
   CHECK(c.chunk_bytes == 1u << 20);
   CHECK(c.carry_bytes == 64u << 10);
+  CHECK_FALSE(c.carry_on_one_host);  // only an explicit ACCORD_CARRY_BYTES asks for it
+  CHECK(parse({{"ACCORD_CARRY_BYTES", "64K"}}).carry_on_one_host);
   CHECK(c.cache_capacity == 1024);
   CHECK(c.stall_check_time == 60s);
   CHECK(c.stall_shutdown_time == 300s);
