@@ -30,7 +30,8 @@ Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(sourc
       static_cast<std::size_t>(source_.channels()) * source_.imageSize() * source_.imageSize();
   arena_ = opt_.workers > 0 ? std::make_unique<tbb::task_arena>(opt_.workers)
                             : std::make_unique<tbb::task_arena>();
-  slots_.resize(static_cast<std::size_t>(opt_.prefetch));
+  // One more than the batches prepared ahead: borrow() may hold one.
+  slots_.resize(static_cast<std::size_t>(opt_.prefetch) + 1);
   for (Slot& s : slots_) {
     s.x.resize(per * opt_.batch);
     s.labels.resize(opt_.batch);
@@ -58,6 +59,7 @@ void Loader::startEpoch(int epoch, std::int64_t first_step) {
   first_step = std::clamp<std::int64_t>(first_step, 0, steps_);
   ready_.clear();
   free_.clear();
+  lent_ = -1;
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) free_.push_back(i);
   remaining_ = steps_ - first_step;
   stopping_ = false;
@@ -169,29 +171,52 @@ void Loader::produceSteps(std::int64_t first_step) {
   });
 }
 
-int Loader::next(float* x, std::int32_t* labels) {
-  int slot;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (remaining_ == 0) return 0;
-    if (!producer_.joinable()) throw std::logic_error("Loader::next before startEpoch");
-    cv_.wait(lock, [&] { return !ready_.empty() || error_; });
-    if (error_) std::rethrow_exception(error_);
-    slot = ready_.front();
-    ready_.pop_front();
-    --remaining_;
+int Loader::take() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (lent_ >= 0) {
+    free_.push_back(lent_);
+    lent_ = -1;
+    cv_.notify_all();
   }
-  Slot& s = slots_[slot];
-  const std::size_t per = s.x.size() / opt_.batch;
-  std::copy_n(s.x.data(), per * s.n, x);
-  std::copy_n(s.labels.data(), s.n, labels);
-  const int n = s.n;
+  if (remaining_ == 0) return -1;
+  if (!producer_.joinable()) throw std::logic_error("Loader::next before startEpoch");
+  cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+  if (error_) std::rethrow_exception(error_);
+  const int slot = ready_.front();
+  ready_.pop_front();
+  --remaining_;
+  return slot;
+}
+
+void Loader::giveBack(int slot) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(slot);
   }
   cv_.notify_all();
+}
+
+int Loader::next(float* x, std::int32_t* labels) {
+  const int slot = take();
+  if (slot < 0) return 0;
+  Slot& s = slots_[slot];
+  const std::size_t per = s.x.size() / opt_.batch;
+  std::copy_n(s.x.data(), per * s.n, x);
+  std::copy_n(s.labels.data(), s.n, labels);
+  const int n = s.n;
+  giveBack(slot);
   return n;
+}
+
+int Loader::borrow(float** x, std::int32_t* labels) {
+  const int slot = take();
+  if (slot < 0) return 0;
+  Slot& s = slots_[slot];
+  std::copy_n(s.labels.data(), s.n, labels);
+  *x = s.x.data();
+  std::lock_guard<std::mutex> lock(mu_);
+  lent_ = slot;
+  return s.n;
 }
 
 }  // namespace accord::resnet

@@ -41,6 +41,11 @@ namespace accord::resnet {
 void useDevice(Model& m, const std::string& device, int local_rank,
                const std::string& precision = "fp32");
 
+// Page-locks [p, p + floats) of host memory for as long as m's device copy lives (its
+// copies to the GPU then run as DMA); a no-op on the CPU. Where the system refuses, the
+// copies still work from pageable memory (with a warning, once).
+void pinHostMemory(Model& m, float* p, std::size_t floats);
+
 // Training on the GPU (see above); every call needs useDevice(m, "cuda") first.
 // trainOnDevice also pushes the host's parameters and sgd's momentum up.
 void trainOnDevice(Model& m, const Sgd& sgd);

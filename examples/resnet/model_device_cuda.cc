@@ -141,6 +141,10 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   m.device = std::move(d);
 }
 
+void pinHostMemory(Model& m, float* p, std::size_t floats) {
+  if (m.device) pin(*m.device, p, floats);
+}
+
 void deviceForward(Model& m, int N) {
   Model& d = m.device->mirror;
   // The host optimizer, a resume or BN averaging may have changed these since (trained

@@ -6,6 +6,8 @@
 
 namespace accord::resnet {
 
+void pinHostMemory(Model&, float*, std::size_t) {}
+
 void useDevice(Model&, const std::string& device, int, const std::string& precision) {
   if (device == "cpu") {
     if (precision != "fp32")

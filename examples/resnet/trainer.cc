@@ -48,6 +48,10 @@ Trainer::Trainer(const TrainOptions& options)
   if (model_.device) {
     trainOnDevice(model_, *sgd_);
     grads_.onDevice(deviceIndex(model_), deviceStream(model_));
+    // Batches go up to the GPU straight from the loaders' buffers: page-locked, the
+    // copies run as DMA without a wait.
+    for (Loader* loader : {train_loader_.get(), test_loader_.get()})
+      loader->forEachBuffer([this](float* p, std::size_t n) { pinHostMemory(model_, p, n); });
   }
   if (opt_.precision == "fp16") loss_scaler_ = std::make_unique<LossScaler>();
 }
@@ -208,7 +212,7 @@ void Trainer::trainStep(StepTimes& t) {
   constexpr const char* kTrack = "trainer (rank 0)";
   accord::timeline_begin(kTrack, "data wait");
   auto t0 = Clock::now();
-  const int n = train_loader_->next(model_.input, labels_.data());
+  const int n = train_loader_->borrow(&model_.input, labels_.data());
   t.data += since(t0);
   accord::timeline_begin(kTrack, "compute");
   t0 = Clock::now();

@@ -22,7 +22,7 @@ EvalResult Trainer::evaluate() {
   const std::int64_t skipped_before = test_loader_->skipped();
   std::vector<double> sums(5, 0.0);  // loss * n, top-1 hits, top-5 hits, n, skipped
   int n;
-  while ((n = test_loader_->next(model_.input, labels_.data())) > 0) {
+  while ((n = test_loader_->borrow(&model_.input, labels_.data())) > 0) {
     forward(model_, n);
     const float l = loss(model_, labels_.data(), n, 0.0f, false);
     const nn::TopK hits = accuracy(model_, labels_.data(), n);

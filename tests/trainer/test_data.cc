@@ -7,11 +7,14 @@
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace accord::resnet;
@@ -254,4 +257,45 @@ TEST_CASE("the loader delivers the shard's batches in order, prefetched", "[data
   int total = 0, got;
   while ((got = eval.next(x.data(), y.data())) > 0) total += got;
   CHECK(total == 50);
+}
+
+TEST_CASE("borrow hands out the batches next copies, each intact until the next call", "[data]") {
+  // Fashion-MNIST-sized images from a synthetic source with augmentation off: the same
+  // order and pixels through borrow() as through next(), and a lent buffer is not
+  // refilled while the producer, two batches ahead, works on the others.
+  auto src = makeSynthetic(200, 1, 8, 10, 3);
+  LoaderOptions opt;
+  opt.batch = 8;
+  opt.seed = 9;
+  opt.prefetch = 2;
+  opt.augment = false;
+  Loader copying(*src, opt), lending(*src, opt);
+  copying.startEpoch(1);
+  lending.startEpoch(1);
+  std::vector<float> x(8 * 64);
+  std::vector<std::int32_t> y(8), z(8);
+  float* lent = nullptr;
+  std::vector<float*> seen;
+  for (std::int64_t s = 0; s < copying.steps(); ++s) {
+    REQUIRE(copying.next(x.data(), y.data()) == 8);
+    REQUIRE(lending.borrow(&lent, z.data()) == 8);
+    CHECK(y == z);
+    const std::vector<float> snapshot(lent, lent + x.size());
+    CHECK(snapshot == x);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the producer runs ahead
+    CHECK(std::equal(snapshot.begin(), snapshot.end(), lent));
+    seen.push_back(lent);
+  }
+  CHECK(lending.borrow(&lent, z.data()) == 0);
+  // Three buffers in turn: the lent one, and the two being filled meanwhile.
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  CHECK(seen.size() == 3);
+  int buffers = 0;
+  lending.forEachBuffer([&](float* p, std::size_t n) {
+    ++buffers;
+    CHECK(n == x.size());
+    CHECK(std::find(seen.begin(), seen.end(), p) != seen.end());
+  });
+  CHECK(buffers == 3);
 }
