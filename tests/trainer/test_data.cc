@@ -260,15 +260,11 @@ TEST_CASE("the loader delivers the shard's batches in order, prefetched", "[data
 }
 
 TEST_CASE("borrow hands out the batches next copies, each intact until the next call", "[data]") {
-  // Fashion-MNIST-sized images from a synthetic source with augmentation off: the same
-  // order and pixels through borrow() as through next(), and a lent buffer is not
-  // refilled while the producer, two batches ahead, works on the others.
+  // Small synthetic images without augmentation: the same order and pixels through
+  // borrow() as through next(), and a lent buffer is not refilled while the producer,
+  // two batches ahead, works on the others.
   auto src = makeSynthetic(200, 1, 8, 10, 3);
-  LoaderOptions opt;
-  opt.batch = 8;
-  opt.seed = 9;
-  opt.prefetch = 2;
-  opt.augment = false;
+  const LoaderOptions opt{.batch = 8, .seed = 9, .augment = false, .prefetch = 2};
   Loader copying(*src, opt), lending(*src, opt);
   copying.startEpoch(1);
   lending.startEpoch(1);
