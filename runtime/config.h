@@ -21,7 +21,8 @@ struct Config {
   std::size_t chunk_bytes = 0;       // ACCORD_CHUNK_BYTES: large reductions run in pieces
   // ACCORD_CARRY_BYTES: in steady state, cached host allreduces of up to this many bytes
   // in all ride on the negotiation's own messages where it runs over MPI across hosts
-  // among a power-of-two number of ranks: one network round trip instead of two.
+  // among a power-of-two number of ranks or up to 8: one network round trip instead of
+  // two.
   // 0 disables.
   std::size_t carry_bytes = 0;
   // ACCORD_CARRY_BYTES set explicitly: carry also among the ranks of one host over MPI

@@ -17,6 +17,15 @@
 
 namespace accord::mpi {
 
+// Where each carried slot's data sits in a carrying negotiation's message: the slots
+// marked in its carried bits (slot order), after the AND vector, each at a
+// carriedFootprint.
+struct Layout {
+  std::vector<std::uint32_t> slots;
+  std::vector<std::size_t> offset;
+  std::size_t end = 0;
+};
+
 class MpiChannel final : public NegotiationChannel {
  public:
   // `carry_on_one_host`: carry also when the ranks share one host (carries()).
@@ -24,10 +33,11 @@ class MpiChannel final : public NegotiationChannel {
       : link_(link), carry_on_one_host_(carry_on_one_host) {}
 
   void bitwiseAnd(std::vector<std::uint64_t>& bits) override;
-  // Among a power-of-two number of ranks, across hosts (on one host too where asked
-  // for). Those pair up for the data (rank r with r ^
-  // 2^k in round k), so every element is reduced once per round, lower rank's operand first, and
-  // all ranks end with the same bits; the AND's dissemination would count some twice.
+  // Across hosts (on one host too where asked for), among a power-of-two number of
+  // ranks or up to kMaxRootCarryRanks. A power of two pairs up for the data (rank r
+  // with r ^ 2^k in round k), so every element is reduced once per round, lower rank's
+  // operand first, and all ranks end with the same bits; the AND's dissemination would
+  // count some twice. Other sizes go through rank 0 (carryThroughRoot).
   bool carries() const override;
   // Each round's message is the rank's AND vector followed by its partial results of
   // the carried slots (in slot order, at carriedFootprint offsets), sent in pieces of
@@ -36,11 +46,25 @@ class MpiChannel final : public NegotiationChannel {
   // knows how long the rest is; what both carry is reduced, what only one carries is
   // dropped.
   void bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) override;
+
+  // Sets of other sizes carry through rank 0 only up to this many ranks: it sends and
+  // receives a message per rank.
+  static constexpr int kMaxRootCarryRanks = 8;
   std::vector<std::vector<std::uint8_t>> gatherToRoot(
       const std::vector<std::uint8_t>& mine) override;
   void broadcastFromRoot(std::vector<std::uint8_t>& bytes) override;
 
  private:
+  struct Frames;
+  Frames framesFor(const std::vector<std::uint64_t>& bits, const Carriage& carriage) const;
+  Layout packMine(const std::vector<std::uint64_t>& bits, const Carriage& carriage, const Frames& f,
+                  char* out) const;
+  void sendFrame(Requests& requests, const char* frame, std::size_t length, const Frames& f,
+                 int peer, int tag);
+  Layout receiveRest(Requests& requests, char* frame, const Frames& f, const Carriage& carriage,
+                     int peer, int tag);
+  void carryThroughRoot(std::vector<std::uint64_t>& bits, Carriage& carriage);
+
   Link& link_;
   bool carry_on_one_host_;
   // Every message is sent from or received into one of these, never a local: after a
@@ -48,6 +72,7 @@ class MpiChannel final : public NegotiationChannel {
   // complete it. The runtime then never destroys the transport, so these stay valid.
   std::vector<std::uint64_t> and_out_, and_in_;
   std::vector<std::uint64_t> frame_out_, frame_in_;  // carrying rounds (8-byte aligned)
+  std::vector<std::vector<std::uint64_t>> root_in_;  // rank 0's, one per rank (carryThroughRoot)
   std::uint64_t length_ = 0;
   std::vector<std::uint64_t> lengths_;
   std::vector<std::uint8_t> bytes_;
