@@ -2,9 +2,9 @@
 // for process sets whose ranks do not share one host, or with ACCORD_SHARED_MEMORY=0.
 //
 // AND: dissemination, ceil(log2 n) rounds of one send and one receive each. Across
-// hosts (or on one host when ACCORD_CARRY_BYTES is set explicitly) with n a power of
-// two, recursive doubling instead (the same rounds), which can carry small allreduces
-// in its messages: see bitwiseAndCarrying. Gather:
+// hosts (or on one host when ACCORD_CARRY_BYTES is set explicitly), where it carries
+// small allreduces in its messages (bitwiseAndCarrying): recursive doubling when n is a
+// power of two (the same rounds), otherwise through rank 0 and back. Gather:
 // rank 0 receives from every rank separately, so a timeout names exactly the ranks
 // missing. Broadcast: a binomial tree. Every wait is Link::await's, with the deadline.
 #pragma once
