@@ -136,9 +136,13 @@ bool BackgroundLoop::runOnce() {
     progress = progress || !negotiated.responses.empty() || !negotiated.carried.empty();
     bool trial_ended = false;
     if (set->id == kGlobalProcessSet && tuner_) {
-      std::vector<Response> seen = negotiated.carried;  // carried first: they were done first
-      seen.insert(seen.end(), negotiated.responses.begin(), negotiated.responses.end());
-      trial_ended = tuner_->observe(seen, now);
+      if (negotiated.carried.empty()) {  // always so on one host: no copy every cycle
+        trial_ended = tuner_->observe(negotiated.responses, now);
+      } else {
+        std::vector<Response> seen = negotiated.carried;  // carried first: done first
+        seen.insert(seen.end(), negotiated.responses.begin(), negotiated.responses.end());
+        trial_ended = tuner_->observe(seen, now);
+      }
     }
     executor_.completeCarried(*set, negotiated.carried);
     executor_.run(*set, std::move(negotiated.responses), changes);
