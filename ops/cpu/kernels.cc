@@ -106,22 +106,31 @@ T mul(T a, T b) {
   }
 }
 
-template <class T>
-void reduceLoop(T* __restrict acc, const T* __restrict in, std::size_t n, ReduceOp op) {
+// acc[i] = op(acc[i], in[i]), or with kIntoIn the same value stored in in[i] instead
+// (the accumulator then stays as it was).
+template <class T, bool kIntoIn = false>
+void reduceLoop(std::conditional_t<kIntoIn, const T, T>* __restrict acc,
+                std::conditional_t<kIntoIn, T, const T>* __restrict in, std::size_t n,
+                ReduceOp op) {
+  auto each = [&](auto combine) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const T r = combine(acc[i], in[i]);
+      if constexpr (kIntoIn)
+        in[i] = r;
+      else
+        acc[i] = r;
+    }
+  };
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Average:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = add(acc[i], in[i]);
-      return;
+      return each([](T a, T x) { return add(a, x); });
     case ReduceOp::Min:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
-      return;
+      return each([](T a, T x) { return x < a ? x : a; });
     case ReduceOp::Max:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
-      return;
+      return each([](T a, T x) { return a < x ? x : a; });
     case ReduceOp::Product:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = mul(acc[i], in[i]);
-      return;
+      return each([](T a, T x) { return mul(a, x); });
   }
   throw InvalidArgument("cpu kernel: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
@@ -130,15 +139,20 @@ void reduceLoop(T* __restrict acc, const T* __restrict in, std::size_t n, Reduce
 // elements (2 x 1 KiB of floats) stay in L1 next to the operands.
 constexpr std::size_t kHalfBlock = 256;
 
-template <class Codec>
-void reduceHalf(std::uint16_t* acc, const std::uint16_t* in, std::size_t n, ReduceOp op) {
+template <class Codec, bool kIntoIn = false>
+void reduceHalf(std::conditional_t<kIntoIn, const std::uint16_t, std::uint16_t>* acc,
+                std::conditional_t<kIntoIn, std::uint16_t, const std::uint16_t>* in, std::size_t n,
+                ReduceOp op) {
   float a[kHalfBlock], b[kHalfBlock];
   for (std::size_t off = 0; off < n; off += kHalfBlock) {
     const std::size_t m = std::min(kHalfBlock, n - off);
     Codec::toFloat(acc + off, a, m);
     Codec::toFloat(in + off, b, m);
-    reduceLoop(a, b, m, op);
-    Codec::fromFloat(a, acc + off, m);
+    reduceLoop<float>(a, b, m, op);
+    if constexpr (kIntoIn)
+      Codec::fromFloat(a, in + off, m);
+    else
+      Codec::fromFloat(a, acc + off, m);
   }
 }
 
@@ -222,7 +236,7 @@ void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp 
       if constexpr (kIsHalf<T>)
         reduceHalf<T>(a + lo, b + lo, hi - lo, op);
       else
-        reduceLoop(a + lo, b + lo, hi - lo, op);
+        reduceLoop<S>(a + lo, b + lo, hi - lo, op);
     });
   });
 }
@@ -258,7 +272,7 @@ void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t 
           if constexpr (kIsHalf<T>)
             reduceHalf<T>(a + b, x, n, op);
           else
-            reduceLoop(a + b, x, n, op);
+            reduceLoop<S>(a + b, x, n, op);
         }
         if (scaled) {
           if constexpr (kIsHalf<T>)
@@ -267,6 +281,31 @@ void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t 
             scaleLoop(a + b, n, factor, divisor);
         }
         if (m) std::memcpy(m + b, a + b, n * sizeof(S));
+      }
+    });
+  });
+}
+
+void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtype, ReduceOp op,
+                     double factor, double divisor) {
+  constexpr std::size_t kBlockBytes = 8 * 1024;  // scaled while still in L1
+  const bool scaled = !(factor == 1.0 && divisor == 1.0);
+  visitDType(dtype, [&]<class T>() {
+    using S = Storage<T>;
+    const auto* a = static_cast<const S*>(acc);
+    auto* x = static_cast<S*>(inout);
+    forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t b = lo; b < hi; b += kBlockBytes / sizeof(S)) {
+        const std::size_t n = std::min(kBlockBytes / sizeof(S), hi - b);
+        if constexpr (kIsHalf<T>)
+          reduceHalf<T, true>(a + b, x + b, n, op);
+        else
+          reduceLoop<S, true>(a + b, x + b, n, op);
+        if (!scaled) continue;
+        if constexpr (kIsHalf<T>)
+          scaleHalf<T>(x + b, n, static_cast<float>(factor / divisor));
+        else
+          scaleLoop(x + b, n, factor, divisor);
       }
     });
   });

@@ -32,6 +32,12 @@ void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp 
 void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t count,
                        DType dtype, ReduceOp op, double factor, double divisor, void* mirror);
 
+// inout = scale(op(acc, inout)): reduceScaleMirror's values for one input, written into
+// that input and acc left as it was. Where the result belongs in the input's place (a
+// ring's last reduction step in place), this saves writing acc and copying it over.
+void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtype, ReduceOp op,
+                     double factor, double divisor);
+
 // data[i] = data[i] * factor / divisor.
 // Floating point: a factor alone multiplies and a divisor alone divides, each correctly
 // rounded; both together are one multiply by factor/divisor in double.

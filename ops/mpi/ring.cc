@@ -61,7 +61,9 @@ void ringReduceScatter(ExecContext& ctx, const void* input, const Blocks& blocks
     const std::size_t count = blocks.bytes[recv_block] / elem;
     if (s < n - 2) {
       cpu::reduce(partial, mine, count, dtype, op);
-    } else {  // recv_block == r: the last contribution, then the result goes out scaled
+    } else if (output == mine) {  // recv_block == r: the last contribution, scaled, in place
+      cpu::reduceScaleInto(partial, output, count, dtype, op, post.factor, post.divisor);
+    } else {
       const void* ins[] = {mine};
       cpu::reduceScaleMirror(partial, ins, count, dtype, op, post.factor, post.divisor, output);
     }

@@ -418,6 +418,39 @@ TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", 
   CHECK(a == std::vector<float>{11, 22, 33});
 }
 
+TEST_CASE("reduceScaleInto gives reduceScaleMirror's values in the input's place", "[kernels]") {
+  std::mt19937 rng(17);
+  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int32,   DType::Int64,
+                          DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
+    for (DType dtype : dtypes)
+      for (ReduceOp op : kOps)
+        for (double divisor : {1.0, 3.0}) {
+          const auto acc = randomBytes(dtype, n, rng);
+          auto inout = randomBytes(dtype, n, rng);
+          auto expect = acc;
+          const void* ins[] = {inout.data()};
+          reduceScaleMirror(expect.data(), ins, n, dtype, op, 1.0, divisor, nullptr);
+          auto acc_after = acc;
+          reduceScaleInto(acc_after.data(), inout.data(), n, dtype, op, 1.0, divisor);
+          INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n
+                                 << " divisor=" << divisor);
+          REQUIRE(inout == expect);
+          REQUIRE(acc_after == acc);
+        }
+  // The operands keep their order: Min and Max of a NaN and a number, or of +0 and -0,
+  // depend on it.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
+    std::vector<float> a = {nan, 1.0f, 0.0f, -0.0f}, x = {1.0f, nan, -0.0f, 0.0f};
+    auto expect = a;
+    reduce(expect.data(), x.data(), a.size(), DType::Float32, op);
+    reduceScaleInto(a.data(), x.data(), a.size(), DType::Float32, op, 1.0, 1.0);
+    INFO(reduce_op_name(op));
+    REQUIRE(std::memcmp(x.data(), expect.data(), sizeof(float) * x.size()) == 0);
+  }
+}
+
 TEST_CASE("parallelCopy moves many pieces of mixed sizes", "[kernels]") {
   std::mt19937 rng(11);
   // 2000 small pieces (some empty, with null pointers) and three of several MiB.
