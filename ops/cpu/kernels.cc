@@ -2,9 +2,11 @@
 //
 // Every kernel has the same shape: dispatch once on dtype (and op) to a tight loop over
 // one C++ type, and let forRanges() split that loop across oneTBB workers when the
-// buffer is large. The loops are written so GCC vectorizes them at the baseline ISA
-// (select instead of branches, no calls); float16 and bfloat16 go through float in
-// small stack blocks, with the conversion itself in half.cc (F16C when available).
+// buffer is large. The loops are written so GCC vectorizes them (select instead of
+// branches, no calls); the float32 and float64 loops are also compiled for AVX2 and
+// AVX-512, and the loader picks the widest this CPU runs (ACCORD_SIMD_CLONES). float16
+// and bfloat16 go through float in small stack blocks, with the conversion itself in
+// half.cc (F16C when available).
 #include "ops/cpu/kernels.h"
 
 #include "ops/cpu/half.h"
@@ -109,9 +111,9 @@ T mul(T a, T b) {
 // acc[i] = op(acc[i], in[i]), or with kIntoIn the same value stored in in[i] instead
 // (the accumulator then stays as it was).
 template <class T, bool kIntoIn = false>
-void reduceLoop(std::conditional_t<kIntoIn, const T, T>* __restrict acc,
-                std::conditional_t<kIntoIn, T, const T>* __restrict in, std::size_t n,
-                ReduceOp op) {
+[[gnu::always_inline]] inline void reduceLoop(
+    std::conditional_t<kIntoIn, const T, T>* __restrict acc,
+    std::conditional_t<kIntoIn, T, const T>* __restrict in, std::size_t n, ReduceOp op) {
   auto each = [&](auto combine) {
     for (std::size_t i = 0; i < n; ++i) {
       const T r = combine(acc[i], in[i]);
@@ -135,27 +137,6 @@ void reduceLoop(std::conditional_t<kIntoIn, const T, T>* __restrict acc,
   throw InvalidArgument("cpu kernel: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
-// 16-bit floats: widen a block of each operand to float, reduce, round back. 256
-// elements (2 x 1 KiB of floats) stay in L1 next to the operands.
-constexpr std::size_t kHalfBlock = 256;
-
-template <class Codec, bool kIntoIn = false>
-void reduceHalf(std::conditional_t<kIntoIn, const std::uint16_t, std::uint16_t>* acc,
-                std::conditional_t<kIntoIn, std::uint16_t, const std::uint16_t>* in, std::size_t n,
-                ReduceOp op) {
-  float a[kHalfBlock], b[kHalfBlock];
-  for (std::size_t off = 0; off < n; off += kHalfBlock) {
-    const std::size_t m = std::min(kHalfBlock, n - off);
-    Codec::toFloat(acc + off, a, m);
-    Codec::toFloat(in + off, b, m);
-    reduceLoop<float>(a, b, m, op);
-    if constexpr (kIntoIn)
-      Codec::fromFloat(a, in + off, m);
-    else
-      Codec::fromFloat(a, acc + off, m);
-  }
-}
-
 template <class T>
 T saturate(double y) {
   using L = std::numeric_limits<T>;
@@ -167,7 +148,8 @@ T saturate(double y) {
 }
 
 template <class T>
-void scaleLoop(T* data, std::size_t n, double factor, double divisor) {
+[[gnu::always_inline]] inline void scaleLoop(T* data, std::size_t n, double factor,
+                                             double divisor) {
   if constexpr (std::is_floating_point_v<T>) {
     // A lone factor or divisor that T holds exactly is applied in T. That is the same
     // correctly rounded result as in double (one operation on two values of T, rounded
@@ -194,6 +176,84 @@ void scaleLoop(T* data, std::size_t n, double factor, double divisor) {
   } else {
     for (std::size_t i = 0; i < n; ++i)
       data[i] = saturate<T>(std::round(static_cast<double>(data[i]) * factor / divisor));
+  }
+}
+
+// Gradients are float32 (float64 now and then): their loops are compiled once per x86-64
+// vector width, and the dynamic loader binds each to the widest the CPU has. In cache
+// (a ring's or the shared-memory transport's piece) AVX-512 reduces 64K floats in two
+// thirds of the SSE2 time. Element-wise IEEE operations give the same bits at every
+// width, so ranks on different CPUs still agree.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(ACCORD_NO_SIMD_CLONES)
+#define ACCORD_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ACCORD_SIMD_CLONES
+#endif
+
+ACCORD_SIMD_CLONES void reduceF32(float* acc, const float* in, std::size_t n, ReduceOp op) {
+  reduceLoop<float>(acc, in, n, op);
+}
+ACCORD_SIMD_CLONES void reduceF64(double* acc, const double* in, std::size_t n, ReduceOp op) {
+  reduceLoop<double>(acc, in, n, op);
+}
+ACCORD_SIMD_CLONES void reduceIntoF32(const float* acc, float* in, std::size_t n, ReduceOp op) {
+  reduceLoop<float, true>(acc, in, n, op);
+}
+ACCORD_SIMD_CLONES void reduceIntoF64(const double* acc, double* in, std::size_t n, ReduceOp op) {
+  reduceLoop<double, true>(acc, in, n, op);
+}
+ACCORD_SIMD_CLONES void scaleF32(float* data, std::size_t n, double factor, double divisor) {
+  scaleLoop(data, n, factor, divisor);
+}
+ACCORD_SIMD_CLONES void scaleF64(double* data, std::size_t n, double factor, double divisor) {
+  scaleLoop(data, n, factor, divisor);
+}
+
+// reduceLoop and scaleLoop, through the per-width copies where there are some.
+template <class T, bool kIntoIn = false>
+void reduceBlock(std::conditional_t<kIntoIn, const T, T>* acc,
+                 std::conditional_t<kIntoIn, T, const T>* in, std::size_t n, ReduceOp op) {
+  if constexpr (std::is_same_v<T, float> && kIntoIn)
+    reduceIntoF32(acc, in, n, op);
+  else if constexpr (std::is_same_v<T, float>)
+    reduceF32(acc, in, n, op);
+  else if constexpr (std::is_same_v<T, double> && kIntoIn)
+    reduceIntoF64(acc, in, n, op);
+  else if constexpr (std::is_same_v<T, double>)
+    reduceF64(acc, in, n, op);
+  else
+    reduceLoop<T, kIntoIn>(acc, in, n, op);
+}
+
+template <class T>
+void scaleBlock(T* data, std::size_t n, double factor, double divisor) {
+  if constexpr (std::is_same_v<T, float>)
+    scaleF32(data, n, factor, divisor);
+  else if constexpr (std::is_same_v<T, double>)
+    scaleF64(data, n, factor, divisor);
+  else
+    scaleLoop(data, n, factor, divisor);
+}
+
+// 16-bit floats: widen a block of each operand to float, reduce, round back. 256
+// elements (2 x 1 KiB of floats) stay in L1 next to the operands.
+constexpr std::size_t kHalfBlock = 256;
+
+template <class Codec, bool kIntoIn = false>
+void reduceHalf(std::conditional_t<kIntoIn, const std::uint16_t, std::uint16_t>* acc,
+                std::conditional_t<kIntoIn, std::uint16_t, const std::uint16_t>* in, std::size_t n,
+                ReduceOp op) {
+  float a[kHalfBlock], b[kHalfBlock];
+  for (std::size_t off = 0; off < n; off += kHalfBlock) {
+    const std::size_t m = std::min(kHalfBlock, n - off);
+    Codec::toFloat(acc + off, a, m);
+    Codec::toFloat(in + off, b, m);
+    reduceBlock<float>(a, b, m, op);
+    if constexpr (kIntoIn)
+      Codec::fromFloat(a, in + off, m);
+    else
+      Codec::fromFloat(a, acc + off, m);
   }
 }
 
@@ -236,7 +296,7 @@ void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp 
       if constexpr (kIsHalf<T>)
         reduceHalf<T>(a + lo, b + lo, hi - lo, op);
       else
-        reduceLoop<S>(a + lo, b + lo, hi - lo, op);
+        reduceBlock<S>(a + lo, b + lo, hi - lo, op);
     });
   });
 }
@@ -249,7 +309,7 @@ void scale(void* data, std::size_t count, DType dtype, double factor, double div
       if constexpr (kIsHalf<T>)
         scaleHalf<T>(d + lo, hi - lo, static_cast<float>(factor / divisor));
       else
-        scaleLoop(d + lo, hi - lo, factor, divisor);
+        scaleBlock(d + lo, hi - lo, factor, divisor);
     });
   });
 }
@@ -272,13 +332,13 @@ void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t 
           if constexpr (kIsHalf<T>)
             reduceHalf<T>(a + b, x, n, op);
           else
-            reduceLoop<S>(a + b, x, n, op);
+            reduceBlock<S>(a + b, x, n, op);
         }
         if (scaled) {
           if constexpr (kIsHalf<T>)
             scaleHalf<T>(a + b, n, static_cast<float>(factor / divisor));
           else
-            scaleLoop(a + b, n, factor, divisor);
+            scaleBlock(a + b, n, factor, divisor);
         }
         if (m) std::memcpy(m + b, a + b, n * sizeof(S));
       }
@@ -300,12 +360,12 @@ void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtyp
         if constexpr (kIsHalf<T>)
           reduceHalf<T, true>(a + b, x + b, n, op);
         else
-          reduceLoop<S, true>(a + b, x + b, n, op);
+          reduceBlock<S, true>(a + b, x + b, n, op);
         if (!scaled) continue;
         if constexpr (kIsHalf<T>)
           scaleHalf<T>(x + b, n, static_cast<float>(factor / divisor));
         else
-          scaleLoop(x + b, n, factor, divisor);
+          scaleBlock(x + b, n, factor, divisor);
       }
     });
   });
