@@ -2,14 +2,13 @@
 //
 // Every kernel has the same shape: dispatch once on dtype (and op) to a tight loop over
 // one C++ type, and let forRanges() split that loop across oneTBB workers when the
-// buffer is large. The loops are written so GCC vectorizes them (select instead of
-// branches, no calls); the float32 and float64 loops are also compiled for AVX2 and
-// AVX-512, and the loader picks the widest this CPU runs (ACCORD_SIMD_CLONES). float16
-// and bfloat16 go through float in small stack blocks, with the conversion itself in
-// half.cc (F16C when available).
+// buffer is large. The loops themselves are in loops.h, the float32 and float64 ones
+// also compiled for AVX2 and AVX-512 (loops.cc). float16 and bfloat16 go through float
+// in small stack blocks, with the conversion itself in half.cc (F16C when available).
 #include "ops/cpu/kernels.h"
 
 #include "ops/cpu/half.h"
+#include "ops/cpu/loops.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -28,6 +27,9 @@
 
 namespace accord::cpu {
 namespace {
+
+using loops::reduceBlock;
+using loops::scaleBlock;
 
 // Tags for the 16-bit float formats, stored as raw bits.
 struct Float16Codec {
@@ -86,154 +88,6 @@ void forRanges(std::size_t count, std::size_t elem_bytes, const Body& body) {
   } else {
     run();
   }
-}
-
-// Integer Sum/Product in the unsigned type: wraps instead of signed-overflow UB.
-template <class T>
-T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else {
-    return a + b;
-  }
-}
-template <class T>
-T mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-  } else {
-    return a * b;
-  }
-}
-
-// acc[i] = op(acc[i], in[i]), or with kIntoIn the same value stored in in[i] instead
-// (the accumulator then stays as it was).
-template <class T, bool kIntoIn = false>
-[[gnu::always_inline]] inline void reduceLoop(
-    std::conditional_t<kIntoIn, const T, T>* __restrict acc,
-    std::conditional_t<kIntoIn, T, const T>* __restrict in, std::size_t n, ReduceOp op) {
-  auto each = [&](auto combine) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const T r = combine(acc[i], in[i]);
-      if constexpr (kIntoIn)
-        in[i] = r;
-      else
-        acc[i] = r;
-    }
-  };
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Average:
-      return each([](T a, T x) { return add(a, x); });
-    case ReduceOp::Min:
-      return each([](T a, T x) { return x < a ? x : a; });
-    case ReduceOp::Max:
-      return each([](T a, T x) { return a < x ? x : a; });
-    case ReduceOp::Product:
-      return each([](T a, T x) { return mul(a, x); });
-  }
-  throw InvalidArgument("cpu kernel: unknown reduce op " + std::to_string(static_cast<int>(op)));
-}
-
-template <class T>
-T saturate(double y) {
-  using L = std::numeric_limits<T>;
-  if (std::isnan(y)) return T{0};
-  if (y <= static_cast<double>(L::lowest())) return L::lowest();
-  // For int64, max() rounds up to 2^63 in double, so ">=" also catches exactly 2^63.
-  if (y >= static_cast<double>(L::max())) return L::max();
-  return static_cast<T>(y);
-}
-
-template <class T>
-[[gnu::always_inline]] inline void scaleLoop(T* data, std::size_t n, double factor,
-                                             double divisor) {
-  if constexpr (std::is_floating_point_v<T>) {
-    // A lone factor or divisor that T holds exactly is applied in T. That is the same
-    // correctly rounded result as in double (one operation on two values of T, rounded
-    // once, since double has more than 2p + 2 bits), and for float it saves converting
-    // every element to double and back, which costs more than the multiply itself.
-    const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
-    // Dividing by a power of two and multiplying by its reciprocal both round the same
-    // real number once, so they agree bit for bit; the multiply is several times
-    // faster (Average over 2, 4, 8 ... ranks).
-    int exponent = 0;
-    const bool power_of_two = std::frexp(divisor, &exponent) == 0.5 && divisor > 0;
-    const T reciprocal = static_cast<T>(1.0 / divisor);
-    if (divisor == 1.0 && static_cast<double>(f) == factor) {
-      for (std::size_t i = 0; i < n; ++i) data[i] *= f;
-    } else if (factor == 1.0 && power_of_two && static_cast<double>(reciprocal) == 1.0 / divisor &&
-               std::isnormal(reciprocal)) {
-      for (std::size_t i = 0; i < n; ++i) data[i] *= reciprocal;
-    } else if (factor == 1.0 && static_cast<double>(d) == divisor) {
-      for (std::size_t i = 0; i < n; ++i) data[i] /= d;
-    } else {
-      const double fd = factor / divisor;
-      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] * fd);
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i)
-      data[i] = saturate<T>(std::round(static_cast<double>(data[i]) * factor / divisor));
-  }
-}
-
-// Gradients are float32 (float64 now and then): their loops are compiled once per x86-64
-// vector width, and the dynamic loader binds each to the widest the CPU has. In cache
-// (a ring's or the shared-memory transport's piece) AVX-512 reduces 64K floats in two
-// thirds of the SSE2 time. Element-wise IEEE operations give the same bits at every
-// width, so ranks on different CPUs still agree.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(ACCORD_NO_SIMD_CLONES)
-#define ACCORD_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ACCORD_SIMD_CLONES
-#endif
-
-ACCORD_SIMD_CLONES void reduceF32(float* acc, const float* in, std::size_t n, ReduceOp op) {
-  reduceLoop<float>(acc, in, n, op);
-}
-ACCORD_SIMD_CLONES void reduceF64(double* acc, const double* in, std::size_t n, ReduceOp op) {
-  reduceLoop<double>(acc, in, n, op);
-}
-ACCORD_SIMD_CLONES void reduceIntoF32(const float* acc, float* in, std::size_t n, ReduceOp op) {
-  reduceLoop<float, true>(acc, in, n, op);
-}
-ACCORD_SIMD_CLONES void reduceIntoF64(const double* acc, double* in, std::size_t n, ReduceOp op) {
-  reduceLoop<double, true>(acc, in, n, op);
-}
-ACCORD_SIMD_CLONES void scaleF32(float* data, std::size_t n, double factor, double divisor) {
-  scaleLoop(data, n, factor, divisor);
-}
-ACCORD_SIMD_CLONES void scaleF64(double* data, std::size_t n, double factor, double divisor) {
-  scaleLoop(data, n, factor, divisor);
-}
-
-// reduceLoop and scaleLoop, through the per-width copies where there are some.
-template <class T, bool kIntoIn = false>
-void reduceBlock(std::conditional_t<kIntoIn, const T, T>* acc,
-                 std::conditional_t<kIntoIn, T, const T>* in, std::size_t n, ReduceOp op) {
-  if constexpr (std::is_same_v<T, float> && kIntoIn)
-    reduceIntoF32(acc, in, n, op);
-  else if constexpr (std::is_same_v<T, float>)
-    reduceF32(acc, in, n, op);
-  else if constexpr (std::is_same_v<T, double> && kIntoIn)
-    reduceIntoF64(acc, in, n, op);
-  else if constexpr (std::is_same_v<T, double>)
-    reduceF64(acc, in, n, op);
-  else
-    reduceLoop<T, kIntoIn>(acc, in, n, op);
-}
-
-template <class T>
-void scaleBlock(T* data, std::size_t n, double factor, double divisor) {
-  if constexpr (std::is_same_v<T, float>)
-    scaleF32(data, n, factor, divisor);
-  else if constexpr (std::is_same_v<T, double>)
-    scaleF64(data, n, factor, divisor);
-  else
-    scaleLoop(data, n, factor, divisor);
 }
 
 // 16-bit floats: widen a block of each operand to float, reduce, round back. 256
