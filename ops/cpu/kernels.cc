@@ -139,6 +139,39 @@ T neutral(ReduceOp op) {
   throw InvalidArgument("cpu kernel: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
+// One dtype's elements as stored (T: the C++ type or 16-bit codec, S: its storage):
+// reduced or scaled through float for the 16-bit formats, else by the loops directly.
+template <class T, bool kIntoIn = false>
+void reduceStored(std::conditional_t<kIntoIn, const Storage<T>, Storage<T>>* acc,
+                  std::conditional_t<kIntoIn, Storage<T>, const Storage<T>>* in, std::size_t n,
+                  ReduceOp op) {
+  if constexpr (kIsHalf<T>)
+    reduceHalf<T, kIntoIn>(acc, in, n, op);
+  else
+    reduceBlock<T, kIntoIn>(acc, in, n, op);
+}
+
+template <class T>
+void scaleStored(Storage<T>* data, std::size_t n, double factor, double divisor) {
+  if constexpr (kIsHalf<T>)
+    scaleHalf<T>(data, n, static_cast<float>(factor / divisor));
+  else
+    scaleBlock(data, n, factor, divisor);
+}
+
+// body(first, n) over [0, count) in blocks of 8 KiB, the blocks split across threads as
+// forRanges() splits a loop. 8 KiB per operand: an accumulator, an input and a mirror
+// fit in a 32 KiB L1 with room to spare, so a pass that scales or copies what a
+// reduction just wrote reads it from L1, and the per-block dispatch stays well under
+// 1% of the work.
+template <class Body>
+void forL1Blocks(std::size_t count, std::size_t elem_bytes, const Body& body) {
+  const std::size_t step = 8 * 1024 / elem_bytes;
+  forRanges(count, elem_bytes, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t b = lo; b < hi; b += step) body(b, std::min(step, hi - b));
+  });
+}
+
 }  // namespace
 
 void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op) {
@@ -147,10 +180,7 @@ void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp 
     auto* a = static_cast<S*>(acc);
     const auto* b = static_cast<const S*>(in);
     forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
-      if constexpr (kIsHalf<T>)
-        reduceHalf<T>(a + lo, b + lo, hi - lo, op);
-      else
-        reduceBlock<S>(a + lo, b + lo, hi - lo, op);
+      reduceStored<T>(a + lo, b + lo, hi - lo, op);
     });
   });
 }
@@ -160,67 +190,36 @@ void scale(void* data, std::size_t count, DType dtype, double factor, double div
     using S = Storage<T>;
     auto* d = static_cast<S*>(data);
     forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
-      if constexpr (kIsHalf<T>)
-        scaleHalf<T>(d + lo, hi - lo, static_cast<float>(factor / divisor));
-      else
-        scaleBlock(d + lo, hi - lo, factor, divisor);
+      scaleStored<T>(d + lo, hi - lo, factor, divisor);
     });
   });
 }
 
-void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t count,
-                       DType dtype, ReduceOp op, double factor, double divisor, void* mirror) {
-  // 8 KiB per operand: the accumulator, one input and the mirror's lines fit in a 32 KiB
-  // L1 with room to spare, and the per-block dispatch stays well under 1% of the work.
-  constexpr std::size_t kBlockBytes = 8 * 1024;
+void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t count, DType dtype,
+                       ReduceOp op, double factor, double divisor, void* mirror) {
   const bool scaled = !(factor == 1.0 && divisor == 1.0);
   visitDType(dtype, [&]<class T>() {
     using S = Storage<T>;
     auto* a = static_cast<S*>(acc);
     auto* m = static_cast<S*>(mirror);
-    forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
-      for (std::size_t b = lo; b < hi; b += kBlockBytes / sizeof(S)) {
-        const std::size_t n = std::min(kBlockBytes / sizeof(S), hi - b);
-        for (const void* in : ins) {
-          const S* x = static_cast<const S*>(in) + b;
-          if constexpr (kIsHalf<T>)
-            reduceHalf<T>(a + b, x, n, op);
-          else
-            reduceBlock<S>(a + b, x, n, op);
-        }
-        if (scaled) {
-          if constexpr (kIsHalf<T>)
-            scaleHalf<T>(a + b, n, static_cast<float>(factor / divisor));
-          else
-            scaleBlock(a + b, n, factor, divisor);
-        }
-        if (m) std::memcpy(m + b, a + b, n * sizeof(S));
-      }
+    forL1Blocks(count, sizeof(S), [&](std::size_t b, std::size_t n) {
+      for (const void* in : ins) reduceStored<T>(a + b, static_cast<const S*>(in) + b, n, op);
+      if (scaled) scaleStored<T>(a + b, n, factor, divisor);
+      if (m) std::memcpy(m + b, a + b, n * sizeof(S));
     });
   });
 }
 
 void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtype, ReduceOp op,
                      double factor, double divisor) {
-  constexpr std::size_t kBlockBytes = 8 * 1024;  // scaled while still in L1
   const bool scaled = !(factor == 1.0 && divisor == 1.0);
   visitDType(dtype, [&]<class T>() {
     using S = Storage<T>;
     const auto* a = static_cast<const S*>(acc);
     auto* x = static_cast<S*>(inout);
-    forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
-      for (std::size_t b = lo; b < hi; b += kBlockBytes / sizeof(S)) {
-        const std::size_t n = std::min(kBlockBytes / sizeof(S), hi - b);
-        if constexpr (kIsHalf<T>)
-          reduceHalf<T, true>(a + b, x + b, n, op);
-        else
-          reduceBlock<S, true>(a + b, x + b, n, op);
-        if (!scaled) continue;
-        if constexpr (kIsHalf<T>)
-          scaleHalf<T>(x + b, n, static_cast<float>(factor / divisor));
-        else
-          scaleBlock(x + b, n, factor, divisor);
-      }
+    forL1Blocks(count, sizeof(S), [&](std::size_t b, std::size_t n) {
+      reduceStored<T, true>(a + b, x + b, n, op);
+      if (scaled) scaleStored<T>(x + b, n, factor, divisor);
     });
   });
 }
