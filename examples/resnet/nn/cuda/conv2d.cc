@@ -81,9 +81,12 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
   ACCORD_NN_CUDA_CHECK(
       what, cudnnSetConvolution2dDescriptor(p.conv, c.pad, c.pad, c.stride, c.stride, 1, 1,
                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  ACCORD_NN_CUDA_CHECK(
-      what, cudnnSetConvolutionMathType(
-                p.conv, backend().math == Math::Fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  // Tensor cores: cuDNN's default math allows them for TF32 only; 16-bit data needs
+  // them asked for; plain float32 keeps to FMA, with no tensor cores at all.
+  const cudnnMathType_t math = halfActivations()              ? CUDNN_TENSOR_OP_MATH
+                               : backend().math == Math::Fp32 ? CUDNN_FMA_MATH
+                                                              : CUDNN_DEFAULT_MATH;
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetConvolutionMathType(p.conv, math));
   if (c.bias) {
     ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.b));
     ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.b, layout, data, 1, c.C_out, 1, 1));
