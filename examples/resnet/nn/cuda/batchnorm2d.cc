@@ -81,7 +81,9 @@ std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training
 template <class Call>
 cudnnStatus_t withMode(BnPlan& p, Call&& call) {
   cudnnStatus_t s = call(p.mode);
-  if (s == CUDNN_STATUS_NOT_SUPPORTED && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+  // cuDNN 9 answers with a sub-code of NOT_SUPPORTED (shape, data type, layout...).
+  if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED &&
+      p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
     p.mode = CUDNN_BATCHNORM_SPATIAL;
     s = call(p.mode);
   }
