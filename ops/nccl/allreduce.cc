@@ -13,7 +13,8 @@
 // match the response, contributes the op's neutral element from scratch space.
 //
 // Under ACCORD_HIERARCHICAL_ALLREDUCE, where the set's hosts hold several ranks each,
-// every response goes through the fusion buffer in three NCCL steps (hierarchy.h).
+// every response takes three NCCL steps (hierarchy.h): in place for a lone tensor that
+// splits evenly over the host's ranks, through the fusion buffer otherwise.
 //
 // In a set of one rank the reduction is the input itself: every tensor stays where it
 // is, only the scaling runs, and NCCL is not called (nor the fusion buffer used);
@@ -33,21 +34,29 @@ std::size_t align16(std::size_t bytes) {
   return (bytes + kFusedAlignment - 1) / kFusedAlignment * kFusedAlignment;
 }
 
+// Tensor i's input for a reduction where it lies: the application's buffer, prescaled,
+// or scratch space holding the op's neutral element where this rank has no usable
+// tensor. count > 0.
+void* inPlaceInput(Launch& l, std::size_t i, std::size_t count) {
+  const Response& r = l.response;
+  const std::size_t bytes = count * dtype_size(r.dtype);
+  if (l.checkInput(i, bytes)) {
+    void* data = l.entries[i]->tensor.data;
+    const mpi::Scaling pre = mpi::preScaling(r);
+    if (!pre.isOne()) cuda::scale(data, count, r.dtype, pre.factor, pre.divisor, l.stream);
+    return data;
+  }
+  void* data = l.device.scratch.reserve(bytes, l.stream);
+  cuda::fillNeutral(data, count, r.dtype, r.op, l.stream);
+  return data;
+}
+
 // `exchange`: false in a set of one rank, where only the scaling is left to do.
 void reduceInPlace(Launch& l, std::size_t i, const Reduction& red, bool exchange) {
   const Response& r = l.response;
-  const std::size_t bytes = r.tensorBytes(i);
-  const std::size_t count = bytes / dtype_size(r.dtype);
+  const std::size_t count = r.tensorBytes(i) / dtype_size(r.dtype);
   if (count == 0) return;  // the same on every rank: nothing to exchange
-  void* data = nullptr;
-  if (l.checkInput(i, bytes)) {
-    data = l.entries[i]->tensor.data;
-    const mpi::Scaling pre = mpi::preScaling(r);
-    if (!pre.isOne()) cuda::scale(data, count, r.dtype, pre.factor, pre.divisor, l.stream);
-  } else {
-    data = l.device.scratch.reserve(bytes, l.stream);
-    cuda::fillNeutral(data, count, r.dtype, r.op, l.stream);
-  }
+  void* data = inPlaceInput(l, i, count);
   if (exchange) {
     l.nccl([&](ncclComm_t comm) {
       return ncclAllReduce(data, data, count, ncclType(r.dtype), red.op, comm, l.stream);
@@ -114,20 +123,18 @@ void reduceFused(Launch& l, const Reduction& red) {
 }
 
 // Reduce-scatter inside the host, allreduce of this rank's block across hosts,
-// allgather inside the host (hierarchy.h); every tensor, lone or fused, goes through
-// the fusion buffer, padded to a multiple of the host's rank count.
-void reduceHierarchical(Launch& l, DeviceHierarchy& h, const Reduction& red) {
+// allgather inside the host (hierarchy.h), over `count` elements at `data`, a multiple
+// of the host's rank count; then the postscale.
+void threeSteps(Launch& l, DeviceHierarchy& h, const Reduction& red, char* data,
+                std::size_t count) {
   const Response& r = l.response;
-  const std::size_t parts = static_cast<std::size_t>(h.localSize());
-  Staged s = stageIn(l, parts);
-  if (s.count == 0) return;
-  const std::size_t block = s.count / parts;
-  char* mine = s.fused + static_cast<std::size_t>(h.localRank()) * block * dtype_size(r.dtype);
+  const std::size_t block = count / static_cast<std::size_t>(h.localSize());
+  char* mine = data + static_cast<std::size_t>(h.localRank()) * block * dtype_size(r.dtype);
   const ncclDataType_t type = ncclType(r.dtype);
   const std::string what = mpi::describe(r);
   h.local().launch(
       [&](ncclComm_t comm) {
-        return ncclReduceScatter(s.fused, mine, block, type, red.op, comm, l.stream);
+        return ncclReduceScatter(data, mine, block, type, red.op, comm, l.stream);
       },
       what + " (reduce-scatter inside the host)");
   h.cross().launch(
@@ -136,10 +143,29 @@ void reduceHierarchical(Launch& l, DeviceHierarchy& h, const Reduction& red) {
       },
       what + " (allreduce across hosts)");
   h.local().launch(
-      [&](ncclComm_t comm) { return ncclAllGather(mine, s.fused, block, type, comm, l.stream); },
+      [&](ncclComm_t comm) { return ncclAllGather(mine, data, block, type, comm, l.stream); },
       what + " (allgather inside the host)");
   if (!red.post.isOne())
-    cuda::scale(s.fused, s.count, r.dtype, red.post.factor, red.post.divisor, l.stream);
+    cuda::scale(data, count, r.dtype, red.post.factor, red.post.divisor, l.stream);
+}
+
+// A lone tensor whose elements split evenly over the host's ranks is reduced where it
+// lies, as on the flat path; anything else goes through the fusion buffer, padded to a
+// multiple of the host's rank count.
+void reduceHierarchical(Launch& l, DeviceHierarchy& h, const Reduction& red) {
+  const Response& r = l.response;
+  const std::size_t parts = static_cast<std::size_t>(h.localSize());
+  if (r.names.size() == 1) {
+    const std::size_t count = r.tensorBytes(0) / dtype_size(r.dtype);
+    if (count % parts == 0) {
+      if (count == 0) return;  // the same on every rank: nothing to exchange
+      threeSteps(l, h, red, static_cast<char*>(inPlaceInput(l, 0, count)), count);
+      return;
+    }
+  }
+  Staged s = stageIn(l, parts);
+  if (s.count == 0) return;
+  threeSteps(l, h, red, s.fused, s.count);
   cuda::batchedCopy(s.out, l.stream);
 }
 
