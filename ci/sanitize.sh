@@ -37,9 +37,12 @@ export OMPI_MCA_btl=self,vader
 build() {
   local sanitizer=$1 dir=$2
   shift 2
+  # Debian's interpreter, as ci/build.sh picks it: it has what the tools' tests import.
+  local python_args=()
+  [ -x /usr/bin/python3 ] && python_args=(-DPython_EXECUTABLE=/usr/bin/python3)
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DACCORD_SANITIZE="$sanitizer" "$@" || return
+      -DACCORD_SANITIZE="$sanitizer" "${python_args[@]}" "$@" || return
   fi
   cmake --build "$dir" -j "$jobs" || return
 }
