@@ -75,6 +75,8 @@ class SyntheticSource : public ImageSource {
   int imageSize() const override { return S_; }
   int classes() const override { return classes_; }
 
+  SyntheticPool pool() const { return {pool_.data(), kPool}; }
+
   std::int32_t fill(std::int64_t index, bool, std::uint64_t, float* out) const override {
     const std::size_t per = static_cast<std::size_t>(C_) * S_ * S_;
     std::copy_n(pool_.data() + (index % kPool) * per, per, out);
@@ -103,6 +105,12 @@ std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train
 std::unique_ptr<ImageSource> makeSynthetic(std::int64_t n, int channels, int image_size,
                                            int classes, std::uint64_t seed) {
   return std::make_unique<SyntheticSource>(n, channels, image_size, classes, seed);
+}
+
+std::optional<SyntheticPool> syntheticPool(const ImageSource& source) {
+  if (const auto* synthetic = dynamic_cast<const SyntheticSource*>(&source))
+    return synthetic->pool();
+  return std::nullopt;
 }
 
 std::uint64_t mixSeed(std::uint64_t a, std::uint64_t b) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,14 @@ std::unique_ptr<ImageSource> makeFashionMnist(const std::string& dir, bool train
 // reused, labels index % classes.
 std::unique_ptr<ImageSource> makeSynthetic(std::int64_t n, int channels, int image_size,
                                            int classes, std::uint64_t seed);
+// The images a synthetic source draws from: sample i is image i % images of `pixels`,
+// (images, C, S, S) floats that live as long as the source (and never augmented).
+// nullopt for any other source.
+struct SyntheticPool {
+  const float* pixels = nullptr;
+  int images = 0;
+};
+std::optional<SyntheticPool> syntheticPool(const ImageSource& source);
 
 // ---- sharding (pure, tested) ------------------------------------------------------------
 

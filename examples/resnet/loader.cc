@@ -35,6 +35,7 @@ Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(sourc
   for (Slot& s : slots_) {
     s.x.resize(per * opt_.batch);
     s.labels.resize(opt_.batch);
+    s.indices.resize(opt_.batch);
   }
 }
 
@@ -105,6 +106,7 @@ void Loader::fill(Slot& slot, std::int64_t step) {
       std::copy_n(slot.x.data() + i * per, per, slot.x.data() + n * per);
       slot.labels[n] = slot.labels[i];
     }
+    slot.indices[n] = idx[i];
     ++n;
   }
   skipped_ += static_cast<std::int64_t>(idx.size() - n);
@@ -208,11 +210,12 @@ int Loader::next(float* x, std::int32_t* labels) {
   return n;
 }
 
-int Loader::borrow(float** x, std::int32_t* labels) {
+int Loader::borrow(float** x, std::int32_t* labels, std::int64_t* indices) {
   const int slot = take();
   if (slot < 0) return 0;
   Slot& s = slots_[slot];
   std::copy_n(s.labels.data(), s.n, labels);
+  if (indices) std::copy_n(s.indices.data(), s.n, indices);
   *x = s.x.data();
   std::lock_guard<std::mutex> lock(mu_);
   lent_ = slot;

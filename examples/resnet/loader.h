@@ -60,7 +60,8 @@ class Loader {
   // next() without the copy of the images: *x points at the loader's own buffer, which
   // stays as it is until the following borrow(), next() or startEpoch(). The training
   // loop feeds the model straight from it (a batch of 224x224 images is 77 MB per 128).
-  int borrow(float** x, std::int32_t* labels);
+  // `indices`, where given, receives the batch's sample indices in the source (N).
+  int borrow(float** x, std::int32_t* labels, std::int64_t* indices = nullptr);
   // Calls f(data, floats) for every image buffer borrow() can hand out, e.g. to
   // page-lock them for copies to a GPU. Not while an epoch is running.
   template <class F>
@@ -74,6 +75,7 @@ class Loader {
   struct Slot {
     std::vector<float> x;
     std::vector<std::int32_t> labels;
+    std::vector<std::int64_t> indices;  // of the samples kept, in the source
     int n = 0;
   };
   std::vector<std::int64_t> indicesFor(std::int64_t step) const;

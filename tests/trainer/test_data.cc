@@ -1,6 +1,7 @@
 // Data: IDX parsing and its errors, the sharding rule (disjoint shards, equal step
 // counts, 2 x B equals 1 x 2B), and the prefetching loader.
 #include "data.h"
+#include "jpeg_source.h"
 #include "loader.h"
 
 #include <sys/resource.h>
@@ -294,4 +295,71 @@ TEST_CASE("borrow hands out the batches next copies, each intact until the next 
     CHECK(std::find(seen.begin(), seen.end(), p) != seen.end());
   });
   CHECK(buffers == 3);
+}
+
+namespace {
+
+// A synthetic source whose samples 3, 10, 17, ... cannot be used.
+class GappySource : public ImageSource {
+ public:
+  explicit GappySource(const ImageSource& inner) : inner_(inner) {}
+  std::int64_t size() const override { return inner_.size(); }
+  int channels() const override { return inner_.channels(); }
+  int imageSize() const override { return inner_.imageSize(); }
+  int classes() const override { return inner_.classes(); }
+  std::int32_t fill(std::int64_t index, bool augment, std::uint64_t seed,
+                    float* out) const override {
+    if (index % 7 == 3) throw BadRecord("sample " + std::to_string(index) + " is damaged");
+    return inner_.fill(index, augment, seed, out);
+  }
+
+ private:
+  const ImageSource& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("borrow names each sample's index; the synthetic pool rebuilds the batch", "[data]") {
+  // What the GPU trainer builds a synthetic batch from (useDevicePool): image
+  // index % pool.images of the pool, the label index % classes; the indices stay with
+  // their samples when bad ones are dropped.
+  auto src = makeSynthetic(300, 2, 4, 10, 11);
+  const auto pool = syntheticPool(*src);
+  REQUIRE(pool);
+  REQUIRE(pool->images == 16);
+  CHECK_FALSE(syntheticPool(GappySource(*src)));
+  const std::size_t per = 2 * 4 * 4;
+  for (bool gaps : {false, true}) {
+    GappySource gappy(*src);
+    const ImageSource& source = gaps ? static_cast<const ImageSource&>(gappy) : *src;
+    const LoaderOptions opt{.batch = 12,
+                            .rank = 1,
+                            .world = 2,
+                            .seed = 4,
+                            .augment = false,
+                            .prefetch = 2,
+                            .skip_bad = true};
+    Loader loader(source, opt);
+    loader.startEpoch(0);
+    const auto order = epochOrder(300, 4, 0);
+    float* x = nullptr;
+    std::vector<std::int32_t> y(12);
+    std::vector<std::int64_t> idx(12, -1);
+    std::int64_t dropped = 0;
+    for (std::int64_t s = 0; s < loader.steps(); ++s) {
+      const int n = loader.borrow(&x, y.data(), idx.data());
+      std::vector<std::int64_t> expected;
+      for (std::int64_t i : shardBatch(order, s, 1, 2, 12))
+        if (!gaps || i % 7 != 3) expected.push_back(i);
+      REQUIRE(n == static_cast<int>(expected.size()));
+      dropped += 12 - n;
+      for (int i = 0; i < n; ++i) {
+        CHECK(idx[i] == expected[i]);
+        CHECK(y[i] == idx[i] % 10);
+        const float* image = pool->pixels + (idx[i] % pool->images) * per;
+        CHECK(std::equal(image, image + per, x + i * per));
+      }
+    }
+    CHECK((dropped > 0) == gaps);
+  }
 }
