@@ -57,6 +57,13 @@ void deviceSgdStep(Model& m, double lr);
 // No NaN or infinity in any device gradient: checked on the GPU when training there
 // (trainOnDevice), else in m's gradient arena after copying them down.
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
+// Synthetic data resident on the GPU: useDevicePool uploads a source's image pool
+// (SyntheticPool, data.h) once; deviceInputFromPool makes the next deviceForward build
+// its batch there from the samples' indices (image index % pool images) instead of
+// uploading m.input. The same values as the host path, without the batch's trip across
+// the bus. Both need useDevice(m, "cuda") first.
+void useDevicePool(Model& m, const float* pixels, int images);
+void deviceInputFromPool(Model& m, const std::int64_t* indices, int N);
 // Times the model's GPU work by kind from here on (nn::cuda::profiledLayers, plus the
 // copies and the optimizer); deviceProfileReport waits for the GPU and returns the
 // table, per step over `steps`.

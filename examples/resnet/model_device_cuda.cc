@@ -25,11 +25,18 @@ struct DeviceModel {
   bool profiled = false;      // profileDevice
   float* momentum = nullptr;  // (params.capacity) device, the parameters' layout
   std::unique_ptr<nn::cuda::FusedSgd> sgd;
+  // useDevicePool: the images (pool_images, C, S, S) and, set by deviceInputFromPool
+  // for the next forward only, the batch's images in it.
+  float* pool = nullptr;
+  int pool_images = 0;
+  std::vector<int32_t> batch_slots;
+  bool batch_from_pool = false;
   ~DeviceModel() {
     // From a destructor: no throw.
     for (void* p : pinned) cudaHostUnregister(p);
     if (labels) cudaFree(labels);
     if (momentum) cudaFree(momentum);
+    if (pool) cudaFree(pool);
   }
 };
 
@@ -155,8 +162,17 @@ void deviceForward(Model& m, int N) {
     upload(d.buffers, m.buffers);
     // The batch, like the parameters, is read before the host writes the next one: the
     // trainer writes it after this step's synchronous downloads.
-    nn::cuda::upload_input_async(d.input, m.input, N, m.cfg.in_channels, m.cfg.image_size,
-                                 m.cfg.image_size);
+    const int C = m.cfg.in_channels, S = m.cfg.image_size;
+    DeviceModel& dm = *m.device;
+    if (dm.batch_from_pool) {
+      if (static_cast<int>(dm.batch_slots.size()) != N)
+        throw Error("deviceForward: a batch of " + std::to_string(N) + " after " +
+                    std::to_string(dm.batch_slots.size()) + " indices (deviceInputFromPool)");
+      nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S);
+      dm.batch_from_pool = false;
+    } else {
+      nn::cuda::upload_input_async(d.input, m.input, N, C, S, S);
+    }
   }
   d.bn_training = m.bn_training;
   forward(d, N);
@@ -172,6 +188,34 @@ float deviceLoss(Model& m, const int32_t* labels, int N, float smoothing, bool w
   if (with_grad && m.loss_scale != 1.0f)
     nn::cuda::scale(d.dlogits, size_t(N) * m.fc.out, m.loss_scale);
   return value;
+}
+
+void useDevicePool(Model& m, const float* pixels, int images) {
+  if (!m.device) throw Error("useDevicePool: the model is not on a GPU (useDevice)");
+  if (!pixels || images < 1)
+    throw InvalidArgument("useDevicePool: no images (" + std::to_string(images) + ")");
+  DeviceModel& d = *m.device;
+  const size_t floats = size_t(images) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size;
+  float* pool = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&pool), floats * sizeof(float)),
+        "useDevicePool: allocating the image pool");
+  if (d.pool) cudaFree(d.pool);
+  d.pool = pool;
+  d.pool_images = images;
+  nn::cuda::copy_to_device(d.pool, pixels, floats);
+}
+
+void deviceInputFromPool(Model& m, const std::int64_t* indices, int N) {
+  if (!m.device || !m.device->pool)
+    throw Error("deviceInputFromPool: no image pool on the GPU (useDevicePool)");
+  DeviceModel& d = *m.device;
+  d.batch_slots.resize(N);
+  for (int i = 0; i < N; ++i) {
+    if (indices[i] < 0)
+      throw InvalidArgument("deviceInputFromPool: sample index " + std::to_string(indices[i]));
+    d.batch_slots[i] = static_cast<int32_t>(indices[i] % d.pool_images);
+  }
+  d.batch_from_pool = true;
 }
 
 nn::TopK deviceAccuracy(Model& m, const int32_t* labels, int N) {

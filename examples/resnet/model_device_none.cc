@@ -40,6 +40,12 @@ void deviceSgdStep(Model&, double) { throw Error("deviceSgdStep: no GPU layers i
 bool deviceGradientsFinite(Model&, const Sgd&) {
   throw Error("deviceGradientsFinite: no GPU layers in this build");
 }
+void useDevicePool(Model&, const float*, int) {
+  throw Error("useDevicePool: no GPU layers in this build");
+}
+void deviceInputFromPool(Model&, const std::int64_t*, int) {
+  throw Error("deviceInputFromPool: no GPU layers in this build");
+}
 void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this build"); }
 std::string deviceProfileReport(Model&, int) {
   throw Error("deviceProfileReport: no GPU layers in this build");

@@ -202,6 +202,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
   app.add_flag("--gpu-profile", o.gpu_profile,
                "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "
                "print the table at the end (rank 0)");
+  app.add_flag("--synthetic-on-host", o.synthetic_on_host,
+               "--dataset synthetic --device cuda: upload each batch from the host loader, as "
+               "real data travels, instead of building it on the GPU from the synthetic image "
+               "pool kept there (the default)");
   app.add_option("--threads", o.threads, "compute threads per rank (0: cores / ranks on this host)")
       ->check(integerIn(0, 1024))
       ->capture_default_str();

@@ -67,6 +67,9 @@ struct TrainOptions {
   std::string device = "cpu";  // cpu | cuda
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (all but fp32: --device cuda)
   bool gpu_profile = false;        // --gpu-profile: GPU time by layer kind at the end
+  // --synthetic-on-host: with --device cuda, synthetic batches cross the bus as real data
+  // does, rather than being built on the GPU from its copy of the image pool
+  bool synthetic_on_host = false;
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

@@ -138,6 +138,13 @@ void Trainer::buildModel() {
     if (!model_.device) throw InvalidArgument("--gpu-profile needs --device cuda");
     profileDevice(model_);
   }
+  if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
+    throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
+  if (const auto pool = syntheticPool(*train_src_);
+      pool && model_.device && !opt_.synthetic_on_host) {
+    useDevicePool(model_, pool->pixels, pool->images);
+    pool_indices_.resize(static_cast<std::size_t>(opt_.batch_size));
+  }
   if (opt_.train_bn_mode != "batch" && opt_.train_bn_mode != "running")
     throw InvalidArgument("unknown --train-bn-mode '" + opt_.train_bn_mode +
                           "' (expected batch or running)");
@@ -212,7 +219,9 @@ void Trainer::trainStep(StepTimes& t) {
   constexpr const char* kTrack = "trainer (rank 0)";
   accord::timeline_begin(kTrack, "data wait");
   auto t0 = Clock::now();
-  const int n = train_loader_->borrow(&model_.input, labels_.data());
+  const int n = train_loader_->borrow(&model_.input, labels_.data(),
+                                      pool_indices_.empty() ? nullptr : pool_indices_.data());
+  if (n > 0 && !pool_indices_.empty()) deviceInputFromPool(model_, pool_indices_.data(), n);
   t.data += since(t0);
   accord::timeline_begin(kTrack, "compute");
   t0 = Clock::now();

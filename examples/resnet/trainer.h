@@ -81,6 +81,9 @@ class Trainer {
   std::unique_ptr<Metrics> metrics_;
   TrainState state_;
   std::vector<std::int32_t> labels_;  // (batch)
+  // Synthetic data built on the GPU (useDevicePool): the batch's sample indices; empty
+  // where batches are uploaded from the host.
+  std::vector<std::int64_t> pool_indices_;
   double last_lr_ = 0;
   double step_loss_ = 0;          // this step's loss, averaged over the ranks
   std::vector<float> bn_before_;  // BN statistics before the step (skipping only)

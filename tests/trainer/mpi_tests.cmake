@@ -11,6 +11,7 @@
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
+#   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -40,8 +41,9 @@ accord_trainer_mpi_test(accuracy 900)
 accord_trainer_mpi_test(device-resume 300)
 accord_trainer_mpi_test(device-equivalence 300)
 accord_trainer_mpi_test(device-half-accuracy 600)
+accord_trainer_mpi_test(device-synthetic 300)
 set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
-                     trainer.mpi.device-half-accuracy PROPERTIES
+                     trainer.mpi.device-half-accuracy trainer.mpi.device-synthetic PROPERTIES
                      LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
 set_tests_properties(trainer.mpi.device-equivalence PROPERTIES ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")

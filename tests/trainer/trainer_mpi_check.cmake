@@ -157,6 +157,28 @@ elseif(MODE STREQUAL "device-resume")
   run(1 last ${args} --resume ${WORK}/gpu.ckpt --steps 6 --dump-params ${WORK}/mixed.params)
   run(1 cpu ${args} --steps 6 --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/mixed.params --atol 1e-3 --rtol 1e-2)
+elseif(MODE STREQUAL "device-synthetic")
+  # Synthetic batches built on the GPU from its copy of the image pool train exactly as
+  # the same batches uploaded from the host loader (--synthetic-on-host) do, and as the
+  # CPU does to float32's differences between cuDNN and oneDNN. First, on any machine:
+  # the flag without a GPU is refused naming what it needs.
+  set(args --dataset synthetic --image-size 32 --classes 10 --synthetic-size 256 --width 0.125
+           --no-eval --no-progress --threads 1 --seed 7 --batch-size 16 --steps 4
+           --warmup-epochs 0 --lr 0.1)
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --synthetic-on-host
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR NOT err MATCHES "--synthetic-on-host needs --dataset synthetic and --device cuda")
+    message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
+  endif()
+  run_on_gpu(1 pool ${args} --dump-params ${WORK}/pool.params)
+  if(NO_GPU)
+    return()
+  endif()
+  run_on_gpu(1 host ${args} --synthetic-on-host --dump-params ${WORK}/host.params)
+  compare(${WORK}/host.params ${WORK}/pool.params --atol 1e-6 --rtol 1e-5)
+  run(1 cpu ${args} --dump-params ${WORK}/cpu.params)
+  compare(${WORK}/cpu.params ${WORK}/pool.params --atol 1e-3 --rtol 1e-2)
 elseif(MODE STREQUAL "device-half-accuracy")
   # The no-flag default on one GPU in bf16 and in fp16 (loss scaling) reaches the
   # accuracy the CPU's run must reach (MODE accuracy); fp16 may skip the few steps whose

@@ -190,6 +190,27 @@ void upload_input_async(float* device, const float* host, int N, int C, int H, i
   checkLaunch(what);
 }
 
+void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
+                        int W) {
+  const size_t per = size_t(C) * H * W;
+  if (N <= 0 || per == 0) return;
+  const std::string what = key("nn::cuda::gather_input_async (N C H W)", N, C, H, W);
+  const bool half = halfActivations();
+  // The stream orders the next gather's copies after this one's conversion.
+  auto* out = half ? static_cast<float*>(scratch(kSlotInput, N * per * sizeof(float))) : device;
+  for (int i = 0; i < N;) {
+    int run = 1;  // consecutive images of the pool in a row go as one copy
+    while (i + run < N && slots[i + run] == slots[i] + run) ++run;
+    ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(out + size_t(i) * per, pool + size_t(slots[i]) * per,
+                                               run * per * sizeof(float), cudaMemcpyDeviceToDevice,
+                                               backend().stream));
+    i += run;
+  }
+  if (!half) return;
+  launchToHalfNhwc(out, device, N, C, size_t(H) * W);
+  checkLaunch(what);
+}
+
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W) {
   const size_t n = size_t(N) * C * H * W;
   if (!halfActivations()) return copy_to_host(host, device, n);

@@ -103,6 +103,11 @@ void copy_to_host(float* host, const float* device, size_t n);    // synchronous
 // Fp16 they go to a staging buffer and `device` receives them in 16 bits in NHWC order,
 // as the first layer reads them; otherwise the same as copy_to_device_async.
 void upload_input_async(float* device, const float* host, int N, int C, int H, int W);
+// upload_input_async for images already in device memory: image i of the batch is
+// pool + slots[i] * C * H * W ((C, H, W) floats each). Device-to-device copies on the
+// layers' stream, then under Math::Bf16 and Fp16 the same conversion.
+void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
+                        int W);
 // Device activations of shape (N, C, H, W) to host floats in NCHW order, whatever they
 // are stored as. Synchronous.
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W);
