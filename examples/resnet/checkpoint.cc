@@ -130,6 +130,8 @@ void saveCheckpoint(const std::string& path, const std::string& description,
   put(out, geometry.batch_size);
   put(out, geometry.ranks);
   put(out, geometry.train_size);
+  put(out, state.loss_scale);
+  put(out, state.loss_scale_good_steps);
   put(out, static_cast<std::uint32_t>(tensors.size()));
   for (const TensorRef& t : tensors) {
     putString(out, t.name);
@@ -178,6 +180,10 @@ CheckpointContents readCheckpoint(const std::string& path) {
     c.geometry.batch_size = r.get<std::int64_t>("batch size");
     c.geometry.ranks = r.get<std::int64_t>("rank count");
     c.geometry.train_size = r.get<std::int64_t>("training-set size");
+  }
+  if (version >= 3) {
+    c.state.loss_scale = r.get<double>("loss scale");
+    c.state.loss_scale_good_steps = r.get<std::int64_t>("loss scale's good steps");
   }
   const auto count = r.get<std::uint32_t>("tensor count");
   for (std::uint32_t i = 0; i < count; ++i) {

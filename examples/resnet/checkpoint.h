@@ -4,11 +4,13 @@
 // Layout (little-endian, as written by this machine):
 //   "ACCORDCK" | u32 version | u32 len, model description | i64 epoch | i64 step_in_epoch
 //   | i64 global_step | i64 batch_size | i64 ranks | i64 train_size (version 2 on)
+//   | f64 loss_scale | i64 loss_scale_good_steps (version 3 on)
 //   | u32 count | count x (u32 len, name | u64 n | n x f32) | u32 crc32
 // The CRC covers everything before it, so truncation and bit rot are caught before any
 // value is used; the description ("resnet18 classes=10 in=1 stem=cifar width=0.25")
 // and the tensor names and sizes must match the model being resumed, and so must the
-// step geometry (see StepGeometry). Version 1 files, without the geometry, still load.
+// step geometry (see StepGeometry). Version 1 and 2 files, without the geometry or the
+// loss scale, still load.
 //
 // Writing is atomic: a temporary file beside the target, fsync, rename, fsync of the
 // directory. A crash leaves either the old checkpoint or the new one, never half. The
@@ -39,6 +41,10 @@ struct TrainState {
   std::int64_t epoch = 0;          // epoch to continue in
   std::int64_t step_in_epoch = 0;  // steps of that epoch already done
   std::int64_t global_step = 0;    // optimizer steps so far (drives the LR schedule)
+  // --precision fp16: the dynamic loss scale and its good steps since it last changed
+  // (LossScaler), so that a resumed run goes on where it was; 0: none.
+  double loss_scale = 0;
+  std::int64_t loss_scale_good_steps = 0;
 };
 
 // How a run cuts its data into optimizer steps. A checkpoint counts its position in the
@@ -53,7 +59,7 @@ struct StepGeometry {
   std::int64_t globalBatch() const { return batch_size * ranks; }
 };
 
-inline constexpr std::uint32_t kCheckpointVersion = 2;
+inline constexpr std::uint32_t kCheckpointVersion = 3;
 
 void saveCheckpoint(const std::string& path, const std::string& description,
                     const TrainState& state, const std::vector<TensorRef>& tensors,

@@ -81,6 +81,16 @@ LossScaler::LossScaler(float initial, int growth_interval)
                           " is not positive");
 }
 
+void LossScaler::restore(double scale, std::int64_t good_steps) {
+  if (!(scale >= 1.0 && scale <= kMaxLossScale))
+    throw InvalidArgument("loss scale " + std::to_string(scale) + " is not within [1, 2^24]");
+  if (good_steps < 0 || good_steps >= growth_interval_)
+    throw InvalidArgument("loss scale's good steps " + std::to_string(good_steps) +
+                          " is not within [0, " + std::to_string(growth_interval_) + ")");
+  scale_ = static_cast<float>(scale);
+  good_steps_ = static_cast<int>(good_steps);
+}
+
 bool LossScaler::update(bool finite) {
   if (!finite) {
     if (scale_ <= 1.0f)

@@ -62,6 +62,10 @@ class LossScaler {
   explicit LossScaler(float initial = 65536.0f, int growth_interval = 2000);
 
   float scale() const { return scale_; }
+  int goodSteps() const { return good_steps_; }  // finite steps since the scale last moved
+  // Continues from a checkpoint's (scale, goodSteps()); InvalidArgument for a scale out
+  // of [1, 2^24] or steps out of [0, growth interval).
+  void restore(double scale, std::int64_t good_steps);
   // After a step: `finite` says whether every gradient was finite (the same on every
   // rank). Returns false when the step must be skipped. Throws Error when the
   // gradients overflow at the smallest scale: that is divergence, not range.

@@ -204,9 +204,16 @@ void Trainer::startFromRankZero() {
     const auto& params = sgd_->params();
     for (std::size_t i = 0; i < params.size(); ++i)
       broadcastFloats(sgd_->momentum()[i].data(), params[i].n, "init.momentum." + params[i].name);
-    std::vector<std::int64_t> s = {state_.epoch, state_.step_in_epoch, state_.global_step};
+    // The loss scale is a power of two from 1 to 2^24: exact as an integer.
+    std::vector<std::int64_t> s = {state_.epoch, state_.step_in_epoch, state_.global_step,
+                                   static_cast<std::int64_t>(state_.loss_scale),
+                                   state_.loss_scale_good_steps};
     broadcastInts(s, "init.state");
     state_ = {s[0], s[1], s[2]};
+    if (loss_scaler_ && s[3] > 0) {
+      loss_scaler_->restore(static_cast<double>(s[3]), s[4]);
+      metrics_->message("loss scale " + std::to_string(s[3]) + " restored");
+    }
     metrics_->message("resumed from " + opt_.resume + " at epoch " +
                       std::to_string(state_.epoch + 1) + ", step " +
                       std::to_string(state_.global_step));

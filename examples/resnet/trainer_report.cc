@@ -73,8 +73,13 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
   metrics_->epoch(r);
 }
 
-void Trainer::saveCheckpoint(const TrainState& state) {
+void Trainer::saveCheckpoint(const TrainState& at) {
   if (model_.device) pullToHost(model_, *sgd_);  // trained on the GPU: bring them down
+  TrainState state = at;
+  if (loss_scaler_) {
+    state.loss_scale = loss_scaler_->scale();
+    state.loss_scale_good_steps = loss_scaler_->goodSteps();
+  }
   std::string error;
   if (rank_ == 0) {
     try {

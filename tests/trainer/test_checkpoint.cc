@@ -61,7 +61,7 @@ std::string loadError(const fs::path& p, const std::string& desc, Fixture& f) {
 TEST_CASE("checkpoint round trip restores tensors and state", "[checkpoint]") {
   Fixture saved;
   const fs::path p = tempPath("round.ckpt");
-  saveCheckpoint(p.string(), "resnet18 test", {3, 17, 317}, saved.refs());
+  saveCheckpoint(p.string(), "resnet18 test", {3, 17, 317, 8192, 1234}, saved.refs());
   CHECK_FALSE(fs::exists(p.string() + ".tmp." + std::to_string(::getpid())));
   Fixture loaded;
   std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
@@ -70,6 +70,8 @@ TEST_CASE("checkpoint round trip restores tensors and state", "[checkpoint]") {
   CHECK(s.epoch == 3);
   CHECK(s.step_in_epoch == 17);
   CHECK(s.global_step == 317);
+  CHECK(s.loss_scale == 8192);
+  CHECK(s.loss_scale_good_steps == 1234);
   CHECK(loaded.a == saved.a);
   CHECK(loaded.b == saved.b);
 }
@@ -172,27 +174,46 @@ TEST_CASE("a checkpoint resumes only with its global batch and training set", "[
 }
 
 // Files written before the geometry was recorded: the same bytes without it.
-TEST_CASE("version 1 checkpoints still load", "[checkpoint]") {
-  Fixture saved;
-  const fs::path p = tempPath("v2.ckpt");
-  saveCheckpoint(p.string(), "resnet18 test", {1, 2, 18}, saved.refs(), {16, 2, 512});
-  std::string bytes = readAll(p);
+// A file of this build's version rewritten as an older `version`: the fields that
+// version lacks cut out, the CRC made again.
+fs::path asVersion(const fs::path& current, std::uint32_t version, const std::string& name) {
+  std::string bytes = readAll(current);
   const std::size_t geometry_at = 8 + 4 + 4 + std::strlen("resnet18 test") + 3 * 8;
-  bytes.erase(geometry_at, 3 * 8);
-  const std::uint32_t v1 = 1;
-  std::memcpy(&bytes[8], &v1, 4);
+  const std::size_t loss_scale_at = geometry_at + 3 * 8;
+  bytes.erase(loss_scale_at, 8 + 8);  // versions 1 and 2: no loss scale
+  if (version < 2) bytes.erase(geometry_at, 3 * 8);
+  std::memcpy(&bytes[8], &version, 4);
   bytes.resize(bytes.size() - 4);
   const auto crc = static_cast<std::uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
   bytes.append(reinterpret_cast<const char*>(&crc), 4);
-  const fs::path old = tempPath("v1.ckpt");
+  const fs::path old = tempPath(name);
   writeAll(old, bytes);
+  return old;
+}
+
+TEST_CASE("version 1 and 2 checkpoints still load", "[checkpoint]") {
+  Fixture saved;
+  const fs::path p = tempPath("v3.ckpt");
+  saveCheckpoint(p.string(), "resnet18 test", {1, 2, 18, 512, 7}, saved.refs(), {16, 2, 512});
+  const fs::path v1 = asVersion(p, 1, "v1.ckpt"), v2 = asVersion(p, 2, "v2.ckpt");
   Fixture loaded;
   std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
-  const TrainState s = loadCheckpoint(old.string(), "resnet18 test", loaded.refs(), {64, 4, 60000});
+  TrainState s = loadCheckpoint(v1.string(), "resnet18 test", loaded.refs(), {64, 4, 60000});
   CHECK(s.global_step == 18);
+  CHECK(s.loss_scale == 0);
   CHECK(loaded.a == saved.a);
-  CHECK(readCheckpoint(old.string()).geometry.batch_size == 0);
+  CHECK(readCheckpoint(v1.string()).geometry.batch_size == 0);
+
+  std::fill(loaded.a.begin(), loaded.a.end(), 0.0f);
+  CHECK_THROWS_AS(loadCheckpoint(v2.string(), "resnet18 test", loaded.refs(), {64, 4, 60000}),
+                  CheckpointError);  // version 2 has the geometry
+  s = loadCheckpoint(v2.string(), "resnet18 test", loaded.refs(), {32, 1, 512});
+  CHECK(s.global_step == 18);
+  CHECK(s.loss_scale == 0);
+  CHECK(s.loss_scale_good_steps == 0);
+  CHECK(loaded.a == saved.a);
+  CHECK(readCheckpoint(v2.string()).geometry.batch_size == 16);
 }
 
 // The equivalence and skip tests rely on compare: a NaN or inf must not slip through as

@@ -84,3 +84,25 @@ TEST_CASE("the loss scale halves on overflow, doubles after enough good steps, a
   CHECK_THROWS_AS(LossScaler(0.5f), accord::InvalidArgument);
   CHECK_THROWS_AS(LossScaler(1024.0f, 0), accord::InvalidArgument);
 }
+
+TEST_CASE("a loss scaler restored from a checkpoint goes on where it was") {
+  LossScaler original(1024.0f, 4);
+  REQUIRE(original.update(true));
+  REQUIRE(original.update(true));
+  REQUIRE_FALSE(original.update(false));  // 512, counting again
+  REQUIRE(original.update(true));
+  LossScaler resumed(65536.0f, 4);  // as a fresh run of the same settings starts
+  resumed.restore(original.scale(), original.goodSteps());
+  CHECK(resumed.scale() == 512.0f);
+  CHECK(resumed.goodSteps() == 1);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(resumed.update(true));
+    REQUIRE(original.update(true));
+  }
+  CHECK(resumed.scale() == 1024.0f);  // doubled after the interval, as the original did
+  CHECK(resumed.scale() == original.scale());
+  CHECK_THROWS_AS(resumed.restore(0.5, 0), accord::InvalidArgument);
+  CHECK_THROWS_AS(resumed.restore(33554432.0, 0), accord::InvalidArgument);
+  CHECK_THROWS_AS(resumed.restore(1024.0, 4), accord::InvalidArgument);
+  CHECK_THROWS_AS(resumed.restore(1024.0, -1), accord::InvalidArgument);
+}
