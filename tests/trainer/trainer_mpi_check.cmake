@@ -25,6 +25,7 @@ function(run_on_gpu np name)
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   file(WRITE ${WORK}/${name}.log "${out}\n${err}")
   message("---- ${name} (np ${np}, GPU): ${ARGN}\n${out}${err}")
+  set(LAST_OUT "${out}" PARENT_SCOPE)
   set(NO_GPU FALSE PARENT_SCOPE)
   if(rc EQUAL 0)
     return()
@@ -157,6 +158,13 @@ elseif(MODE STREQUAL "device-resume")
   run(1 last ${args} --resume ${WORK}/gpu.ckpt --steps 6 --dump-params ${WORK}/mixed.params)
   run(1 cpu ${args} --steps 6 --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/mixed.params --atol 1e-3 --rtol 1e-2)
+  # fp16: the dynamic loss scale travels in the checkpoint, as PyTorch's GradScaler
+  # state does, rather than starting from 65536 again.
+  run_on_gpu(1 fp16-first ${args} --precision fp16 --steps 2 --checkpoint ${WORK}/fp16.ckpt)
+  run_on_gpu(1 fp16-resumed ${args} --precision fp16 --resume ${WORK}/fp16.ckpt --steps 4)
+  if(NOT LAST_OUT MATCHES "loss scale [0-9]+ restored")
+    message(FATAL_ERROR "the fp16 run resumed without its loss scale")
+  endif()
 elseif(MODE STREQUAL "device-synthetic")
   # Synthetic batches built on the GPU from its copy of the image pool train exactly as
   # the same batches uploaded from the host loader (--synthetic-on-host) do, and as the
