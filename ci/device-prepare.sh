@@ -3,15 +3,17 @@
 #
 # That machine has CUDA, cuDNN, NCCL and PyTorch but none of Debian's libraries Accord
 # links (OpenMPI, oneTBB, spdlog and theirs), and it cannot download anything. So this
-# builds Accord here into build/ and downloads those libraries as Debian packages into
-# .debs/; ci/device-run.sh unpacks them there into a folder of their own. Carry `build`
-# and `.debs` to the machine, then run `bash ci/device-run.sh <command>` there.
+# builds Accord here into build/, downloads those libraries as Debian packages into
+# .debs/ and puts a slice of Fashion-MNIST into .data/; ci/device-run.sh unpacks the
+# packages there into a folder of their own. Carry `build`, `.debs` and `.data` to the
+# machine, then run `bash ci/device-run.sh <command>` there.
 #
 # ACCORD_DEVICE_TARGETS=gpu builds only what the GPU check (ci/gpu-check.sh) runs
 # (libaccord, the GPU tests, the MPI tests it also runs, accord-bench, the trainer and
 # its data tools) in a build folder of its own, build-gpu/, so that build/ stays as it
 # is here; it then stages a copy without object files and archives in build-device/.
-# Carry `build-device` and `.debs`; ci/device-run.sh puts build-device in place there.
+# Carry `build-device`, `.debs` and `.data`; ci/device-run.sh puts build-device in place
+# there.
 # What travels must stay under the device tool's 64 MiB; the size is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,32 @@ rm -rf .debs && mkdir -p .debs
 (cd .debs && apt-get download "${packages[@]}" > /dev/null 2>&1)
 echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .debs | cut -f1)), $dir/ ready"
 
+# The trainer's GPU tests train on Fashion-MNIST, which that machine lacks and whose
+# 30 MB would not fit beside the build: the first 12000 training and 2000 test images,
+# in the same IDX files, go in .data/fashion-mnist/ (carry .data too; ci/device-run.sh
+# points the tests at it with ACCORD_TEST_FASHION_DIR).
+python3 - /usr/share/datasets/fashion-mnist .data/fashion-mnist 12000 2000 <<'PY'
+import gzip, os, struct, sys
+src, dst, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(dst, exist_ok=True)
+for split, n in (("train", n_train), ("t10k", n_test)):
+    for kind in ("images-idx3", "labels-idx1"):
+        name = f"{split}-{kind}-ubyte.gz"
+        with gzip.open(os.path.join(src, name), "rb") as f:
+            data = f.read()
+        dims = data[3]
+        shape = list(struct.unpack(f">{dims}I", data[4:4 + 4 * dims]))
+        per = 1
+        for d in shape[1:]:
+            per *= d
+        shape[0] = min(n, shape[0])
+        head = data[:4] + struct.pack(f">{dims}I", *shape)
+        body = data[4 + 4 * dims:4 + 4 * dims + shape[0] * per]
+        with gzip.open(os.path.join(dst, name), "wb", compresslevel=9) as f:
+            f.write(head + body)
+PY
+echo "ci/device-prepare.sh: Fashion-MNIST's first 12000 + 2000 images in .data ($(du -sh .data | cut -f1))"
+
 # Anything the binaries need that is neither in those packages nor in a base image
 # would fail there at load time: say so here instead.
 missing=$(for f in $dir/libaccord.so $dir/tools/accord-bench $dir/examples/resnet/accord-resnet \
@@ -68,8 +96,8 @@ if [ "$dir" = build-gpu ]; then
   rm -rf build-device
   cp -a build-gpu build-device
   find build-device \( -name '*.o' -o -name '*.a' \) -delete
-  size_kib=$(du -sk build-device .debs | awk '{s += $1} END {print s}')
-  echo "ci/device-prepare.sh: build-device/ and .debs/ take $((size_kib / 1024)) MiB; carry both"
+  size_kib=$(du -sk build-device .debs .data | awk '{s += $1} END {print s}')
+  echo "ci/device-prepare.sh: build-device/, .debs/ and .data/ take $((size_kib / 1024)) MiB; carry all three"
   exit 0
 fi
 # A full build/: ACCORD_DEVICE_SLIM=1 deletes its object files (the next build here
@@ -77,8 +105,8 @@ fi
 if [ "${ACCORD_DEVICE_SLIM:-0}" = 1 ]; then
   find build -name '*.o' -delete
 fi
-size_kib=$(du -sk build .debs | awk '{s += $1} END {print s}')
-echo "ci/device-prepare.sh: build/ and .debs/ take $((size_kib / 1024)) MiB"
+size_kib=$(du -sk build .debs .data | awk '{s += $1} END {print s}')
+echo "ci/device-prepare.sh: build/, .debs/ and .data/ take $((size_kib / 1024)) MiB"
 if [ "$size_kib" -gt $((56 * 1024)) ]; then
   echo "ci/device-prepare.sh: that is near or over the device tool's 64 MiB: rerun with" \
        "ACCORD_DEVICE_SLIM=1 (drops object files), or ACCORD_DEVICE_TARGETS=gpu" >&2

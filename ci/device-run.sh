@@ -8,9 +8,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -d "$root/.debs" ] || { echo "ci/device-run.sh: no .debs/: run ci/device-prepare.sh and carry .debs" >&2; exit 2; }
 # A GPU build staged by ci/device-prepare.sh (ACCORD_DEVICE_TARGETS=gpu) arrives as
-# build-device/: it becomes build-gpu/ (the folder its CTest files name) and build/.
-if [ -d "$root/build-device" ] && [ ! -e "$root/build" ]; then
+# build-device/: it becomes build-gpu/ (the folder its CTest files name) and build/,
+# replacing what an earlier call on a warm machine left there (a build/ that is a real
+# folder, as on the build machine, is never touched).
+if [ -d "$root/build-device" ] && { [ ! -e "$root/build" ] || [ -L "$root/build" ]; }; then
   rm -rf "$root/build-gpu"
+  rm -f "$root/build"
   mv "$root/build-device" "$root/build-gpu"
   ln -s build-gpu "$root/build"
 fi
@@ -32,6 +35,10 @@ export OPAL_LIBDIR=$lib/openmpi/lib
 export OPAL_DATADIR=$prefix/usr/share/openmpi
 export PMIX_INSTALL_PREFIX=$lib/pmix2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The slice of Fashion-MNIST ci/device-prepare.sh staged: the trainer's tests read it.
+if [ -d "$root/.data/fashion-mnist" ]; then
+  export ACCORD_TEST_FASHION_DIR=$root/.data/fashion-mnist
+fi
 # CTest files name executables by the absolute path of the build machine's checkout,
 # and that machine's mpiexec and cmake: make the path valid here and use the unpacked
 # mpiexec (the same Open MPI, so this is harmless where the build was made) and the
@@ -41,7 +48,10 @@ if [ -n "$build_root" ] && [ ! -e "$build_root" ]; then
   mkdir -p "$(dirname "$build_root")" && ln -s "$root" "$build_root"
 fi
 cmake_here=$(command -v cmake || echo /usr/bin/cmake)
-find "$root/build" -name CTestTestfile.cmake -print0 2>/dev/null |
-  xargs -0 -r sed -i -e "s#\\([\"=]\\)/usr/bin/mpiexec\"#\\1$prefix/usr/bin/mpiexec\"#g" \
+# build/ may be a link (to build-gpu/): the trailing slash makes find go through it.
+# mpiexec is named alone ("/usr/bin/mpiexec") or as the head of a list
+# ("-DMPIRUN=/usr/bin/mpiexec;--allow-run-as-root;...", the trainer's tests).
+find "$root/build/" -name CTestTestfile.cmake -print0 2>/dev/null |
+  xargs -0 -r sed -i -e "s#\\([\"=]\\)/usr/bin/mpiexec\\([\";]\\)#\\1$prefix/usr/bin/mpiexec\\2#g" \
                      -e "s#\"/usr/bin/cmake\"#\"$cmake_here\"#g"
 exec "$@"

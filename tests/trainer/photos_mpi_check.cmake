@@ -48,7 +48,11 @@ function(expect json field value)
   endif()
 endfunction()
 
-tool(${MAKE_JPEGS} ${DATA} --train 128 --val 32 --min-size 40 --max-size 80)
+set(fashion)
+if(DEFINED ENV{ACCORD_TEST_FASHION_DIR})  # a slice of it where it is not installed
+  set(fashion --fashion-dir $ENV{ACCORD_TEST_FASHION_DIR})
+endif()
+tool(${MAKE_JPEGS} ${DATA} --train 128 --val 32 --min-size 40 --max-size 80 ${fashion})
 if(NOT MODE STREQUAL "folder")
   tool(${PACK} ${DATA}/train ${DATA}/packed/train --shards 4 --quiet)
   tool(${PACK} ${DATA}/val ${DATA}/packed/val --shards 2 --quiet)
