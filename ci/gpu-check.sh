@@ -11,18 +11,52 @@
 #
 # On the build machine (no GPU needed), then through the device tool:
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
-#   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build-device, .debs)
+#   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build-device, .debs, .data)
+#
+#   bash ci/gpu-check.sh [tests] [mpi] [bench] [python] [trainer] [profile]
+# runs the steps named (all of them when none is), so that a device call can stay under
+# its time limit: e.g. `tests` in one call, the rest in the next.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
-# test failed or the benchmark did not finish.
+# test failed, the benchmark did not finish, or a GPU step said "no GPU" on a machine
+# that has one. The logs are archived after every step, so a call cut off at its limit
+# still brings back what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests mpi bench python trainer profile)
+for step in "${steps[@]}"; do
+  case $step in
+    tests | mpi | bench | python | trainer | profile) ;;
+    *) echo "ci/gpu-check.sh: unknown step '$step' (expected tests, mpi, bench, python, trainer or profile)" >&2
+       exit 2 ;;
+  esac
+done
+wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 summary=$out/summary.txt
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 status=0
+# The device tool brings back at most 8 files from $OUT: the logs are written beside it
+# and travel as one archive, remade after every step.
+logs=$(mktemp -d)
+pack() {
+  if [ -n "${OUT:-}" ]; then
+    tar -czf "$out/gpu-check-logs.tar.gz" -C "$logs" .
+  else
+    cp -a "$logs"/. "$out"/
+  fi
+}
+# A step that found "no GPU" on a machine that has one failed, whatever its status.
+has_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+gpu_missing() {  # <log>
+  if [ "$has_gpu" -gt 0 ] && grep -qE 'skipped: no GPU|SKIPPED .*needs a GPU' "$1"; then
+    say "  FAILED: $(basename "$1") reports no GPU, but nvidia-smi lists one"
+    status=1
+  fi
+}
 
 say "== gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 say "$(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1)"
@@ -59,58 +93,73 @@ if ldd build/libaccord.so | grep -q 'not found'; then
   exit 1
 fi
 
-# 1. The GPU tests (kernels, device collectives, errors).
-junit=()  # CTest 3.21+ also writes JUnit XML
-ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$out/gpu-tests.xml")
-ctest --test-dir build -L gpu --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
-      > "$out/gpu-tests.log" 2>&1 || status=1
-say "gpu tests:  $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
-grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$out/gpu-tests.log" |
-  sed 's/^/  /' | tee -a "$summary"
+# 1. The GPU tests (kernels, device collectives, errors, the trainer on the GPU).
+if wants tests; then
+  junit=()  # CTest 3.21+ also writes JUnit XML
+  ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/gpu-tests.xml")
+  ctest --test-dir build -L gpu --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
+        > "$logs/gpu-tests.log" 2>&1 || status=1
+  say "gpu tests:  $(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
+  grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/gpu-tests.log" |
+    sed 's/^/  /' | tee -a "$summary"
+  gpu_missing "$logs/gpu-tests.log"
+  pack
+fi
 
 # 2. The host collectives of the same build (the runtime changes touch them too).
-ctest --test-dir build -R 'mpi\.(allreduce|allgather|broadcast|errors)\.' --timeout 240 \
-      > "$out/cpu-tests.log" 2>&1 || status=1
-say "mpi tests:  $(grep -E 'tests passed|tests failed' "$out/cpu-tests.log" | tail -1)"
+if wants mpi; then
+  ctest --test-dir build -R 'mpi\.(allreduce|allgather|broadcast|errors)\.' --timeout 240 \
+        > "$logs/cpu-tests.log" 2>&1 || status=1
+  say "mpi tests:  $(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
+  pack
+fi
 
 # 3. The device benchmarks: one rank per GPU of this machine.
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "$gpus" -ge 1 ] || gpus=1
-timeout 300 mpirun -np "$gpus" --allow-run-as-root --bind-to none \
-    build/tools/accord-bench --device cuda --max-bytes 256M --csv "$out/bench-cuda.csv" \
-    > "$out/bench-cuda.log" 2>&1 || status=1
-say "bench ($gpus rank(s)):"
-grep -E 'latency_cuda|resnet50_cuda' "$out/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
-grep -E '^ +[0-9]+ ' "$out/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
-  sed 's/^/  sweep /' | tee -a "$summary"
+if wants bench; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "$gpus" -ge 1 ] || gpus=1
+  timeout 300 mpirun -np "$gpus" --allow-run-as-root --bind-to none \
+      build/tools/accord-bench --device cuda --max-bytes 256M --csv "$logs/bench-cuda.csv" \
+      > "$logs/bench-cuda.log" 2>&1 || status=1
+  say "bench ($gpus rank(s)):"
+  grep -E 'latency_cuda|resnet50_cuda' "$logs/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
+  grep -E '^ +[0-9]+ ' "$logs/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
+    sed 's/^/  sweep /' | tee -a "$summary"
+  pack
+fi
+
 # 4. accord.torch on CUDA tensors, against this machine's PyTorch (one rank).
-timeout 300 bash ci/device-python.sh test_cuda.py test_errors.py \
-    > "$out/python-cuda.log" 2>&1 || status=1
-say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$out/python-cuda.log" | tail -1)"
+if wants python; then
+  timeout 300 bash ci/device-python.sh test_cuda.py test_errors.py \
+      > "$logs/python-cuda.log" 2>&1 || status=1
+  say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$logs/python-cuda.log" | tail -1)"
+  gpu_missing "$logs/python-cuda.log"
+  pack
+fi
 
 # 5. The trainer on the GPU against PyTorch (issue figures: img/s, % of peak).
-if [ -x build/examples/resnet/accord-resnet ]; then
+if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
   timeout 400 python3 tools/resnet_gpu_bench.py --runs "${ACCORD_GPU_BENCH_RUNS:-resnet50:128}" \
-      --compile off --steps 20 --warmup 5 --json "$out/resnet-gpu.json" \
-      > "$out/resnet-gpu.log" 2>&1 || status=1
+      --compile off --steps 20 --warmup 5 --json "$logs/resnet-gpu.json" \
+      > "$logs/resnet-gpu.log" 2>&1 || status=1
   say "trainer vs PyTorch:"
-  sed 's/^/  /' "$out/resnet-gpu.log" | tail -8 | tee -a "$summary"
+  sed 's/^/  /' "$logs/resnet-gpu.log" | tail -8 | tee -a "$summary"
+  pack
 fi
+
 # 6. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
 #    ACCORD_GPU_PROFILE_PRECISION says otherwise).
 profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
-if [ -x build/examples/resnet/accord-resnet ]; then
+if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
   timeout 180 build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
       --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
       --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
-      --gpu-profile > "$out/gpu-profile.log" 2>&1 || status=1
+      --gpu-profile > "$logs/gpu-profile.log" 2>&1 || status=1
   say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 20 steps):"
-  sed -n '/GPU time by kind/,$p' "$out/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+  sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+  pack
 fi
-say "== gpu-check: $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"
-# The device tool brings back at most 8 files: there, the logs travel as one archive.
-if [ -n "${OUT:-}" ]; then
-  (cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name gpu-check-logs.tar.gz -print0 |
-     tar --null -czf gpu-check-logs.tar.gz -T - --remove-files)
-fi
+say "== gpu-check (${steps[*]}): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"
+pack
+rm -rf "$logs"
 exit $status

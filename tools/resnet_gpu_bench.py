@@ -29,8 +29,10 @@ import time
 # x3 for forward + backward (data and weight gradients).
 GMAC_FORWARD = {"resnet18": 1.82, "resnet34": 3.67, "resnet50": 4.09, "resnet101": 7.80,
                 "resnet152": 11.51}
-# Dense bf16 tensor-core peaks (TFLOP/s), from NVIDIA's data sheets.
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
+# Dense bf16 tensor-core peaks (TFLOP/s), from NVIDIA's data sheets; the first name
+# found in the device's wins (the PCIe and NVL H100s before the SXM one).
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0,
+                    "A100": 312.0, "L40S": 362.0}
 
 
 def train_gflop(model):
@@ -66,6 +68,8 @@ def parse_args():
         if not m or m.group(1) not in GMAC_FORWARD:
             p.error(f"--runs: '{item}' is not model:batch with model one of "
                     f"{', '.join(GMAC_FORWARD)} (e.g. resnet50:128)")
+        if int(m.group(2)) < 1:
+            p.error(f"--runs: '{item}': the batch must be at least 1")
         runs.append((m.group(1), int(m.group(2))))
     if args.steps < 1 or args.warmup < 0:
         p.error(f"--steps must be >= 1 and --warmup >= 0 (got {args.steps}, {args.warmup})")
@@ -209,6 +213,10 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "torch": torch.__version__, "precision": args.precision,
                        "peak_bf16_tflops": peak, "results": results}, f, indent=2)
+    failed = [f"{r['model']}:{r['batch']}" for r in results if r["accord"] is None]
+    if failed:
+        sys.exit(f"resnet_gpu_bench: accord-resnet gave no rate for {', '.join(failed)} "
+                 "(see the notes above)")
 
 
 if __name__ == "__main__":
