@@ -39,23 +39,24 @@ def test_in_place_grouped_and_scaled(hvd, device):
     t = torch.full((1 << 20,), float(hvd.rank() + 1), device=device)
     hvd.allreduce_(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5, name="cuda.inplace")
     assert torch.all(t == n * (n + 1) / 2).item()
-    group = [torch.full((k + 1,), float(hvd.rank()), device=device) for k in range(5)]
+    # Values of rank + 1: on one rank too, an output never written would show.
+    group = [torch.full((k + 1,), float(hvd.rank() + 1), device=device) for k in range(5)]
     out = hvd.grouped_allreduce(group, op=hvd.Sum, name="cuda.grouped")
     for k, o in enumerate(out):
         assert o.device == device and o.shape == (k + 1,)
-        assert torch.all(o == n * (n - 1) / 2).item()
+        assert torch.all(o == n * (n + 1) / 2).item()
 
 
 def test_broadcast_allgather_alltoall_reducescatter(hvd, device):
     n, r = hvd.size(), hvd.rank()
-    b = torch.full((4, 5), float(r), device=device)
+    b = torch.full((4, 5), float(r + 1), device=device)
     hvd.broadcast_(b, root_rank=n - 1, name="cuda.bcast")
-    assert torch.all(b == n - 1).item()
+    assert torch.all(b == n).item()
 
     # Different first dimensions per rank.
-    mine = torch.full((r + 1, 3), float(r), device=device)
+    mine = torch.full((r + 1, 3), float(r + 1), device=device)
     gathered = hvd.allgather(mine, name="cuda.gather")
-    expected = torch.cat([torch.full((q + 1, 3), float(q)) for q in range(n)])
+    expected = torch.cat([torch.full((q + 1, 3), float(q + 1)) for q in range(n)])
     assert gathered.device == device
     torch.testing.assert_close(gathered.cpu(), expected)
 
@@ -76,17 +77,19 @@ def test_broadcast_allgather_alltoall_reducescatter(hvd, device):
 
 def test_the_runtime_waits_for_the_callers_stream(hvd, device):
     # A side stream holds a long kernel, then writes the tensor: the allreduce submitted
-    # right after must see the written values, not the ones before.
+    # right after must see the written values, not the ones before. The prescale makes
+    # the runtime run a kernel of its own even on one rank, where an unscaled lone
+    # allreduce leaves the tensor as it is.
     side = torch.cuda.Stream(device)
     t = torch.zeros(1 << 22, device=device)
     torch.cuda.synchronize(device)
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)  # some 100 ms of GPU time
         t.fill_(float(hvd.rank() + 1))
-        handle = hvd.allreduce_async_(t, op=hvd.Sum, name="cuda.stream")
+        handle = hvd.allreduce_async_(t, op=hvd.Sum, prescale_factor=3.0, name="cuda.stream")
     hvd.synchronize(handle)
     n = hvd.size()
-    assert torch.all(t == n * (n + 1) / 2).item()
+    assert torch.all(t == 3 * n * (n + 1) / 2).item()
 
 
 def test_distributed_optimizer_on_the_gpu(hvd, device):
