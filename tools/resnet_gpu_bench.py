@@ -143,6 +143,10 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
            "--batch-size", str(batch), "--steps", str(2 * max(steps, warmup)),
            "--synthetic-size", str(batch * max(steps, warmup)), "--epochs", "2", "--no-eval",
            "--no-progress", "--metrics", "/dev/stdout"]
+    # Timed convolution algorithms on both sides: PyTorch's run sets cudnn.benchmark.
+    # The search happens in the first epoch; the rate is the second's.
+    if "--cudnn-search" in help_text:
+        cmd.append("--cudnn-search")
     note = None
     # The trainer's --precision choices, as its help lists them ("{fp32,tf32}").
     m = re.search(r"--precision\s+\S*\{([^}]*)\}", help_text)

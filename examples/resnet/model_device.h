@@ -57,6 +57,9 @@ void deviceSgdStep(Model& m, double lr);
 // No NaN or infinity in any device gradient: checked on the GPU when training there
 // (trainOnDevice), else in m's gradient arena after copying them down.
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
+// Convolution algorithms timed once per shape (nn::cuda::set_conv_search) instead of
+// cuDNN's heuristics: --cudnn-search. Needs useDevice(m, "cuda") first.
+void searchConvolutionAlgorithms(Model& m, bool on);
 // Synthetic data resident on the GPU: useDevicePool uploads a source's image pool
 // (SyntheticPool, data.h) once; deviceInputFromPool makes the next deviceForward build
 // its batch there from the samples' indices (image index % pool images) instead of

@@ -190,6 +190,11 @@ float deviceLoss(Model& m, const int32_t* labels, int N, float smoothing, bool w
   return value;
 }
 
+void searchConvolutionAlgorithms(Model& m, bool on) {
+  if (!m.device) throw Error("searchConvolutionAlgorithms: the model is not on a GPU (useDevice)");
+  nn::cuda::set_conv_search(on);
+}
+
 void useDevicePool(Model& m, const float* pixels, int images) {
   if (!m.device) throw Error("useDevicePool: the model is not on a GPU (useDevice)");
   if (!pixels || images < 1)

@@ -40,6 +40,9 @@ void deviceSgdStep(Model&, double) { throw Error("deviceSgdStep: no GPU layers i
 bool deviceGradientsFinite(Model&, const Sgd&) {
   throw Error("deviceGradientsFinite: no GPU layers in this build");
 }
+void searchConvolutionAlgorithms(Model&, bool) {
+  throw Error("searchConvolutionAlgorithms: no GPU layers in this build");
+}
 void useDevicePool(Model&, const float*, int) {
   throw Error("useDevicePool: no GPU layers in this build");
 }

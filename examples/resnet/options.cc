@@ -202,6 +202,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
   app.add_flag("--gpu-profile", o.gpu_profile,
                "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "
                "print the table at the end (rank 0)");
+  app.add_flag("--cudnn-search", o.cudnn_search,
+               "--device cuda: time cuDNN's convolution algorithms once per shape and take the "
+               "fastest (as PyTorch's torch.backends.cudnn.benchmark), instead of its "
+               "heuristics' pick; the first step of each shape pays for the search");
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

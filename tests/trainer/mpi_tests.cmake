@@ -11,7 +11,8 @@
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
-#   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host
+#   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host;
+#                --cudnn-search trains as the heuristics' algorithms do
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()

@@ -190,6 +190,11 @@ elseif(MODE STREQUAL "device-synthetic")
   if(rc EQUAL 0 OR NOT err MATCHES "--synthetic-on-host needs --dataset synthetic and --device cuda")
     message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
   endif()
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --cudnn-search
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "--cudnn-search needs --device cuda")
+    message(FATAL_ERROR "--cudnn-search on the CPU was not refused clearly")
+  endif()
   run_on_gpu(1 pool ${args} --dump-params ${WORK}/pool.params)
   if(NO_GPU)
     return()
@@ -198,6 +203,10 @@ elseif(MODE STREQUAL "device-synthetic")
   compare(${WORK}/host.params ${WORK}/pool.params --atol 1e-6 --rtol 1e-5)
   run(1 cpu ${args} --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/pool.params --atol 1e-3 --rtol 1e-2)
+  # Timed convolution algorithms (--cudnn-search) train the same, to the rounding of
+  # other algorithms.
+  run_on_gpu(1 search ${args} --cudnn-search --dump-params ${WORK}/search.params)
+  compare(${WORK}/cpu.params ${WORK}/search.params --atol 1e-3 --rtol 1e-2)
 elseif(MODE STREQUAL "device-half-accuracy")
   # The no-flag default on one GPU in bf16 and in fp16 (loss scaling) reaches the
   # accuracy the CPU's run must reach (MODE accuracy); fp16 may skip the few steps whose

@@ -128,6 +128,12 @@ Math set_math(Math math) {
 
 Math math() { return backend().math; }
 
+bool set_conv_search(bool on) {
+  const bool old = backend().conv_search;
+  backend().conv_search = on;
+  return old;
+}
+
 void clear_plan_cache() { backend().plans.clear(); }
 size_t plan_cache_size() { return backend().plans.size(); }
 

@@ -26,6 +26,7 @@ struct Backend {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   Math math = Math::Fp32;
+  bool conv_search = false;   // set_conv_search
   void* workspace = nullptr;  // cuDNN's, grown to the largest an algorithm asked for
   size_t workspace_bytes = 0;
   std::unordered_map<int, std::pair<void*, size_t>> scratch;

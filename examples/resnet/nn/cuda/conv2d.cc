@@ -3,11 +3,13 @@
 //
 // One plan per shape and math mode holds the descriptors and the algorithm of each
 // direction, chosen once by cuDNN's heuristics (cudnnGet*Algorithm_v7, which do not run
-// anything, so planning costs no GPU time and needs no buffers). The first candidate
-// that cuDNN supports for these descriptors is taken; in Fp32 mode candidates that
-// would use tensor cores are skipped, so results stay plain fp32. Workspaces come from
-// one buffer shared by every conv (calls are sequential on one stream), grown to the
-// largest request.
+// anything, so planning costs no GPU time and needs no buffers), or, with
+// set_conv_search(true), by running cuDNN's candidates on scratch buffers and timing
+// them (cudnnFind*Algorithm, PyTorch's cudnn.benchmark), the heuristics remaining the
+// fallback where the search fails. The first usable candidate is taken; in Fp32 mode
+// candidates that would use tensor cores are skipped, so results stay plain fp32.
+// Workspaces come from one buffer shared by every conv (calls are sequential on one
+// stream), grown to the largest request.
 //
 // Math::Bf16 / Fp16: x, y and their gradients are 16-bit NHWC tensors, the filter a
 // 16-bit (K, R, S, C) copy of the float32 (K, C, R, S) weights made by forward
@@ -64,6 +66,19 @@ const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& wh
               std::to_string(count) + " candidates, none supported without tensor ops)");
 }
 
+// Whether a search (cudnnFind*Algorithm) answered with a usable candidate; its results
+// come fastest first. A failed search leaves nothing behind that a later call sees.
+template <class Perf>
+bool measured(cudnnStatus_t status, const std::vector<Perf>& perf, int count) {
+  if (status != CUDNN_STATUS_SUCCESS) {
+    cudaGetLastError();  // an allocation the search could not make is not sticky
+    return false;
+  }
+  for (int i = 0; i < count; ++i)
+    if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return true;
+  return false;
+}
+
 void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
@@ -100,23 +115,33 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
                     "differs from the layer's", N, c.C_out, Ho, Wo));
 
   int count = 0;
+  const bool search = backend().conv_search;
   std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionForwardAlgorithm_v7(
-                                 h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()));
+  if (!search || !measured(cudnnFindConvolutionForwardAlgorithm(
+                               h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()),
+                           fwd, count))
+    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionForwardAlgorithm_v7(
+                                   h, p.x, p.w, p.conv, p.y, int(fwd.size()), &count, fwd.data()));
   p.fwd = pick(fwd, count, what, "forward").algo;
   ACCORD_NN_CUDA_CHECK(
       what, cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &p.fwd_bytes));
 
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                                 h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
+  if (!search || !measured(cudnnFindConvolutionBackwardDataAlgorithm(
+                               h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()),
+                           bd, count))
+    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                   h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
   p.bwd_data = pick(bd, count, what, "backward-data").algo;
   ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataWorkspaceSize(
                                  h, p.w, p.y, p.conv, p.x, p.bwd_data, &p.bwd_data_bytes));
 
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                                 h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()));
+  if (!search || !measured(cudnnFindConvolutionBackwardFilterAlgorithm(
+                               h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()),
+                           bf, count))
+    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                   h, p.x, p.y, p.conv, p.w, int(bf.size()), &count, bf.data()));
   p.bwd_filter = pick(bf, count, what, "backward-filter").algo;
   ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardFilterWorkspaceSize(
                                  h, p.x, p.y, p.conv, p.w, p.bwd_filter, &p.bwd_filter_bytes));
@@ -136,7 +161,7 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
   if (c.bias && halfActivations())
     throw InvalidArgument(what + ": a bias is not supported with 16-bit activations");
   auto& slot = backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
-                                   int(backend().math))];
+                                   int(backend().math), backend().conv_search)];
   if (!slot) {
     auto plan = std::make_shared<ConvPlan>();
     makePlan(*plan, c, N, H, W, what);  // a failure leaves no half-made plan behind

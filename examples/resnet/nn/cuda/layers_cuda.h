@@ -67,6 +67,11 @@ enum class Math {
 };
 Math set_math(Math math);  // returns the previous setting; later calls use the new one
 Math math();               // the current setting
+// Convolution algorithms: false (the default) takes cuDNN's heuristics' first usable
+// pick; true times cuDNN's candidates once per shape and takes the fastest (what
+// PyTorch's torch.backends.cudnn.benchmark does; the first pass of each shape pays for
+// it). Returns the previous setting; plans are kept per setting.
+bool set_conv_search(bool on);
 
 // ---- profile ------------------------------------------------------------------------
 
