@@ -84,6 +84,7 @@ std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
 // Samples are written in place in parallel; bad ones are then squeezed out, keeping
 // the others in batch order.
 void Loader::fill(Slot& slot, std::int64_t step) {
+  if (before_fill_) before_fill_(slot.x.data());
   const std::vector<std::int64_t> idx = indicesFor(step);
   const std::size_t per = slot.x.size() / opt_.batch;
   const bool augment = opt_.train && opt_.augment;
@@ -168,8 +169,11 @@ void Loader::produceSteps(std::int64_t first_step) {
                                          fill(slots_[static_cast<std::size_t>(job.slot)], job.step);
                                          return job;
                                        }) &
-            tbb::make_filter<Job, void>(tbb::filter_mode::serial_in_order,
-                                        [&](Job job) { publish(job.slot); }));
+            tbb::make_filter<Job, void>(tbb::filter_mode::serial_in_order, [&](Job job) {
+              const Slot& s = slots_[static_cast<std::size_t>(job.slot)];
+              if (filled_) filled_(s.x.data(), s.n);
+              publish(job.slot);
+            }));
   });
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -68,6 +69,15 @@ class Loader {
   void forEachBuffer(F&& f) {
     for (Slot& s : slots_) f(s.x.data(), s.x.size());
   }
+  // Tells a consumer of the image buffers (a GPU copying batches ahead) about their
+  // life, on the loader's own threads: before_fill(x) before buffer x is written again,
+  // filled(x, n) once it holds a batch of n, before borrow() can hand it out. Either may
+  // be empty. Not while an epoch is running.
+  void watchBuffers(std::function<void(const float*)> before_fill,
+                    std::function<void(const float*, int)> filled) {
+    before_fill_ = std::move(before_fill);
+    filled_ = std::move(filled);
+  }
   // Bad samples skipped so far, over all epochs.
   std::int64_t skipped() const { return skipped_.load(); }
 
@@ -101,6 +111,8 @@ class Loader {
   Range eval_range_;
 
   std::vector<Slot> slots_;
+  std::function<void(const float*)> before_fill_;  // watchBuffers
+  std::function<void(const float*, int)> filled_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> ready_, free_;  // slot indices

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -362,4 +363,47 @@ TEST_CASE("borrow names each sample's index; the synthetic pool rebuilds the bat
     }
     CHECK((dropped > 0) == gaps);
   }
+}
+
+TEST_CASE("watched buffers: filled before they are lent, refilled only once given back", "[data]") {
+  // What the GPU's copies ahead rely on (upload_ahead.h): the hooks see every batch
+  // whole, and never a buffer the training loop holds.
+  auto src = makeSynthetic(120, 1, 4, 10, 2);
+  Loader loader(*src, LoaderOptions{.batch = 8, .seed = 3, .augment = false, .prefetch = 2});
+  std::mutex mu;
+  std::set<const float*> ready;  // filled, not yet refilled
+  const float* lent = nullptr;
+  int fills = 0, refilled_while_lent = 0;
+  loader.watchBuffers(
+      [&](const float* x) {
+        std::lock_guard<std::mutex> lock(mu);
+        refilled_while_lent += x == lent;
+        ready.erase(x);
+      },
+      [&](const float* x, int n) {
+        std::lock_guard<std::mutex> lock(mu);
+        CHECK(n == 8);
+        ready.insert(x);
+        ++fills;
+      });
+  loader.startEpoch(0);
+  float* x = nullptr;
+  std::vector<std::int32_t> y(8);
+  for (std::int64_t s = 0; s < loader.steps(); ++s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      lent = nullptr;  // borrow() gives the last one back
+    }
+    REQUIRE(loader.borrow(&x, y.data()) == 8);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      CHECK(ready.count(x) == 1);  // its filled() came first
+      lent = x;
+    }
+    if (s % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let it run
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(fills == loader.steps());
+  CHECK(refilled_while_lent == 0);
 }
