@@ -27,7 +27,10 @@
 #include "model.h"
 #include "optimizer.h"
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace accord::resnet {
 
@@ -57,6 +60,16 @@ void deviceSgdStep(Model& m, double lr);
 // No NaN or infinity in any device gradient: checked on the GPU when training there
 // (trainOnDevice), else in m's gradient arena after copying them down.
 bool deviceGradientsFinite(Model& m, const Sgd& sgd);
+// Batches copied to the GPU ahead of their step, on a stream of their own, from the
+// training loader's page-locked buffers while earlier steps compute (upload_ahead.h):
+// returns the hooks for Loader::watchBuffers. A deviceForward whose m.input is one of
+// `buffers` ((pointer, floats) each) then only waits for that copy. The hooks keep what
+// they use alive, so they may outlive m. Needs useDevice(m, "cuda") first.
+struct LoaderHooks {
+  std::function<void(const float*)> before_fill;
+  std::function<void(const float*, int)> filled;
+};
+LoaderHooks uploadAhead(Model& m, const std::vector<std::pair<float*, std::size_t>>& buffers);
 // Convolution algorithms timed once per shape (nn::cuda::set_conv_search) instead of
 // cuDNN's heuristics: --cudnn-search. Needs useDevice(m, "cuda") first.
 void searchConvolutionAlgorithms(Model& m, bool on);

@@ -2,6 +2,7 @@
 // device arenas, running the GPU's layer table, kept in step with the host model.
 #include "model_device.h"
 #include "nn/cuda/layers_cuda.h"
+#include "upload_ahead.h"
 
 #include <accord/error.h>
 
@@ -31,8 +32,11 @@ struct DeviceModel {
   int pool_images = 0;
   std::vector<int32_t> batch_slots;
   bool batch_from_pool = false;
+  std::shared_ptr<UploadAhead> ahead;  // uploadAhead; shared with the loader's hooks
   ~DeviceModel() {
-    // From a destructor: no throw.
+    // From a destructor: no throw. No copy may still read a buffer that stops being
+    // page-locked (later ones run from pageable memory).
+    if (ahead) ahead->drain();
     for (void* p : pinned) cudaHostUnregister(p);
     if (labels) cudaFree(labels);
     if (momentum) cudaFree(momentum);
@@ -170,7 +174,7 @@ void deviceForward(Model& m, int N) {
                     std::to_string(dm.batch_slots.size()) + " indices (deviceInputFromPool)");
       nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S);
       dm.batch_from_pool = false;
-    } else {
+    } else if (!dm.ahead || !dm.ahead->intoInput(m.input, N, d.input, C, S, S)) {
       nn::cuda::upload_input_async(d.input, m.input, N, C, S, S);
     }
   }
@@ -188,6 +192,15 @@ float deviceLoss(Model& m, const int32_t* labels, int N, float smoothing, bool w
   if (with_grad && m.loss_scale != 1.0f)
     nn::cuda::scale(d.dlogits, size_t(N) * m.fc.out, m.loss_scale);
   return value;
+}
+
+LoaderHooks uploadAhead(Model& m, const std::vector<std::pair<float*, std::size_t>>& buffers) {
+  if (!m.device) throw Error("uploadAhead: the model is not on a GPU (useDevice)");
+  const std::size_t image = std::size_t(m.cfg.in_channels) * m.cfg.image_size * m.cfg.image_size;
+  auto ahead = std::make_shared<UploadAhead>(m.device->device, image, buffers);
+  m.device->ahead = ahead;
+  return {[ahead](const float* x) { ahead->beforeFill(x); },
+          [ahead](const float* x, int n) { ahead->filled(x, n); }};
 }
 
 void searchConvolutionAlgorithms(Model& m, bool on) {

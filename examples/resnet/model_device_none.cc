@@ -40,6 +40,9 @@ void deviceSgdStep(Model&, double) { throw Error("deviceSgdStep: no GPU layers i
 bool deviceGradientsFinite(Model&, const Sgd&) {
   throw Error("deviceGradientsFinite: no GPU layers in this build");
 }
+LoaderHooks uploadAhead(Model&, const std::vector<std::pair<float*, std::size_t>>&) {
+  throw Error("uploadAhead: no GPU layers in this build");
+}
 void searchConvolutionAlgorithms(Model&, bool) {
   throw Error("searchConvolutionAlgorithms: no GPU layers in this build");
 }

@@ -206,6 +206,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                "--device cuda: time cuDNN's convolution algorithms once per shape and take the "
                "fastest (as PyTorch's torch.backends.cudnn.benchmark), instead of its "
                "heuristics' pick; the first step of each shape pays for the search");
+  app.add_flag_callback(
+      "--no-copy-stream", [&o] { o.copy_stream = false; },
+      "--device cuda: copy each training batch to the GPU on the layers' stream when its step "
+      "starts, instead of ahead on a stream of its own while earlier steps compute");
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

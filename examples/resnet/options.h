@@ -71,6 +71,7 @@ struct TrainOptions {
   // does, rather than being built on the GPU from its copy of the image pool
   bool synthetic_on_host = false;
   bool cudnn_search = false;  // --cudnn-search: time cuDNN's convolution algorithms
+  bool copy_stream = true;    // --no-copy-stream: batches go up on the layers' stream
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

@@ -43,15 +43,22 @@ Trainer::Trainer(const TrainOptions& options)
   buildData();
   buildModel();
   startFromRankZero();
-  // On a GPU, train the device's copy: gradients reach the runtime as CUDA tensors and
-  // the optimizer runs there (model_device.h).
+  // On a GPU the device's copy trains: gradients reach the runtime as CUDA tensors and
+  // the optimizer runs there (model_device.h). Batches go up straight from the loaders'
+  // page-locked buffers (DMA, no wait), the training ones ahead of their step.
   if (model_.device) {
     trainOnDevice(model_, *sgd_);
     grads_.onDevice(deviceIndex(model_), deviceStream(model_));
-    // Batches go up to the GPU straight from the loaders' buffers: page-locked, the
-    // copies run as DMA without a wait.
+    std::vector<std::pair<float*, std::size_t>> ahead;
     for (Loader* loader : {train_loader_.get(), test_loader_.get()})
-      loader->forEachBuffer([this](float* p, std::size_t n) { pinHostMemory(model_, p, n); });
+      loader->forEachBuffer([&](float* p, std::size_t n) {
+        pinHostMemory(model_, p, n);
+        if (loader == train_loader_.get()) ahead.emplace_back(p, n);
+      });
+    if (opt_.copy_stream && pool_indices_.empty()) {  // not when built on the GPU
+      LoaderHooks hooks = uploadAhead(model_, ahead);
+      train_loader_->watchBuffers(std::move(hooks.before_fill), std::move(hooks.filled));
+    }
   }
   if (opt_.precision == "fp16") loss_scaler_ = std::make_unique<LossScaler>();
 }
@@ -271,13 +278,6 @@ void Trainer::trainStep(StepTimes& t) {
   t.seen += n;
   ++state_.global_step;
   ++state_.step_in_epoch;
-}
-
-// "step 3 (epoch 1, step 3 of 16)" for the step being taken, 1-based as --steps counts.
-std::string Trainer::stepName() const {
-  return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
-         std::to_string(state_.epoch + 1) + ", step " + std::to_string(state_.step_in_epoch + 1) +
-         " of " + std::to_string(train_loader_->steps()) + ")";
 }
 
 // Why this step must not update the model, the same on every rank: the loss is averaged

@@ -73,6 +73,13 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
   metrics_->epoch(r);
 }
 
+// "step 3 (epoch 1, step 3 of 16)" for the step being taken, 1-based as --steps counts.
+std::string Trainer::stepName() const {
+  return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
+         std::to_string(state_.epoch + 1) + ", step " + std::to_string(state_.step_in_epoch + 1) +
+         " of " + std::to_string(train_loader_->steps()) + ")";
+}
+
 void Trainer::saveCheckpoint(const TrainState& at) {
   if (model_.device) pullToHost(model_, *sgd_);  // trained on the GPU: bring them down
   TrainState state = at;

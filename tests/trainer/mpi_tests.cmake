@@ -9,7 +9,8 @@
 #   bad-resume   a truncated checkpoint stops every rank with a clear error
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
-#   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU
+#   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU, with the
+#                batches copied ahead on their own stream or not
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
 #   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host;
 #                --cudnn-search trains as the heuristics' algorithms do

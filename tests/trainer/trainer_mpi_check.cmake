@@ -156,6 +156,11 @@ elseif(MODE STREQUAL "device-equivalence")
   endif()
   run(1 cpu ${args} --batch-size 32 --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/gpu.params --atol 1e-3 --rtol 1e-2)
+  # Batches copied ahead on their own stream (the default) train as the same batches
+  # copied on the layers' stream when their step starts.
+  run_on_gpu(2 gpu-no-copy-stream ${args} --batch-size 16 --no-copy-stream
+             --dump-params ${WORK}/gpu-no-copy-stream.params)
+  compare(${WORK}/gpu-no-copy-stream.params ${WORK}/gpu.params --atol 1e-6 --rtol 1e-5)
 elseif(MODE STREQUAL "device-resume")
   # A checkpoint written on the CPU resumes on the GPU, and the GPU's resumes on the CPU:
   # 2 + 2 + 2 steps end where 6 steps on the CPU alone end, to float32's differences

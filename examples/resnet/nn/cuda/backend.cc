@@ -217,6 +217,19 @@ void gather_input_async(float* device, const float* pool, const int32_t* slots, 
   checkLaunch(what);
 }
 
+void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W) {
+  const size_t n = size_t(N) * C * H * W;
+  if (n == 0) return;
+  const std::string what = key("nn::cuda::input_from_device_async (N C H W)", N, C, H, W);
+  if (!halfActivations()) {
+    ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(device, staged, n * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, backend().stream));
+    return;
+  }
+  launchToHalfNhwc(staged, device, N, C, size_t(H) * W);
+  checkLaunch(what);
+}
+
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W) {
   const size_t n = size_t(N) * C * H * W;
   if (!halfActivations()) return copy_to_host(host, device, n);

@@ -113,6 +113,10 @@ void upload_input_async(float* device, const float* host, int N, int C, int H, i
 // layers' stream, then under Math::Bf16 and Fp16 the same conversion.
 void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
                         int W);
+// The network's input from (N, C, H, W) floats already in device memory (`staged`,
+// which the stream reads before anything queued after this): copied, or under
+// Math::Bf16 and Fp16 converted, into `device`.
+void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W);
 // Device activations of shape (N, C, H, W) to host floats in NCHW order, whatever they
 // are stored as. Synchronous.
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W);
