@@ -78,6 +78,8 @@ class Loader {
     before_fill_ = std::move(before_fill);
     filled_ = std::move(filled);
   }
+  // Stops the producer, waiting for a batch being filled (startEpoch starts it again).
+  void stop();
   // Bad samples skipped so far, over all epochs.
   std::int64_t skipped() const { return skipped_.load(); }
 
@@ -94,7 +96,6 @@ class Loader {
   void fill(Slot& slot, std::int64_t step);
   int acquireSlot();  // blocks; -1 when stopping
   void publish(int slot);
-  void stop();
   // The next ready slot (its batch size in n), or -1 at the end of the epoch; the slot
   // lent by the last borrow() goes back to the producer first.
   int take();

@@ -38,6 +38,7 @@ class Trainer {
   // Call after accord::init(). Loads data, builds the model, resumes or broadcasts the
   // initial parameters from rank 0.
   explicit Trainer(const TrainOptions& options);
+  ~Trainer();
   // Trains until --epochs or --steps; returns the last evaluation (zero without eval).
   EvalResult run();
 

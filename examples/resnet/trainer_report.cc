@@ -73,6 +73,13 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
   metrics_->epoch(r);
 }
 
+// The loaders' producers stop first: on a GPU they hand batches to the model's copy
+// stream, and the model, which goes before the loaders, unpins their buffers.
+Trainer::~Trainer() {
+  train_loader_->stop();
+  test_loader_->stop();
+}
+
 // "step 3 (epoch 1, step 3 of 16)" for the step being taken, 1-based as --steps counts.
 std::string Trainer::stepName() const {
   return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
