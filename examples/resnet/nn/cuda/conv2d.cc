@@ -70,10 +70,10 @@ const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& wh
 // come fastest first. A failed search leaves nothing behind that a later call sees.
 template <class Perf>
 bool measured(cudnnStatus_t status, const std::vector<Perf>& perf, int count) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    cudaGetLastError();  // an allocation the search could not make is not sticky
-    return false;
-  }
+  // An allocation the search could not make (for one candidate, or for all) is not
+  // sticky: it must not be reported later against an unrelated launch.
+  cudaGetLastError();
+  if (status != CUDNN_STATUS_SUCCESS) return false;
   for (int i = 0; i < count; ++i)
     if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return true;
   return false;
