@@ -7,9 +7,9 @@
 //
 // Threads: beforeFill and filled run on the loader's threads, intoInput on the
 // training thread. The loader hands a buffer to the trainer only after filled()
-// returned, and takes it back for the next fill only after the trainer's next borrow(),
-// which comes after intoInput: so the twin's fields are never touched by two threads at
-// once. GPU-side, the copy into a twin waits for the layers' stream to have read it
+// returned, and takes it back for the next fill only after the trainer's next borrow()
+// (or startEpoch()), which comes after intoInput: so the twin's fields are never
+// touched by two threads at once. GPU-side, the copy into a twin waits for the layers' stream to have read it
 // (`consumed`), and the loader overwrites a host buffer only after its last copy out of
 // it finished (`uploaded`).
 #pragma once
