@@ -145,10 +145,10 @@ void Trainer::buildModel() {
     if (!model_.device) throw InvalidArgument("--gpu-profile needs --device cuda");
     profileDevice(model_);
   }
-  if (opt_.cudnn_search) {
-    if (!model_.device) throw InvalidArgument("--cudnn-search needs --device cuda");
-    searchConvolutionAlgorithms(model_, true);
-  }
+  if ((opt_.cudnn_search || !opt_.copy_stream) && !model_.device)
+    throw InvalidArgument(std::string(opt_.cudnn_search ? "--cudnn-search" : "--no-copy-stream") +
+                          " needs --device cuda");
+  if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
   if (const auto pool = syntheticPool(*train_src_);
