@@ -42,6 +42,8 @@ Trainer::Trainer(const TrainOptions& options)
   metrics_ = std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress);
   buildData();
   buildModel();
+  // Before the resume, which restores the fp16 loss scale into it.
+  if (opt_.precision == "fp16") loss_scaler_ = std::make_unique<LossScaler>();
   startFromRankZero();
   // On a GPU the device's copy trains: gradients reach the runtime as CUDA tensors and
   // the optimizer runs there (model_device.h). Batches go up straight from the loaders'
@@ -60,7 +62,6 @@ Trainer::Trainer(const TrainOptions& options)
       train_loader_->watchBuffers(std::move(hooks.before_fill), std::move(hooks.filled));
     }
   }
-  if (opt_.precision == "fp16") loss_scaler_ = std::make_unique<LossScaler>();
 }
 
 void Trainer::buildData() {
