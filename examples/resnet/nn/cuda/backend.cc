@@ -212,9 +212,7 @@ void gather_input_async(float* device, const float* pool, const int32_t* slots, 
                                                backend().stream));
     i += run;
   }
-  if (!half) return;
-  launchToHalfNhwc(out, device, N, C, size_t(H) * W);
-  checkLaunch(what);
+  if (half) input_from_device_async(device, out, N, C, H, W);
 }
 
 void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W) {
