@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace {
@@ -95,6 +96,54 @@ TEST_CASE("topk counts ties against the label and NaN rows as wrong", "[softmax]
   CHECK(w2.top1 >= 22);
   CHECK(g2.top1 == w2.top1);
   CHECK(g2.top5 == w2.top5);
+}
+
+// The queued variants (what a CUDA graph holds) leave in device memory exactly what the
+// waiting ones return, and count bad labels instead of throwing.
+TEST_CASE("softmax cross-entropy and topk queued give the waiting ones' values", "[softmax]") {
+  std::mt19937_64 rng(9);
+  for (int C : {1, 4, 1000}) {
+    INFO("C=" << C);
+    const int N = 37;
+    auto logits = randomVector(size_t(N) * C, rng, -4.0f, 4.0f);
+    auto labels = randomLabels(N, C, rng);
+    Device gz(logits), gd(size_t(N) * C, 0.0f), gd2(size_t(N) * C, 0.0f);
+    DeviceLabels gl(labels);
+    const float want = nn::cuda::softmax_xent(gz.get(), gl.get(), gd.get(), N, C, 0.1f);
+    const nn::TopK hits = nn::cuda::topk_correct(gz.get(), gl.get(), N, C);
+    // out: loss (as float bits), top1, top5, bad
+    std::vector<int32_t> host = {-1, -1, -1, 0};
+    int32_t* out = nullptr;
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(int32_t) * 4) == cudaSuccess);
+    REQUIRE(cudaMemcpy(out, host.data(), sizeof(int32_t) * 4, cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+    nn::cuda::softmax_xent_async(gz.get(), gl.get(), gd2.get(), N, C, 0.1f,
+                                 reinterpret_cast<float*>(out), out + 3);
+    nn::cuda::topk_correct_async(gz.get(), gl.get(), N, C, out + 1, out + 3);
+    nn::cuda::synchronize();
+    REQUIRE(cudaMemcpy(host.data(), out, sizeof(int32_t) * 4, cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    float got = 0;
+    std::memcpy(&got, &host[0], sizeof(float));
+    CHECK(got == want);  // the same sum in the same order: the same bits
+    CHECK(host[1] == hits.top1);
+    CHECK(host[2] == hits.top5);
+    CHECK(host[3] == 0);
+    CHECK(gd2.host() == gd.host());
+    // Two labels outside [0, C): counted by each, nothing thrown.
+    auto wrong = labels;
+    wrong[0] = C;
+    wrong[N - 1] = -1;
+    DeviceLabels gw(wrong);
+    nn::cuda::softmax_xent_async(gz.get(), gw.get(), nullptr, N, C, 0.0f,
+                                 reinterpret_cast<float*>(out), out + 3);
+    nn::cuda::topk_correct_async(gz.get(), gw.get(), N, C, out + 1, out + 3);
+    nn::cuda::synchronize();
+    REQUIRE(cudaMemcpy(host.data(), out, sizeof(int32_t) * 4, cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    CHECK(host[3] == 4);
+    cudaFree(out);
+  }
 }
 
 // Parameters laid out by the arenas as the trainer does: the same take() sequence on a

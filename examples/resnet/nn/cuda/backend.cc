@@ -37,6 +37,12 @@ Backend& backend() {
     ACCORD_NN_CUDA_CHECK(what, cudnnSetStream(p->cudnn, p->stream));
     ACCORD_NN_CUDA_CHECK(what, cublasCreate(&p->cublas));
     ACCORD_NN_CUDA_CHECK(what, cublasSetStream(p->cublas, p->stream));
+    // A workspace of its own (after cublasSetStream, which resets it), so cuBLAS never
+    // allocates while a CUDA graph is being captured.
+    constexpr size_t kCublasWorkspace = size_t(32) << 20;
+    ACCORD_NN_CUDA_CHECK(what, cudaMalloc(&p->cublas_workspace, kCublasWorkspace));
+    ACCORD_NN_CUDA_CHECK(what,
+                         cublasSetWorkspace(p->cublas, p->cublas_workspace, kCublasWorkspace));
     // Plain fp32 unless set_math asks for TF32 (NVIDIA_TF32_OVERRIDE=0 forces it off).
     ACCORD_NN_CUDA_CHECK(what, cublasSetMathMode(p->cublas, CUBLAS_DEFAULT_MATH));
     return p;
@@ -51,7 +57,10 @@ void* grow(std::pair<void*, size_t>& buf, size_t bytes, const char* what) {
   if (buf.second >= bytes && buf.first) return buf.first;
   Backend& b = backend();
   ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(b.stream));
-  if (buf.first) ACCORD_NN_CUDA_CHECK(what, cudaFree(buf.first));
+  if (buf.first) {
+    ACCORD_NN_CUDA_CHECK(what, cudaFree(buf.first));
+    ++b.memory_generation;
+  }
   buf = {nullptr, 0};
   ACCORD_NN_CUDA_CHECK(what, cudaMalloc(&buf.first, bytes ? bytes : 256));
   buf.second = bytes;
@@ -134,7 +143,11 @@ bool set_conv_search(bool on) {
   return old;
 }
 
-void clear_plan_cache() { backend().plans.clear(); }
+void clear_plan_cache() {
+  backend().plans.clear();
+  ++backend().memory_generation;
+}
+uint64_t memory_generation() { return backend().memory_generation; }
 size_t plan_cache_size() { return backend().plans.size(); }
 
 void copy_to_device(float* device, const float* host, size_t n) {

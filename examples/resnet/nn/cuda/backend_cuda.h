@@ -29,6 +29,8 @@ struct Backend {
   bool conv_search = false;   // set_conv_search
   void* workspace = nullptr;  // cuDNN's, grown to the largest an algorithm asked for
   size_t workspace_bytes = 0;
+  void* cublas_workspace = nullptr;  // cuBLAS's own, fixed (graph capture allocates none)
+  uint64_t memory_generation = 0;    // memory_generation()
   std::unordered_map<int, std::pair<void*, size_t>> scratch;
   std::unordered_map<std::string, std::shared_ptr<void>> plans;
 };

@@ -97,6 +97,10 @@ class ProfileScope {
 // Drops cached cuDNN descriptors and algorithm choices (keyed by shape and math).
 void clear_plan_cache();
 size_t plan_cache_size();
+// Goes up whenever the backend frees memory it handed to the layers: a scratch buffer or
+// the cuDNN workspace that grew, the plans cleared. Work captured in a CUDA graph before
+// it changed may read freed memory: capture it again.
+uint64_t memory_generation();
 
 void copy_to_device(float* device, const float* host, size_t n);  // synchronous
 // Queued on the layers' stream and returns at once: `host` must hold its values until
@@ -191,6 +195,15 @@ void accumulate(float* y, const float* x, size_t n);
 float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
                    float smoothing);
 TopK topk_correct(const float* logits, const int32_t* labels, int N, int C);
+
+// The same two queued on the stream without waiting, their results left in device
+// memory (what a CUDA graph can hold): *loss gets softmax_xent's value, counts[0] and
+// counts[1] topk_correct's top1 and top5, and each adds the number of labels outside
+// [0, C) to *bad (zero it first) instead of throwing.
+void softmax_xent_async(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
+                        float smoothing, float* loss, int* bad);
+void topk_correct_async(const float* logits, const int32_t* labels, int N, int C, int* counts,
+                        int* bad);
 
 // x[i] *= factor over n float32s, on the stream (loss scaling).
 void scale(float* x, size_t n, float factor);

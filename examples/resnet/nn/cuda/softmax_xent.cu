@@ -103,6 +103,27 @@ __global__ void topkKernel(const float* logits, const int32_t* labels, int* ahea
   if (threadIdx.x == 0) ahead[row] = nan > 0.0 ? -1 : int(count);
 }
 
+// The mean of the rows' losses as softmax_xent computes it on the host: summed in row
+// order in double, divided, rounded to float (the same bits).
+__global__ void meanLossKernel(const double* rows, int N, float* out) {
+  double total = 0.0;
+  for (int i = 0; i < N; ++i) total += rows[i];
+  *out = float(total / N);
+}
+
+// counts[0], counts[1]: the rows whose label is in the top 1 and the top k5, as
+// topk_correct counts them on the host.
+__global__ void countTopKKernel(const int* ahead, int N, int k5, int* counts) {
+  int top1 = 0, top5 = 0;
+  for (int i = 0; i < N; ++i) {
+    if (ahead[i] < 0) continue;
+    top1 += ahead[i] < 1;
+    top5 += ahead[i] < k5;
+  }
+  counts[0] = top1;
+  counts[1] = top5;
+}
+
 // Per-row results and the bad-label flag, back on the host (waits for the stream).
 template <class T>
 std::vector<T> fetchRows(const T* rows, const int* bad, int N, int& bad_count,
@@ -167,6 +188,33 @@ TopK topk_correct(const float* logits, const int32_t* labels, int N, int C) {
     result.top5 += a < k5;
   }
   return result;
+}
+
+void softmax_xent_async(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
+                        float smoothing, float* loss, int* bad) {
+  const std::string what = key("softmax_xent_async (N C)", N, C);
+  if (N <= 0 || C <= 0) throw InvalidArgument(what + ": invalid shape");
+  if (!(smoothing >= 0.0f && smoothing < 1.0f))
+    throw InvalidArgument(key(what.c_str(), ": label smoothing", smoothing, "is outside [0, 1)"));
+  Backend& b = backend();
+  auto* rows = static_cast<double*>(scratch(kSlotLosses, N * sizeof(double)));
+  softmaxXentKernel<<<N, kThreads, 0, b.stream>>>(logits, labels, dlogits, rows, bad, C, smoothing,
+                                                  1.0f / N);
+  checkLaunch(what);
+  meanLossKernel<<<1, 1, 0, b.stream>>>(rows, N, loss);
+  checkLaunch(what);
+}
+
+void topk_correct_async(const float* logits, const int32_t* labels, int N, int C, int* counts,
+                        int* bad) {
+  const std::string what = key("topk_correct_async (N C)", N, C);
+  if (N <= 0 || C <= 0) throw InvalidArgument(what + ": invalid shape");
+  Backend& b = backend();
+  auto* ahead = static_cast<int*>(scratch(kSlotLosses, N * sizeof(double)));
+  topkKernel<<<N, kThreads, 0, b.stream>>>(logits, labels, ahead, bad, C);
+  checkLaunch(what);
+  countTopKKernel<<<1, 1, 0, b.stream>>>(ahead, N, C < 5 ? C : 5, counts);
+  checkLaunch(what);
 }
 
 }  // namespace accord::nn::cuda
