@@ -5,7 +5,8 @@ For each model:batch pair, on synthetic 224x224 data, measures training images p
 second of torchvision's model in PyTorch (channels_last, bf16 autocast by default, or
 fp16 autocast with a GradScaler, tf32 or fp32; SGD with momentum; eager and
 torch.compile) and of `accord-resnet --device cuda` with the same model, batch,
-optimizer and --precision, then prints both, the ratio, and the fraction of the GPU's
+optimizer and --precision (its steps launched layer by layer, and as CUDA graphs with
+--cuda-graphs), then prints them, the ratio, and the fraction of the GPU's
 peak bf16 FLOP/s each reaches (a training image costs three forward passes: about
 24.5 GFLOP for ResNet-50).
 
@@ -124,8 +125,8 @@ def torch_images_per_sec(torch, torchvision, model_name, batch, steps, warmup, p
     return batch * steps / seconds, setup_s
 
 
-def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
-    """Returns (img/s, None) or (None, why not)."""
+def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, graphs=False):
+    """Returns (img/s, None) or (None, why not). `graphs`: with --cuda-graphs."""
     if not os.path.exists(exe):
         return None, f"{exe} not found"
     shown = subprocess.run([exe, "--help"], capture_output=True, text=True)
@@ -147,6 +148,10 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision):
     # The search happens in the first epoch; the rate is the second's.
     if "--cudnn-search" in help_text:
         cmd.append("--cudnn-search")
+    if graphs:
+        if "--cuda-graphs" not in help_text:
+            return None, "this accord-resnet has no --cuda-graphs"
+        cmd.append("--cuda-graphs")
     note = None
     # The trainer's --precision choices, as its help lists them ("{fp32,tf32}").
     m = re.search(r"--precision\s+\S*\{([^}]*)\}", help_text)
@@ -206,18 +211,22 @@ def main():
             row[key] = ips
             show("pytorch " + ("compile" if compiled else "eager"), ips, row.get("torch_eager"),
                  f"(warm-up {setup_s:.0f} s)" if compiled else "")
-        ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
-                                         args.warmup, args.precision)
-        row["accord"] = ips
-        if why:
-            row["accord_error"] = why
-        show("accord-resnet", ips, row.get("torch_eager"), why or "")
+        # Layer by layer, then each step's GPU work as one CUDA graph (--cuda-graphs).
+        for key, label, graphs in (("accord", "accord-resnet", False),
+                                   ("accord_graphs", "accord-resnet graphs", True)):
+            ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
+                                             args.warmup, args.precision, graphs)
+            row[key] = ips
+            if why:
+                row[key + "_error"] = why
+            show(label, ips, row.get("torch_eager"), why or "")
         results.append(row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": gpu, "torch": torch.__version__, "precision": args.precision,
                        "peak_bf16_tflops": peak, "results": results}, f, indent=2)
-    failed = [f"{r['model']}:{r['batch']}" for r in results if r["accord"] is None]
+    failed = [f"{r['model']}:{r['batch']}" for r in results
+              if r["accord"] is None or r["accord_graphs"] is None]
     if failed:
         sys.exit(f"resnet_gpu_bench: accord-resnet gave no rate for {', '.join(failed)} "
                  "(see the notes above)")

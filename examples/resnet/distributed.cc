@@ -45,6 +45,18 @@ void GradExchange::submitValue(const std::string& name, double* value) {
   handles_.push_back(allreduce_async(view(value, DType::Float64, 1), o));
 }
 
+void GradExchange::submitDeviceValue(const std::string& name, float* value) {
+  if (world_ == 1) return;
+  if (device_ < 0) throw Error("GradExchange::submitDeviceValue: no GPU (onDevice)");
+  AllreduceOptions o;
+  o.name = name;
+  o.op = ReduceOp::Average;
+  TensorView v = view(value, DType::Float32, 1);
+  v.device = Device::cuda(device_);
+  o.stream = stream_;
+  handles_.push_back(allreduce_async(v, o));
+}
+
 double GradExchange::waitAll() {
   const auto t0 = std::chrono::steady_clock::now();
   for (const Handle& h : handles_) h.wait();

@@ -31,6 +31,8 @@ class GradExchange {
   // Averages one value (the step's loss) along with the gradients, so every rank ends
   // the step with the same value at no extra wait; ready after waitAll().
   void submitValue(const std::string& name, double* value);
+  // The same for one float in device memory (onDevice's GPU, ready in its stream's order).
+  void submitDeviceValue(const std::string& name, float* value);
   // Blocks until every submitted gradient is averaged; returns the seconds waited.
   double waitAll();
 

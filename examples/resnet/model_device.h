@@ -85,6 +85,29 @@ void deviceInputFromPool(Model& m, const std::int64_t* indices, int N);
 // table, per step over `steps`.
 void profileDevice(Model& m);
 std::string deviceProfileReport(Model& m, int steps);
+// --cuda-graphs: one training step's GPU work (forward, loss with its gradient scaled by
+// m.loss_scale, accuracy, backward) launched as one CUDA graph, captured the second
+// time a kind of step (batch size, loss scale, BN mode, smoothing) is seen and replayed
+// after (model_graph_cuda.cc). Needs trainOnDevice, not profileDevice. The batch comes
+// as for deviceForward; backward's gradients reach m.sink after the launch, in
+// backward's order. Nothing waits for the GPU: deviceStepLoss is the device float the
+// caller may average over the ranks (in place, before deviceStepResult), and
+// deviceStepResult waits for the step and returns its loss and hits (InvalidArgument
+// for labels outside the classes). The host's BN statistics are the step's after it.
+void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing);
+float* deviceStepLoss(Model& m);
+struct DeviceStepResult {
+  float loss = 0;          // this rank's
+  float loss_average = 0;  // deviceStepLoss's value: this rank's unless averaged
+  nn::TopK hits;
+};
+DeviceStepResult deviceStepResult(Model& m);
+struct GraphStats {
+  int captured = 0;           // graphs made
+  std::int64_t replayed = 0;  // steps launched from one
+  std::int64_t eager = 0;     // steps run call by call before their capture
+};
+GraphStats deviceGraphStats(const Model& m);
 // The GPU the model runs on, and the stream its layers run on (a cudaStream_t).
 int deviceIndex(const Model& m);
 void* deviceStream(const Model& m);

@@ -1,54 +1,21 @@
 // The model on a GPU (see model_device.h): a second Model laid out by the same code in
 // device arenas, running the GPU's layer table, kept in step with the host model.
+#include "device_model.h"
 #include "model_device.h"
-#include "nn/cuda/layers_cuda.h"
-#include "upload_ahead.h"
 
 #include <accord/error.h>
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <memory>
 #include <optional>
-#include <vector>
 
 namespace accord::resnet {
 
-struct DeviceModel {
-  Model mirror;               // device arenas, nn::cuda::layers()
-  int device = 0;
-  int32_t* labels = nullptr;  // (max_batch) device
-  std::vector<void*> pinned;  // host ranges of the host model made page-locked
-  // trainOnDevice: the mirror's parameters are the trained ones.
-  bool resident = false;
-  bool profiled = false;      // profileDevice
-  float* momentum = nullptr;  // (params.capacity) device, the parameters' layout
-  std::unique_ptr<nn::cuda::FusedSgd> sgd;
-  // useDevicePool: the images (pool_images, C, S, S) and, set by deviceInputFromPool
-  // for the next forward only, the batch's images in it.
-  float* pool = nullptr;
-  int pool_images = 0;
-  std::vector<int32_t> batch_slots;
-  bool batch_from_pool = false;
-  std::shared_ptr<UploadAhead> ahead;  // uploadAhead; shared with the loader's hooks
-  ~DeviceModel() {
-    // From a destructor: no throw. No copy may still read a buffer that stops being
-    // page-locked (later ones run from pageable memory).
-    if (ahead) ahead->drain();
-    for (void* p : pinned) cudaHostUnregister(p);
-    if (labels) cudaFree(labels);
-    if (momentum) cudaFree(momentum);
-    if (pool) cudaFree(pool);
-  }
-};
-
-namespace {
-
-void check(cudaError_t s, const std::string& what) {
+void checkCuda(cudaError_t s, const std::string& what) {
   if (s != cudaSuccess) throw Error(what + ": CUDA failed: " + cudaGetErrorString(s));
 }
+
+namespace {
 
 // Asynchronous: the host arenas change only after a synchronous copy back (the
 // gradients' and statistics' downloads), which the stream reaches after this.
@@ -90,15 +57,15 @@ class Timed {
 // The gradient at `g` in the mirror's arena lives at the same offset in the host's.
 float* hostTwin(Model& m, float* g) { return m.grads.base + (g - m.device->mirror.grads.base); }
 
+}  // namespace
+
 const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
   DeviceModel& d = *m.device;
-  check(cudaMemcpyAsync(d.labels, labels, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
-                        nn::cuda::stream()),
-        "uploading labels");
+  checkCuda(cudaMemcpyAsync(d.labels, labels, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
+                            nn::cuda::stream()),
+            "uploading labels");
   return d.labels;
 }
-
-}  // namespace
 
 void useDevice(Model& m, const std::string& device, int local_rank, const std::string& precision) {
   if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
@@ -113,9 +80,9 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   if (device != "cuda")
     throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
   int count = 0;
-  check(cudaGetDeviceCount(&count), "--device cuda: counting GPUs");
+  checkCuda(cudaGetDeviceCount(&count), "--device cuda: counting GPUs");
   if (count == 0) throw InvalidArgument("--device cuda: no GPU found");
-  check(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
+  checkCuda(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
   auto d = std::make_shared<DeviceModel>();
   d->device = local_rank % count;
   for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
@@ -128,8 +95,8 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   buildModel(d->mirror, m.cfg, false);
   if (d->mirror.params.capacity != m.params.capacity || d->mirror.acts.capacity != m.acts.capacity)
     throw Error("--device cuda: the device model's layout differs from the host model's");
-  check(cudaMalloc(reinterpret_cast<void**>(&d->labels), sizeof(int32_t) * m.cfg.max_batch),
-        "--device cuda: allocating labels");
+  checkCuda(cudaMalloc(reinterpret_cast<void**>(&d->labels), sizeof(int32_t) * m.cfg.max_batch),
+            "--device cuda: allocating labels");
   pin(*d, m.params.base, m.params.capacity);
   pin(*d, m.grads.base, m.grads.capacity);
   pin(*d, m.buffers.base, m.buffers.capacity);
@@ -139,8 +106,12 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   // model's sink (the runtime), exactly as on the CPU. copy_to_host waits for it.
   // Trained on the device, a gradient goes on where it is.
   Model* host = &m;
-  const DeviceModel* dm = d.get();
+  DeviceModel* dm = d.get();
   d->mirror.sink = [host, dm](const std::string& name, float* g, std::size_t n) {
+    if (dm->recording) {
+      dm->recording->push_back({name, g, n});
+      return;
+    }
     if (dm->resident) {
       if (host->sink) host->sink(name, g, n);
       return;
@@ -156,28 +127,31 @@ void pinHostMemory(Model& m, float* p, std::size_t floats) {
   if (m.device) pin(*m.device, p, floats);
 }
 
-void deviceForward(Model& m, int N) {
+void stageInputs(Model& m, int N) {
   Model& d = m.device->mirror;
+  DeviceModel& dm = *m.device;
+  Timed timed(dm, "copies to the GPU");
   // The host optimizer, a resume or BN averaging may have changed these since (trained
   // on the device, the parameters are already there).
-  {
-    Timed timed(*m.device, "copies to the GPU");
-    if (!m.device->resident) upload(d.params, m.params);
-    upload(d.buffers, m.buffers);
-    // The batch, like the parameters, is read before the host writes the next one: the
-    // trainer writes it after this step's synchronous downloads.
-    const int C = m.cfg.in_channels, S = m.cfg.image_size;
-    DeviceModel& dm = *m.device;
-    if (dm.batch_from_pool) {
-      if (static_cast<int>(dm.batch_slots.size()) != N)
-        throw Error("deviceForward: a batch of " + std::to_string(N) + " after " +
-                    std::to_string(dm.batch_slots.size()) + " indices (deviceInputFromPool)");
-      nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S);
-      dm.batch_from_pool = false;
-    } else if (!dm.ahead || !dm.ahead->intoInput(m.input, N, d.input, C, S, S)) {
-      nn::cuda::upload_input_async(d.input, m.input, N, C, S, S);
-    }
+  if (!dm.resident) upload(d.params, m.params);
+  upload(d.buffers, m.buffers);
+  // The batch, like the parameters, is read before the host writes the next one: the
+  // trainer writes it after this step's synchronous downloads.
+  const int C = m.cfg.in_channels, S = m.cfg.image_size;
+  if (dm.batch_from_pool) {
+    if (static_cast<int>(dm.batch_slots.size()) != N)
+      throw Error("deviceForward: a batch of " + std::to_string(N) + " after " +
+                  std::to_string(dm.batch_slots.size()) + " indices (deviceInputFromPool)");
+    nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S);
+    dm.batch_from_pool = false;
+  } else if (!dm.ahead || !dm.ahead->intoInput(m.input, N, d.input, C, S, S)) {
+    nn::cuda::upload_input_async(d.input, m.input, N, C, S, S);
   }
+}
+
+void deviceForward(Model& m, int N) {
+  Model& d = m.device->mirror;
+  stageInputs(m, N);
   d.bn_training = m.bn_training;
   forward(d, N);
   // The running statistics forward moved, and the logits, for whoever reads them.
@@ -215,8 +189,8 @@ void useDevicePool(Model& m, const float* pixels, int images) {
   DeviceModel& d = *m.device;
   const size_t floats = size_t(images) * m.cfg.in_channels * m.cfg.image_size * m.cfg.image_size;
   float* pool = nullptr;
-  check(cudaMalloc(reinterpret_cast<void**>(&pool), floats * sizeof(float)),
-        "useDevicePool: allocating the image pool");
+  checkCuda(cudaMalloc(reinterpret_cast<void**>(&pool), floats * sizeof(float)),
+            "useDevicePool: allocating the image pool");
   if (d.pool) cudaFree(d.pool);
   d.pool = pool;
   d.pool_images = images;
@@ -266,8 +240,8 @@ std::vector<float> flatMomentum(const Model& m, const Sgd& sgd) {
 void trainOnDevice(Model& m, const Sgd& sgd) {
   DeviceModel& d = trained(m, "trainOnDevice");
   if (!d.momentum)
-    check(cudaMalloc(reinterpret_cast<void**>(&d.momentum), sizeof(float) * m.params.capacity),
-          "--device cuda: allocating the momentum buffer");
+    checkCuda(cudaMalloc(reinterpret_cast<void**>(&d.momentum), sizeof(float) * m.params.capacity),
+              "--device cuda: allocating the momentum buffer");
   std::vector<nn::cuda::SgdSegment> segments;
   const SgdOptions& o = sgd.options();
   for (const ParamRef& p : sgd.params()) {

@@ -56,6 +56,14 @@ void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this b
 std::string deviceProfileReport(Model&, int) {
   throw Error("deviceProfileReport: no GPU layers in this build");
 }
+void deviceGraphStep(Model&, const int32_t*, int, float) {
+  throw Error("deviceGraphStep: no GPU layers in this build");
+}
+float* deviceStepLoss(Model&) { throw Error("deviceStepLoss: no GPU layers in this build"); }
+DeviceStepResult deviceStepResult(Model&) {
+  throw Error("deviceStepResult: no GPU layers in this build");
+}
+GraphStats deviceGraphStats(const Model&) { return {}; }
 int deviceIndex(const Model&) { throw Error("deviceIndex: no GPU layers in this build"); }
 void* deviceStream(const Model&) { throw Error("deviceStream: no GPU layers in this build"); }
 

@@ -210,6 +210,11 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       "--no-copy-stream", [&o] { o.copy_stream = false; },
       "--device cuda: copy each training batch to the GPU on the layers' stream when its step "
       "starts, instead of ahead on a stream of its own while earlier steps compute");
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "--device cuda: launch each training step's GPU work (forward, loss, backward) as "
+               "one CUDA graph, captured on the second step of each batch size, instead of "
+               "layer by layer from the host; gradients then go to the allreduce after the "
+               "whole backward");
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

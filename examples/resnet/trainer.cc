@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 namespace accord::resnet {
 namespace {
@@ -146,9 +146,14 @@ void Trainer::buildModel() {
     if (!model_.device) throw InvalidArgument("--gpu-profile needs --device cuda");
     profileDevice(model_);
   }
-  if ((opt_.cudnn_search || !opt_.copy_stream) && !model_.device)
-    throw InvalidArgument(std::string(opt_.cudnn_search ? "--cudnn-search" : "--no-copy-stream") +
-                          " needs --device cuda");
+  for (const auto& [on, flag] : {std::pair{opt_.cudnn_search, "--cudnn-search"},
+                                 {!opt_.copy_stream, "--no-copy-stream"},
+                                 {opt_.cuda_graphs, "--cuda-graphs"}})
+    if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
+  if (opt_.cuda_graphs && opt_.gpu_profile)
+    throw InvalidArgument(
+        "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer as "
+        "it is launched, and a graph launches the whole step at once");
   if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
@@ -232,104 +237,6 @@ void Trainer::startFromRankZero() {
   }
 }
 
-// The step's phases also go to Accord's timeline (ACCORD_TIMELINE), on a track of
-// their own beside the tensors' (nothing is recorded without a timeline).
-void Trainer::trainStep(StepTimes& t) {
-  constexpr const char* kTrack = "trainer (rank 0)";
-  accord::timeline_begin(kTrack, "data wait");
-  auto t0 = Clock::now();
-  const int n = train_loader_->borrow(&model_.input, labels_.data(),
-                                      pool_indices_.empty() ? nullptr : pool_indices_.data());
-  if (n > 0 && !pool_indices_.empty()) deviceInputFromPool(model_, pool_indices_.data(), n);
-  t.data += since(t0);
-  accord::timeline_begin(kTrack, "compute");
-  t0 = Clock::now();
-  if (opt_.skip_nonfinite_steps || loss_scaler_)
-    bn_before_.assign(model_.buffers.base, model_.buffers.base + model_.buffers.capacity);
-  if (loss_scaler_) model_.loss_scale = loss_scaler_->scale();
-  model_.bn_training = opt_.train_bn_mode == "batch";
-  forward(model_, n);
-  const float loss_value =
-      loss(model_, labels_.data(), n, static_cast<float>(opt_.label_smoothing), true);
-  // NaN on any rank makes the average NaN: all ranks take the same decision below.
-  step_loss_ = loss_value;
-  grads_.submitValue("loss", &step_loss_);
-  const nn::TopK hits = accuracy(model_, labels_.data(), n);
-  backward(model_, n);  // hands every layer's gradients to grads_ as it goes
-  t.compute += since(t0);
-  accord::timeline_begin(kTrack, "comm wait");
-  t.comm += grads_.waitAll();
-  accord::timeline_begin(kTrack, "update");
-  t0 = Clock::now();
-  last_lr_ = schedule_->forStep(state_.global_step, train_loader_->steps());
-  if (const std::string reason = nonFiniteReason(); !reason.empty()) {
-    skipNonFiniteStep(reason, t);
-  } else if (lossScaleAllows(t)) {
-    if (model_.device)
-      deviceSgdStep(model_, last_lr_);
-    else
-      sgd_->step(last_lr_);
-    nonfinite_in_a_row_ = 0;
-    t.loss_sum += static_cast<double>(loss_value) * n;
-    t.correct += hits.top1;
-    t.scored += n;
-  }
-  t.compute += since(t0);
-  accord::timeline_end(kTrack);
-  t.seen += n;
-  ++state_.global_step;
-  ++state_.step_in_epoch;
-}
-
-// Why this step must not update the model, the same on every rank: the loss is averaged
-// over the ranks (NaN anywhere makes the average NaN). When skipping, the gradients are
-// checked too, as a finite loss can come with infinite gradients whose update would make
-// the parameters infinite for good; the ranks vote, so all skip together.
-std::string Trainer::nonFiniteReason() {
-  if (std::isnan(step_loss_)) return "the loss is NaN";
-  if (std::isinf(step_loss_)) return "the loss is infinite";
-  // Under loss scaling, overflowing gradients are the scaler's to handle.
-  if (!opt_.skip_nonfinite_steps || loss_scaler_) return "";
-  const bool finite =
-      model_.device ? deviceGradientsFinite(model_, *sgd_) : sgd_->gradientsFinite();
-  std::vector<double> bad = {finite ? 0.0 : 1.0};
-  sumDoubles(bad, "step.nonfinite_gradients");
-  return bad[0] > 0 ? "the gradients are not finite" : "";
-}
-
-// Stops every rank, or with --skip-nonfinite-steps skips the step: no update, so the
-// parameters and momentum stay as they were, and the BN statistics the forward pass
-// moved are restored.
-void Trainer::skipNonFiniteStep(const std::string& reason, StepTimes& t) {
-  if (!opt_.skip_nonfinite_steps)
-    throw Error(reason + " at " + stepName() +
-                ": training has diverged (lower --lr, or pass --skip-nonfinite-steps to skip "
-                "such steps)");
-  std::copy(bn_before_.begin(), bn_before_.end(), model_.buffers.base);
-  ++t.skipped;
-  if (++nonfinite_in_a_row_ >= kMaxNonFiniteInARow)
-    throw Error(reason + " at " + stepName() + ", the " + std::to_string(kMaxNonFiniteInARow) +
-                " steps up to it all skipped: the model has diverged (lower --lr)");
-  metrics_->message("skipped " + stepName() + ": " + reason);
-}
-
-// fp16: gradients that overflowed at this step's loss scale (on any rank: the ranks
-// vote) skip the step, as a non-finite one is skipped, and halve the scale; that is
-// range finding, not divergence, so it does not count towards the skips in a row.
-bool Trainer::lossScaleAllows(StepTimes& t) {
-  if (!loss_scaler_) return true;
-  std::vector<double> bad = {deviceGradientsFinite(model_, *sgd_) ? 0.0 : 1.0};
-  sumDoubles(bad, "step.gradients_overflow");
-  const float scale = loss_scaler_->scale();
-  if (loss_scaler_->update(bad[0] == 0.0)) return true;
-  std::copy(bn_before_.begin(), bn_before_.end(), model_.buffers.base);
-  ++t.skipped;
-  metrics_->message("skipped " + stepName() + ": the gradients overflowed at loss scale " +
-                    std::to_string(static_cast<long long>(scale)) + "; the scale is now " +
-                    std::to_string(static_cast<long long>(loss_scaler_->scale())));
-  return false;
-}
-
 bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   const std::int64_t steps = train_loader_->steps();
   train_loader_->startEpoch(epoch, state_.step_in_epoch);
@@ -384,6 +291,12 @@ EvalResult Trainer::run() {
     metrics_->message(line);
   }
   if (!opt_.dump_params.empty()) dumpParams();
+  if (opt_.cuda_graphs) {
+    const GraphStats g = deviceGraphStats(model_);
+    metrics_->message("CUDA graphs: " + std::to_string(g.captured) + " captured, " +
+                      std::to_string(g.replayed) + " steps replayed from them, " +
+                      std::to_string(g.eager) + " run layer by layer before their capture");
+  }
   if (opt_.gpu_profile) {
     const std::string table =
         deviceProfileReport(model_, static_cast<int>(state_.global_step - first_step));

@@ -5,6 +5,8 @@
 //     startEpoch                 next batch        (data wait)
 //     steps...                   forward, loss     (compute)
 //     average BN statistics      backward -> named allreduces, one per layer, in flight
+//                                  (--cuda-graphs: forward to backward as one CUDA graph
+//                                  launch; the allreduces follow it)
 //     evaluate                   wait for them     (communication wait)
 //     report, checkpoint         SGD step          (compute)
 //                                  unless the loss averaged over the ranks is not

@@ -14,6 +14,8 @@
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
 #   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host;
 #                --cudnn-search trains as the heuristics' algorithms do
+#   device-graphs  --cuda-graphs == the same steps launched layer by layer (1 and 2
+#                ranks, fp32 and fp16)
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -44,10 +46,12 @@ accord_trainer_mpi_test(device-resume 300)
 accord_trainer_mpi_test(device-equivalence 300)
 accord_trainer_mpi_test(device-half-accuracy 600)
 accord_trainer_mpi_test(device-synthetic 300)
+accord_trainer_mpi_test(device-graphs 300)
 set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
-                     trainer.mpi.device-half-accuracy trainer.mpi.device-synthetic PROPERTIES
+                     trainer.mpi.device-half-accuracy trainer.mpi.device-synthetic
+                     trainer.mpi.device-graphs PROPERTIES
                      LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
-set_tests_properties(trainer.mpi.device-equivalence PROPERTIES ENVIRONMENT
+set_tests_properties(trainer.mpi.device-equivalence trainer.mpi.device-graphs PROPERTIES ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")
 
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a

@@ -125,3 +125,18 @@ TEST_CASE("the precision: fp32 by default, tf32, bf16 and fp16 taken, others ref
   CHECK(o.precision == "fp16");
   CHECK(parseError("--precision fp64").find("fp64") != std::string::npos);
 }
+
+TEST_CASE("the GPU switches: off by default, each flag turns its own on") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK_FALSE(o.cuda_graphs);
+  CHECK_FALSE(o.cudnn_search);
+  CHECK(o.copy_stream);
+  REQUIRE(parseError("--cuda-graphs", &o).empty());
+  CHECK(o.cuda_graphs);
+  CHECK_FALSE(o.cudnn_search);
+  REQUIRE(parseError("--cudnn-search --no-copy-stream", &o).empty());
+  CHECK_FALSE(o.cuda_graphs);
+  CHECK(o.cudnn_search);
+  CHECK_FALSE(o.copy_stream);
+}

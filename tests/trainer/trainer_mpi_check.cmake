@@ -214,6 +214,44 @@ elseif(MODE STREQUAL "device-synthetic")
   # other algorithms.
   run_on_gpu(1 search ${args} --cudnn-search --dump-params ${WORK}/search.params)
   compare(${WORK}/cpu.params ${WORK}/search.params --atol 1e-3 --rtol 1e-2)
+elseif(MODE STREQUAL "device-graphs")
+  # --cuda-graphs: each step's GPU work launched as one CUDA graph trains as the same
+  # steps launched layer by layer: on one rank; on two sharing the GPU (the gradients
+  # and the loss averaged as CUDA tensors after the graph, through MPI: ACCORD_NCCL=0
+  # from the test); in fp16, whose changing loss scale makes new graphs. First, on any
+  # machine: the flag without a GPU is refused naming what it needs.
+  set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2)
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --cuda-graphs
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR NOT err MATCHES "--cuda-graphs needs --device cuda")
+    message(FATAL_ERROR "--cuda-graphs on the CPU was not refused clearly")
+  endif()
+  run_on_gpu(1 eager ${args} --batch-size 16 --dump-params ${WORK}/eager.params)
+  if(NO_GPU)
+    return()
+  endif()
+  run_on_gpu(1 graphs ${args} --batch-size 16 --cuda-graphs --dump-params ${WORK}/graphs.params)
+  # Step 1 runs layer by layer, step 2 is captured, and it and the 4 after replay.
+  if(NOT LAST_OUT MATCHES "CUDA graphs: 1 captured, 5 steps replayed from them, 1 run")
+    message(FATAL_ERROR "the graphed run did not replay its steps from one graph")
+  endif()
+  compare(${WORK}/eager.params ${WORK}/graphs.params --atol 1e-6 --rtol 1e-5)
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --device cuda
+                          --cuda-graphs --gpu-profile
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "--cuda-graphs and --gpu-profile cannot go together")
+    message(FATAL_ERROR "--cuda-graphs with --gpu-profile was not refused clearly")
+  endif()
+  run_on_gpu(2 eager-np2 ${args} --batch-size 8 --dump-params ${WORK}/eager-np2.params)
+  run_on_gpu(2 graphs-np2 ${args} --batch-size 8 --cuda-graphs
+             --dump-params ${WORK}/graphs-np2.params)
+  compare(${WORK}/eager-np2.params ${WORK}/graphs-np2.params --atol 1e-6 --rtol 1e-5)
+  run_on_gpu(1 fp16-eager ${args} --batch-size 16 --precision fp16
+             --dump-params ${WORK}/fp16-eager.params)
+  run_on_gpu(1 fp16-graphs ${args} --batch-size 16 --precision fp16 --cuda-graphs
+             --dump-params ${WORK}/fp16-graphs.params)
+  compare(${WORK}/fp16-eager.params ${WORK}/fp16-graphs.params --atol 1e-6 --rtol 1e-5)
 elseif(MODE STREQUAL "device-half-accuracy")
   # The no-flag default on one GPU in bf16 and in fp16 (loss scaling) reaches the
   # accuracy the CPU's run must reach (MODE accuracy); fp16 may skip the few steps whose

@@ -1,0 +1,239 @@
+// The training step's GPU work as a CUDA graph (model_device.h, deviceGraphStep):
+// forward, loss, accuracy and backward are captured once per shape of step and then
+// replayed with one launch, instead of a few hundred launches from the host.
+//
+// A step's kind (batch size, loss scale, BN mode, label smoothing) runs eagerly the
+// first time it is seen, so that everything the layers allocate or look up once (the
+// cuDNN workspace, scratch buffers, 16-bit weight copies, convolution plans and
+// searches) is in place; the second time it is captured, and from then on replayed. A
+// graph holds the addresses it was captured with: when the layers' backend frees
+// memory it had handed out (nn::cuda::memory_generation), every graph is dropped and
+// captured again.
+//
+// What varies from step to step stays outside the graph, on the same stream: the
+// batch and the labels go up before its launch, the BN statistics come down after it,
+// and the gradients go to the sink after the launch, in the order backward produced
+// them (recorded during the capture), so their allreduces wait for the whole
+// backward rather than for each layer.
+#include "device_model.h"
+#include "model_device.h"
+
+#include <accord/error.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+namespace accord::resnet {
+
+// What a step leaves in device memory for deviceStepResult.
+struct StepOutputs {
+  float loss;          // this rank's
+  float loss_average;  // a copy, which the caller may average over the ranks in place
+  int32_t hits[2];     // top-1, top-5
+  int32_t bad_labels;  // counted by the loss
+  int32_t bad_again;   // ... and by the accuracy (not read)
+};
+
+struct StepGraphs {
+  struct Kind {
+    int N;
+    float loss_scale;
+    bool bn_training;
+    float smoothing;
+    bool operator==(const Kind& o) const {
+      return N == o.N && loss_scale == o.loss_scale && bn_training == o.bn_training &&
+             smoothing == o.smoothing;
+    }
+  };
+  struct Graph {
+    Kind kind;
+    cudaGraphExec_t exec;
+    std::vector<SentGradient> sent;  // what backward handed to the sink, in order
+  };
+  // Kinds of step fewer than this many are kept; past it all are dropped (a run has
+  // one or two: the batch, and a loss scale that changes now and then).
+  static constexpr std::size_t kMaxGraphs = 8;
+
+  StepOutputs* out = nullptr;  // device
+  std::vector<Graph> graphs;
+  std::vector<Kind> warmed;  // run eagerly since the memory last changed
+  uint64_t generation = 0;
+  GraphStats stats;
+
+  StepGraphs() {
+    checkCuda(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(StepOutputs)),
+              "--cuda-graphs: allocating the step's outputs");
+    checkCuda(cudaMemset(out, 0, sizeof(StepOutputs)),
+              "--cuda-graphs: clearing the step's outputs");
+    generation = nn::cuda::memory_generation();
+  }
+  ~StepGraphs() {  // from a destructor: no throw
+    dropGraphs();
+    cudaFree(out);
+  }
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  void dropGraphs() {
+    for (Graph& g : graphs) cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+  }
+  Graph* find(const Kind& k) {
+    for (Graph& g : graphs)
+      if (g.kind == k) return &g;
+    return nullptr;
+  }
+  bool wasWarmed(const Kind& k) const {
+    return std::find(warmed.begin(), warmed.end(), k) != warmed.end();
+  }
+};
+
+namespace {
+
+// The step's work on the layers' stream, given the batch and labels already there.
+void enqueueStep(Model& m, StepOutputs* out, const int32_t* labels, int N, float smoothing) {
+  Model& d = m.device->mirror;
+  cudaStream_t stream = nn::cuda::stream();
+  d.bn_training = m.bn_training;
+  forward(d, N);
+  checkCuda(cudaMemsetAsync(&out->bad_labels, 0, 2 * sizeof(int32_t), stream), "--cuda-graphs");
+  nn::cuda::softmax_xent_async(d.logits, labels, d.dlogits, N, d.fc.out, smoothing, &out->loss,
+                               &out->bad_labels);
+  checkCuda(cudaMemcpyAsync(&out->loss_average, &out->loss, sizeof(float), cudaMemcpyDeviceToDevice,
+                            stream),
+            "--cuda-graphs");
+  nn::cuda::topk_correct_async(d.logits, labels, N, d.fc.out, out->hits, &out->bad_again);
+  if (m.loss_scale != 1.0f) nn::cuda::scale(d.dlogits, std::size_t(N) * d.fc.out, m.loss_scale);
+  backward(d, N);
+}
+
+// Ends a capture that an exception interrupted, so the stream works again.
+void abandonCapture(cudaStream_t stream) {
+  cudaGraph_t partial = nullptr;
+  cudaStreamEndCapture(stream, &partial);
+  if (partial) cudaGraphDestroy(partial);
+  cudaGetLastError();
+}
+
+cudaGraphExec_t capture(Model& m, StepGraphs& s, const int32_t* labels, int N, float smoothing,
+                        std::vector<SentGradient>& sent) {
+  DeviceModel& dm = *m.device;
+  cudaStream_t stream = nn::cuda::stream();
+  const std::string what =
+      "--cuda-graphs: capturing the training step (batch " + std::to_string(N) + ")";
+  // Thread-local: the runtime's and the loader's threads go on using the GPU meanwhile.
+  checkCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), what);
+  try {
+    dm.recording = &sent;
+    enqueueStep(m, s.out, labels, N, smoothing);
+    dm.recording = nullptr;
+  } catch (const std::exception& e) {
+    dm.recording = nullptr;
+    abandonCapture(stream);
+    throw Error(what + " failed: " + e.what() + " (run without --cuda-graphs)");
+  }
+  cudaGraph_t graph = nullptr;
+  checkCuda(cudaStreamEndCapture(stream, &graph), what);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  checkCuda(made, what + ": instantiating the graph");
+  return exec;
+}
+
+}  // namespace
+
+void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing) {
+  if (!m.device || !m.device->resident)
+    throw Error("deviceGraphStep: the model is not trained on a GPU (trainOnDevice)");
+  DeviceModel& dm = *m.device;
+  if (dm.profiled)
+    throw InvalidArgument(
+        "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer "
+        "as it is launched, and a graph launches them all at once");
+  if (!dm.graphs) dm.graphs = std::make_shared<StepGraphs>();
+  StepGraphs& s = *dm.graphs;
+  stageInputs(m, N);
+  const int32_t* device_labels = uploadLabels(m, labels, N);
+  // Memory the graphs read was freed: capture them again, after an eager run (which
+  // makes again what the layers make on first use: 16-bit weight copies, say).
+  if (nn::cuda::memory_generation() != s.generation) {
+    s.dropGraphs();
+    s.warmed.clear();
+    s.generation = nn::cuda::memory_generation();
+  }
+  const StepGraphs::Kind kind{N, m.loss_scale, m.bn_training, smoothing};
+  cudaStream_t stream = nn::cuda::stream();
+  std::vector<SentGradient> recorded;
+  const std::vector<SentGradient>* sent = &recorded;
+  if (StepGraphs::Graph* g = s.find(kind)) {
+    checkCuda(cudaGraphLaunch(g->exec, stream), "--cuda-graphs: launching the training step");
+    sent = &g->sent;
+    ++s.stats.replayed;
+  } else if (!s.wasWarmed(kind)) {
+    dm.recording = &recorded;
+    try {
+      enqueueStep(m, s.out, device_labels, N, smoothing);
+    } catch (...) {
+      dm.recording = nullptr;
+      throw;
+    }
+    dm.recording = nullptr;
+    s.warmed.push_back(kind);
+    ++s.stats.eager;
+    // What this run allocated is what the capture needs; older graphs may read
+    // buffers it replaced.
+    if (nn::cuda::memory_generation() != s.generation) {
+      s.dropGraphs();
+      s.generation = nn::cuda::memory_generation();
+    }
+  } else {
+    if (s.graphs.size() >= StepGraphs::kMaxGraphs) s.dropGraphs();
+    cudaGraphExec_t exec = capture(m, s, device_labels, N, smoothing, recorded);
+    s.graphs.push_back({kind, exec, std::move(recorded)});
+    checkCuda(cudaGraphLaunch(exec, stream), "--cuda-graphs: launching the training step");
+    sent = &s.graphs.back().sent;
+    ++s.stats.captured;
+    ++s.stats.replayed;
+  }
+  // The running statistics the forward pass moved, for the host model (read after
+  // deviceStepResult, which waits for them).
+  checkCuda(cudaMemcpyAsync(m.buffers.base, dm.mirror.buffers.base,
+                            m.buffers.capacity * sizeof(float), cudaMemcpyDeviceToHost, stream),
+            "--cuda-graphs: copying the BN statistics back");
+  if (m.sink)
+    for (const SentGradient& g : *sent) m.sink(g.name, g.g, g.n);
+}
+
+float* deviceStepLoss(Model& m) {
+  if (!m.device || !m.device->graphs) throw Error("deviceStepLoss: no deviceGraphStep yet");
+  return &m.device->graphs->out->loss_average;
+}
+
+DeviceStepResult deviceStepResult(Model& m) {
+  if (!m.device || !m.device->graphs) throw Error("deviceStepResult: no deviceGraphStep yet");
+  StepOutputs host{};
+  cudaStream_t stream = nn::cuda::stream();
+  const std::string what = "--cuda-graphs: reading the step's loss and accuracy";
+  checkCuda(
+      cudaMemcpyAsync(&host, m.device->graphs->out, sizeof(host), cudaMemcpyDeviceToHost, stream),
+      what);
+  checkCuda(cudaStreamSynchronize(stream), what);
+  if (host.bad_labels > 0)
+    throw InvalidArgument("the batch has " + std::to_string(host.bad_labels) +
+                          " label(s) outside [0, " + std::to_string(m.fc.out) + ")");
+  DeviceStepResult r;
+  r.loss = host.loss;
+  r.loss_average = host.loss_average;
+  r.hits.top1 = host.hits[0];
+  r.hits.top5 = host.hits[1];
+  return r;
+}
+
+GraphStats deviceGraphStats(const Model& m) {
+  if (!m.device || !m.device->graphs) return {};
+  return m.device->graphs->stats;
+}
+
+}  // namespace accord::resnet

@@ -1,0 +1,199 @@
+// --cuda-graphs (resnet::deviceGraphStep) against the same steps launched layer by
+// layer. Two models built from one seed train on the GPU (trainOnDevice) on the same
+// batches, one through forward / loss / accuracy / backward as the trainer does
+// without graphs, the other through the graphed step; they must end alike: every
+// step's loss and hits, the gradients the sink received (the same names in the same
+// order, and the same values, read when the sink is called), the parameters, the
+// momentum and the BN statistics. The graph replays the same kernels with the same
+// arguments; only cuDNN algorithms that sum with atomics may differ in the last bits
+// between any two runs, hence a tolerance of 1e-5 of each tensor's scale. Tag [graphs].
+#include "cudnn_layers_util.h"
+#include "model.h"
+#include "model_device.h"
+#include "optimizer.h"
+
+#include <accord/error.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+namespace {
+
+using namespace accord;
+using test::checkClose;
+using test::randomVector;
+
+resnet::ModelConfig smallConfig() {
+  resnet::ModelConfig cfg;
+  cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = true;
+  cfg.width = 0.25, cfg.max_batch = 8, cfg.image_size = 16;
+  return cfg;
+}
+
+struct Trained {
+  resnet::Model model;
+  std::unique_ptr<resnet::Sgd> sgd;
+  std::vector<std::string> order;                   // sink names, every step
+  std::map<std::string, std::vector<float>> grads;  // their values, last step
+  std::vector<float> losses;
+  std::vector<int> top1;
+};
+
+void build(Trained& t, const char* precision) {
+  resnet::buildModel(t.model, smallConfig());
+  resnet::useDevice(t.model, "cuda", 0, precision);
+  resnet::SgdOptions so;
+  so.momentum = 0.9;
+  so.weight_decay = 1e-4;
+  t.sgd = std::make_unique<resnet::Sgd>(resnet::parameterList(t.model), so);
+  resnet::trainOnDevice(t.model, *t.sgd);
+  t.model.sink = [&t](const std::string& name, float* g, std::size_t n) {
+    t.order.push_back(name);
+    std::vector<float>& host = t.grads[name];
+    host.resize(n);
+    nn::cuda::copy_to_host(host.data(), g, n);  // waits for the stream
+  };
+}
+
+// `count` steps at loss scale `scale` on batches drawn from rng (the same sequence for
+// both models: each gets its own rng from the same seed).
+void train(Trained& t, bool graphed, int count, float scale, std::mt19937_64& rng) {
+  const resnet::ModelConfig& cfg = t.model.cfg;
+  const int N = cfg.max_batch;
+  const size_t in = size_t(N) * cfg.in_channels * cfg.image_size * cfg.image_size;
+  for (int step = 0; step < count; ++step) {
+    const std::vector<float> x = randomVector(in, rng);
+    std::copy(x.begin(), x.end(), t.model.input);
+    std::vector<int32_t> labels(N);
+    for (int i = 0; i < N; ++i) labels[i] = int32_t(rng() % cfg.classes);
+    t.model.loss_scale = scale;
+    t.grads.clear();
+    if (graphed) {
+      resnet::deviceGraphStep(t.model, labels.data(), N, 0.1f);
+      const resnet::DeviceStepResult r = resnet::deviceStepResult(t.model);
+      CHECK(r.loss_average == r.loss);  // one rank: nothing averaged it
+      t.losses.push_back(r.loss);
+      t.top1.push_back(r.hits.top1);
+    } else {
+      resnet::forward(t.model, N);
+      t.losses.push_back(resnet::loss(t.model, labels.data(), N, 0.1f, true));
+      t.top1.push_back(resnet::accuracy(t.model, labels.data(), N).top1);
+      resnet::backward(t.model, N);
+    }
+    resnet::deviceSgdStep(t.model, 0.05);
+  }
+}
+
+std::vector<float> copyOf(const float* p, size_t n) { return std::vector<float>(p, p + n); }
+
+// checkClose, which needs a tensor with a scale: an all-zero one (a gradient behind a
+// zero-initialized BN gamma, say) must be all zero in both.
+void same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  const auto zero = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+  };
+  if (zero(want)) {
+    INFO(what);
+    CHECK(zero(got));
+    return;
+  }
+  checkClose(got, want, 1e-5, what);
+}
+
+void compare(Trained& eager, Trained& graphed) {
+  REQUIRE(graphed.losses.size() == eager.losses.size());
+  for (size_t i = 0; i < eager.losses.size(); ++i) {
+    INFO("step " << i);
+    CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-5));
+    CHECK(std::abs(graphed.top1[i] - eager.top1[i]) <= 1);  // a near tie may flip
+  }
+  CHECK(graphed.order == eager.order);
+  REQUIRE(graphed.grads.size() == eager.grads.size());
+  for (auto& [name, g] : eager.grads) same(graphed.grads[name], g, "gradient " + name);
+  resnet::pullToHost(eager.model, *eager.sgd);
+  resnet::pullToHost(graphed.model, *graphed.sgd);
+  const nn::Arena &ep = eager.model.params, &gp = graphed.model.params;
+  same(copyOf(gp.base, gp.capacity), copyOf(ep.base, ep.capacity), "parameters");
+  const nn::Arena &eb = eager.model.buffers, &gb = graphed.model.buffers;
+  same(copyOf(gb.base, gb.capacity), copyOf(eb.base, eb.capacity), "BN statistics");
+  for (size_t i = 0; i < eager.sgd->momentum().size(); ++i)
+    same(graphed.sgd->momentum()[i], eager.sgd->momentum()[i],
+         "momentum of " + eager.sgd->params()[i].name);
+}
+
+TEST_CASE("the graphed step trains as the step launched layer by layer", "[graphs]") {
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    INFO("precision " << precision);
+    const float scale = std::string(precision) == "fp16" ? 1024.0f : 1.0f;
+    Trained eager, graphed;
+    build(eager, precision);
+    build(graphed, precision);
+    std::mt19937_64 rng_e(3), rng_g(3);
+    // One kind of step: run, captured, replayed twice.
+    train(eager, false, 4, scale, rng_e);
+    train(graphed, true, 4, scale, rng_g);
+    resnet::GraphStats s = resnet::deviceGraphStats(graphed.model);
+    CHECK(s.eager == 1);
+    CHECK(s.captured == 1);
+    CHECK(s.replayed == 3);
+    // A new loss scale is a new kind of step: run, captured, replayed.
+    train(eager, false, 3, 2 * scale, rng_e);
+    train(graphed, true, 3, 2 * scale, rng_g);
+    s = resnet::deviceGraphStats(graphed.model);
+    CHECK(s.eager == 2);
+    CHECK(s.captured == 2);
+    CHECK(s.replayed == 5);
+    // Memory the graphs read freed (the plans dropped): run and captured again.
+    nn::cuda::clear_plan_cache();
+    train(eager, false, 2, 2 * scale, rng_e);
+    train(graphed, true, 2, 2 * scale, rng_g);
+    s = resnet::deviceGraphStats(graphed.model);
+    CHECK(s.eager == 3);
+    CHECK(s.captured == 3);
+    CHECK(s.replayed == 6);
+    compare(eager, graphed);
+  }
+}
+
+TEST_CASE("a graphed step with a label outside the classes fails clearly", "[graphs]") {
+  Trained t;
+  build(t, "fp32");
+  const resnet::ModelConfig& cfg = t.model.cfg;
+  const int N = cfg.max_batch;
+  std::fill(t.model.input, t.model.input + size_t(N) * 3 * 16 * 16, 0.5f);
+  std::vector<int32_t> labels(N, 1);
+  for (int round = 0; round < 3; ++round) {  // eager, captured, replayed
+    INFO("round " << round);
+    labels[N - 1] = round == 1 ? 3 : 10;
+    resnet::deviceGraphStep(t.model, labels.data(), N, 0.0f);
+    if (round == 1) {
+      CHECK_NOTHROW(resnet::deviceStepResult(t.model));
+      continue;
+    }
+    CHECK_THROWS_WITH(resnet::deviceStepResult(t.model),
+                      Catch::Contains("1 label(s) outside [0, 10)"));
+  }
+  CHECK(resnet::deviceGraphStats(t.model).replayed == 2);
+}
+
+TEST_CASE("the graphed step needs a model trained on the GPU, without the profile", "[graphs]") {
+  resnet::Model m;
+  resnet::buildModel(m, smallConfig());
+  std::vector<int32_t> labels(8, 0);
+  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+                    Catch::Contains("not trained on a GPU"));
+  resnet::useDevice(m, "cuda", 0, "fp32");
+  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+                    Catch::Contains("not trained on a GPU"));
+  resnet::Sgd sgd(resnet::parameterList(m), resnet::SgdOptions{});
+  resnet::trainOnDevice(m, sgd);
+  resnet::profileDevice(m);
+  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+                    Catch::Contains("--gpu-profile"));
+}
+
+}  // namespace
