@@ -1,6 +1,7 @@
 // The GPU copy of a model (model_device.h), shared by the trainer's CUDA files:
-// model_device_cuda.cc (the passes, the optimizer, the copies) and model_graph_cuda.cc
-// (the training step as a CUDA graph). Nothing outside them includes this.
+// model_device_cuda.cc (the passes, the optimizer, the copies) and model_step_cuda.cc
+// (the training step that does not wait, as a CUDA graph or not). Nothing outside them
+// includes this.
 #pragma once
 
 #include "model.h"
@@ -17,7 +18,7 @@
 
 namespace accord::resnet {
 
-struct StepGraphs;  // model_graph_cuda.cc
+struct StepState;  // model_step_cuda.cc
 
 // One gradient as backward handed it to the sink.
 struct SentGradient {
@@ -46,7 +47,7 @@ struct DeviceModel {
   // While set, the mirror's sink appends each gradient here instead of sending it on
   // (a step being captured into a CUDA graph sends them after its launch).
   std::vector<SentGradient>* recording = nullptr;
-  std::shared_ptr<StepGraphs> graphs;  // deviceGraphStep's, made on its first call
+  std::shared_ptr<StepState> step;  // deviceTrainStep's, made on its first call
   ~DeviceModel() {
     // From a destructor: no throw. No copy may still read a buffer that stops being
     // page-locked (later ones run from pageable memory).

@@ -85,16 +85,18 @@ void deviceInputFromPool(Model& m, const std::int64_t* indices, int N);
 // table, per step over `steps`.
 void profileDevice(Model& m);
 std::string deviceProfileReport(Model& m, int steps);
-// --cuda-graphs: one training step's GPU work (forward, loss with its gradient scaled by
-// m.loss_scale, accuracy, backward) launched as one CUDA graph, captured the second
-// time a kind of step (batch size, loss scale, BN mode, smoothing) is seen and replayed
-// after (model_graph_cuda.cc). Needs trainOnDevice, not profileDevice. The batch comes
-// as for deviceForward; backward's gradients reach m.sink after the launch, in
-// backward's order. Nothing waits for the GPU: deviceStepLoss is the device float the
-// caller may average over the ranks (in place, before deviceStepResult), and
-// deviceStepResult waits for the step and returns its loss and hits (InvalidArgument
-// for labels outside the classes). The host's BN statistics are the step's after it.
-void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing);
+// One training step's GPU work (forward, loss with its gradient scaled by m.loss_scale,
+// accuracy, backward) queued without waiting for the GPU (model_step_cuda.cc): the
+// batch comes as for deviceForward; the loss and the hits stay in device memory.
+// deviceStepLoss is the device float the caller may average over the ranks (in place,
+// before deviceStepResult); deviceStepResult waits for the step and returns its loss
+// and hits (InvalidArgument for labels outside the classes). The host's BN statistics
+// are the step's after it. Needs trainOnDevice. Backward hands each gradient to m.sink
+// as its layer's work is queued; `graphed` (--cuda-graphs, not with profileDevice)
+// instead captures the work as a CUDA graph the second time a kind of step (batch size,
+// loss scale, BN mode, smoothing) is seen, replays it after, and hands the gradients to
+// the sink after each launch, in backward's order.
+void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, bool graphed);
 float* deviceStepLoss(Model& m);
 struct DeviceStepResult {
   float loss = 0;          // this rank's

@@ -56,8 +56,8 @@ void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this b
 std::string deviceProfileReport(Model&, int) {
   throw Error("deviceProfileReport: no GPU layers in this build");
 }
-void deviceGraphStep(Model&, const int32_t*, int, float) {
-  throw Error("deviceGraphStep: no GPU layers in this build");
+void deviceTrainStep(Model&, const int32_t*, int, float, bool) {
+  throw Error("deviceTrainStep: no GPU layers in this build");
 }
 float* deviceStepLoss(Model&) { throw Error("deviceStepLoss: no GPU layers in this build"); }
 DeviceStepResult deviceStepResult(Model&) {

@@ -20,7 +20,10 @@ double since(Clock::time_point t0) {
 }  // namespace
 
 // The step's phases also go to Accord's timeline (ACCORD_TIMELINE), on a track of
-// their own beside the tensors' (nothing is recorded without a timeline).
+// their own beside the tensors' (nothing is recorded without a timeline). On a GPU the
+// compute phase is the queueing of the step's work: the wait for the GPU falls in the
+// communication wait (several ranks: the allreduces wait for backward) or the update
+// (one rank).
 void Trainer::trainStep(StepTimes& t) {
   constexpr const char* kTrack = "trainer (rank 0)";
   accord::timeline_begin(kTrack, "data wait");
@@ -38,10 +41,10 @@ void Trainer::trainStep(StepTimes& t) {
   const auto smoothing = static_cast<float>(opt_.label_smoothing);
   float loss_value = 0;
   nn::TopK hits;
-  if (opt_.cuda_graphs) {
-    // One launch for the step's GPU work, which hands every gradient to grads_ after it;
-    // the loss is averaged on the GPU with them.
-    deviceGraphStep(model_, labels_.data(), n, smoothing);
+  if (model_.device) {
+    // Queued without waiting for the GPU (with --cuda-graphs, as one graph launch); the
+    // loss is averaged there with the gradients, and read back after them.
+    deviceTrainStep(model_, labels_.data(), n, smoothing, opt_.cuda_graphs);
     grads_.submitDeviceValue("loss", deviceStepLoss(model_));
   } else {
     forward(model_, n);
@@ -56,7 +59,7 @@ void Trainer::trainStep(StepTimes& t) {
   t.comm += grads_.waitAll();
   accord::timeline_begin(kTrack, "update");
   t0 = Clock::now();
-  if (opt_.cuda_graphs) {  // waits for the GPU (with one rank, the whole step)
+  if (model_.device) {  // waits for the GPU (with one rank, the whole step)
     const DeviceStepResult r = deviceStepResult(model_);
     loss_value = r.loss;
     step_loss_ = r.loss_average;

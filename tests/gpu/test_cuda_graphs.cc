@@ -1,10 +1,10 @@
-// --cuda-graphs (resnet::deviceGraphStep) against the same steps launched layer by
-// layer. Two models built from one seed train on the GPU (trainOnDevice) on the same
-// batches, one through forward / loss / accuracy / backward as the trainer does
-// without graphs, the other through the graphed step; they must end alike: every
+// The trainer's step on the GPU (resnet::deviceTrainStep: queued without waiting, and
+// with --cuda-graphs as a CUDA graph) against the same steps through forward / loss /
+// accuracy / backward, each of which waits for the GPU. Three models built from one
+// seed train on the GPU (trainOnDevice) on the same batches and must end alike: every
 // step's loss and hits, the gradients the sink received (the same names in the same
 // order, and the same values, read when the sink is called), the parameters, the
-// momentum and the BN statistics. The graph replays the same kernels with the same
+// momentum and the BN statistics. All three run the same kernels with the same
 // arguments; only cuDNN algorithms that sum with atomics may differ in the last bits
 // between any two runs, hence a tolerance of 1e-5 of each tensor's scale. Tag [graphs].
 #include "cudnn_layers_util.h"
@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -61,7 +62,9 @@ void build(Trained& t, const char* precision) {
 
 // `count` steps at loss scale `scale` on batches drawn from rng (the same sequence for
 // both models: each gets its own rng from the same seed).
-void train(Trained& t, bool graphed, int count, float scale, std::mt19937_64& rng) {
+enum class Way { Passes, Queued, Graphed };
+
+void train(Trained& t, Way way, int count, float scale, std::mt19937_64& rng) {
   const resnet::ModelConfig& cfg = t.model.cfg;
   const int N = cfg.max_batch;
   const size_t in = size_t(N) * cfg.in_channels * cfg.image_size * cfg.image_size;
@@ -72,8 +75,8 @@ void train(Trained& t, bool graphed, int count, float scale, std::mt19937_64& rn
     for (int i = 0; i < N; ++i) labels[i] = int32_t(rng() % cfg.classes);
     t.model.loss_scale = scale;
     t.grads.clear();
-    if (graphed) {
-      resnet::deviceGraphStep(t.model, labels.data(), N, 0.1f);
+    if (way != Way::Passes) {
+      resnet::deviceTrainStep(t.model, labels.data(), N, 0.1f, way == Way::Graphed);
       const resnet::DeviceStepResult r = resnet::deviceStepResult(t.model);
       CHECK(r.loss_average == r.loss);  // one rank: nothing averaged it
       t.losses.push_back(r.loss);
@@ -125,37 +128,49 @@ void compare(Trained& eager, Trained& graphed) {
          "momentum of " + eager.sgd->params()[i].name);
 }
 
-TEST_CASE("the graphed step trains as the step launched layer by layer", "[graphs]") {
+TEST_CASE("the queued and the graphed step train as the passes one by one", "[graphs]") {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     INFO("precision " << precision);
     const float scale = std::string(precision) == "fp16" ? 1024.0f : 1.0f;
-    Trained eager, graphed;
+    Trained eager, queued, graphed;
     build(eager, precision);
+    build(queued, precision);
     build(graphed, precision);
-    std::mt19937_64 rng_e(3), rng_g(3);
+    std::mt19937_64 rng_e(3), rng_q(3), rng_g(3);
     // One kind of step: run, captured, replayed twice.
-    train(eager, false, 4, scale, rng_e);
-    train(graphed, true, 4, scale, rng_g);
+    train(eager, Way::Passes, 4, scale, rng_e);
+    train(queued, Way::Queued, 4, scale, rng_q);
+    train(graphed, Way::Graphed, 4, scale, rng_g);
     resnet::GraphStats s = resnet::deviceGraphStats(graphed.model);
     CHECK(s.eager == 1);
     CHECK(s.captured == 1);
     CHECK(s.replayed == 3);
     // A new loss scale is a new kind of step: run, captured, replayed.
-    train(eager, false, 3, 2 * scale, rng_e);
-    train(graphed, true, 3, 2 * scale, rng_g);
+    train(eager, Way::Passes, 3, 2 * scale, rng_e);
+    train(queued, Way::Queued, 3, 2 * scale, rng_q);
+    train(graphed, Way::Graphed, 3, 2 * scale, rng_g);
     s = resnet::deviceGraphStats(graphed.model);
     CHECK(s.eager == 2);
     CHECK(s.captured == 2);
     CHECK(s.replayed == 5);
     // Memory the graphs read freed (the plans dropped): run and captured again.
     nn::cuda::clear_plan_cache();
-    train(eager, false, 2, 2 * scale, rng_e);
-    train(graphed, true, 2, 2 * scale, rng_g);
+    train(eager, Way::Passes, 2, 2 * scale, rng_e);
+    train(queued, Way::Queued, 2, 2 * scale, rng_q);
+    train(graphed, Way::Graphed, 2, 2 * scale, rng_g);
     s = resnet::deviceGraphStats(graphed.model);
     CHECK(s.eager == 3);
     CHECK(s.captured == 3);
     CHECK(s.replayed == 6);
-    compare(eager, graphed);
+    CHECK(resnet::deviceGraphStats(queued.model).replayed == 0);
+    {
+      INFO("queued");
+      compare(eager, queued);
+    }
+    {
+      INFO("graphed");
+      compare(eager, graphed);
+    }
   }
 }
 
@@ -169,7 +184,7 @@ TEST_CASE("a graphed step with a label outside the classes fails clearly", "[gra
   for (int round = 0; round < 3; ++round) {  // eager, captured, replayed
     INFO("round " << round);
     labels[N - 1] = round == 1 ? 3 : 10;
-    resnet::deviceGraphStep(t.model, labels.data(), N, 0.0f);
+    resnet::deviceTrainStep(t.model, labels.data(), N, 0.0f, true);
     if (round == 1) {
       CHECK_NOTHROW(resnet::deviceStepResult(t.model));
       continue;
@@ -180,20 +195,27 @@ TEST_CASE("a graphed step with a label outside the classes fails clearly", "[gra
   CHECK(resnet::deviceGraphStats(t.model).replayed == 2);
 }
 
-TEST_CASE("the graphed step needs a model trained on the GPU, without the profile", "[graphs]") {
+TEST_CASE("the step needs a model trained on the GPU, and graphs no profile", "[graphs]") {
   resnet::Model m;
   resnet::buildModel(m, smallConfig());
   std::vector<int32_t> labels(8, 0);
-  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, false),
                     Catch::Contains("not trained on a GPU"));
   resnet::useDevice(m, "cuda", 0, "fp32");
-  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, true),
                     Catch::Contains("not trained on a GPU"));
   resnet::Sgd sgd(resnet::parameterList(m), resnet::SgdOptions{});
   resnet::trainOnDevice(m, sgd);
   resnet::profileDevice(m);
-  CHECK_THROWS_WITH(resnet::deviceGraphStep(m, labels.data(), 8, 0.0f),
+  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, true),
                     Catch::Contains("--gpu-profile"));
+  // Queued, the profile times the step as the passes' would be.
+  std::fill(m.input, m.input + size_t(8) * 3 * 16 * 16, 0.25f);
+  resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, false);
+  CHECK(std::isfinite(resnet::deviceStepResult(m).loss));
+  const std::string table = resnet::deviceProfileReport(m, 1);
+  CHECK_THAT(table, Catch::Contains("conv forward") && Catch::Contains("softmax cross-entropy") &&
+                        Catch::Contains("copies from the GPU"));
 }
 
 }  // namespace

@@ -1,20 +1,22 @@
-// The training step's GPU work as a CUDA graph (model_device.h, deviceGraphStep):
-// forward, loss, accuracy and backward are captured once per shape of step and then
-// replayed with one launch, instead of a few hundred launches from the host.
+// A training step on the GPU that never waits for it (model_device.h, deviceTrainStep):
+// forward, loss, accuracy and backward queued on the layers' stream, the loss and the
+// hits left in device memory until deviceStepResult; with --cuda-graphs, the same work
+// captured once per kind of step and replayed with one launch.
 //
-// A step's kind (batch size, loss scale, BN mode, label smoothing) runs eagerly the
-// first time it is seen, so that everything the layers allocate or look up once (the
-// cuDNN workspace, scratch buffers, 16-bit weight copies, convolution plans and
-// searches) is in place; the second time it is captured, and from then on replayed. A
-// graph holds the addresses it was captured with: when the layers' backend frees
-// memory it had handed out (nn::cuda::memory_generation), every graph is dropped and
-// captured again.
+// Layer by layer, backward hands each gradient to the sink as soon as its layer's
+// work is queued, so its allreduce can start while the rest of backward runs.
 //
-// What varies from step to step stays outside the graph, on the same stream: the
-// batch and the labels go up before its launch, the BN statistics come down after it,
-// and the gradients go to the sink after the launch, in the order backward produced
-// them (recorded during the capture), so their allreduces wait for the whole
-// backward rather than for each layer.
+// As a graph: a kind of step (batch size, loss scale, BN mode, label smoothing) runs
+// layer by layer the first time it is seen, so that everything the layers allocate or
+// look up once (the cuDNN workspace, scratch buffers, 16-bit weight copies,
+// convolution plans and searches) is in place; the second time it is captured, and
+// from then on replayed. A graph holds the addresses it was captured with: when the
+// layers' backend frees memory it had handed out (nn::cuda::memory_generation), every
+// graph is dropped and made again. What varies from step to step stays outside the
+// graph, on the same stream: the batch and the labels go up before its launch, the BN
+// statistics come down after it, and the gradients go to the sink after the launch,
+// in the order backward produced them (recorded during the capture), so their
+// allreduces wait for the whole backward.
 #include "device_model.h"
 #include "model_device.h"
 
@@ -23,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace accord::resnet {
 
@@ -35,7 +38,7 @@ struct StepOutputs {
   int32_t bad_again;   // ... and by the accuracy (not read)
 };
 
-struct StepGraphs {
+struct StepState {
   struct Kind {
     int N;
     float loss_scale;
@@ -61,19 +64,19 @@ struct StepGraphs {
   uint64_t generation = 0;
   GraphStats stats;
 
-  StepGraphs() {
+  StepState() {
     checkCuda(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(StepOutputs)),
-              "--cuda-graphs: allocating the step's outputs");
+              "deviceTrainStep: allocating the step's outputs");
     checkCuda(cudaMemset(out, 0, sizeof(StepOutputs)),
-              "--cuda-graphs: clearing the step's outputs");
+              "deviceTrainStep: clearing the step's outputs");
     generation = nn::cuda::memory_generation();
   }
-  ~StepGraphs() {  // from a destructor: no throw
+  ~StepState() {  // from a destructor: no throw
     dropGraphs();
     cudaFree(out);
   }
-  StepGraphs(const StepGraphs&) = delete;
-  StepGraphs& operator=(const StepGraphs&) = delete;
+  StepState(const StepState&) = delete;
+  StepState& operator=(const StepState&) = delete;
 
   void dropGraphs() {
     for (Graph& g : graphs) cudaGraphExecDestroy(g.exec);
@@ -97,14 +100,23 @@ void enqueueStep(Model& m, StepOutputs* out, const int32_t* labels, int N, float
   cudaStream_t stream = nn::cuda::stream();
   d.bn_training = m.bn_training;
   forward(d, N);
-  checkCuda(cudaMemsetAsync(&out->bad_labels, 0, 2 * sizeof(int32_t), stream), "--cuda-graphs");
-  nn::cuda::softmax_xent_async(d.logits, labels, d.dlogits, N, d.fc.out, smoothing, &out->loss,
-                               &out->bad_labels);
-  checkCuda(cudaMemcpyAsync(&out->loss_average, &out->loss, sizeof(float), cudaMemcpyDeviceToDevice,
-                            stream),
-            "--cuda-graphs");
-  nn::cuda::topk_correct_async(d.logits, labels, N, d.fc.out, out->hits, &out->bad_again);
-  if (m.loss_scale != 1.0f) nn::cuda::scale(d.dlogits, std::size_t(N) * d.fc.out, m.loss_scale);
+  {
+    // Under the profile (never in a graph), timed as the layer table's loss would be.
+    std::optional<nn::cuda::ProfileScope> timed;
+    if (m.device->profiled) timed.emplace("softmax cross-entropy");
+    checkCuda(cudaMemsetAsync(&out->bad_labels, 0, 2 * sizeof(int32_t), stream), "deviceTrainStep");
+    nn::cuda::softmax_xent_async(d.logits, labels, d.dlogits, N, d.fc.out, smoothing, &out->loss,
+                                 &out->bad_labels);
+    checkCuda(cudaMemcpyAsync(&out->loss_average, &out->loss, sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream),
+              "deviceTrainStep");
+    if (m.loss_scale != 1.0f) nn::cuda::scale(d.dlogits, std::size_t(N) * d.fc.out, m.loss_scale);
+  }
+  {
+    std::optional<nn::cuda::ProfileScope> timed;
+    if (m.device->profiled) timed.emplace("top-k");
+    nn::cuda::topk_correct_async(d.logits, labels, N, d.fc.out, out->hits, &out->bad_again);
+  }
   backward(d, N);
 }
 
@@ -116,7 +128,7 @@ void abandonCapture(cudaStream_t stream) {
   cudaGetLastError();
 }
 
-cudaGraphExec_t capture(Model& m, StepGraphs& s, const int32_t* labels, int N, float smoothing,
+cudaGraphExec_t capture(Model& m, StepState& s, const int32_t* labels, int N, float smoothing,
                         std::vector<SentGradient>& sent) {
   DeviceModel& dm = *m.device;
   cudaStream_t stream = nn::cuda::stream();
@@ -144,18 +156,22 @@ cudaGraphExec_t capture(Model& m, StepGraphs& s, const int32_t* labels, int N, f
 
 }  // namespace
 
-void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing) {
-  if (!m.device || !m.device->resident)
-    throw Error("deviceGraphStep: the model is not trained on a GPU (trainOnDevice)");
+namespace {
+
+// The running statistics the forward pass moved, down to the host model (read after
+// deviceStepResult, which waits for them).
+void downloadBnStatistics(Model& m) {
+  std::optional<nn::cuda::ProfileScope> timed;
+  if (m.device->profiled) timed.emplace("copies from the GPU");
+  checkCuda(cudaMemcpyAsync(m.buffers.base, m.device->mirror.buffers.base,
+                            m.buffers.capacity * sizeof(float), cudaMemcpyDeviceToHost,
+                            nn::cuda::stream()),
+            "deviceTrainStep: copying the BN statistics back");
+}
+
+// The graphed step; the batch and labels are on their way.
+void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing) {
   DeviceModel& dm = *m.device;
-  if (dm.profiled)
-    throw InvalidArgument(
-        "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer "
-        "as it is launched, and a graph launches them all at once");
-  if (!dm.graphs) dm.graphs = std::make_shared<StepGraphs>();
-  StepGraphs& s = *dm.graphs;
-  stageInputs(m, N);
-  const int32_t* device_labels = uploadLabels(m, labels, N);
   // Memory the graphs read was freed: capture them again, after an eager run (which
   // makes again what the layers make on first use: 16-bit weight copies, say).
   if (nn::cuda::memory_generation() != s.generation) {
@@ -163,18 +179,18 @@ void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing) {
     s.warmed.clear();
     s.generation = nn::cuda::memory_generation();
   }
-  const StepGraphs::Kind kind{N, m.loss_scale, m.bn_training, smoothing};
+  const StepState::Kind kind{N, m.loss_scale, m.bn_training, smoothing};
   cudaStream_t stream = nn::cuda::stream();
   std::vector<SentGradient> recorded;
   const std::vector<SentGradient>* sent = &recorded;
-  if (StepGraphs::Graph* g = s.find(kind)) {
+  if (StepState::Graph* g = s.find(kind)) {
     checkCuda(cudaGraphLaunch(g->exec, stream), "--cuda-graphs: launching the training step");
     sent = &g->sent;
     ++s.stats.replayed;
   } else if (!s.wasWarmed(kind)) {
     dm.recording = &recorded;
     try {
-      enqueueStep(m, s.out, device_labels, N, smoothing);
+      enqueueStep(m, s.out, labels, N, smoothing);
     } catch (...) {
       dm.recording = nullptr;
       throw;
@@ -189,35 +205,49 @@ void deviceGraphStep(Model& m, const int32_t* labels, int N, float smoothing) {
       s.generation = nn::cuda::memory_generation();
     }
   } else {
-    if (s.graphs.size() >= StepGraphs::kMaxGraphs) s.dropGraphs();
-    cudaGraphExec_t exec = capture(m, s, device_labels, N, smoothing, recorded);
+    if (s.graphs.size() >= StepState::kMaxGraphs) s.dropGraphs();
+    cudaGraphExec_t exec = capture(m, s, labels, N, smoothing, recorded);
     s.graphs.push_back({kind, exec, std::move(recorded)});
     checkCuda(cudaGraphLaunch(exec, stream), "--cuda-graphs: launching the training step");
     sent = &s.graphs.back().sent;
     ++s.stats.captured;
     ++s.stats.replayed;
   }
-  // The running statistics the forward pass moved, for the host model (read after
-  // deviceStepResult, which waits for them).
-  checkCuda(cudaMemcpyAsync(m.buffers.base, dm.mirror.buffers.base,
-                            m.buffers.capacity * sizeof(float), cudaMemcpyDeviceToHost, stream),
-            "--cuda-graphs: copying the BN statistics back");
+  downloadBnStatistics(m);
   if (m.sink)
     for (const SentGradient& g : *sent) m.sink(g.name, g.g, g.n);
 }
 
+}  // namespace
+
+void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, bool graphed) {
+  if (!m.device || !m.device->resident)
+    throw Error("deviceTrainStep: the model is not trained on a GPU (trainOnDevice)");
+  DeviceModel& dm = *m.device;
+  if (graphed && dm.profiled)
+    throw InvalidArgument(
+        "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer "
+        "as it is launched, and a graph launches them all at once");
+  if (!dm.step) dm.step = std::make_shared<StepState>();
+  stageInputs(m, N);
+  const int32_t* device_labels = uploadLabels(m, labels, N);
+  if (graphed) return graphedStep(m, *dm.step, device_labels, N, smoothing);
+  enqueueStep(m, dm.step->out, device_labels, N, smoothing);  // gradients to the sink as queued
+  downloadBnStatistics(m);
+}
+
 float* deviceStepLoss(Model& m) {
-  if (!m.device || !m.device->graphs) throw Error("deviceStepLoss: no deviceGraphStep yet");
-  return &m.device->graphs->out->loss_average;
+  if (!m.device || !m.device->step) throw Error("deviceStepLoss: no deviceTrainStep yet");
+  return &m.device->step->out->loss_average;
 }
 
 DeviceStepResult deviceStepResult(Model& m) {
-  if (!m.device || !m.device->graphs) throw Error("deviceStepResult: no deviceGraphStep yet");
+  if (!m.device || !m.device->step) throw Error("deviceStepResult: no deviceTrainStep yet");
   StepOutputs host{};
   cudaStream_t stream = nn::cuda::stream();
-  const std::string what = "--cuda-graphs: reading the step's loss and accuracy";
+  const std::string what = "deviceStepResult: reading the step's loss and accuracy";
   checkCuda(
-      cudaMemcpyAsync(&host, m.device->graphs->out, sizeof(host), cudaMemcpyDeviceToHost, stream),
+      cudaMemcpyAsync(&host, m.device->step->out, sizeof(host), cudaMemcpyDeviceToHost, stream),
       what);
   checkCuda(cudaStreamSynchronize(stream), what);
   if (host.bad_labels > 0)
@@ -232,8 +262,8 @@ DeviceStepResult deviceStepResult(Model& m) {
 }
 
 GraphStats deviceGraphStats(const Model& m) {
-  if (!m.device || !m.device->graphs) return {};
-  return m.device->graphs->stats;
+  if (!m.device || !m.device->step) return {};
+  return m.device->step->stats;
 }
 
 }  // namespace accord::resnet
