@@ -136,7 +136,8 @@ void stageInputs(Model& m, int N) {
   if (!dm.resident) upload(d.params, m.params);
   upload(d.buffers, m.buffers);
   // The batch, like the parameters, is read before the host writes the next one: the
-  // trainer writes it after this step's synchronous downloads.
+  // trainer writes it only after it waited for this step (its downloads, or
+  // deviceStepResult).
   const int C = m.cfg.in_channels, S = m.cfg.image_size;
   if (dm.batch_from_pool) {
     if (static_cast<int>(dm.batch_slots.size()) != N)
