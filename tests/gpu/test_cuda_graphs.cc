@@ -137,31 +137,21 @@ TEST_CASE("the queued and the graphed step train as the passes one by one", "[gr
     build(queued, precision);
     build(graphed, precision);
     std::mt19937_64 rng_e(3), rng_q(3), rng_g(3);
-    // One kind of step: run, captured, replayed twice.
-    train(eager, Way::Passes, 4, scale, rng_e);
-    train(queued, Way::Queued, 4, scale, rng_q);
-    train(graphed, Way::Graphed, 4, scale, rng_g);
-    resnet::GraphStats s = resnet::deviceGraphStats(graphed.model);
-    CHECK(s.eager == 1);
-    CHECK(s.captured == 1);
-    CHECK(s.replayed == 3);
-    // A new loss scale is a new kind of step: run, captured, replayed.
-    train(eager, Way::Passes, 3, 2 * scale, rng_e);
-    train(queued, Way::Queued, 3, 2 * scale, rng_q);
-    train(graphed, Way::Graphed, 3, 2 * scale, rng_g);
-    s = resnet::deviceGraphStats(graphed.model);
-    CHECK(s.eager == 2);
-    CHECK(s.captured == 2);
-    CHECK(s.replayed == 5);
+    // `count` steps of all three at loss scale `at`; then the graphed model's counts.
+    const auto phase = [&](int count, float at, int eager_steps, int captured, int replayed) {
+      train(eager, Way::Passes, count, at, rng_e);
+      train(queued, Way::Queued, count, at, rng_q);
+      train(graphed, Way::Graphed, count, at, rng_g);
+      const resnet::GraphStats s = resnet::deviceGraphStats(graphed.model);
+      CHECK(s.eager == eager_steps);
+      CHECK(s.captured == captured);
+      CHECK(s.replayed == replayed);
+    };
+    phase(4, scale, 1, 1, 3);      // one kind of step: run, captured, replayed twice
+    phase(3, 2 * scale, 2, 2, 5);  // a new loss scale is a new kind: run, captured, replayed
     // Memory the graphs read freed (the plans dropped): run and captured again.
     nn::cuda::clear_plan_cache();
-    train(eager, Way::Passes, 2, 2 * scale, rng_e);
-    train(queued, Way::Queued, 2, 2 * scale, rng_q);
-    train(graphed, Way::Graphed, 2, 2 * scale, rng_g);
-    s = resnet::deviceGraphStats(graphed.model);
-    CHECK(s.eager == 3);
-    CHECK(s.captured == 3);
-    CHECK(s.replayed == 6);
+    phase(2, 2 * scale, 3, 3, 6);
     CHECK(resnet::deviceGraphStats(queued.model).replayed == 0);
     {
       INFO("queued");
