@@ -23,10 +23,13 @@ void send(Model& m, const std::string& name, float* g, std::size_t n) {
   if (m.sink) m.sink(name, g, n);
 }
 
+// The ReLU after a batch norm runs inside it (BatchNorm2d::relu): b is max(bn(a), 0)
+// after one pass, and backward masks the gradient by recomputing bn(a) > 0, instead of a
+// ReLU pass over b each way.
 void convBnForward(Model& m, ConvBn& c, const float* x, int N, bool relu) {
-  m.ops->conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);                // a (N, C, H, W)
+  m.ops->conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);  // a (N, C, H, W)
+  c.bn.relu = relu;
   m.ops->batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
-  if (relu) m.ops->relu_forward(c.b, c.b, numel(c, N));
 }
 
 void blockForward(Model& m, Block& b, const float* x, int N) {
@@ -56,10 +59,9 @@ void sendConv(Model& m, ConvBn& c) {
   send(m, c.conv_name + ".weight", k.dw, static_cast<std::size_t>(k.C_out) * k.C_in * k.K * k.K);
 }
 
-// dy: gradient w.r.t. the ConvBn's output (after its ReLU where relu); consumed in
-// place. dx: gradient w.r.t. its input (nullable for the stem).
-void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N, bool relu) {
-  if (relu) m.ops->relu_backward(c.b, dy, dy, numel(c, N));
+// dy: gradient w.r.t. the ConvBn's output (after its ReLU where forward fused one);
+// consumed in place. dx: gradient w.r.t. its input (nullable for the stem).
+void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N) {
   m.ops->batchnorm2d_backward(c.bn, c.a, dy, dy, N, c.H, c.W, m.bn_training);
   sendBn(m, c);
   m.ops->conv2d_backward(c.conv, x, dy, dx, N, c.H_in, c.W_in);
@@ -86,7 +88,7 @@ int blockBackward(Model& m, Block& b, int in, int N) {
       m.ops->conv2d_backward(c.conv, x, m.scratch[spare], m.scratch[cur], N, c.H_in, c.W_in);
       sendConv(m, c);
     } else {
-      convBnBackward(m, c, x, m.scratch[spare], m.scratch[cur], N, true);
+      convBnBackward(m, c, x, m.scratch[spare], m.scratch[cur], N);
     }
     std::swap(cur, spare);
   }
@@ -94,7 +96,7 @@ int blockBackward(Model& m, Block& b, int in, int N) {
   const std::size_t n_in =
       static_cast<std::size_t>(N) * b.convs[0].conv.C_in * b.convs[0].H_in * b.convs[0].W_in;
   if (b.has_down) {
-    convBnBackward(m, b.down, b.x, dy, m.scratch[cur], N, false);
+    convBnBackward(m, b.down, b.x, dy, m.scratch[cur], N);
     m.ops->accumulate(m.scratch[spare], m.scratch[cur], n_in);
   } else {
     m.ops->accumulate(m.scratch[spare], dy, n_in);
@@ -149,7 +151,7 @@ void backward(Model& m, int N) {
                               m.stem.W);
     dy = dx;
   }
-  convBnBackward(m, m.stem, m.input, dy, nullptr, N, true);
+  convBnBackward(m, m.stem, m.input, dy, nullptr, N);
 }
 
 }  // namespace accord::resnet
