@@ -5,10 +5,10 @@ For each model:batch pair, on synthetic 224x224 data, measures training images p
 second of torchvision's model in PyTorch (channels_last, bf16 autocast by default, or
 fp16 autocast with a GradScaler, tf32 or fp32; SGD with momentum; eager and
 torch.compile) and of `accord-resnet --device cuda` with the same model, batch,
-optimizer and --precision (its steps launched layer by layer, and as CUDA graphs with
---cuda-graphs), then prints them, the ratio, and the fraction of the GPU's
-peak bf16 FLOP/s each reaches (a training image costs three forward passes: about
-24.5 GFLOP for ResNet-50).
+optimizer and --precision (its steps launched layer by layer, as CUDA graphs with
+--cuda-graphs, and in 16 bits with --cudnn-fusion), then prints them, the ratio, and
+the fraction of the GPU's peak bf16 FLOP/s each reaches (a training image costs three
+forward passes: about 24.5 GFLOP for ResNet-50).
 
     python3 tools/resnet_gpu_bench.py                      # the full table
     python3 tools/resnet_gpu_bench.py --runs resnet50:128 --compile off
@@ -125,8 +125,8 @@ def torch_images_per_sec(torch, torchvision, model_name, batch, steps, warmup, p
     return batch * steps / seconds, setup_s
 
 
-def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, graphs=False):
-    """Returns (img/s, None) or (None, why not). `graphs`: with --cuda-graphs."""
+def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extra=()):
+    """Returns (img/s, None) or (None, why not). `extra`: flags such as --cuda-graphs."""
     if not os.path.exists(exe):
         return None, f"{exe} not found"
     shown = subprocess.run([exe, "--help"], capture_output=True, text=True)
@@ -148,10 +148,10 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, grap
     # The search happens in the first epoch; the rate is the second's.
     if "--cudnn-search" in help_text:
         cmd.append("--cudnn-search")
-    if graphs:
-        if "--cuda-graphs" not in help_text:
-            return None, "this accord-resnet has no --cuda-graphs"
-        cmd.append("--cuda-graphs")
+    for flag in extra:
+        if flag not in help_text:
+            return None, f"this accord-resnet has no {flag}"
+        cmd.append(flag)
     note = None
     # The trainer's --precision choices, as its help lists them ("{fp32,tf32}").
     m = re.search(r"--precision\s+\S*\{([^}]*)\}", help_text)
@@ -211,11 +211,15 @@ def main():
             row[key] = ips
             show("pytorch " + ("compile" if compiled else "eager"), ips, row.get("torch_eager"),
                  f"(warm-up {setup_s:.0f} s)" if compiled else "")
-        # Layer by layer, then each step's GPU work as one CUDA graph (--cuda-graphs).
-        for key, label, graphs in (("accord", "accord-resnet", False),
-                                   ("accord_graphs", "accord-resnet graphs", True)):
+        # Layer by layer, then each step's GPU work as one CUDA graph (--cuda-graphs),
+        # then (16-bit only) with the convolutions summing their batch norms' statistics.
+        variants = [("accord", "accord-resnet", ()),
+                    ("accord_graphs", "accord-resnet graphs", ("--cuda-graphs",))]
+        if args.precision in ("bf16", "fp16"):
+            variants.append(("accord_fusion", "accord-resnet fusion", ("--cudnn-fusion",)))
+        for key, label, extra in variants:
             ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
-                                             args.warmup, args.precision, graphs)
+                                             args.warmup, args.precision, extra)
             row[key] = ips
             if why:
                 row[key + "_error"] = why
@@ -226,7 +230,7 @@ def main():
             json.dump({"device": gpu, "torch": torch.__version__, "precision": args.precision,
                        "peak_bf16_tflops": peak, "results": results}, f, indent=2)
     failed = [f"{r['model']}:{r['batch']}" for r in results
-              if r["accord"] is None or r["accord_graphs"] is None]
+              if any(r.get(k, 0) is None for k in ("accord", "accord_graphs", "accord_fusion"))]
     if failed:
         sys.exit(f"resnet_gpu_bench: accord-resnet gave no rate for {', '.join(failed)} "
                  "(see the notes above)")

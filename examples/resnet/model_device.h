@@ -73,6 +73,13 @@ LoaderHooks uploadAhead(Model& m, const std::vector<std::pair<float*, std::size_
 // Convolution algorithms timed once per shape (nn::cuda::set_conv_search) instead of
 // cuDNN's heuristics: --cudnn-search. Needs useDevice(m, "cuda") first.
 void searchConvolutionAlgorithms(Model& m, bool on);
+// Each convolution followed by a batch norm in training sums the batch norm's
+// statistics in its own pass, through cuDNN's graph API, for the shapes where that
+// checks out and pays (nn::cuda::conv_bn_forward, Fusion::WherePays): --cudnn-fusion.
+// 16-bit activations only (other shapes and precisions run unfused). The report says,
+// per shape, what was decided and why. Both need useDevice(m, "cuda") first.
+void fuseConvBatchNorm(Model& m, bool on);
+std::string convBatchNormFusionReport(const Model& m);
 // Synthetic data resident on the GPU: useDevicePool uploads a source's image pool
 // (SyntheticPool, data.h) once; deviceInputFromPool makes the next deviceForward build
 // its batch there from the samples' indices (image index % pool images) instead of

@@ -183,6 +183,16 @@ void searchConvolutionAlgorithms(Model& m, bool on) {
   nn::cuda::set_conv_search(on);
 }
 
+void fuseConvBatchNorm(Model& m, bool on) {
+  if (!m.device) throw Error("fuseConvBatchNorm: the model is not on a GPU (useDevice)");
+  nn::cuda::set_conv_bn_fusion(on ? nn::cuda::Fusion::WherePays : nn::cuda::Fusion::Off);
+}
+
+std::string convBatchNormFusionReport(const Model& m) {
+  if (!m.device) throw Error("convBatchNormFusionReport: the model is not on a GPU (useDevice)");
+  return nn::cuda::conv_bn_fusion_report();
+}
+
 void useDevicePool(Model& m, const float* pixels, int images) {
   if (!m.device) throw Error("useDevicePool: the model is not on a GPU (useDevice)");
   if (!pixels || images < 1)

@@ -46,6 +46,12 @@ LoaderHooks uploadAhead(Model&, const std::vector<std::pair<float*, std::size_t>
 void searchConvolutionAlgorithms(Model&, bool) {
   throw Error("searchConvolutionAlgorithms: no GPU layers in this build");
 }
+void fuseConvBatchNorm(Model&, bool) {
+  throw Error("fuseConvBatchNorm: no GPU layers in this build");
+}
+std::string convBatchNormFusionReport(const Model&) {
+  throw Error("convBatchNormFusionReport: no GPU layers in this build");
+}
 void useDevicePool(Model&, const float*, int) {
   throw Error("useDevicePool: no GPU layers in this build");
 }

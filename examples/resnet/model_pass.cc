@@ -27,8 +27,10 @@ void send(Model& m, const std::string& name, float* g, std::size_t n) {
 // after one pass, and backward masks the gradient by recomputing bn(a) > 0, instead of a
 // ReLU pass over b each way.
 void convBnForward(Model& m, ConvBn& c, const float* x, int N, bool relu) {
-  m.ops->conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);  // a (N, C, H, W)
   c.bn.relu = relu;
+  if (m.bn_training && m.ops->conv_bn_forward)
+    return m.ops->conv_bn_forward(c.conv, c.bn, x, c.a, c.b, N, c.H_in, c.W_in);
+  m.ops->conv2d_forward(c.conv, x, c.a, N, c.H_in, c.W_in);                // a (N, C, H, W)
   m.ops->batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
 }
 

@@ -215,6 +215,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                "one CUDA graph, captured on the second step of each batch size, instead of "
                "layer by layer from the host; gradients then go to the allreduce after the "
                "whole backward");
+  app.add_flag("--cudnn-fusion", o.cudnn_fusion,
+               "--device cuda, --precision bf16 or fp16: sum each training batch norm's "
+               "statistics in the pass of the convolution before it (cuDNN's graph API), for "
+               "the shapes where that checks out and pays; the run ends with what was fused");
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

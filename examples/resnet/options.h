@@ -73,6 +73,7 @@ struct TrainOptions {
   bool cudnn_search = false;  // --cudnn-search: time cuDNN's convolution algorithms
   bool copy_stream = true;    // --no-copy-stream: batches go up on the layers' stream
   bool cuda_graphs = false;   // --cuda-graphs: each step's GPU work replayed as one graph
+  bool cudnn_fusion = false;  // --cudnn-fusion: conv + BN statistics fused where it pays
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

@@ -148,13 +148,20 @@ void Trainer::buildModel() {
   }
   for (const auto& [on, flag] : {std::pair{opt_.cudnn_search, "--cudnn-search"},
                                  {!opt_.copy_stream, "--no-copy-stream"},
-                                 {opt_.cuda_graphs, "--cuda-graphs"}})
+                                 {opt_.cuda_graphs, "--cuda-graphs"},
+                                 {opt_.cudnn_fusion, "--cudnn-fusion"}})
     if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
   if (opt_.cuda_graphs && opt_.gpu_profile)
     throw InvalidArgument(
         "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer as "
         "it is launched, and a graph launches the whole step at once");
   if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
+  if (opt_.cudnn_fusion && opt_.precision != "bf16" && opt_.precision != "fp16")
+    throw InvalidArgument(
+        "--cudnn-fusion needs --precision bf16 or fp16 (cuDNN's fused "
+        "engines take 16-bit channels-last data), not " +
+        opt_.precision);
+  if (opt_.cudnn_fusion) fuseConvBatchNorm(model_, true);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
   if (const auto pool = syntheticPool(*train_src_);
@@ -297,6 +304,7 @@ EvalResult Trainer::run() {
                       std::to_string(g.replayed) + " steps replayed from them, " +
                       std::to_string(g.eager) + " run layer by layer before their capture");
   }
+  if (opt_.cudnn_fusion && rank_ == 0) metrics_->message(convBatchNormFusionReport(model_));
   if (opt_.gpu_profile) {
     const std::string table =
         deviceProfileReport(model_, static_cast<int>(state_.global_step - first_step));

@@ -207,6 +207,7 @@ TEST_CASE("16-bit: the linear layer takes 16-bit features and gives float32 logi
   for (Math math : kHalfMaths) {
     INFO(nameOf(math));
     HalfMode mode(math);
+    nn::cuda::clear_plan_cache();  // the report below then speaks of this math only
     std::mt19937_64 rng(23);
     const int N = 8, in = 64, out = 10;
     nn::Linear l;
@@ -246,3 +247,74 @@ TEST_CASE("16-bit: a backward before any forward is refused", "[half]") {
 }
 
 }  // namespace
+
+// conv_bn_forward with the statistics summed by the convolution (cuDNN's graph API,
+// Fusion::WhereSupported) against the CPU's convolution, batch norm (training, fused
+// ReLU) and batch norm backward on the same 16-bit values: the saved mean and inverse
+// standard deviation must be what cuDNN's batch norm backward expects. fp16 must find a
+// fused engine for a 3x3 and a 1x1 convolution; bf16 may run either way.
+TEST_CASE("16-bit: convolution with fused batch-norm statistics matches the CPU", "[fusion]") {
+  const nn::cuda::Fusion old = nn::cuda::set_conv_bn_fusion(nn::cuda::Fusion::WhereSupported);
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    nn::cuda::clear_plan_cache();  // the report below then speaks of this math only
+    std::mt19937_64 rng(23);
+    struct Case {
+      int N, C_in, C_out, H, K, stride, pad;
+    };
+    for (const Case& k : {Case{8, 32, 64, 28, 3, 1, 1}, Case{8, 64, 128, 28, 1, 2, 0}}) {
+      INFO("conv+bn N=" << k.N << " " << k.C_in << "->" << k.C_out << " " << k.H << " K=" << k.K);
+      nn::Conv2d c;
+      c.C_in = k.C_in, c.C_out = k.C_out, c.K = k.K, c.stride = k.stride, c.pad = k.pad;
+      const int Ho = c.out_h(k.H), C = k.C_out;
+      const size_t nx = size_t(k.N) * k.C_in * k.H * k.H, ny = size_t(k.N) * C * Ho * Ho;
+      const size_t nw = size_t(C) * k.C_in * k.K * k.K;
+      auto x = rounded(randomVector(nx, rng), math);
+      auto w = rounded(randomVector(nw, rng, -0.2f, 0.2f), math);
+      auto dy = rounded(randomVector(ny, rng), math);
+      std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
+      std::vector<float> mean(C, 0.1f), var(C, 1.5f), sm(C), sv(C), dgamma(C), dbeta(C);
+      std::vector<float> a(ny), b(ny), dx(ny);
+      nn::Conv2d cpu_c = c;
+      cpu_c.w = w.data();
+      nn::BatchNorm2d bn;
+      bn.C = C, bn.relu = true;
+      nn::BatchNorm2d cpu = bn;
+      cpu.gamma = gamma.data(), cpu.beta = beta.data(), cpu.running_mean = mean.data();
+      cpu.running_var = var.data(), cpu.save_mean = sm.data(), cpu.save_var = sv.data();
+      cpu.dgamma = dgamma.data(), cpu.dbeta = dbeta.data();
+      nn::conv2d_forward(cpu_c, x.data(), a.data(), k.N, k.H, k.H);
+      nn::batchnorm2d_forward(cpu, a.data(), b.data(), k.N, Ho, Ho, true);
+      nn::batchnorm2d_backward(cpu, a.data(), dy.data(), dx.data(), k.N, Ho, Ho, true);
+
+      Activations gx(x, k.N, k.C_in, k.H, k.H), ga(1e3f, k.N, C, Ho, Ho), gb(1e3f, k.N, C, Ho, Ho);
+      Activations gdy(dy, k.N, C, Ho, Ho), gdx(1e3f, k.N, C, Ho, Ho);
+      Device gw(w), g_gamma(gamma), g_beta(beta), g_mean(C, 0.1f), g_var(C, 1.5f), g_sm(C, 0.0f),
+          g_sv(C, 0.0f), g_dgamma(C, 1e3f), g_dbeta(C, 1e3f);
+      nn::Conv2d gc = c;
+      gc.w = gw.get();
+      nn::BatchNorm2d g = bn;
+      g.gamma = g_gamma.get(), g.beta = g_beta.get(), g.running_mean = g_mean.get();
+      g.running_var = g_var.get(), g.save_mean = g_sm.get(), g.save_var = g_sv.get();
+      g.dgamma = g_dgamma.get(), g.dbeta = g_dbeta.get();
+      nn::cuda::conv_bn_forward(gc, g, gx.get(), ga.get(), gb.get(), k.N, k.H, k.H);
+      nn::cuda::batchnorm2d_backward(g, ga.get(), gdy.get(), gdx.get(), k.N, Ho, Ho, true);
+      checkClose(ga.host(), a, 1e-2, "the convolution's output");
+      checkClose(gb.host(), b, 2e-2, "batch norm + ReLU");
+      checkClose(g_sm.host(), sm, 1e-2, "the saved mean");
+      std::vector<float> invstd(C);  // the GPU saves 1 / sqrt(var + eps)
+      for (int i = 0; i < C; ++i) invstd[i] = 1.0f / std::sqrt(sv[i] + bn.eps);
+      checkClose(g_sv.host(), invstd, 1e-2, "the saved inverse standard deviation");
+      checkClose(g_mean.host(), mean, 1e-2, "the running mean");
+      checkClose(g_var.host(), var, 1e-2, "the running variance");
+      checkClose(gdx.host(), dx, 2e-2, "batch norm backward's dx");
+      checkClose(g_dgamma.host(), dgamma, 1e-2, "dgamma");
+      checkClose(g_dbeta.host(), dbeta, 1e-2, "dbeta");
+    }
+    const std::string report = nn::cuda::conv_bn_fusion_report();
+    INFO(report);
+    if (math == Math::Fp16) CHECK(report.find("fused for 2 of 2 shapes") != std::string::npos);
+  }
+  nn::cuda::set_conv_bn_fusion(old);
+}

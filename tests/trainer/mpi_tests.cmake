@@ -13,7 +13,8 @@
 #                batches copied ahead on their own stream or not
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
 #   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host;
-#                --cudnn-search trains as the heuristics' algorithms do
+#                --cudnn-search trains as the heuristics' algorithms do, --cudnn-fusion
+#                as bf16 without it
 #   device-graphs  --cuda-graphs == the same steps launched layer by layer (1 and 2
 #                ranks, fp32 and fp16)
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)

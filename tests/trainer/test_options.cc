@@ -140,3 +140,12 @@ TEST_CASE("the GPU switches: off by default, each flag turns its own on") {
   CHECK(o.cudnn_search);
   CHECK_FALSE(o.copy_stream);
 }
+
+TEST_CASE("the convolution and batch-norm fusion: off by default, on with its flag") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK_FALSE(o.cudnn_fusion);
+  REQUIRE(parseError("--cudnn-fusion", &o).empty());
+  CHECK(o.cudnn_fusion);
+  CHECK_FALSE(o.cuda_graphs);
+}

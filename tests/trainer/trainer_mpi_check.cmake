@@ -195,7 +195,7 @@ elseif(MODE STREQUAL "device-synthetic")
   if(rc EQUAL 0 OR NOT err MATCHES "--synthetic-on-host needs --dataset synthetic and --device cuda")
     message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
   endif()
-  foreach(flag --cudnn-search --no-copy-stream)
+  foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion)
     execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} ${flag}
                     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
     if(rc EQUAL 0 OR NOT err MATCHES "${flag} needs --device cuda")
@@ -214,6 +214,20 @@ elseif(MODE STREQUAL "device-synthetic")
   # other algorithms.
   run_on_gpu(1 search ${args} --cudnn-search --dump-params ${WORK}/search.params)
   compare(${WORK}/cpu.params ${WORK}/search.params --atol 1e-3 --rtol 1e-2)
+  # --cudnn-fusion (batch-norm statistics summed by the convolutions where cuDNN's fused
+  # engines check out and pay) trains as bf16 without it, to the rounding of the other
+  # sums; it is refused in fp32 and says what it fused.
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --device cuda --cudnn-fusion
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "--cudnn-fusion needs --precision bf16 or fp16")
+    message(FATAL_ERROR "--cudnn-fusion in fp32 was not refused clearly")
+  endif()
+  run_on_gpu(1 bf16 ${args} --precision bf16 --dump-params ${WORK}/bf16.params)
+  run_on_gpu(1 fused ${args} --precision bf16 --cudnn-fusion --dump-params ${WORK}/fused.params)
+  if(NOT LAST_OUT MATCHES "batch-norm statistics fused for [0-9]+ of [1-9][0-9]* shapes")
+    message(FATAL_ERROR "--cudnn-fusion did not report what it fused")
+  endif()
+  compare(${WORK}/bf16.params ${WORK}/fused.params --atol 1e-2 --rtol 1e-1)
 elseif(MODE STREQUAL "device-graphs")
   # --cuda-graphs: each step's GPU work launched as one CUDA graph trains as the same
   # steps launched layer by layer: on one rank; on two sharing the GPU (the gradients

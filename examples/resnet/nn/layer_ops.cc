@@ -20,7 +20,8 @@ const LayerOps& cpuLayers() {
                             &add_forward,
                             &accumulate,
                             &softmax_xent,
-                            &topk_correct};
+                            &topk_correct,
+                            nullptr};
   return ops;
 }
 

@@ -27,6 +27,9 @@ struct LayerOps {
   void (*accumulate)(float*, const float*, size_t);
   float (*softmax_xent)(const float*, const int32_t*, float*, int, int, float);
   TopK (*topk_correct)(const float*, const int32_t*, int, int);
+  // A convolution and the batch norm after it in training, fused where the backend can
+  // (nn::cuda::conv_bn_forward); nullptr: the two calls above.
+  void (*conv_bn_forward)(Conv2d&, BatchNorm2d&, const float*, float*, float*, int, int, int);
 };
 
 const LayerOps& cpuLayers();

@@ -27,6 +27,7 @@ struct Backend {
   cublasHandle_t cublas = nullptr;
   Math math = Math::Fp32;
   bool conv_search = false;   // set_conv_search
+  Fusion conv_bn_fusion = Fusion::Off;  // set_conv_bn_fusion
   void* workspace = nullptr;  // cuDNN's, grown to the largest an algorithm asked for
   size_t workspace_bytes = 0;
   void* cublas_workspace = nullptr;  // cuBLAS's own, fixed (graph capture allocates none)
@@ -45,9 +46,12 @@ enum ScratchSlot {
   kSlotBatchNormDy = 0,
   kSlotLosses = 1,
   kSlotFlags = 2,
-  kSlotWeightGrad = 3,  // 16-bit math: a conv's weight gradient in 16 bits
-  kSlotLinearDy = 4,    // 16-bit math: the linear layer's output gradient in 16 bits
-  kSlotInput = 5,       // 16-bit math: upload_input_async's float staging buffer
+  kSlotWeightGrad = 3,   // 16-bit math: a conv's weight gradient in 16 bits
+  kSlotLinearDy = 4,     // 16-bit math: the linear layer's output gradient in 16 bits
+  kSlotInput = 5,        // 16-bit math: upload_input_async's float staging buffer
+  kSlotFusionStats = 6,  // conv_bn_forward: the fused convolution's channel sums
+  kSlotFusionCheck = 7,  // ... its first run per shape: the plain convolution's output
+  kSlotFusionSums = 8,   // ... and that output's sums
 };
 
 // Whether activations are stored in 16 bits (Math::Bf16: bfloat16, Math::Fp16: IEEE
@@ -172,6 +176,17 @@ void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int
 // dx = gamma * invstd * g, with g = dy masked by the fused ReLU when `relu`.
 void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
                                float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW);
+
+// Batch norm from per-channel sums of `count` values (bn_stats.cu): save_mean and
+// save_invstd as cuDNN's forward training saves them, the running statistics moved by
+// `momentum` (the variance unbiased).
+void launchBnFinalize(const float* sum, const float* sqsum, double count, int C, float momentum,
+                      float eps, float* save_mean, float* save_invstd, float* running_mean,
+                      float* running_var);
+// 16-bit (rows, C) x: each channel's sum and sum of squares; and out[0] = max |x - y|,
+// out[1] = max |y| (as float bits; out zeroed first).
+void launchChannelSums(const void* x, size_t rows, int C, float* sum, float* sqsum);
+void launchMaxDifference(const void* x, const void* y, size_t n, unsigned* out);
 
 // Per row: loss[i] (double), dlogits (when not nullptr), bad label count in *bad.
 void launchSoftmaxXent(const float* logits, const int32_t* labels, float* dlogits, double* loss,

@@ -21,7 +21,8 @@ const LayerOps& layers() {
                             &add_forward,
                             &accumulate,
                             &softmax_xent,
-                            &topk_correct};
+                            &topk_correct,
+                            &conv_bn_forward};
   return ops;
 }
 

@@ -72,6 +72,16 @@ Math math();               // the current setting
 // PyTorch's torch.backends.cudnn.benchmark does; the first pass of each shape pays for
 // it). Returns the previous setting; plans are kept per setting.
 bool set_conv_search(bool on);
+// conv_bn_forward's fusion of the convolution with its batch norm's statistics (cuDNN's
+// graph API, conv_bn.cc): Off (the default: convolution, then batch norm), WherePays
+// (per shape, where cuDNN has a fused engine that checks out against the plain
+// convolution and is at most 5% slower than it) or WhereSupported (where it checks out,
+// whatever its speed: for tests). Returns the previous setting.
+enum class Fusion { Off, WherePays, WhereSupported };
+Fusion set_conv_bn_fusion(Fusion fusion);
+// One line per convolution shape conv_bn_forward has seen with the fusion on: fused or
+// not, and why (cuDNN's refusal, the check that failed, or the two timings).
+std::string conv_bn_fusion_report();
 
 // ---- profile ------------------------------------------------------------------------
 
@@ -171,6 +181,10 @@ void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int 
 
 void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H, int W,
                          bool training);
+// conv2d_forward(c, x, a, N, H, W) then batchnorm2d_forward(bn, a, b, ...) in training,
+// with the statistics summed by the convolution where set_conv_bn_fusion says so.
+void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* b, int N, int H,
+                     int W);
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
                           int W, bool training);
 

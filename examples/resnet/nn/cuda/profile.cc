@@ -96,6 +96,19 @@ constexpr char kAdd[] = "residual add";
 constexpr char kAccumulate[] = "gradient accumulate";
 constexpr char kLoss[] = "softmax cross-entropy";
 constexpr char kTopK[] = "top-k";
+constexpr char kConvBnForward[] = "conv + batch norm forward (--cudnn-fusion)";
+
+// Without the fusion, the convolution and the batch norm timed apart as usual.
+void convBnForward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* b, int N, int H,
+                   int W) {
+  if (detail::backend().conv_bn_fusion == Fusion::Off) {
+    Timed<kConvForward, &conv2d_forward>::call(c, x, a, N, H, W);
+    Timed<kBnForward, &batchnorm2d_forward>::call(bn, a, b, N, c.out_h(H), c.out_w(W), true);
+    return;
+  }
+  ProfileScope scope(kConvBnForward);
+  conv_bn_forward(c, bn, x, a, b, N, H, W);
+}
 
 }  // namespace
 
@@ -146,7 +159,8 @@ const LayerOps& profiledLayers() {
                      &Timed<kAdd, &add_forward>::call,
                      &Timed<kAccumulate, &accumulate>::call,
                      &Timed<kLoss, &softmax_xent>::call,
-                     &Timed<kTopK, &topk_correct>::call};
+                     &Timed<kTopK, &topk_correct>::call,
+                     &convBnForward};
   return ops;
 }
 
