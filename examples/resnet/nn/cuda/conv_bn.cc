@@ -181,10 +181,14 @@ void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
   throw NotFused(last);
 }
 
-// Queues the fused convolution: y, and the K sums then the K sums of squares at `sums`.
+// The sums of squares follow the K sums at `sums` from here: a 16-byte boundary, as the
+// tensors' alignment says.
+size_t sqsumAt(int K) { return (size_t(K) + 3) / 4 * 4; }
+
+// Queues the fused convolution: y, and the sums and sums of squares at `sums`.
 void run(const FusedPlan& f, const void* x, const void* w, void* y, float* sums, int K,
          const std::string& what) {
-  void* ptrs[5] = {const_cast<void*>(x), const_cast<void*>(w), y, sums, sums + K};
+  void* ptrs[5] = {const_cast<void*>(x), const_cast<void*>(w), y, sums, sums + sqsumAt(K)};
   const int64_t uids[5] = {kX, kW, kY, kSum, kSqSum};
   void* ws = workspace(size_t(f.workspace));
   try {
@@ -233,7 +237,7 @@ void checkAndTime(FusedPlan& f, Conv2d& c, const float* x, const void* w, void* 
   launchChannelSums(ref, rows, K, check, check + K);
   launchMaxDifference(y, ref, n, worst);
   checkLaunch(what);
-  std::vector<float> got(2 * size_t(K)), want(2 * size_t(K) + 2);
+  std::vector<float> got(2 * sqsumAt(K)), want(2 * size_t(K) + 2);
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(got.data(), sums, got.size() * sizeof(float),
                                              cudaMemcpyDeviceToHost, backend().stream));
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(want.data(), check, want.size() * sizeof(float),
@@ -244,7 +248,7 @@ void checkAndTime(FusedPlan& f, Conv2d& c, const float* x, const void* w, void* 
   if (!(diff <= 2e-2f * scale)) why << "output off by " << diff << " at scale " << scale;
   for (int k = 0; k < K && why.str().empty(); ++k) {
     const double mean = want[k] / double(rows), var = want[K + k] / double(rows) - mean * mean;
-    const double m = got[k] / double(rows), v = got[K + k] / double(rows) - m * m;
+    const double m = got[k] / double(rows), v = got[sqsumAt(K) + k] / double(rows) - m * m;
     if (!(std::fabs(m - mean) <= 1e-2 * std::sqrt(std::fmax(var, 0.0)) + 1e-6 &&
           std::fabs(v - var) <= 2e-2 * std::fabs(var) + 1e-6))
       why << "channel " << k << " statistics off: mean " << m << " vs " << mean << ", variance "
@@ -285,7 +289,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
   auto& slot = backend().plans[key("conv_bn fused", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad,
                                    int(backend().math), int(backend().conv_bn_fusion))];
   const int K = c.C_out;
-  auto* sums = static_cast<float*>(scratch(kSlotFusionStats, 2 * size_t(K) * sizeof(float)));
+  auto* sums = static_cast<float*>(scratch(kSlotFusionStats, 2 * sqsumAt(K) * sizeof(float)));
   const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K};
   const bool first = !slot;
   if (first) {
@@ -320,8 +324,8 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
     cuda::batchnorm2d_forward(bn, a, b, N, Ho, Wo, true);
     return;
   }
-  launchBnFinalize(sums, sums + K, double(N) * Ho * Wo, K, bn.momentum, bn.eps, bn.save_mean,
-                   bn.save_var, bn.running_mean, bn.running_var);
+  launchBnFinalize(sums, sums + sqsumAt(K), double(N) * Ho * Wo, K, bn.momentum, bn.eps,
+                   bn.save_mean, bn.save_var, bn.running_mean, bn.running_var);
   launchBnApply(a, b, BnAffine{bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps},
                 bn.relu, N, K, size_t(Ho) * Wo);
   checkLaunch(what);
