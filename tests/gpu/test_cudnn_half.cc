@@ -20,6 +20,8 @@
 #include <cuda_fp16.h>
 #include <catch2/catch.hpp>
 
+#include <utility>
+
 namespace {
 
 using namespace accord;
@@ -67,6 +69,44 @@ class Activations {
  private:
   int N_, C_, H_, W_;
   Device d_;
+};
+
+// A batch norm's parameters, running statistics, saved statistics and gradients, on the
+// host for the CPU's layer and on the device for the GPU's (the gradients start at 1e3
+// there, so that a result never written shows).
+struct BnBuffers {
+  BnBuffers(std::vector<float> gamma_, std::vector<float> beta_, std::vector<float> mean_,
+            std::vector<float> var_)
+      : gamma(std::move(gamma_)),
+        beta(std::move(beta_)),
+        mean(std::move(mean_)),
+        var(std::move(var_)),
+        save_mean(gamma.size()),
+        save_var(gamma.size()),
+        dgamma(gamma.size()),
+        dbeta(gamma.size()),
+        d_gamma(gamma),
+        d_beta(beta),
+        d_mean(mean),
+        d_var(var),
+        d_save_mean(gamma.size(), 0.0f),
+        d_save_var(gamma.size(), 0.0f),
+        d_dgamma(gamma.size(), 1e3f),
+        d_dbeta(gamma.size(), 1e3f) {}
+  nn::BatchNorm2d cpu(nn::BatchNorm2d bn) {
+    bn.gamma = gamma.data(), bn.beta = beta.data(), bn.running_mean = mean.data();
+    bn.running_var = var.data(), bn.save_mean = save_mean.data(), bn.save_var = save_var.data();
+    bn.dgamma = dgamma.data(), bn.dbeta = dbeta.data();
+    return bn;
+  }
+  nn::BatchNorm2d gpu(nn::BatchNorm2d bn) const {
+    bn.gamma = d_gamma.get(), bn.beta = d_beta.get(), bn.running_mean = d_mean.get();
+    bn.running_var = d_var.get(), bn.save_mean = d_save_mean.get();
+    bn.save_var = d_save_var.get(), bn.dgamma = d_dgamma.get(), bn.dbeta = d_dbeta.get();
+    return bn;
+  }
+  std::vector<float> gamma, beta, mean, var, save_mean, save_var, dgamma, dbeta;
+  Device d_gamma, d_beta, d_mean, d_var, d_save_mean, d_save_var, d_dgamma, d_dbeta;
 };
 
 TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
@@ -127,32 +167,22 @@ TEST_CASE("16-bit: batch norm, pools, relu and add match the CPU on 16-bit value
       auto x = rounded(randomVector(n, rng, -1.5f, 2.5f), math);
       auto dy = rounded(randomVector(n, rng), math);
       std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
-      std::vector<float> mean = randomVector(C, rng, -0.2f, 0.2f),
-                         var = randomVector(C, rng, 0.5f, 2);
-      std::vector<float> save_mean(C), save_var(C), dgamma(C), dbeta(C), y(n), dx(n);
-      nn::BatchNorm2d cpu = bn;
-      cpu.gamma = gamma.data(), cpu.beta = beta.data(), cpu.running_mean = mean.data();
-      cpu.running_var = var.data(), cpu.save_mean = save_mean.data(),
-      cpu.save_var = save_var.data();
-      cpu.dgamma = dgamma.data(), cpu.dbeta = dbeta.data();
-      Device g_gamma(gamma), g_beta(beta), g_mean(mean), g_var(var), g_sm(C, 0.0f), g_sv(C, 0.0f),
-          g_dgamma(C, 1e3f), g_dbeta(C, 1e3f);
+      std::vector<float> mean = randomVector(C, rng, -0.2f, 0.2f);
+      BnBuffers st(gamma, beta, mean, randomVector(C, rng, 0.5f, 2));
+      std::vector<float> y(n), dx(n);
+      nn::BatchNorm2d cpu = st.cpu(bn), gpu = st.gpu(bn);
       nn::batchnorm2d_forward(cpu, x.data(), y.data(), N, H, W, training);
       nn::batchnorm2d_backward(cpu, x.data(), dy.data(), dx.data(), N, H, W, training);
-      nn::BatchNorm2d gpu = bn;
-      gpu.gamma = g_gamma.get(), gpu.beta = g_beta.get(), gpu.running_mean = g_mean.get();
-      gpu.running_var = g_var.get(), gpu.save_mean = g_sm.get(), gpu.save_var = g_sv.get();
-      gpu.dgamma = g_dgamma.get(), gpu.dbeta = g_dbeta.get();
       Activations gx(x, N, C, H, W), gy(1e3f, N, C, H, W), gdy(dy, N, C, H, W),
           gdx(1e3f, N, C, H, W);
       nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), N, H, W, training);
       nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdx.get(), N, H, W, training);
       checkClose(gy.host(), y, 1e-2, "batch norm y (16-bit)");
-      checkClose(g_mean.host(), mean, 1e-3, "running_mean (float32)");
-      checkClose(g_var.host(), var, 1e-3, "running_var (float32)");
+      checkClose(st.d_mean.host(), st.mean, 1e-3, "running_mean (float32)");
+      checkClose(st.d_var.host(), st.var, 1e-3, "running_var (float32)");
       checkClose(gdx.host(), dx, 2e-2, "batch norm dx (16-bit)");
-      checkClose(g_dgamma.host(), dgamma, 1e-2, "dgamma (float32)");
-      checkClose(g_dbeta.host(), dbeta, 1e-2, "dbeta (float32)");
+      checkClose(st.d_dgamma.host(), st.dgamma, 1e-2, "dgamma (float32)");
+      checkClose(st.d_dbeta.host(), st.dbeta, 1e-2, "dbeta (float32)");
     }
 
     // Max pool 3x3 stride 2 pad 1 (the stem's) and the global average pool.
@@ -274,43 +304,35 @@ TEST_CASE("16-bit: convolution with fused batch-norm statistics matches the CPU"
       auto w = rounded(randomVector(nw, rng, -0.2f, 0.2f), math);
       auto dy = rounded(randomVector(ny, rng), math);
       std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
-      std::vector<float> mean(C, 0.1f), var(C, 1.5f), sm(C), sv(C), dgamma(C), dbeta(C);
+      BnBuffers st(gamma, beta, std::vector<float>(C, 0.1f), std::vector<float>(C, 1.5f));
       std::vector<float> a(ny), b(ny), dx(ny);
-      nn::Conv2d cpu_c = c;
-      cpu_c.w = w.data();
       nn::BatchNorm2d bn;
       bn.C = C, bn.relu = true;
-      nn::BatchNorm2d cpu = bn;
-      cpu.gamma = gamma.data(), cpu.beta = beta.data(), cpu.running_mean = mean.data();
-      cpu.running_var = var.data(), cpu.save_mean = sm.data(), cpu.save_var = sv.data();
-      cpu.dgamma = dgamma.data(), cpu.dbeta = dbeta.data();
+      nn::BatchNorm2d cpu = st.cpu(bn), gpu = st.gpu(bn);
+      nn::Conv2d cpu_c = c;
+      cpu_c.w = w.data();
       nn::conv2d_forward(cpu_c, x.data(), a.data(), k.N, k.H, k.H);
       nn::batchnorm2d_forward(cpu, a.data(), b.data(), k.N, Ho, Ho, true);
       nn::batchnorm2d_backward(cpu, a.data(), dy.data(), dx.data(), k.N, Ho, Ho, true);
 
       Activations gx(x, k.N, k.C_in, k.H, k.H), ga(1e3f, k.N, C, Ho, Ho), gb(1e3f, k.N, C, Ho, Ho);
       Activations gdy(dy, k.N, C, Ho, Ho), gdx(1e3f, k.N, C, Ho, Ho);
-      Device gw(w), g_gamma(gamma), g_beta(beta), g_mean(C, 0.1f), g_var(C, 1.5f), g_sm(C, 0.0f),
-          g_sv(C, 0.0f), g_dgamma(C, 1e3f), g_dbeta(C, 1e3f);
+      Device gw(w);
       nn::Conv2d gc = c;
       gc.w = gw.get();
-      nn::BatchNorm2d g = bn;
-      g.gamma = g_gamma.get(), g.beta = g_beta.get(), g.running_mean = g_mean.get();
-      g.running_var = g_var.get(), g.save_mean = g_sm.get(), g.save_var = g_sv.get();
-      g.dgamma = g_dgamma.get(), g.dbeta = g_dbeta.get();
-      nn::cuda::conv_bn_forward(gc, g, gx.get(), ga.get(), gb.get(), k.N, k.H, k.H);
-      nn::cuda::batchnorm2d_backward(g, ga.get(), gdy.get(), gdx.get(), k.N, Ho, Ho, true);
+      nn::cuda::conv_bn_forward(gc, gpu, gx.get(), ga.get(), gb.get(), k.N, k.H, k.H);
+      nn::cuda::batchnorm2d_backward(gpu, ga.get(), gdy.get(), gdx.get(), k.N, Ho, Ho, true);
       checkClose(ga.host(), a, 1e-2, "the convolution's output");
       checkClose(gb.host(), b, 2e-2, "batch norm + ReLU");
-      checkClose(g_sm.host(), sm, 1e-2, "the saved mean");
+      checkClose(st.d_save_mean.host(), st.save_mean, 1e-2, "the saved mean");
       std::vector<float> invstd(C);  // the GPU saves 1 / sqrt(var + eps)
-      for (int i = 0; i < C; ++i) invstd[i] = 1.0f / std::sqrt(sv[i] + bn.eps);
-      checkClose(g_sv.host(), invstd, 1e-2, "the saved inverse standard deviation");
-      checkClose(g_mean.host(), mean, 1e-2, "the running mean");
-      checkClose(g_var.host(), var, 1e-2, "the running variance");
+      for (int i = 0; i < C; ++i) invstd[i] = 1.0f / std::sqrt(st.save_var[i] + bn.eps);
+      checkClose(st.d_save_var.host(), invstd, 1e-2, "the saved inverse standard deviation");
+      checkClose(st.d_mean.host(), st.mean, 1e-2, "the running mean");
+      checkClose(st.d_var.host(), st.var, 1e-2, "the running variance");
       checkClose(gdx.host(), dx, 2e-2, "batch norm backward's dx");
-      checkClose(g_dgamma.host(), dgamma, 1e-2, "dgamma");
-      checkClose(g_dbeta.host(), dbeta, 1e-2, "dbeta");
+      checkClose(st.d_dgamma.host(), st.dgamma, 1e-2, "dgamma");
+      checkClose(st.d_dbeta.host(), st.dbeta, 1e-2, "dbeta");
     }
     const std::string report = nn::cuda::conv_bn_fusion_report();
     INFO(report);
