@@ -124,6 +124,15 @@ __global__ void countTopKKernel(const int* ahead, int N, int k5, int* counts) {
   counts[1] = top5;
 }
 
+// The loss's description for messages, after checking its shape and smoothing.
+std::string checkedLoss(const char* fn, int N, int C, float smoothing) {
+  const std::string what = key(fn, N, C);
+  if (N <= 0 || C <= 0) throw InvalidArgument(what + ": invalid shape");
+  if (!(smoothing >= 0.0f && smoothing < 1.0f))
+    throw InvalidArgument(key(what.c_str(), ": label smoothing", smoothing, "is outside [0, 1)"));
+  return what;
+}
+
 // Per-row results and the bad-label flag, back on the host (waits for the stream).
 template <class T>
 std::vector<T> fetchRows(const T* rows, const int* bad, int N, int& bad_count,
@@ -148,10 +157,7 @@ void throwIfBad(int bad_count, int C, const std::string& what) {
 
 float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
                    float smoothing) {
-  const std::string what = key("softmax_xent (N C)", N, C);
-  if (N <= 0 || C <= 0) throw InvalidArgument(what + ": invalid shape");
-  if (!(smoothing >= 0.0f && smoothing < 1.0f))
-    throw InvalidArgument(key(what.c_str(), ": label smoothing", smoothing, "is outside [0, 1)"));
+  const std::string what = checkedLoss("softmax_xent (N C)", N, C, smoothing);
   Backend& b = backend();
   auto* loss = static_cast<double*>(scratch(kSlotLosses, N * sizeof(double)));
   auto* bad = static_cast<int*>(scratch(kSlotFlags, sizeof(int)));
@@ -192,10 +198,7 @@ TopK topk_correct(const float* logits, const int32_t* labels, int N, int C) {
 
 void softmax_xent_async(const float* logits, const int32_t* labels, float* dlogits, int N, int C,
                         float smoothing, float* loss, int* bad) {
-  const std::string what = key("softmax_xent_async (N C)", N, C);
-  if (N <= 0 || C <= 0) throw InvalidArgument(what + ": invalid shape");
-  if (!(smoothing >= 0.0f && smoothing < 1.0f))
-    throw InvalidArgument(key(what.c_str(), ": label smoothing", smoothing, "is outside [0, 1)"));
+  const std::string what = checkedLoss("softmax_xent_async (N C)", N, C, smoothing);
   Backend& b = backend();
   auto* rows = static_cast<double*>(scratch(kSlotLosses, N * sizeof(double)));
   softmaxXentKernel<<<N, kThreads, 0, b.stream>>>(logits, labels, dlogits, rows, bad, C, smoothing,
