@@ -13,9 +13,10 @@
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
 #   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build-device, .debs, .data)
 #
-#   bash ci/gpu-check.sh [tests] [mpi] [bench] [python] [trainer] [profile]
+#   bash ci/gpu-check.sh [tests] [trainer-tests] [mpi] [bench] [python] [trainer] [profile]
 # runs the steps named (all of them when none is), so that a device call can stay under
-# its time limit: e.g. `tests` in one call, the rest in the next.
+# its time limit: e.g. `tests` in one call, `trainer-tests` in the next (the GPU tests
+# labelled trainer: whole accord-resnet runs), the rest after.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed, the benchmark did not finish, or a GPU step said "no GPU" on a machine
@@ -24,11 +25,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests mpi bench python trainer profile)
+[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests mpi bench python trainer profile)
 for step in "${steps[@]}"; do
   case $step in
-    tests | mpi | bench | python | trainer | profile) ;;
-    *) echo "ci/gpu-check.sh: unknown step '$step' (expected tests, mpi, bench, python, trainer or profile)" >&2
+    tests | trainer-tests | mpi | bench | python | trainer | profile) ;;
+    *) echo "ci/gpu-check.sh: unknown step '$step' (expected tests, trainer-tests, mpi, bench," \
+            "python, trainer or profile)" >&2
        exit 2 ;;
   esac
 done
@@ -93,18 +95,23 @@ if ldd build/libaccord.so | grep -q 'not found'; then
   exit 1
 fi
 
-# 1. The GPU tests (kernels, device collectives, errors, the trainer on the GPU).
-if wants tests; then
-  junit=()  # CTest 3.21+ also writes JUnit XML
-  ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/gpu-tests.xml")
-  ctest --test-dir build -L gpu --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
-        > "$logs/gpu-tests.log" 2>&1 || status=1
-  say "gpu tests:  $(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
-  grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/gpu-tests.log" |
+# 1. The GPU tests: kernels, device collectives, errors and the cuDNN layers (tests), and
+#    whole accord-resnet runs on the GPU (trainer-tests: those labelled trainer too).
+gpu_tests() {  # <log name> <ctest label arguments...>
+  local name=$1
+  shift
+  local junit=()  # CTest 3.21+ also writes JUnit XML
+  ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/$name.xml")
+  ctest --test-dir build "$@" --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" \
+        "${junit[@]}" > "$logs/$name.log" 2>&1 || status=1
+  say "$name:  $(grep -E 'tests passed|tests failed' "$logs/$name.log" | tail -1)"
+  grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/$name.log" |
     sed 's/^/  /' | tee -a "$summary"
-  gpu_missing "$logs/gpu-tests.log"
+  gpu_missing "$logs/$name.log"
   pack
-fi
+}
+if wants tests; then gpu_tests gpu-tests -L gpu -LE trainer; fi
+if wants trainer-tests; then gpu_tests gpu-trainer-tests -L gpu -L trainer; fi
 
 # 2. The host collectives of the same build (the runtime changes touch them too).
 if wants mpi; then
