@@ -88,24 +88,35 @@ std::unique_ptr<Desc> tensor(Uid uid, std::array<int64_t, 4> d, cudnnDataType_t 
 }
 
 struct FusedPlan {
+  // Every descriptor the plan was made from, alive as long as it is (declared first, so
+  // destroyed after it).
+  std::vector<std::unique_ptr<Desc>> keep;
   std::unique_ptr<Desc> plan;  // null: this shape runs unfused
   int64_t workspace = 0;
   std::string why;  // why not, or what it measured
+
+  void drop() {  // this shape runs unfused from now on
+    plan.reset();
+    keep.clear();
+  }
 };
 
 // The operation graph and the first execution plan cuDNN's heuristics offer for it.
 void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
   const cudnnDataType_t io = activationType(), fp32 = CUDNN_DATA_FLOAT;
   const int64_t K = c.C_out, Ho = c.out_h(H), Wo = c.out_w(W);
-  const auto x = tensor(kX, {N, c.C_in, H, W}, io);
-  const auto w = tensor(kW, {K, c.C_in, c.K, c.K}, io);
-  const auto y = tensor(kY, {N, K, Ho, Wo}, io);
-  const auto sum = tensor(kSum, {1, K, 1, 1}, fp32);
-  const auto sqsum = tensor(kSqSum, {1, K, 1, 1}, fp32);
+  const auto make = [&f](cudnnBackendDescriptorType_t type) -> Desc& {
+    return *f.keep.emplace_back(std::make_unique<Desc>(type));
+  };
+  const Desc& x = *f.keep.emplace_back(tensor(kX, {N, c.C_in, H, W}, io));
+  const Desc& w = *f.keep.emplace_back(tensor(kW, {K, c.C_in, c.K, c.K}, io));
+  const Desc& y = *f.keep.emplace_back(tensor(kY, {N, K, Ho, Wo}, io));
+  const Desc& sum = *f.keep.emplace_back(tensor(kSum, {1, K, 1, 1}, fp32));
+  const Desc& sqsum = *f.keep.emplace_back(tensor(kSqSum, {1, K, 1, 1}, fp32));
   const int64_t dims = 2, ones[2] = {1, 1}, stride[2] = {c.stride, c.stride},
                 pad[2] = {c.pad, c.pad};
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  Desc& conv = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   conv.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &fp32)
       .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode)
       .set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &dims)
@@ -115,30 +126,30 @@ void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
       .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
       .finalize();
   const float one = 1.0f, zero = 0.0f;
-  Desc fprop(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-  fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, *x)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, *w)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, *y)
+  Desc& fprop = make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
       .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
       .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &one)
       .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &zero)
       .finalize();
   const cudnnGenStatsMode_t sums = CUDNN_GENSTATS_SUM_SQSUM;
-  Desc stats(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+  Desc& stats = make(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
   stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, &sums)
       .set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &fp32)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, *y)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, *sum)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, *sqsum)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum)
       .finalize();
   cudnnHandle_t handle = backend().cudnn;
   const cudnnBackendDescriptor_t ops[2] = {fprop.get(), stats.get()};
-  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  Desc& graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops, 2)
       .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle)
       .finalize();
   const cudnnBackendHeurMode_t heuristics = CUDNN_HEUR_MODE_A;
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  Desc& heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &heuristics)
       .finalize();
@@ -148,12 +159,8 @@ void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
                                nullptr) != CUDNN_STATUS_SUCCESS ||
       count <= 0)
     throw NotFused("cuDNN's heuristics offer no engine");
-  std::vector<std::unique_ptr<Desc>> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    raw.push_back(configs.back()->get());
-  }
+  for (int64_t i = 0; i < count; ++i) raw.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
   int64_t got = 0;
   if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
@@ -255,7 +262,7 @@ void checkAndTime(FusedPlan& f, Conv2d& c, const float* x, const void* w, void* 
           << v << " vs " << var;
   }
   if (!why.str().empty()) {
-    f.plan.reset();
+    f.drop();
     f.why = why.str();
     return;
   }
@@ -263,7 +270,7 @@ void checkAndTime(FusedPlan& f, Conv2d& c, const float* x, const void* w, void* 
   const float plain = timed([&] { cuda::conv2d_forward(c, x, ref, N, H, W); }, what);
   why << "fused " << fused << " ms, convolution alone " << plain << " ms";
   f.why = why.str();
-  if (backend().conv_bn_fusion == Fusion::WherePays && fused > 1.05f * plain) f.plan.reset();
+  if (backend().conv_bn_fusion == Fusion::WherePays && fused > 1.05f * plain) f.drop();
 }
 
 }  // namespace
@@ -297,7 +304,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
     try {
       build(*f, c, N, H, W);
     } catch (const NotFused& e) {
-      f->plan.reset();
+      f->drop();
       f->why = e.what();
       cudaGetLastError();
     }
@@ -313,7 +320,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
         run(f, x, w, a, sums, K, what);
         checkAndTime(f, c, x, w, a, sums, N, H, W, what);
       } catch (const Error& e) {
-        f.plan.reset();
+        f.drop();
         f.why = e.what();
         cudaGetLastError();
       }
