@@ -43,6 +43,10 @@ build() {
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DACCORD_SANITIZE="$sanitizer" "${python_args[@]}" "$@" || return
+  elif [ ${#python_args[@]} -gt 0 ]; then
+    # A folder configured before with another interpreter (one without matplotlib, say)
+    # takes Debian's from now on.
+    cmake -S . -B "$dir" "${python_args[@]}" > /dev/null || return
   fi
   cmake --build "$dir" -j "$jobs" || return
 }
