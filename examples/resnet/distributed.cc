@@ -24,37 +24,29 @@ TensorView view(void* data, DType dtype, std::size_t n) {
 
 }  // namespace
 
-void GradExchange::submit(const std::string& name, float* grad, std::size_t n) {
+void GradExchange::average(const std::string& name, TensorView v, bool on_device) {
   if (world_ == 1) return;
   AllreduceOptions o;
-  o.name = "grad." + name;
+  o.name = name;
   o.op = ReduceOp::Average;
-  TensorView v = view(grad, DType::Float32, n);
-  if (device_ >= 0) {
+  if (on_device) {
     v.device = Device::cuda(device_);
     o.stream = stream_;
   }
   handles_.push_back(allreduce_async(v, o));
 }
 
+void GradExchange::submit(const std::string& name, float* grad, std::size_t n) {
+  average("grad." + name, view(grad, DType::Float32, n), device_ >= 0);
+}
+
 void GradExchange::submitValue(const std::string& name, double* value) {
-  if (world_ == 1) return;
-  AllreduceOptions o;
-  o.name = name;
-  o.op = ReduceOp::Average;
-  handles_.push_back(allreduce_async(view(value, DType::Float64, 1), o));
+  average(name, view(value, DType::Float64, 1), false);
 }
 
 void GradExchange::submitDeviceValue(const std::string& name, float* value) {
-  if (world_ == 1) return;
   if (device_ < 0) throw Error("GradExchange::submitDeviceValue: no GPU (onDevice)");
-  AllreduceOptions o;
-  o.name = name;
-  o.op = ReduceOp::Average;
-  TensorView v = view(value, DType::Float32, 1);
-  v.device = Device::cuda(device_);
-  o.stream = stream_;
-  handles_.push_back(allreduce_async(v, o));
+  average(name, view(value, DType::Float32, 1), true);
 }
 
 double GradExchange::waitAll() {

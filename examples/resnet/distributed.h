@@ -37,6 +37,9 @@ class GradExchange {
   double waitAll();
 
  private:
+  // One named allreduce (Average) of v, on onDevice's GPU and stream when on_device.
+  void average(const std::string& name, TensorView v, bool on_device);
+
   int world_;
   int device_ = -1;  // host memory
   void* stream_ = nullptr;
