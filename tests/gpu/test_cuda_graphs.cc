@@ -11,6 +11,7 @@
 #include "model.h"
 #include "model_device.h"
 #include "optimizer.h"
+#include "small_model.h"
 
 #include <accord/error.h>
 
@@ -27,13 +28,7 @@ namespace {
 using namespace accord;
 using test::checkClose;
 using test::randomVector;
-
-resnet::ModelConfig smallConfig() {
-  resnet::ModelConfig cfg;
-  cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = true;
-  cfg.width = 0.25, cfg.max_batch = 8, cfg.image_size = 16;
-  return cfg;
-}
+using test::smallConfig;
 
 struct Trained {
   resnet::Model model;

@@ -13,6 +13,7 @@
 #include "model.h"
 #include "model_device.h"
 #include "optimizer.h"
+#include "small_model.h"
 
 #include <accord/error.h>
 
@@ -25,6 +26,7 @@ namespace {
 
 using namespace accord;
 using test::checkClose;
+using test::smallConfig;
 
 struct Run {
   resnet::Model model;
@@ -96,14 +98,6 @@ TEST_CASE("a ResNet-18 on the GPU trains like on the CPU", "[model]") {
     steps(gpu, N, 3);
     compare(cpu, gpu, cfg, N);
   }
-}
-
-// A small ResNet-18 (width 1/4, 16x16 inputs, batch 8) for the reduced-precision cases.
-resnet::ModelConfig smallConfig() {
-  resnet::ModelConfig cfg;
-  cfg.depth = 18, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = true;
-  cfg.width = 0.25, cfg.max_batch = 8, cfg.image_size = 16;
-  return cfg;
 }
 
 // One step of `cpu` and `gpu` (built from cfg, the GPU in reduced precision): the loss
