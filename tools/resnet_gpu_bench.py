@@ -5,8 +5,8 @@ For each model:batch pair, on synthetic 224x224 data, measures training images p
 second of torchvision's model in PyTorch (channels_last, bf16 autocast by default, or
 fp16 autocast with a GradScaler, tf32 or fp32; SGD with momentum; eager and
 torch.compile) and of `accord-resnet --device cuda` with the same model, batch,
-optimizer and --precision (its steps launched layer by layer, as CUDA graphs with
---cuda-graphs, and in 16 bits with --cudnn-fusion), then prints them, the ratio, and
+optimizer and --precision (its steps launched layer by layer, as CUDA graphs, and in
+16 bits as graphs with --cudnn-fusion), then prints them, the ratio, and
 the fraction of the GPU's peak bf16 FLOP/s each reaches (a training image costs three
 forward passes: about 24.5 GFLOP for ResNet-50).
 
@@ -211,12 +211,14 @@ def main():
             row[key] = ips
             show("pytorch " + ("compile" if compiled else "eager"), ips, row.get("torch_eager"),
                  f"(warm-up {setup_s:.0f} s)" if compiled else "")
-        # Layer by layer, then each step's GPU work as one CUDA graph (--cuda-graphs),
-        # then (16-bit only) with the convolutions summing their batch norms' statistics.
-        variants = [("accord", "accord-resnet", ()),
+        # Layer by layer, then each step's GPU work as one CUDA graph (one rank's default),
+        # then (16-bit only) also with the convolutions summing their batch norms'
+        # statistics.
+        variants = [("accord", "accord-resnet layers", ("--no-cuda-graphs",)),
                     ("accord_graphs", "accord-resnet graphs", ("--cuda-graphs",))]
         if args.precision in ("bf16", "fp16"):
-            variants.append(("accord_fusion", "accord-resnet fusion", ("--cudnn-fusion",)))
+            variants.append(("accord_fusion", "accord-resnet fusion",
+                             ("--cuda-graphs", "--cudnn-fusion")))
         for key, label, extra in variants:
             ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
                                              args.warmup, args.precision, extra)

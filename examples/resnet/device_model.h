@@ -48,6 +48,9 @@ struct DeviceModel {
   // (a step being captured into a CUDA graph sends them after its launch).
   std::vector<SentGradient>* recording = nullptr;
   std::shared_ptr<StepState> step;  // deviceTrainStep's, made on its first call
+  // For the tests: the next capture makes a call no capture allows (it waits for the
+  // stream), as a layer that cannot be captured would, and fails.
+  bool break_next_capture = false;
   ~DeviceModel() {
     // From a destructor: no throw. No copy may still read a buffer that stops being
     // page-locked (later ones run from pageable memory).

@@ -37,12 +37,14 @@ namespace accord::resnet {
 // Moves m's passes to `device`: "cpu" does nothing, "cuda" uses GPU local_rank modulo
 // the GPUs present. `precision`: "fp32", "tf32" (cuda only: tensor cores on float32
 // data), "bf16" (cuda only: activations stored as bfloat16 NHWC, bf16 tensor cores,
-// float32 parameters, gradients and statistics; nn::cuda::Math::Bf16) or "fp16" (the
-// same in IEEE half, which needs m.loss_scale; nn::cuda::Math::Fp16). Throws
-// InvalidArgument for another name, "cuda" in a build without cuDNN, or anything but
-// fp32 on the CPU. Call after buildModel().
-void useDevice(Model& m, const std::string& device, int local_rank,
-               const std::string& precision = "fp32");
+// float32 parameters, gradients and statistics; nn::cuda::Math::Bf16), "fp16" (the
+// same in IEEE half, which needs m.loss_scale; nn::cuda::Math::Fp16) or "auto" (bf16 on
+// a GPU with bf16 tensor cores, compute capability 8.0 and up; fp32 elsewhere).
+// Returns the precision the passes use. Throws InvalidArgument for another name,
+// "cuda" in a build without cuDNN, or anything but fp32 or auto on the CPU. Call after
+// buildModel().
+std::string useDevice(Model& m, const std::string& device, int local_rank,
+                      const std::string& precision = "fp32");
 
 // Page-locks [p, p + floats) of host memory for as long as m's device copy lives (its
 // copies to the GPU then run as DMA); a no-op on the CPU. Where the system refuses, the
@@ -92,18 +94,26 @@ void deviceInputFromPool(Model& m, const std::int64_t* indices, int N);
 // table, per step over `steps`.
 void profileDevice(Model& m);
 std::string deviceProfileReport(Model& m, int steps);
+// How deviceTrainStep launches a step's GPU work.
+enum class StepLaunch {
+  LayerByLayer,  // each layer's work queued from the host
+  Graph,         // --cuda-graphs: as a CUDA graph; a capture that fails is an error
+  // The default on one rank: as a CUDA graph where the step can be captured; where a
+  // capture fails, a warning, and this step and the rest run layer by layer.
+  GraphWhereItWorks,
+};
 // One training step's GPU work (forward, loss with its gradient scaled by m.loss_scale,
 // accuracy, backward) queued without waiting for the GPU (model_step_cuda.cc): the
 // batch comes as for deviceForward; the loss and the hits stay in device memory.
 // deviceStepLoss is the device float the caller may average over the ranks (in place,
 // before deviceStepResult); deviceStepResult waits for the step and returns its loss
 // and hits (InvalidArgument for labels outside the classes). The host's BN statistics
-// are the step's after it. Needs trainOnDevice. Backward hands each gradient to m.sink
-// as its layer's work is queued; `graphed` (--cuda-graphs, not with profileDevice)
-// instead captures the work as a CUDA graph the second time a kind of step (batch size,
-// loss scale, BN mode, smoothing) is seen, replays it after, and hands the gradients to
+// are the step's after it. Needs trainOnDevice. Layer by layer, backward hands each
+// gradient to m.sink as its layer's work is queued. As a graph (not with
+// profileDevice), the work is captured the second time a kind of step (batch size,
+// loss scale, BN mode, smoothing) is seen and replayed after, and the gradients go to
 // the sink after each launch, in backward's order.
-void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, bool graphed);
+void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, StepLaunch launch);
 float* deviceStepLoss(Model& m);
 struct DeviceStepResult {
   float loss = 0;          // this rank's
@@ -115,6 +125,9 @@ struct GraphStats {
   int captured = 0;           // graphs made
   std::int64_t replayed = 0;  // steps launched from one
   std::int64_t eager = 0;     // steps run call by call before their capture
+  // StepLaunch::GraphWhereItWorks: why capturing failed, after which every step ran
+  // layer by layer (empty: it never failed).
+  std::string failure;
 };
 GraphStats deviceGraphStats(const Model& m);
 // The GPU the model runs on, and the stream its layers run on (a cudaStream_t).

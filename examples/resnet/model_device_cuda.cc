@@ -67,15 +67,16 @@ const int32_t* uploadLabels(Model& m, const int32_t* labels, int N) {
   return d.labels;
 }
 
-void useDevice(Model& m, const std::string& device, int local_rank, const std::string& precision) {
-  if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
-    throw InvalidArgument("unknown --precision '" + precision +
-                          "' (expected fp32, tf32, bf16 or fp16)");
+std::string useDevice(Model& m, const std::string& device, int local_rank,
+                      const std::string& asked) {
+  if (asked != "auto" && asked != "fp32" && asked != "tf32" && asked != "bf16" && asked != "fp16")
+    throw InvalidArgument("unknown --precision '" + asked +
+                          "' (expected auto, fp32, tf32, bf16 or fp16)");
   if (device == "cpu") {
-    if (precision != "fp32")
-      throw InvalidArgument("--precision " + precision +
+    if (asked != "fp32" && asked != "auto")
+      throw InvalidArgument("--precision " + asked +
                             " needs --device cuda (the CPU layers are fp32)");
-    return;
+    return "fp32";
   }
   if (device != "cuda")
     throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
@@ -83,6 +84,13 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
   checkCuda(cudaGetDeviceCount(&count), "--device cuda: counting GPUs");
   if (count == 0) throw InvalidArgument("--device cuda: no GPU found");
   checkCuda(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
+  std::string precision = asked;
+  if (precision == "auto") {  // bf16 tensor cores came with compute capability 8.0
+    int major = 0;
+    checkCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, local_rank % count),
+              "--device cuda: reading the GPU's compute capability");
+    precision = major >= 8 ? "bf16" : "fp32";
+  }
   auto d = std::make_shared<DeviceModel>();
   d->device = local_rank % count;
   for (nn::Arena* a : {&d->mirror.params, &d->mirror.grads, &d->mirror.buffers, &d->mirror.acts})
@@ -121,6 +129,7 @@ void useDevice(Model& m, const std::string& device, int local_rank, const std::s
     if (host->sink) host->sink(name, h, n);
   };
   m.device = std::move(d);
+  return precision;
 }
 
 void pinHostMemory(Model& m, float* p, std::size_t floats) {

@@ -8,12 +8,12 @@ namespace accord::resnet {
 
 void pinHostMemory(Model&, float*, std::size_t) {}
 
-void useDevice(Model&, const std::string& device, int, const std::string& precision) {
+std::string useDevice(Model&, const std::string& device, int, const std::string& precision) {
   if (device == "cpu") {
-    if (precision != "fp32")
+    if (precision != "fp32" && precision != "auto")
       throw InvalidArgument("--precision " + precision +
                             " needs --device cuda (the CPU layers are fp32)");
-    return;
+    return "fp32";
   }
   if (device == "cuda")
     throw InvalidArgument(
@@ -62,7 +62,7 @@ void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this b
 std::string deviceProfileReport(Model&, int) {
   throw Error("deviceProfileReport: no GPU layers in this build");
 }
-void deviceTrainStep(Model&, const int32_t*, int, float, bool) {
+void deviceTrainStep(Model&, const int32_t*, int, float, StepLaunch) {
   throw Error("deviceTrainStep: no GPU layers in this build");
 }
 float* deviceStepLoss(Model&) { throw Error("deviceStepLoss: no GPU layers in this build"); }

@@ -16,7 +16,9 @@
 // graph, on the same stream: the batch and the labels go up before its launch, the BN
 // statistics come down after it, and the gradients go to the sink after the launch,
 // in the order backward produced them (recorded during the capture), so their
-// allreduces wait for the whole backward.
+// allreduces wait for the whole backward. Where graphs are the default rather than
+// asked for (StepLaunch::GraphWhereItWorks), a capture that fails is told once and the
+// run goes on layer by layer, starting with the step whose capture failed.
 #include "device_model.h"
 #include "model_device.h"
 
@@ -25,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 
 namespace accord::resnet {
@@ -138,19 +141,26 @@ cudaGraphExec_t capture(Model& m, StepState& s, const int32_t* labels, int N, fl
   checkCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), what);
   try {
     dm.recording = &sent;
+    if (dm.break_next_capture) {
+      dm.break_next_capture = false;
+      checkCuda(cudaStreamSynchronize(stream), "waiting for the stream");
+    }
     enqueueStep(m, s.out, labels, N, smoothing);
     dm.recording = nullptr;
   } catch (const std::exception& e) {
     dm.recording = nullptr;
     abandonCapture(stream);
-    throw Error(what + " failed: " + e.what() + " (run without --cuda-graphs)");
+    throw Error(what + " failed: " + e.what());
   }
   cudaGraph_t graph = nullptr;
-  checkCuda(cudaStreamEndCapture(stream, &graph), what);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  checkCuda(made, what + ": instantiating the graph");
+  const cudaError_t made = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
+  if (graph) cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    cudaGetLastError();  // so that no later launch check reports it as its own
+    checkCuda(made, what + (ended == cudaSuccess ? ": instantiating the graph" : ""));
+  }
   return exec;
 }
 
@@ -169,8 +179,15 @@ void downloadBnStatistics(Model& m) {
             "deviceTrainStep: copying the BN statistics back");
 }
 
+// The step layer by layer; the batch and labels are on their way.
+void queuedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing) {
+  enqueueStep(m, s.out, labels, N, smoothing);  // gradients to the sink as queued
+  downloadBnStatistics(m);
+}
+
 // The graphed step; the batch and labels are on their way.
-void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing) {
+void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing,
+                 bool where_it_works) {
   DeviceModel& dm = *m.device;
   // Memory the graphs read was freed: capture them again, after an eager run (which
   // makes again what the layers make on first use: 16-bit weight copies, say).
@@ -206,7 +223,19 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
     }
   } else {
     if (s.graphs.size() >= StepState::kMaxGraphs) s.dropGraphs();
-    cudaGraphExec_t exec = capture(m, s, labels, N, smoothing, recorded);
+    cudaGraphExec_t exec = nullptr;
+    try {
+      exec = capture(m, s, labels, N, smoothing, recorded);
+    } catch (const std::exception& e) {
+      if (!where_it_works) throw;
+      // Nothing of the step ran (a capture only records): run it now, and the rest,
+      // layer by layer.
+      s.stats.failure = e.what();
+      s.dropGraphs();
+      std::fprintf(stderr, "accord-resnet: %s; every step from here on runs layer by layer\n",
+                   e.what());
+      return queuedStep(m, s, labels, N, smoothing);
+    }
     s.graphs.push_back({kind, exec, std::move(recorded)});
     checkCuda(cudaGraphLaunch(exec, stream), "--cuda-graphs: launching the training step");
     sent = &s.graphs.back().sent;
@@ -220,20 +249,22 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
 
 }  // namespace
 
-void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, bool graphed) {
+void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, StepLaunch launch) {
   if (!m.device || !m.device->resident)
     throw Error("deviceTrainStep: the model is not trained on a GPU (trainOnDevice)");
   DeviceModel& dm = *m.device;
-  if (graphed && dm.profiled)
+  if (launch == StepLaunch::Graph && dm.profiled)
     throw InvalidArgument(
         "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer "
         "as it is launched, and a graph launches them all at once");
   if (!dm.step) dm.step = std::make_shared<StepState>();
+  StepState& s = *dm.step;
   stageInputs(m, N);
   const int32_t* device_labels = uploadLabels(m, labels, N);
-  if (graphed) return graphedStep(m, *dm.step, device_labels, N, smoothing);
-  enqueueStep(m, dm.step->out, device_labels, N, smoothing);  // gradients to the sink as queued
-  downloadBnStatistics(m);
+  const bool where_it_works = launch == StepLaunch::GraphWhereItWorks;
+  if (launch == StepLaunch::LayerByLayer || dm.profiled || !s.stats.failure.empty())
+    return queuedStep(m, s, device_labels, N, smoothing);
+  graphedStep(m, s, device_labels, N, smoothing, where_it_works);
 }
 
 float* deviceStepLoss(Model& m) {

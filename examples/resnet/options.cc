@@ -192,12 +192,14 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--precision", o.precision,
-                 "arithmetic of the GPU layers: fp32 (plain float32, matches the CPU), tf32 "
+                 "arithmetic of the GPU layers: auto (bf16 on GPUs with bf16 tensor cores, "
+                 "compute capability 8.0 and up; fp32 on older ones and on the CPU), fp32 "
+                 "(plain float32, matches the CPU), tf32 "
                  "(tensor cores on float32 data, about 1e-3 relative), bf16 (activations in "
                  "bfloat16 on bf16 tensor cores, float32 weights, gradients and statistics) or "
                  "fp16 (the same in IEEE half, with dynamic loss scaling); all but fp32 need "
                  "--device cuda")
-      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--gpu-profile", o.gpu_profile,
                "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "
@@ -210,11 +212,17 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       "--no-copy-stream", [&o] { o.copy_stream = false; },
       "--device cuda: copy each training batch to the GPU on the layers' stream when its step "
       "starts, instead of ahead on a stream of its own while earlier steps compute");
-  app.add_flag("--cuda-graphs", o.cuda_graphs,
-               "--device cuda: launch each training step's GPU work (forward, loss, backward) as "
-               "one CUDA graph, captured on the second step of each batch size, instead of "
-               "layer by layer from the host; gradients then go to the allreduce after the "
-               "whole backward");
+  CLI::Option* graphs = app.add_flag_callback(
+      "--cuda-graphs", [&o] { o.cuda_graphs = "on"; },
+      "--device cuda: launch each training step's GPU work (forward, loss, backward) as one "
+      "CUDA graph, captured on the second step of each batch size, instead of layer by layer "
+      "from the host; gradients then go to the allreduce after the whole backward, so by "
+      "default this is on for one rank only (where a capture fails, that run goes on layer "
+      "by layer with a warning; with this flag, it stops)");
+  app.add_flag_callback(
+         "--no-cuda-graphs", [&o] { o.cuda_graphs = "off"; },
+         "--device cuda: launch each step's GPU work layer by layer, even on one rank")
+      ->excludes(graphs);
   app.add_flag("--cudnn-fusion", o.cudnn_fusion,
                "--device cuda, --precision bf16 or fp16: sum each training batch norm's "
                "statistics in the pass of the convolution before it (cuDNN's graph API), for "

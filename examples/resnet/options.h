@@ -65,14 +65,18 @@ struct TrainOptions {
   std::uint64_t seed = 42;
   // run
   std::string device = "cpu";  // cpu | cuda
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (all but fp32: --device cuda)
+  // auto (bf16 on GPUs with bf16 tensor cores, fp32 elsewhere) | fp32 | tf32 | bf16 | fp16
+  // (tf32, bf16, fp16: --device cuda)
+  std::string precision = "auto";
   bool gpu_profile = false;        // --gpu-profile: GPU time by layer kind at the end
   // --synthetic-on-host: with --device cuda, synthetic batches cross the bus as real data
   // does, rather than being built on the GPU from its copy of the image pool
   bool synthetic_on_host = false;
   bool cudnn_search = false;  // --cudnn-search: time cuDNN's convolution algorithms
   bool copy_stream = true;    // --no-copy-stream: batches go up on the layers' stream
-  bool cuda_graphs = false;   // --cuda-graphs: each step's GPU work replayed as one graph
+  // --cuda-graphs (on) / --no-cuda-graphs (off): each step's GPU work replayed as one
+  // graph; auto: on for one rank on a GPU, where the step can be captured
+  std::string cuda_graphs = "auto";
   bool cudnn_fusion = false;  // --cudnn-fusion: conv + BN statistics fused where it pays
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;

@@ -141,20 +141,27 @@ void Trainer::buildModel() {
   cfg.image_size = train_src_->imageSize();
   cfg.cifar_stem = cifarStem(opt_.stem, cfg.image_size);
   resnet::buildModel(model_, cfg);
-  useDevice(model_, opt_.device, accord::local_rank(), opt_.precision);
+  opt_.precision = useDevice(model_, opt_.device, accord::local_rank(), opt_.precision);
   if (opt_.gpu_profile) {
     if (!model_.device) throw InvalidArgument("--gpu-profile needs --device cuda");
     profileDevice(model_);
   }
   for (const auto& [on, flag] : {std::pair{opt_.cudnn_search, "--cudnn-search"},
                                  {!opt_.copy_stream, "--no-copy-stream"},
-                                 {opt_.cuda_graphs, "--cuda-graphs"},
+                                 {opt_.cuda_graphs == "on", "--cuda-graphs"},
+                                 {opt_.cuda_graphs == "off", "--no-cuda-graphs"},
                                  {opt_.cudnn_fusion, "--cudnn-fusion"}})
     if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
-  if (opt_.cuda_graphs && opt_.gpu_profile)
+  if (opt_.cuda_graphs == "on" && opt_.gpu_profile)
     throw InvalidArgument(
         "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer as "
         "it is launched, and a graph launches the whole step at once");
+  // By default one rank's steps are graphed: with more, a graph's gradients would reach
+  // the allreduce only after the whole backward, which layer by layer they overlap.
+  if (opt_.cuda_graphs == "on")
+    launch_ = StepLaunch::Graph;
+  else if (opt_.cuda_graphs == "auto" && model_.device && world_ == 1 && !opt_.gpu_profile)
+    launch_ = StepLaunch::GraphWhereItWorks;
   if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
   if (opt_.cudnn_fusion && opt_.precision != "bf16" && opt_.precision != "fp16")
     throw InvalidArgument(
@@ -260,6 +267,13 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   return !capReached();
 }
 
+// Where the layers run, for the run's first line: empty on the CPU.
+std::string Trainer::onDevice() const {
+  if (!model_.device) return "";
+  return ", on GPU " + std::to_string(deviceIndex(model_)) + " in " + opt_.precision +
+         (launch_ == StepLaunch::LayerByLayer ? "" : ", steps as CUDA graphs");
+}
+
 EvalResult Trainer::run() {
   EvalResult last;
   const std::int64_t first_step = state_.global_step;
@@ -268,7 +282,7 @@ EvalResult Trainer::run() {
                     std::to_string(parameterCount(model_)) + " parameters, " +
                     std::to_string(world_) + " rank(s) x batch " + std::to_string(opt_.batch_size) +
                     ", " + std::to_string(steps) + " steps/epoch, peak LR " +
-                    std::to_string(schedule_->peakLr()));
+                    std::to_string(schedule_->peakLr()) + onDevice());
   bool more = !capReached(), ran = false;
   while (more && state_.epoch < opt_.epochs) {
     ran = true;
@@ -298,11 +312,14 @@ EvalResult Trainer::run() {
     metrics_->message(line);
   }
   if (!opt_.dump_params.empty()) dumpParams();
-  if (opt_.cuda_graphs) {
+  if (launch_ != StepLaunch::LayerByLayer) {
     const GraphStats g = deviceGraphStats(model_);
     metrics_->message("CUDA graphs: " + std::to_string(g.captured) + " captured, " +
                       std::to_string(g.replayed) + " steps replayed from them, " +
-                      std::to_string(g.eager) + " run layer by layer before their capture");
+                      std::to_string(g.eager) + " run layer by layer before their capture" +
+                      (g.failure.empty() ? ""
+                                         : "; then capturing failed (" + g.failure +
+                                               "), and the rest ran layer by layer"));
   }
   if (opt_.cudnn_fusion && rank_ == 0) metrics_->message(convBatchNormFusionReport(model_));
   if (opt_.gpu_profile) {

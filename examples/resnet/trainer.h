@@ -72,6 +72,7 @@ class Trainer {
               const EvalResult* val);
   void saveCheckpoint(const TrainState& state);
   void dumpParams();
+  std::string onDevice() const;
 
   TrainOptions opt_;
   int rank_ = 0, world_ = 1;
@@ -92,6 +93,7 @@ class Trainer {
   std::vector<float> bn_before_;  // BN statistics before the step (skipping only)
   int nonfinite_in_a_row_ = 0;
   std::unique_ptr<LossScaler> loss_scaler_;  // --precision fp16
+  StepLaunch launch_ = StepLaunch::LayerByLayer;  // on a GPU: --cuda-graphs resolved
 };
 
 // "resnet50" -> 50; throws InvalidArgument otherwise.

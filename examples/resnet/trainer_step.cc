@@ -42,9 +42,9 @@ void Trainer::trainStep(StepTimes& t) {
   float loss_value = 0;
   nn::TopK hits;
   if (model_.device) {
-    // Queued without waiting for the GPU (with --cuda-graphs, as one graph launch); the
-    // loss is averaged there with the gradients, and read back after them.
-    deviceTrainStep(model_, labels_.data(), n, smoothing, opt_.cuda_graphs);
+    // Queued without waiting for the GPU (graphed, as one launch); the loss is averaged
+    // there with the gradients, and read back after them.
+    deviceTrainStep(model_, labels_.data(), n, smoothing, launch_);
     grads_.submitDeviceValue("loss", deviceStepLoss(model_));
   } else {
     forward(model_, n);

@@ -8,6 +8,7 @@
 // arguments; only cuDNN algorithms that sum with atomics may differ in the last bits
 // between any two runs, hence a tolerance of 1e-5 of each tensor's scale. Tag [graphs].
 #include "cudnn_layers_util.h"
+#include "device_model.h"
 #include "model.h"
 #include "model_device.h"
 #include "optimizer.h"
@@ -57,7 +58,7 @@ void build(Trained& t, const char* precision) {
 
 // `count` steps at loss scale `scale` on batches drawn from rng (the same sequence for
 // both models: each gets its own rng from the same seed).
-enum class Way { Passes, Queued, Graphed };
+enum class Way { Passes, Queued, Graphed, WhereItWorks };
 
 void train(Trained& t, Way way, int count, float scale, std::mt19937_64& rng) {
   const resnet::ModelConfig& cfg = t.model.cfg;
@@ -71,7 +72,10 @@ void train(Trained& t, Way way, int count, float scale, std::mt19937_64& rng) {
     t.model.loss_scale = scale;
     t.grads.clear();
     if (way != Way::Passes) {
-      resnet::deviceTrainStep(t.model, labels.data(), N, 0.1f, way == Way::Graphed);
+      resnet::deviceTrainStep(t.model, labels.data(), N, 0.1f,
+                              way == Way::Graphed        ? resnet::StepLaunch::Graph
+                              : way == Way::WhereItWorks ? resnet::StepLaunch::GraphWhereItWorks
+                                                         : resnet::StepLaunch::LayerByLayer);
       const resnet::DeviceStepResult r = resnet::deviceStepResult(t.model);
       CHECK(r.loss_average == r.loss);  // one rank: nothing averaged it
       t.losses.push_back(r.loss);
@@ -159,6 +163,41 @@ TEST_CASE("the queued and the graphed step train as the passes one by one", "[gr
   }
 }
 
+TEST_CASE("where a capture fails, the default goes on layer by layer; asked for, it stops",
+          "[graphs]") {
+  for (const char* precision : {"fp32", "bf16"}) {
+    INFO("precision " << precision);
+    Trained eager, fallback;
+    build(eager, precision);
+    build(fallback, precision);
+    std::mt19937_64 rng_e(5), rng_f(5);
+    train(eager, Way::Passes, 5, 1.0f, rng_e);
+    train(fallback, Way::WhereItWorks, 1, 1.0f, rng_f);  // run layer by layer
+    fallback.model.device->break_next_capture = true;
+    train(fallback, Way::WhereItWorks, 4, 1.0f, rng_f);  // the capture fails at once
+    const resnet::GraphStats s = resnet::deviceGraphStats(fallback.model);
+    CHECK(s.eager == 1);
+    CHECK(s.captured == 0);
+    CHECK(s.replayed == 0);
+    CHECK_THAT(s.failure, Catch::Contains("capturing the training step") &&
+                              Catch::Contains("waiting for the stream"));
+    // The step whose capture failed ran, once, and so did every step after it.
+    compare(eager, fallback);
+  }
+  // Asked for, a capture that fails is an error, and the stream goes on working.
+  Trained t;
+  build(t, "fp32");
+  std::mt19937_64 rng(9);
+  train(t, Way::Graphed, 1, 1.0f, rng);
+  t.model.device->break_next_capture = true;
+  CHECK_THROWS_WITH(train(t, Way::Graphed, 1, 1.0f, rng),
+                    Catch::Contains("capturing the training step"));
+  train(t, Way::Graphed, 3, 1.0f, rng);  // captured now, and replayed
+  CHECK(resnet::deviceGraphStats(t.model).captured == 1);
+  CHECK(resnet::deviceGraphStats(t.model).replayed == 3);
+  CHECK(std::isfinite(t.losses.back()));
+}
+
 TEST_CASE("a graphed step with a label outside the classes fails clearly", "[graphs]") {
   Trained t;
   build(t, "fp32");
@@ -169,7 +208,7 @@ TEST_CASE("a graphed step with a label outside the classes fails clearly", "[gra
   for (int round = 0; round < 3; ++round) {  // eager, captured, replayed
     INFO("round " << round);
     labels[N - 1] = round == 1 ? 3 : 10;
-    resnet::deviceTrainStep(t.model, labels.data(), N, 0.0f, true);
+    resnet::deviceTrainStep(t.model, labels.data(), N, 0.0f, resnet::StepLaunch::Graph);
     if (round == 1) {
       CHECK_NOTHROW(resnet::deviceStepResult(t.model));
       continue;
@@ -184,21 +223,28 @@ TEST_CASE("the step needs a model trained on the GPU, and graphs no profile", "[
   resnet::Model m;
   resnet::buildModel(m, smallConfig());
   std::vector<int32_t> labels(8, 0);
-  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, false),
-                    Catch::Contains("not trained on a GPU"));
+  CHECK_THROWS_WITH(
+      resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, resnet::StepLaunch::LayerByLayer),
+      Catch::Contains("not trained on a GPU"));
   resnet::useDevice(m, "cuda", 0, "fp32");
-  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, true),
+  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, resnet::StepLaunch::Graph),
                     Catch::Contains("not trained on a GPU"));
   resnet::Sgd sgd(resnet::parameterList(m), resnet::SgdOptions{});
   resnet::trainOnDevice(m, sgd);
   resnet::profileDevice(m);
-  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, true),
+  CHECK_THROWS_WITH(resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, resnet::StepLaunch::Graph),
                     Catch::Contains("--gpu-profile"));
   // Queued, the profile times the step as the passes' would be.
   std::fill(m.input, m.input + size_t(8) * 3 * 16 * 16, 0.25f);
-  resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, false);
+  resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, resnet::StepLaunch::LayerByLayer);
   CHECK(std::isfinite(resnet::deviceStepResult(m).loss));
-  const std::string table = resnet::deviceProfileReport(m, 1);
+  // Graphs by default are not graphs under the profile: queued, never captured.
+  for (int step = 0; step < 3; ++step) {
+    resnet::deviceTrainStep(m, labels.data(), 8, 0.0f, resnet::StepLaunch::GraphWhereItWorks);
+    CHECK(std::isfinite(resnet::deviceStepResult(m).loss));
+  }
+  CHECK(resnet::deviceGraphStats(m).captured == 0);
+  const std::string table = resnet::deviceProfileReport(m, 4);
   CHECK_THAT(table, Catch::Contains("conv forward") && Catch::Contains("softmax cross-entropy") &&
                         Catch::Contains("copies from the GPU"));
 }

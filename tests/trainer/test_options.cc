@@ -113,9 +113,11 @@ TEST_CASE("the stem: auto picks by image size, explicit values are kept") {
   CHECK(parseError("--stem resnet").find("resnet") != std::string::npos);
 }
 
-TEST_CASE("the precision: fp32 by default, tf32, bf16 and fp16 taken, others refused") {
+TEST_CASE("the precision: auto by default, fp32, tf32, bf16 and fp16 taken, others refused") {
   TrainOptions o;
   REQUIRE(parseError("", &o).empty());
+  CHECK(o.precision == "auto");
+  REQUIRE(parseError("--precision fp32", &o).empty());
   CHECK(o.precision == "fp32");
   REQUIRE(parseError("--precision tf32", &o).empty());
   CHECK(o.precision == "tf32");
@@ -126,19 +128,24 @@ TEST_CASE("the precision: fp32 by default, tf32, bf16 and fp16 taken, others ref
   CHECK(parseError("--precision fp64").find("fp64") != std::string::npos);
 }
 
-TEST_CASE("the GPU switches: off by default, each flag turns its own on") {
+TEST_CASE("the GPU switches: graphs left to the run and the rest off by default, flags set them") {
   TrainOptions o;
   REQUIRE(parseError("", &o).empty());
-  CHECK_FALSE(o.cuda_graphs);
+  CHECK(o.cuda_graphs == "auto");
   CHECK_FALSE(o.cudnn_search);
   CHECK(o.copy_stream);
   REQUIRE(parseError("--cuda-graphs", &o).empty());
-  CHECK(o.cuda_graphs);
+  CHECK(o.cuda_graphs == "on");
   CHECK_FALSE(o.cudnn_search);
+  REQUIRE(parseError("--no-cuda-graphs", &o).empty());
+  CHECK(o.cuda_graphs == "off");
   REQUIRE(parseError("--cudnn-search --no-copy-stream", &o).empty());
-  CHECK_FALSE(o.cuda_graphs);
+  CHECK(o.cuda_graphs == "auto");
   CHECK(o.cudnn_search);
   CHECK_FALSE(o.copy_stream);
+  const std::string both = parseError("--cuda-graphs --no-cuda-graphs");
+  CHECK(both.find("--cuda-graphs") != std::string::npos);
+  CHECK(both.find("excludes") != std::string::npos);
 }
 
 TEST_CASE("the convolution and batch-norm fusion: off by default, on with its flag") {
@@ -147,5 +154,5 @@ TEST_CASE("the convolution and batch-norm fusion: off by default, on with its fl
   CHECK_FALSE(o.cudnn_fusion);
   REQUIRE(parseError("--cudnn-fusion", &o).empty());
   CHECK(o.cudnn_fusion);
-  CHECK_FALSE(o.cuda_graphs);
+  CHECK(o.cuda_graphs == "auto");
 }

@@ -24,10 +24,16 @@ function(run np name)
   set(LAST_OUT "${out}" PARENT_SCOPE)
 endfunction()
 
-# run_on_gpu(<np> <log-name> args...): run() with --device cuda; where no GPU answers,
+# run_on_gpu(<np> <log-name> args...): run() with --device cuda, in fp32 unless args
+# name a --precision (the comparisons with the CPU are float32's); where no GPU answers,
 # says "skipped: no GPU" (CTest's skip) and sets NO_GPU for the caller to return.
 function(run_on_gpu np name)
-  execute_process(COMMAND ${MPIRUN} -np ${np} ${TRAINER} ${ARGN} --device cuda
+  set(precision)
+  list(FIND ARGN --precision named)
+  if(named EQUAL -1)
+    set(precision --precision fp32)
+  endif()
+  execute_process(COMMAND ${MPIRUN} -np ${np} ${TRAINER} ${ARGN} --device cuda ${precision}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   file(WRITE ${WORK}/${name}.log "${out}\n${err}")
   message("---- ${name} (np ${np}, GPU): ${ARGN}\n${out}${err}")
@@ -195,7 +201,7 @@ elseif(MODE STREQUAL "device-synthetic")
   if(rc EQUAL 0 OR NOT err MATCHES "--synthetic-on-host needs --dataset synthetic and --device cuda")
     message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
   endif()
-  foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion)
+  foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion --no-cuda-graphs)
     execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} ${flag}
                     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
     if(rc EQUAL 0 OR NOT err MATCHES "${flag} needs --device cuda")
@@ -229,11 +235,12 @@ elseif(MODE STREQUAL "device-synthetic")
   endif()
   compare(${WORK}/bf16.params ${WORK}/fused.params --atol 1e-2 --rtol 1e-1)
 elseif(MODE STREQUAL "device-graphs")
-  # --cuda-graphs: each step's GPU work launched as one CUDA graph trains as the same
-  # steps launched layer by layer: on one rank; on two sharing the GPU (the gradients
-  # and the loss averaged as CUDA tensors after the graph, through MPI: ACCORD_NCCL=0
-  # from the test); in fp16, whose changing loss scale makes new graphs. First, on any
-  # machine: the flag without a GPU is refused naming what it needs.
+  # CUDA graphs: each step's GPU work launched as one graph trains as the same steps
+  # launched layer by layer: on one rank; on two sharing the GPU (the gradients and the
+  # loss averaged as CUDA tensors after the graph, through MPI: ACCORD_NCCL=0 from the
+  # test); in fp16, whose changing loss scale makes new graphs. One rank graphs its
+  # steps by default, in bf16 where the GPU has it; two ranks, or a profile, do not.
+  # First, on any machine: the flag without a GPU is refused naming what it needs.
   set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2)
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --cuda-graphs
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -241,9 +248,12 @@ elseif(MODE STREQUAL "device-graphs")
   if(rc EQUAL 0 OR NOT err MATCHES "--cuda-graphs needs --device cuda")
     message(FATAL_ERROR "--cuda-graphs on the CPU was not refused clearly")
   endif()
-  run_on_gpu(1 eager ${args} --batch-size 16 --dump-params ${WORK}/eager.params)
+  run_on_gpu(1 eager ${args} --batch-size 16 --no-cuda-graphs --dump-params ${WORK}/eager.params)
   if(NO_GPU)
     return()
+  endif()
+  if(LAST_OUT MATCHES "CUDA graphs")
+    message(FATAL_ERROR "--no-cuda-graphs graphed its steps")
   endif()
   run_on_gpu(1 graphs ${args} --batch-size 16 --cuda-graphs --dump-params ${WORK}/graphs.params)
   # Step 1 runs layer by layer, step 2 is captured, and it and the 4 after replay.
@@ -251,6 +261,24 @@ elseif(MODE STREQUAL "device-graphs")
     message(FATAL_ERROR "the graphed run did not replay its steps from one graph")
   endif()
   compare(${WORK}/eager.params ${WORK}/graphs.params --atol 1e-6 --rtol 1e-5)
+  # The defaults: graphed, in the precision the run names (bf16 from compute
+  # capability 8.0), as that precision layer by layer trains.
+  run_on_gpu(1 defaults ${args} --batch-size 16 --precision auto
+             --dump-params ${WORK}/defaults.params)
+  if(NOT LAST_OUT MATCHES "on GPU 0 in (bf16|fp32), steps as CUDA graphs")
+    message(FATAL_ERROR "the default run did not say it graphs its steps, and in what precision")
+  endif()
+  set(chosen ${CMAKE_MATCH_1})
+  if(NOT LAST_OUT MATCHES "CUDA graphs: 1 captured, 5 steps replayed from them, 1 run")
+    message(FATAL_ERROR "the default run did not replay its steps from one graph")
+  endif()
+  run_on_gpu(1 defaults-eager ${args} --batch-size 16 --precision ${chosen} --no-cuda-graphs
+             --dump-params ${WORK}/defaults-eager.params)
+  compare(${WORK}/defaults-eager.params ${WORK}/defaults.params --atol 1e-6 --rtol 1e-5)
+  run_on_gpu(1 profiled ${args} --batch-size 16 --gpu-profile)
+  if(LAST_OUT MATCHES "CUDA graphs" OR NOT LAST_OUT MATCHES "conv forward")
+    message(FATAL_ERROR "the profiled run graphed its steps, or printed no profile")
+  endif()
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --device cuda
                           --cuda-graphs --gpu-profile
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -258,10 +286,13 @@ elseif(MODE STREQUAL "device-graphs")
     message(FATAL_ERROR "--cuda-graphs with --gpu-profile was not refused clearly")
   endif()
   run_on_gpu(2 eager-np2 ${args} --batch-size 8 --dump-params ${WORK}/eager-np2.params)
+  if(LAST_OUT MATCHES "CUDA graphs")
+    message(FATAL_ERROR "two ranks graphed their steps by default")
+  endif()
   run_on_gpu(2 graphs-np2 ${args} --batch-size 8 --cuda-graphs
              --dump-params ${WORK}/graphs-np2.params)
   compare(${WORK}/eager-np2.params ${WORK}/graphs-np2.params --atol 1e-6 --rtol 1e-5)
-  run_on_gpu(1 fp16-eager ${args} --batch-size 16 --precision fp16
+  run_on_gpu(1 fp16-eager ${args} --batch-size 16 --precision fp16 --no-cuda-graphs
              --dump-params ${WORK}/fp16-eager.params)
   run_on_gpu(1 fp16-graphs ${args} --batch-size 16 --precision fp16 --cuda-graphs
              --dump-params ${WORK}/fp16-graphs.params)
