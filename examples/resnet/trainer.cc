@@ -14,12 +14,6 @@
 namespace accord::resnet {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // The cores divided among the ranks on this host.
 int defaultThreads() {
   const int local = std::max(1, accord::local_size());

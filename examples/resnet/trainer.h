@@ -25,6 +25,7 @@
 #include "optimizer.h"
 #include "options.h"
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,10 @@ class Trainer {
   EvalResult run();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   struct StepTimes {
     double compute = 0, comm = 0, data = 0;
     double loss_sum = 0, correct = 0, scored = 0;  // over the steps applied

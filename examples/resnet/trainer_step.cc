@@ -5,19 +5,9 @@
 #include <accord/error.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 namespace accord::resnet {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
 
 // The step's phases also go to Accord's timeline (ACCORD_TIMELINE), on a track of
 // their own beside the tensors' (nothing is recorded without a timeline). On a GPU the
