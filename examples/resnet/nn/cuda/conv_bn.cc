@@ -192,12 +192,15 @@ void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
 // tensors' alignment says.
 size_t sqsumAt(int K) { return (size_t(K) + 3) / 4 * 4; }
 
-// Queues the fused convolution: y, and the sums and sums of squares at `sums`.
+// Queues the fused convolution: y, and the sums and sums of squares at `sums`, which
+// start from zero (nothing says GEN_STATS overwrites rather than adds to them).
 void run(const FusedPlan& f, const void* x, const void* w, void* y, float* sums, int K,
          const std::string& what) {
   void* ptrs[5] = {const_cast<void*>(x), const_cast<void*>(w), y, sums, sums + sqsumAt(K)};
   const int64_t uids[5] = {kX, kW, kY, kSum, kSqSum};
   void* ws = workspace(size_t(f.workspace));
+  ACCORD_NN_CUDA_CHECK(what,
+                       cudaMemsetAsync(sums, 0, 2 * sqsumAt(K) * sizeof(float), backend().stream));
   try {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs, 5)
@@ -266,7 +269,16 @@ void checkAndTime(FusedPlan& f, Conv2d& c, const float* x, const void* w, void* 
     f.why = why.str();
     return;
   }
-  const float fused = timed([&] { run(f, x, w, y, sums, K, what); }, what);
+  // Both with the 16-bit copy of the weights each step makes, which the plain
+  // convolution makes inside.
+  const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K};
+  const size_t weights = size_t(c.C_out) * c.C_in * c.K * c.K;
+  const float fused = timed(
+      [&] {
+        w = halfWeights(c.w, weights, what, &shape);
+        run(f, x, w, y, sums, K, what);
+      },
+      what);
   const float plain = timed([&] { cuda::conv2d_forward(c, x, ref, N, H, W); }, what);
   why << "fused " << fused << " ms, convolution alone " << plain << " ms";
   f.why = why.str();
