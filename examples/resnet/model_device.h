@@ -75,6 +75,10 @@ LoaderHooks uploadAhead(Model& m, const std::vector<std::pair<float*, std::size_
 // Convolution algorithms timed once per shape (nn::cuda::set_conv_search) instead of
 // cuDNN's heuristics: --cudnn-search. Needs useDevice(m, "cuda") first.
 void searchConvolutionAlgorithms(Model& m, bool on);
+// Convolution and batch-norm algorithms that sum in a fixed order only, so that a run
+// repeats bit for bit (nn::cuda::set_deterministic): --cudnn-deterministic. Needs
+// useDevice(m, "cuda") first.
+void deterministicLayers(Model& m, bool on);
 // Each convolution followed by a batch norm in training sums the batch norm's
 // statistics in its own pass, through cuDNN's graph API, for the shapes where that
 // checks out and pays (nn::cuda::conv_bn_forward, Fusion::WherePays): --cudnn-fusion.

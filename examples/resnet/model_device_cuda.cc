@@ -192,6 +192,11 @@ void searchConvolutionAlgorithms(Model& m, bool on) {
   nn::cuda::set_conv_search(on);
 }
 
+void deterministicLayers(Model& m, bool on) {
+  if (!m.device) throw Error("deterministicLayers: the model is not on a GPU (useDevice)");
+  nn::cuda::set_deterministic(on);
+}
+
 void fuseConvBatchNorm(Model& m, bool on) {
   if (!m.device) throw Error("fuseConvBatchNorm: the model is not on a GPU (useDevice)");
   nn::cuda::set_conv_bn_fusion(on ? nn::cuda::Fusion::WherePays : nn::cuda::Fusion::Off);

@@ -46,6 +46,9 @@ LoaderHooks uploadAhead(Model&, const std::vector<std::pair<float*, std::size_t>
 void searchConvolutionAlgorithms(Model&, bool) {
   throw Error("searchConvolutionAlgorithms: no GPU layers in this build");
 }
+void deterministicLayers(Model&, bool) {
+  throw Error("deterministicLayers: no GPU layers in this build");
+}
 void fuseConvBatchNorm(Model&, bool) {
   throw Error("fuseConvBatchNorm: no GPU layers in this build");
 }

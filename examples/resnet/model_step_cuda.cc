@@ -70,7 +70,8 @@ struct StepState {
   StepState() {
     checkCuda(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(StepOutputs)),
               "deviceTrainStep: allocating the step's outputs");
-    checkCuda(cudaMemset(out, 0, sizeof(StepOutputs)),
+    // On the layers' stream, which does not wait for the legacy one cudaMemset uses.
+    checkCuda(cudaMemsetAsync(out, 0, sizeof(StepOutputs), nn::cuda::stream()),
               "deviceTrainStep: clearing the step's outputs");
     generation = nn::cuda::memory_generation();
   }
@@ -223,21 +224,30 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
     }
   } else {
     if (s.graphs.size() >= StepState::kMaxGraphs) s.dropGraphs();
+    // Where graphs are the default, a capture or first launch that fails leaves the
+    // step not run (a capture only records): it runs now, and the rest, layer by layer.
+    const auto fallBack = [&](const std::string& why) {
+      s.stats.failure = why;
+      s.dropGraphs();
+      std::fprintf(stderr, "accord-resnet: %s; every step from here on runs layer by layer\n",
+                   why.c_str());
+      queuedStep(m, s, labels, N, smoothing);
+    };
     cudaGraphExec_t exec = nullptr;
     try {
       exec = capture(m, s, labels, N, smoothing, recorded);
     } catch (const std::exception& e) {
       if (!where_it_works) throw;
-      // Nothing of the step ran (a capture only records): run it now, and the rest,
-      // layer by layer.
-      s.stats.failure = e.what();
-      s.dropGraphs();
-      std::fprintf(stderr, "accord-resnet: %s; every step from here on runs layer by layer\n",
-                   e.what());
-      return queuedStep(m, s, labels, N, smoothing);
+      return fallBack(e.what());
     }
     s.graphs.push_back({kind, exec, std::move(recorded)});
-    checkCuda(cudaGraphLaunch(exec, stream), "--cuda-graphs: launching the training step");
+    const cudaError_t launched = cudaGraphLaunch(exec, stream);
+    if (launched != cudaSuccess && where_it_works) {
+      cudaGetLastError();
+      return fallBack(std::string("--cuda-graphs: launching the captured step: ") +
+                      cudaGetErrorString(launched));
+    }
+    checkCuda(launched, "--cuda-graphs: launching the training step");
     sent = &s.graphs.back().sent;
     ++s.stats.captured;
     ++s.stats.replayed;

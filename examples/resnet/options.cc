@@ -208,6 +208,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                "--device cuda: time cuDNN's convolution algorithms once per shape and take the "
                "fastest (as PyTorch's torch.backends.cudnn.benchmark), instead of its "
                "heuristics' pick; the first step of each shape pays for the search");
+  app.add_flag("--cudnn-deterministic", o.cudnn_deterministic,
+               "--device cuda: only convolution and batch-norm algorithms that sum in a fixed "
+               "order, so that a run repeats bit for bit (as PyTorch's "
+               "torch.backends.cudnn.deterministic); not with --cudnn-fusion");
   app.add_flag_callback(
       "--no-copy-stream", [&o] { o.copy_stream = false; },
       "--device cuda: copy each training batch to the GPU on the layers' stream when its step "

@@ -73,6 +73,7 @@ struct TrainOptions {
   // does, rather than being built on the GPU from its copy of the image pool
   bool synthetic_on_host = false;
   bool cudnn_search = false;  // --cudnn-search: time cuDNN's convolution algorithms
+  bool cudnn_deterministic = false;  // --cudnn-deterministic: no atomics, same bits each run
   bool copy_stream = true;    // --no-copy-stream: batches go up on the layers' stream
   // --cuda-graphs (on) / --no-cuda-graphs (off): each step's GPU work replayed as one
   // graph; auto: on for one rank on a GPU, where the step can be captured

@@ -141,6 +141,7 @@ void Trainer::buildModel() {
     profileDevice(model_);
   }
   for (const auto& [on, flag] : {std::pair{opt_.cudnn_search, "--cudnn-search"},
+                                 {opt_.cudnn_deterministic, "--cudnn-deterministic"},
                                  {!opt_.copy_stream, "--no-copy-stream"},
                                  {opt_.cuda_graphs == "on", "--cuda-graphs"},
                                  {opt_.cuda_graphs == "off", "--no-cuda-graphs"},
@@ -157,6 +158,11 @@ void Trainer::buildModel() {
   else if (opt_.cuda_graphs == "auto" && model_.device && world_ == 1 && !opt_.gpu_profile)
     launch_ = StepLaunch::GraphWhereItWorks;
   if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
+  if (opt_.cudnn_deterministic && opt_.cudnn_fusion)
+    throw InvalidArgument(
+        "--cudnn-deterministic and --cudnn-fusion cannot go together: the fused engines sum "
+        "the batch-norm statistics in no fixed order");
+  if (opt_.cudnn_deterministic) deterministicLayers(model_, true);
   if (opt_.cudnn_fusion && opt_.precision != "bf16" && opt_.precision != "fp16")
     throw InvalidArgument(
         "--cudnn-fusion needs --precision bf16 or fp16 (cuDNN's fused "

@@ -355,3 +355,51 @@ TEST_CASE("16-bit: convolution with fused batch-norm statistics matches the CPU"
     if (math == Math::Fp16) CHECK(report.find("fused for 2 of 2 shapes") != std::string::npos);
   }
 }
+
+// nn::cuda::set_deterministic: the same convolution and batch norm, forward and
+// backward, twice on the same inputs give the same bits (the algorithms cuDNN would
+// pick otherwise may sum with atomics, in an order that changes from run to run).
+TEST_CASE("16-bit: deterministic layers repeat forward and backward bit for bit", "[half]") {
+  struct Deterministic {
+    Deterministic() : old(nn::cuda::set_deterministic(true)) {}
+    ~Deterministic() { nn::cuda::set_deterministic(old); }
+    bool old;
+  } same_bits;
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(29);
+    const int N = 16, C = 64, H = 28;
+    nn::Conv2d c;
+    c.C_in = C, c.C_out = C, c.K = 3, c.stride = 1, c.pad = 1;
+    const size_t n = size_t(N) * C * H * H, nw = size_t(C) * C * 9;
+    const auto x = rounded(randomVector(n, rng), math);
+    const auto w = rounded(randomVector(nw, rng, -0.1f, 0.1f), math);
+    const auto dy = rounded(randomVector(n, rng), math);
+    const std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
+    std::vector<std::vector<float>> runs[2];
+    for (auto& out : runs) {
+      BnBuffers st(gamma, beta, std::vector<float>(C, 0.0f), std::vector<float>(C, 1.0f));
+      nn::BatchNorm2d bn;
+      bn.C = C, bn.relu = true;
+      nn::BatchNorm2d gbn = st.gpu(bn);
+      Activations gx(x, N, C, H, H), ga(0.0f, N, C, H, H), gb(0.0f, N, C, H, H);
+      Activations gdy(dy, N, C, H, H), gda(0.0f, N, C, H, H), gdx(0.0f, N, C, H, H);
+      Device gw(w), gdw(nw, 0.0f);
+      nn::Conv2d gc = c;
+      gc.w = gw.get(), gc.dw = gdw.get();
+      nn::cuda::conv2d_forward(gc, gx.get(), ga.get(), N, H, H);
+      nn::cuda::batchnorm2d_forward(gbn, ga.get(), gb.get(), N, H, H, true);
+      nn::cuda::batchnorm2d_backward(gbn, ga.get(), gdy.get(), gda.get(), N, H, H, true);
+      nn::cuda::conv2d_backward(gc, gx.get(), gda.get(), gdx.get(), N, H, H);
+      out = {ga.host(),  gb.host(),          gda.host(),        gdx.host(),
+             gdw.host(), st.d_dgamma.host(), st.d_dbeta.host(), st.d_var.host()};
+    }
+    const char* names[] = {"conv output", "BN output", "BN dx", "conv dx",
+                           "conv dw",     "dgamma",    "dbeta", "running variance"};
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      INFO(names[i]);
+      CHECK(runs[0][i] == runs[1][i]);
+    }
+  }
+}

@@ -139,10 +139,15 @@ TEST_CASE("the GPU switches: graphs left to the run and the rest off by default,
   CHECK_FALSE(o.cudnn_search);
   REQUIRE(parseError("--no-cuda-graphs", &o).empty());
   CHECK(o.cuda_graphs == "off");
+  CHECK_FALSE(o.cudnn_deterministic);
   REQUIRE(parseError("--cudnn-search --no-copy-stream", &o).empty());
   CHECK(o.cuda_graphs == "auto");
   CHECK(o.cudnn_search);
   CHECK_FALSE(o.copy_stream);
+  CHECK_FALSE(o.cudnn_deterministic);
+  REQUIRE(parseError("--cudnn-deterministic", &o).empty());
+  CHECK(o.cudnn_deterministic);
+  CHECK_FALSE(o.cudnn_search);
   const std::string both = parseError("--cuda-graphs --no-cuda-graphs");
   CHECK(both.find("--cuda-graphs") != std::string::npos);
   CHECK(both.find("excludes") != std::string::npos);

@@ -156,15 +156,16 @@ elseif(MODE STREQUAL "device-equivalence")
   # MPI, ACCORD_NCCL=0 from the test) train as 1 rank x 32 on the CPU does, as in
   # `equivalence`, to float32's differences between cuDNN and oneDNN.
   set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2 --train-bn-mode running)
-  run_on_gpu(2 gpu ${args} --batch-size 16 --dump-params ${WORK}/gpu.params)
+  run_on_gpu(2 gpu ${args} --batch-size 16 --cudnn-deterministic --dump-params ${WORK}/gpu.params)
   if(NO_GPU)
     return()
   endif()
   run(1 cpu ${args} --batch-size 32 --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/gpu.params --atol 1e-3 --rtol 1e-2)
   # Batches copied ahead on their own stream (the default) train as the same batches
-  # copied on the layers' stream when their step starts.
-  run_on_gpu(2 gpu-no-copy-stream ${args} --batch-size 16 --no-copy-stream
+  # copied on the layers' stream when their step starts (both with the algorithms that
+  # repeat bit for bit, so that only a wrong batch could set them apart).
+  run_on_gpu(2 gpu-no-copy-stream ${args} --batch-size 16 --no-copy-stream --cudnn-deterministic
              --dump-params ${WORK}/gpu-no-copy-stream.params)
   compare(${WORK}/gpu-no-copy-stream.params ${WORK}/gpu.params --atol 1e-6 --rtol 1e-5)
 elseif(MODE STREQUAL "device-resume")
@@ -201,18 +202,20 @@ elseif(MODE STREQUAL "device-synthetic")
   if(rc EQUAL 0 OR NOT err MATCHES "--synthetic-on-host needs --dataset synthetic and --device cuda")
     message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
   endif()
-  foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion --no-cuda-graphs)
+  foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion --no-cuda-graphs
+               --cudnn-deterministic)
     execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} ${flag}
                     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
     if(rc EQUAL 0 OR NOT err MATCHES "${flag} needs --device cuda")
       message(FATAL_ERROR "${flag} on the CPU was not refused clearly")
     endif()
   endforeach()
-  run_on_gpu(1 pool ${args} --dump-params ${WORK}/pool.params)
+  run_on_gpu(1 pool ${args} --cudnn-deterministic --dump-params ${WORK}/pool.params)
   if(NO_GPU)
     return()
   endif()
-  run_on_gpu(1 host ${args} --synthetic-on-host --dump-params ${WORK}/host.params)
+  run_on_gpu(1 host ${args} --synthetic-on-host --cudnn-deterministic
+             --dump-params ${WORK}/host.params)
   compare(${WORK}/host.params ${WORK}/pool.params --atol 1e-6 --rtol 1e-5)
   run(1 cpu ${args} --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/pool.params --atol 1e-3 --rtol 1e-2)
@@ -228,6 +231,12 @@ elseif(MODE STREQUAL "device-synthetic")
   if(rc EQUAL 0 OR NOT err MATCHES "--cudnn-fusion needs --precision bf16 or fp16")
     message(FATAL_ERROR "--cudnn-fusion in fp32 was not refused clearly")
   endif()
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --device cuda --precision bf16
+                          --cudnn-fusion --cudnn-deterministic
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "--cudnn-deterministic and --cudnn-fusion cannot go together")
+    message(FATAL_ERROR "--cudnn-fusion with --cudnn-deterministic was not refused clearly")
+  endif()
   run_on_gpu(1 bf16 ${args} --precision bf16 --dump-params ${WORK}/bf16.params)
   run_on_gpu(1 fused ${args} --precision bf16 --cudnn-fusion --dump-params ${WORK}/fused.params)
   if(NOT LAST_OUT MATCHES "batch-norm statistics fused for [0-9]+ of [1-9][0-9]* shapes")
@@ -240,7 +249,9 @@ elseif(MODE STREQUAL "device-graphs")
   # loss averaged as CUDA tensors after the graph, through MPI: ACCORD_NCCL=0 from the
   # test); in fp16, whose changing loss scale makes new graphs. One rank graphs its
   # steps by default, in bf16 where the GPU has it; two ranks, or a profile, do not.
-  # First, on any machine: the flag without a GPU is refused naming what it needs.
+  # Every GPU run here takes the algorithms that repeat bit for bit, so that only a
+  # graph that did something else could set two runs apart. First, on any machine: the
+  # flag without a GPU is refused naming what it needs.
   set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2)
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --cuda-graphs
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -248,6 +259,7 @@ elseif(MODE STREQUAL "device-graphs")
   if(rc EQUAL 0 OR NOT err MATCHES "--cuda-graphs needs --device cuda")
     message(FATAL_ERROR "--cuda-graphs on the CPU was not refused clearly")
   endif()
+  list(APPEND args --cudnn-deterministic)
   run_on_gpu(1 eager ${args} --batch-size 16 --no-cuda-graphs --dump-params ${WORK}/eager.params)
   if(NO_GPU)
     return()

@@ -143,6 +143,12 @@ bool set_conv_search(bool on) {
   return old;
 }
 
+bool set_deterministic(bool on) {
+  const bool old = backend().deterministic;
+  backend().deterministic = on;
+  return old;
+}
+
 void clear_plan_cache() {
   backend().plans.clear();
   ++backend().memory_generation;

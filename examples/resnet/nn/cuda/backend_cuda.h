@@ -27,6 +27,7 @@ struct Backend {
   cublasHandle_t cublas = nullptr;
   Math math = Math::Fp32;
   bool conv_search = false;   // set_conv_search
+  bool deterministic = false;           // set_deterministic
   Fusion conv_bn_fusion = Fusion::Off;  // set_conv_bn_fusion
   void* workspace = nullptr;  // cuDNN's, grown to the largest an algorithm asked for
   size_t workspace_bytes = 0;

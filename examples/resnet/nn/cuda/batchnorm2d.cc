@@ -43,7 +43,9 @@ struct BnPlan {
 };
 
 BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
-  auto& slot = backend().plans[key("batchnorm2d", N, bn.C, H, W, int(activationType()))];
+  auto& slot =
+      backend()
+          .plans[key("batchnorm2d", N, bn.C, H, W, int(activationType()), backend().deterministic)];
   if (!slot) {
     auto p = std::make_shared<BnPlan>();
     const cudnnDataType_t data = activationType();
@@ -54,7 +56,7 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
                                    data, N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
-    if (halfActivations()) p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    if (halfActivations() && !backend().deterministic) p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     slot = p;
   }
   return *static_cast<BnPlan*>(slot.get());
@@ -76,14 +78,14 @@ std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training
   return what;
 }
 
-// Runs a training call with the plan's mode; where cuDNN does not support the
-// persistent mode for these tensors, falls back to SPATIAL for good (same statistics).
+// Runs a training call with the plan's mode; where cuDNN refuses the persistent mode
+// for these tensors, falls back to SPATIAL for good (same statistics). cuDNN 9 answers
+// with a sub-code of NOT_SUPPORTED (shape, data type, layout...), but may also call the
+// parameters bad: any refusal counts, and one SPATIAL refuses too is reported.
 template <class Call>
 cudnnStatus_t withMode(BnPlan& p, Call&& call) {
   cudnnStatus_t s = call(p.mode);
-  // cuDNN 9 answers with a sub-code of NOT_SUPPORTED (shape, data type, layout...).
-  if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED &&
-      p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+  if (s != CUDNN_STATUS_SUCCESS && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
     p.mode = CUDNN_BATCHNORM_SPATIAL;
     s = call(p.mode);
   }

@@ -50,20 +50,25 @@ struct ConvPlan {
   }
 };
 
-bool usable(cudnnStatus_t status, cudnnMathType_t math_type, size_t memory) {
-  if (status != CUDNN_STATUS_SUCCESS || memory > kMaxWorkspace) return false;
-  return backend().math != Math::Fp32 || math_type == CUDNN_FMA_MATH ||
-         math_type == CUDNN_DEFAULT_MATH;
+// Perf: one of the *AlgoPerf_t.
+template <class Perf>
+bool usable(const Perf& p) {
+  if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) return false;
+  if (backend().deterministic && p.determinism != CUDNN_DETERMINISTIC) return false;
+  return backend().math != Math::Fp32 || p.mathType == CUDNN_FMA_MATH ||
+         p.mathType == CUDNN_DEFAULT_MATH;
 }
 
-// The first usable of cuDNN's ranked candidates (Perf: one of the *AlgoPerf_t).
+// The first usable of cuDNN's ranked candidates.
 template <class Perf>
 const Perf& pick(const std::vector<Perf>& perf, int count, const std::string& what,
                  const char* direction) {
   for (int i = 0; i < count; ++i)
-    if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return perf[i];
+    if (usable(perf[i])) return perf[i];
   throw Error(what + ": cuDNN offers no " + direction + " algorithm for this shape (" +
-              std::to_string(count) + " candidates, none supported without tensor ops)");
+              std::to_string(count) + " candidates, none supported within the workspace limit" +
+              (backend().deterministic ? ", deterministic" : "") +
+              (backend().math == Math::Fp32 ? ", without tensor ops" : "") + ")");
 }
 
 // Whether a search (cudnnFind*Algorithm) answered with a usable candidate; its results
@@ -75,7 +80,7 @@ bool measured(cudnnStatus_t status, const std::vector<Perf>& perf, int count) {
   cudaGetLastError();
   if (status != CUDNN_STATUS_SUCCESS) return false;
   for (int i = 0; i < count; ++i)
-    if (usable(perf[i].status, perf[i].mathType, perf[i].memory)) return true;
+    if (usable(perf[i])) return true;
   return false;
 }
 
@@ -160,8 +165,9 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
   // cuDNN would add a 16-bit bias to a 16-bit output; ResNet's convolutions have none.
   if (c.bias && halfActivations())
     throw InvalidArgument(what + ": a bias is not supported with 16-bit activations");
-  auto& slot = backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
-                                   int(backend().math), backend().conv_search)];
+  auto& slot =
+      backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
+                          int(backend().math), backend().conv_search, backend().deterministic)];
   if (!slot) {
     auto plan = std::make_shared<ConvPlan>();
     makePlan(*plan, c, N, H, W, what);  // a failure leaves no half-made plan behind

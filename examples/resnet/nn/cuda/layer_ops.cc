@@ -31,7 +31,9 @@ float* deviceAlloc(size_t bytes) {
   const std::string what = detail::key("nn::Arena on the GPU: allocating bytes", bytes);
   float* p = nullptr;
   ACCORD_NN_CUDA_CHECK(what, cudaMalloc(reinterpret_cast<void**>(&p), bytes));
-  ACCORD_NN_CUDA_CHECK(what, cudaMemset(p, 0, bytes));
+  // On the layers' stream, which does not wait for the legacy one cudaMemset uses.
+  ACCORD_NN_CUDA_CHECK(what, cudaMemsetAsync(p, 0, bytes, stream()));
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(stream()));
   return p;
 }
 void deviceRelease(float* p) { cudaFree(p); }  // from a destructor: no throw

@@ -72,6 +72,13 @@ Math math();               // the current setting
 // PyTorch's torch.backends.cudnn.benchmark does; the first pass of each shape pays for
 // it). Returns the previous setting; plans are kept per setting.
 bool set_conv_search(bool on);
+// true: convolutions take only the algorithms cuDNN marks deterministic (no atomics) and
+// training batch norm keeps to its plain spatial mode (not the persistent one, which
+// may sum with atomics), so the same inputs give the same bits run after run, as with
+// PyTorch's torch.backends.cudnn.deterministic; conv_bn_forward then does not fuse (its
+// summed statistics promise no order). false (the default) takes the fastest ones.
+// Returns the previous setting; plans are kept per setting.
+bool set_deterministic(bool on);
 // conv_bn_forward's fusion of the convolution with its batch norm's statistics (cuDNN's
 // graph API, conv_bn.cc): Off (the default: convolution, then batch norm), WherePays
 // (per shape, where cuDNN has a fused engine that checks out against the plain
