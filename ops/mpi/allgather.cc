@@ -81,22 +81,33 @@ class MpiAllgather final : public Op {
       }
       blocks.bytes.push_back(offset - blocks.offset[r]);
     }
-    if (offset == 0) return;
+    // Each local tensor checked and its output made, also where no rank sends a row.
+    const auto prepare = [&](std::size_t t, bool& local) -> void* {
+      TensorEntry* e = entries[t];
+      local = e && mpi::prepareLocal(
+                       *e, [&] { mpi::checkInput(response, t, *e, bytes[t][ctx.rank()]); });
+      void* output = nullptr;
+      if (local)
+        mpi::prepareLocal(
+            *e, [&] { output = mpi::allocateOutput(response, t, *e, response.shapes[t]).data; });
+      return output;
+    };
+    if (offset == 0) {  // every rank knows: nothing to move
+      for (std::size_t t = 0; t < n; ++t) {
+        bool local = false;
+        prepare(t, local);
+      }
+      return;
+    }
     char* fused = ctx.fusion.reserve(offset);
 
     std::vector<cpu::CopyPiece> in, out;
     for (std::size_t t = 0; t < n; ++t) {
       char* mine = fused + at[t][ctx.rank()];
-      TensorEntry* e = entries[t];
-      const bool local = e && mpi::prepareLocal(*e, [&] {
-                           mpi::checkInput(response, t, *e, bytes[t][ctx.rank()]);
-                         });
-      void* output = nullptr;
+      bool local = false;
+      void* output = prepare(t, local);
       if (local)
-        mpi::prepareLocal(
-            *e, [&] { output = mpi::allocateOutput(response, t, *e, response.shapes[t]).data; });
-      if (local)
-        in.push_back({mine, e->tensor.data, bytes[t][ctx.rank()]});
+        in.push_back({mine, entries[t]->tensor.data, bytes[t][ctx.rank()]});
       else if (bytes[t][ctx.rank()] > 0)
         std::memset(mine, 0, bytes[t][ctx.rank()]);
       if (!output) continue;  // joined, or no output: the others still get our rows

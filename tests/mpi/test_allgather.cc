@@ -107,6 +107,16 @@ TEST_CASE("allgather: empty on every rank, one element, one-dimensional") {
   check(odd, kOdd, {});
 }
 
+TEST_CASE("allgather: several empty on every rank, fused into one response") {
+  // Fused (they arrive in one cycle; the .cycle5ms run makes sure), nothing moves, and
+  // still each gets its (0, 2) output from its allocator.
+  const std::function<std::int64_t(int)> kNone = [](int) { return 0; };
+  std::vector<Gather> gathers;
+  for (int t = 0; t < 8; ++t)
+    gathers.push_back(submit(DType::Float32, "ag.empties." + std::to_string(t), kNone, {2}));
+  for (Gather& g : gathers) check(g, kNone, {2});
+}
+
 TEST_CASE("allgather: above the fusion threshold") {
   const std::int64_t cols = 16;
   const std::int64_t base = kAboveFusionBytes / (4 * cols);
