@@ -109,6 +109,9 @@ void waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, const std::
     if (status == cudaSuccess) return;
     if (status != cudaErrorNotReady)
       throw CommError(what + ": the GPU reported an error: " + cudaGetErrorString(status));
+    // Not an error, but the runtime may keep it as this thread's last one, which the
+    // next kernel launch's check would then report as its own.
+    cudaGetLastError();
     const auto waited = Clock::now() - start;
     if (timeout.count() > 0 && waited >= timeout)
       throw CommError(what + ": the GPU did not finish the copies within " + seconds(timeout) +

@@ -24,6 +24,9 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpin = std::chrono::microseconds(200);
 constexpr auto kFirstSleep = std::chrono::microseconds(10);
 constexpr auto kMaxSleep = std::chrono::microseconds(100);
+// How long a failed collective's handles wait for the GPU to finish what was queued
+// with it, at most (and no longer than ACCORD_STALL_SHUTDOWN_TIME).
+constexpr auto kGrace = std::chrono::milliseconds(10000);
 
 std::string seconds(std::chrono::milliseconds t) {
   char buf[32];
@@ -66,34 +69,48 @@ bool Finalizer::drain(const Watched* comm, Clock::time_point deadline) {
 // Completed, failed (for good, with the handles failed) or still pending.
 Finalizer::Outcome Finalizer::poll(Item& item, Clock::time_point now) {
   Launched& l = item.launched;
-  if (l.comm) {
-    if (std::string reason = l.comm->broken(); !reason.empty()) {
-      finish(item, std::make_exception_ptr(CommError(l.what + ": " + reason)));
-      return Outcome::Failed;
+  const cudaEvent_t done = eventOf(l.done);
+  if (item.failure.empty()) {
+    std::string reason = l.comm ? l.comm->broken() : std::string();
+    if (reason.empty()) {
+      const cudaError_t status = cudaEventQuery(done);
+      if (status == cudaSuccess) {
+        finish(item, nullptr);
+        return Outcome::Completed;
+      }
+      if (status != cudaErrorNotReady) {
+        reason = std::string("the GPU reported an error: ") + cudaGetErrorString(status);
+      } else {
+        // Not an error, but the runtime may keep it as this thread's last one, which
+        // the next kernel launch's check would then report as its own.
+        cudaGetLastError();
+        if (l.comm) reason = l.comm->asyncError();
+      }
+      if (reason.empty() && timeout_.count() > 0 && now - item.since >= timeout_) {
+        reason = "did not complete on cuda:" + std::to_string(l.device) + " within " +
+                 seconds(timeout_) +
+                 " s (ACCORD_STALL_SHUTDOWN_TIME): a rank of the process set has died or "
+                 "hangs, or the GPU stopped";
+      }
+      if (reason.empty()) return Outcome::Pending;
+      log().error("{}: {}", l.what, reason);
+      // Every other collective on the communicator fails with this one's reason.
+      if (l.comm) l.comm->abort(l.what + " " + reason);
     }
+    item.failure = std::move(reason);
+    item.failed_at = now;
   }
-  const cudaError_t status = cudaEventQuery(eventOf(l.done));
-  if (status == cudaSuccess) {
-    finish(item, nullptr);
-    return Outcome::Completed;
+  // What was queued with the collective (scaling, copies out) may still read or write
+  // the caller's tensors: its handles fail once the GPU is through it (an aborted
+  // communicator's kernels return at once), or when a GPU that stopped has had its grace.
+  const auto grace =
+      timeout_.count() > 0 ? std::min<std::chrono::milliseconds>(timeout_, kGrace) : kGrace;
+  const cudaError_t status = cudaEventQuery(done);
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();
+    if (now - item.failed_at < grace) return Outcome::Pending;
   }
-  std::string reason;
-  if (status != cudaErrorNotReady) {
-    reason = std::string("the GPU reported an error: ") + cudaGetErrorString(status);
-  } else if (l.comm) {
-    reason = l.comm->asyncError();
-  }
-  if (reason.empty() && timeout_.count() > 0 && now - item.since >= timeout_) {
-    reason = "did not complete on cuda:" + std::to_string(l.device) + " within " +
-             seconds(timeout_) +
-             " s (ACCORD_STALL_SHUTDOWN_TIME): a rank of the process set has died or hangs, "
-             "or the GPU stopped";
-  }
-  if (reason.empty()) return Outcome::Pending;
-  log().error("{}: {}", l.what, reason);
-  // Every other collective on the communicator fails with this one's reason.
-  if (l.comm) l.comm->abort(l.what + " " + reason);
-  finish(item, std::make_exception_ptr(CommError(l.what + ": " + reason)));
+  finish(item, std::make_exception_ptr(CommError(l.what + ": " + item.failure)));
   return Outcome::Failed;
 }
 
@@ -212,7 +229,7 @@ void completeWhenDone(Finalizer& finalizer, int device, cudaStream_t stream,
   launched.comm = std::move(comm);
   ACCORD_CUDA_CHECK(cudaEventRecord(eventOf(launched.done), stream));
   for (TensorEntry* e : entries) {
-    if (!e) continue;
+    if (!e || e->backend_completes) continue;
     if (response.type == ResponseType::Alltoall && !e->error)
       e->handle->received_splits = e->received_splits;
     e->handle->partLaunched(launched.done);

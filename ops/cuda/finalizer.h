@@ -77,6 +77,10 @@ class Finalizer {
   struct Item {
     Launched launched;
     std::chrono::steady_clock::time_point since;  // launched, or the last completion before
+    // Failed (this collective, or its communicator): the reason, and since when the
+    // handles wait for the GPU to get through what was queued with it.
+    std::string failure;
+    std::chrono::steady_clock::time_point failed_at{};
   };
   enum class Outcome { Pending, Completed, Failed };
 
@@ -105,9 +109,10 @@ void completeWhenReady(Finalizer& finalizer, int device, const Response& respons
 
 // Hands the local entries of a response launched on `stream` over to the finalizer:
 // records the done event, reports each part launched to its handle, and marks the
-// entries as completed by the backend (TensorEntry::backend_completes). Entries with
-// an `error` fail with it once the GPU is done with their buffers; alltoall's received
-// splits go to the handle now. Call it with `device` current.
+// entries as completed by the backend (TensorEntry::backend_completes); entries already
+// so marked are left alone. Entries with an `error` fail with it once the GPU is done
+// with their buffers; alltoall's received splits go to the handle now. Call it with
+// `device` current.
 void completeWhenDone(Finalizer& finalizer, int device, cudaStream_t stream,
                       const Response& response, std::vector<TensorEntry*>& entries,
                       std::shared_ptr<Watched> comm);

@@ -184,6 +184,16 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
     // (their finalizers see the error or time out) rather than wait for it.
     set.watched()->abort(what + ": " + e.what());
     failLocal(entries, std::current_exception());
+    // What was queued before the failure (a prescale in place, a copy out) may still
+    // use the caller's tensors: the handles fail once the stream is through it.
+    try {
+      cuda::DeviceGuard guard(comm.device());
+      cuda::completeWhenDone(devices->finalizer(), comm.device(),
+                             devices->context(comm.device()).stream, response, entries, nullptr);
+    } catch (const std::exception&) {
+      // The GPU takes no more work (nothing queued runs after a sticky error): the
+      // executor fails them now.
+    }
   }
 }
 
