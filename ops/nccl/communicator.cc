@@ -73,6 +73,7 @@ std::shared_ptr<Communicator> Communicator::create(mpi::Link& link, int device,
   }
   if (!failure.empty()) {
     comm->broken_ = "creating the " + what + " failed: " + failure;
+    comm->is_broken_.store(true, std::memory_order_release);
     log().error("{}", comm->broken_);
     return comm;
   }
@@ -145,7 +146,8 @@ void Communicator::launch(const std::function<ncclResult_t(ncclComm_t)>& calls,
 }
 
 std::string Communicator::asyncError() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return "";  // a launch is settling: ask again on the next poll
   if (!broken_.empty()) return broken_;
   ncclResult_t state = ncclSuccess;
   const ncclResult_t polled = ncclCommGetAsyncError(comm_, &state);
@@ -162,6 +164,7 @@ void Communicator::abort(const std::string& reason) {
 void Communicator::abortLocked(const std::string& reason) {
   if (broken_.empty()) {
     broken_ = reason;
+    is_broken_.store(true, std::memory_order_release);
     log().error(
         "{}; the NCCL communicator is aborted, device collectives of the {} fail from "
         "now on",
@@ -178,7 +181,8 @@ void Communicator::abortLocked(const std::string& reason) {
 }
 
 std::string Communicator::broken() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  if (!is_broken_.load(std::memory_order_acquire)) return "";
+  std::lock_guard<std::mutex> lock(mu_);  // held only briefly once broken
   return broken_;
 }
 

@@ -16,13 +16,17 @@
 // Thread boundary: the background thread creates the communicator and launches
 // collectives on it; the finalizer polls its asynchronous error and aborts it. Every
 // NCCL call on it holds mu_, so two threads never call NCCL on it at once; none of
-// those calls blocks for long (non-blocking communicator, bounded polls).
+// those calls blocks for long (non-blocking communicator, bounded polls). A launch may
+// hold it for seconds while NCCL connects to a peer the first time: the finalizer's
+// polls (asyncError, broken) then answer "nothing yet" rather than wait for it, so
+// that it goes on completing the collectives of other sets.
 #pragma once
 
 #include "ops/cuda/finalizer.h"
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -86,6 +90,7 @@ class Communicator final : public cuda::Watched {
   mutable std::mutex mu_;
   ncclComm_t comm_ = nullptr;  // null once aborted
   std::string broken_;
+  std::atomic<bool> is_broken_{false};  // broken_ is set (read without mu_)
 };
 
 }  // namespace accord::nccl
