@@ -64,7 +64,8 @@ def _submit_allgather(tensor, name, process_set):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along the first dimension (which
-    may differ per rank)."""
+    may differ per rank). A CUDA tensor's row counts are exchanged before this returns:
+    every rank must start its CUDA allgathers and alltoalls in the same order."""
     core, keep, output = _submit_allgather(tensor, name, process_set)
     return register([core], keep, output)
 
@@ -133,7 +134,9 @@ def _split_list(splits):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending ``splits[r]`` rows of ``tensor`` to rank r (equal parts if None).
     synchronize() gives (output, received_splits), received_splits[r] being the rows
-    that came from rank r (an int32 tensor)."""
+    that came from rank r (an int32 tensor). A CUDA tensor's splits are exchanged before
+    this returns: every rank must start its CUDA allgathers and alltoalls in the same
+    order."""
     work, code = contiguous_input(tensor, "alltoall", name)
     device, stream = placement(work)
     split_list = _split_list(splits)
