@@ -2,10 +2,15 @@
 // only and refuses device tensors at submission (see DeviceSupport in op.h).
 #include "ops/op.h"
 
+#include <accord/accord.h>
+
 namespace accord {
 
 std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config&) { return nullptr; }
 bool deviceSupportBuilt() { return false; }
 bool ncclBuilt() { return false; }
+
+// No device collectives here: every handle's cuda_event() is null (after completion).
+bool Handle::wait_on_stream(void*) const { return cuda_event() != nullptr; }
 
 }  // namespace accord

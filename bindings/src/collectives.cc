@@ -145,7 +145,11 @@ void defineCollectives(py::module_& m) {
       .def("process_set", &PendingOp::processSet)
       .def("cuda_event", &PendingOp::cudaEvent,
            "GPU tensors: the cudaEvent_t (an integer) that completes when the results are "
-           "in place; 0 for host tensors.");
+           "in place; 0 for host tensors.")
+      .def("wait_on_stream", &PendingOp::waitOnStream, py::arg("stream"),
+           "GPU tensors: makes the cudaStream_t `stream` (an integer) wait on the GPU for the "
+           "results, without blocking; True. False for host tensors (after they completed) "
+           "and for a collective that failed before its launch.");
 
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", py::buffer_protocol(),
                                               "Output memory owned by Accord.")

@@ -33,6 +33,11 @@ std::shared_ptr<Buffer> PendingOp::output() const {
   return output_->buffer;
 }
 
+bool PendingOp::waitOnStream(std::uintptr_t stream) const {
+  py::gil_scoped_release release;
+  return handle_.wait_on_stream(reinterpret_cast<void*>(stream));
+}
+
 std::uintptr_t PendingOp::cudaEvent() const {
   py::gil_scoped_release release;
   return reinterpret_cast<std::uintptr_t>(handle_.cuda_event());

@@ -33,6 +33,7 @@ class PendingOp {
   int lastJoinedRank() const { return handle_.last_joined_rank(); }
   ProcessSetId processSet() const { return handle_.process_set(); }
   std::uintptr_t cudaEvent() const;  // GIL released while the launch is awaited
+  bool waitOnStream(std::uintptr_t stream) const;  // Handle::wait_on_stream, GIL released
 
  private:
   Handle handle_;

@@ -6,6 +6,7 @@
 #include "ops/mpi/mpi_common.h"
 #include "runtime/logging.h"
 
+#include <accord/accord.h>
 #include <accord/error.h>
 
 namespace accord::cuda {
@@ -108,5 +109,14 @@ std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config& config) {
   return std::make_unique<cuda::CudaSupport>(config);
 }
 bool deviceSupportBuilt() { return true; }
+
+// Here, with the GPU support, rather than beside cuda_event() in the runtime's core.
+bool Handle::wait_on_stream(void* stream) const {
+  void* event = cuda_event();
+  if (!event) return false;
+  ACCORD_CUDA_CHECK(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+  return true;
+}
 
 }  // namespace accord

@@ -122,6 +122,7 @@ TEST_CASE("device allreduce: many small tensors fuse, and a grouped allreduce") 
   INFO(h << d);
   CHECK(h.empty());
   CHECK(d.empty());
+  CHECK_FALSE(on_host.wait_on_stream(nullptr));  // a host collective: nothing on a GPU
   for (auto& t : group) {
     const auto diff = compareWithHost(DType::Float32, t.device->download(), t.host->data(),
                                       t.host->numel(), false);
@@ -314,9 +315,8 @@ TEST_CASE("device collectives wait for the application's stream, and hand out an
   auto handle = accord::allreduce_async(tensor.view(), o);
 
   // The result, read on the application's stream after the handle's event: no wait().
-  void* event = handle.cuda_event();
-  REQUIRE(event != nullptr);
-  ok(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  REQUIRE(handle.cuda_event() != nullptr);
+  REQUIRE(handle.wait_on_stream(stream));
   ok(cudaMemcpyAsync(pinned, tensor.view().data, n * 4, cudaMemcpyDeviceToHost, stream),
      "download on the stream");
   ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -172,6 +172,19 @@ def test_add_and_remove_process_set(hvd):
         hvd.allreduce(torch.ones(1), process_set=ps)
 
 
+def test_wait_on_stream_of_a_cpu_collective_waits_on_the_host(hvd):
+    """No GPU work to wait for: wait_on_stream returns False once the collective
+    completed, and the handle stays valid for synchronize()."""
+    t = torch.full((1 << 16,), float(hvd.rank()))
+    handle = hvd.allreduce_async_(t, op=hvd.Sum, name="cpu.wait_on_stream")
+    assert hvd.wait_on_stream(handle) is False
+    assert hvd.poll(handle)
+    n = hvd.size()
+    assert torch.all(hvd.synchronize(handle) == n * (n - 1) / 2)
+    with pytest.raises(ValueError, match="wait_on_stream: handle .* unknown"):
+        hvd.wait_on_stream(handle)
+
+
 def test_barrier(hvd):
     hvd.barrier()
 

@@ -92,6 +92,27 @@ def test_the_runtime_waits_for_the_callers_stream(hvd, device):
     assert torch.all(t == 3 * n * (n + 1) / 2).item()
 
 
+def test_a_stream_waits_for_the_collective_without_the_host(hvd, device):
+    # The collective runs behind some 100 ms of GPU time on a side stream; a copy queued
+    # on a third stream after wait_on_stream must see the reduced values, not the zeros
+    # or the values before the reduction.
+    side, reader = torch.cuda.Stream(device), torch.cuda.Stream(device)
+    t = torch.zeros(1 << 22, device=device)
+    torch.cuda.synchronize(device)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        t.fill_(float(hvd.rank() + 1))
+        handle = hvd.allreduce_async_(t, op=hvd.Sum, prescale_factor=3.0,
+                                      name="cuda.wait_on_stream")
+    assert hvd.wait_on_stream(handle, reader) is True
+    with torch.cuda.stream(reader):
+        copy = t.clone()
+    reader.synchronize()
+    n = hvd.size()
+    assert torch.all(copy == 3 * n * (n + 1) / 2).item()
+    hvd.synchronize(handle)  # still valid after the stream waited
+
+
 def test_distributed_optimizer_on_the_gpu(hvd, device):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),

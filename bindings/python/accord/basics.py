@@ -303,14 +303,20 @@ def register(ops, keep, finish):
     return handle
 
 
-def poll(handle):
-    """True once the collective behind ``handle`` finished (``synchronize`` then
-    returns without blocking)."""
+def pending_ops(handle, what):
+    """The runtime ops behind ``handle``; ValueError naming ``what`` (the caller) for a
+    handle that is unknown or already synchronized."""
     handle = getattr(handle, "handle", handle)  # a SparseHandle holds its int
     pending = _pending.get(handle)
     if pending is None:
-        raise ValueError(f"poll: handle {handle!r} is unknown or already synchronized")
-    return all(op.poll() for op in pending.ops)
+        raise ValueError(f"{what}: handle {handle!r} is unknown or already synchronized")
+    return pending.ops
+
+
+def poll(handle):
+    """True once the collective behind ``handle`` finished (``synchronize`` then
+    returns without blocking)."""
+    return all(op.poll() for op in pending_ops(handle, "poll"))
 
 
 def synchronize(handle):

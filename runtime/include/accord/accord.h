@@ -109,6 +109,12 @@ class Handle {
   // the GPU (a peer died) also fails wait(), which therefore remains the place to learn
   // of errors.
   void* cuda_event() const;
+  // CUDA tensors: makes `stream` (a cudaStream_t as void*) wait on the GPU for
+  // cuda_event() and returns true, without blocking the host beyond the launch: work
+  // queued on `stream` after this call sees the results. false where there is nothing
+  // to wait for on the GPU: a collective on CPU tensors (returns once it completed) or
+  // one that failed before it was launched. wait() stays the place to learn of errors.
+  bool wait_on_stream(void* stream) const;
 
  private:
   std::shared_ptr<detail::HandleState> state_;

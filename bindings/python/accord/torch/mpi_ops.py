@@ -1,6 +1,8 @@
 """Every collective of accord.torch in one namespace, as horovod.torch.mpi_ops has
 them, plus barrier and join."""
 
+import torch as _torch
+
 from accord import _core
 from accord.basics import (  # noqa: F401  (re-exported)
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
@@ -8,6 +10,7 @@ from accord.basics import (  # noqa: F401  (re-exported)
     init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, poll, rank, remove_process_set, rocm_built, shutdown,
     size, start_timeline, stop_timeline, synchronize)
+from accord.basics import pending_ops as _pending_ops
 from accord.errors import HorovodInternalError  # noqa: F401
 from accord.torch.allreduce import (  # noqa: F401
     SparseHandle, allreduce, allreduce_, allreduce_async, allreduce_async_, grouped_allreduce,
@@ -19,6 +22,22 @@ from accord.torch.gather import (  # noqa: F401
     allgather, allgather_async, alltoall, alltoall_async, grouped_allgather,
     grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
     reducescatter_async)
+
+
+def wait_on_stream(handle, stream=None):
+    """Makes ``stream`` (a torch.cuda.Stream; PyTorch's current one by default) wait on
+    the GPU for the collective behind ``handle`` and returns without blocking the host
+    beyond the collective's launch: work queued on that stream afterwards reads its
+    results. The handle stays valid: ``synchronize(handle)`` still returns the result,
+    raises a failure, and lets go of the collective's memory. True where the stream
+    waits; False where nothing is left to wait for on the GPU (CPU tensors, waited for
+    here on the host, or a collective that failed before its launch)."""
+    ops = _pending_ops(handle, "wait_on_stream")
+    if stream is None:
+        stream = _torch.cuda.current_stream() if _torch.cuda.is_available() else None
+    pointer = stream.cuda_stream if stream is not None else 0
+    waits = [op.wait_on_stream(pointer) for op in ops]  # every op, even after a False
+    return all(waits)
 
 
 def barrier(process_set=global_process_set):
