@@ -106,6 +106,17 @@ const void* halfWeights(const float* w, size_t n, const std::string& what,
   return slot.get();
 }
 
+void* cachedBuffer(const std::string& key, size_t bytes, const std::string& what) {
+  auto& slot = backend().plans[key];
+  if (!slot) slot = deviceBuffer(bytes, what);
+  return slot.get();
+}
+
+void* existingBuffer(const std::string& key) {
+  auto found = backend().plans.find(key);
+  return found == backend().plans.end() ? nullptr : found->second.get();
+}
+
 const void* lastHalfWeights(const float* w, size_t n, const std::string& what) {
   auto found = backend().plans.find(halfWeightsKey(w, n));
   if (found == backend().plans.end())

@@ -85,6 +85,10 @@ struct FilterShape {
 };
 const void* halfWeights(const float* w, size_t n, const std::string& what,
                         const FilterShape* filter = nullptr);
+// A device buffer of `bytes` kept in the plan cache under `key` (made on first use,
+// freed with the cache): per-layer state that lives from forward to backward.
+void* cachedBuffer(const std::string& key, size_t bytes, const std::string& what);
+void* existingBuffer(const std::string& key);  // nullptr where none was made
 // The copy halfWeights last made of `w` (backward reads what forward used); throws
 // InvalidArgument naming `what` when there is none yet.
 const void* lastHalfWeights(const float* w, size_t n, const std::string& what);

@@ -18,8 +18,11 @@
 //
 // Math::Bf16 / Fp16: x, y and the gradients are 16-bit NHWC tensors; gamma, beta and the
 // statistics stay float32 (cuDNN's derived descriptor for them is float32 for 16-bit
-// data). Training then asks for CUDNN_BATCHNORM_SPATIAL_PERSISTENT, cuDNN's fast NHWC
-// kernels, and keeps to SPATIAL where cuDNN answers that it does not support it.
+// data). Training then asks for CUDNN_BATCHNORM_SPATIAL_PERSISTENT through the Ex calls
+// (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, with a workspace and a reserve
+// space per layer that lives from forward to backward), which is what reaches cuDNN's
+// fast NHWC kernels, as PyTorch's channels_last training does; where cuDNN refuses
+// those, the plain calls, and where it refuses the persistent mode, SPATIAL.
 #include "nn/cuda/backend_cuda.h"
 
 namespace accord::nn::cuda {
@@ -33,6 +36,10 @@ struct BnPlan {
   // Training's mode: SPATIAL_PERSISTENT for 16-bit NHWC data, cuDNN's fast path there
   // (as in PyTorch's channels_last training); SPATIAL where cuDNN does not support that.
   cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
+  // The Ex calls (persistent mode only) and their buffers' sizes; off for good once
+  // cuDNN refuses one.
+  bool ex = false;
+  size_t forward_workspace = 0, backward_workspace = 0, reserve = 0;
   BnPlan() = default;
   BnPlan(const BnPlan&) = delete;
   BnPlan& operator=(const BnPlan&) = delete;
@@ -56,7 +63,19 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
                                    data, N, bn.C, H, W));
     ACCORD_NN_CUDA_CHECK(what,
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
-    if (halfActivations() && !backend().deterministic) p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    if (halfActivations() && !backend().deterministic) {
+      p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+      cudnnHandle_t h = backend().cudnn;
+      const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+      p->ex = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                  h, p->mode, ops, p->x, nullptr, p->x, p->stats, nullptr, &p->forward_workspace) ==
+                  CUDNN_STATUS_SUCCESS &&
+              cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                  h, p->mode, ops, p->x, nullptr, p->x, nullptr, p->x, p->stats, nullptr,
+                  &p->backward_workspace) == CUDNN_STATUS_SUCCESS &&
+              cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                  h, p->mode, ops, nullptr, p->x, &p->reserve) == CUDNN_STATUS_SUCCESS;
+    }
     slot = p;
   }
   return *static_cast<BnPlan*>(slot.get());
@@ -92,6 +111,26 @@ cudnnStatus_t withMode(BnPlan& p, Call&& call) {
   return s;
 }
 
+// This layer's reserve space for the Ex calls, kept from forward to backward; made by
+// the Ex forward, so that backward takes the Ex call only after one (not after the
+// plain forward, nor after conv_bn_forward's fused statistics).
+std::string reserveKey(const BatchNorm2d& bn, const BnPlan& p, int N, int H, int W) {
+  return key("batchnorm2d reserve", static_cast<const void*>(bn.save_mean), N, H, W, p.reserve);
+}
+
+// Runs `ex` where the plan takes the Ex calls and `ex_here` (backward: its forward took
+// them); where cuDNN refuses it, the plan stops taking them and `plain` runs instead
+// (with withMode's fall-back).
+template <class Ex, class Plain>
+cudnnStatus_t exOrPlain(BnPlan& p, bool ex_here, Ex&& ex, Plain&& plain) {
+  if (ex_here && p.ex && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+    const cudnnStatus_t s = ex();
+    if (s == CUDNN_STATUS_SUCCESS) return s;
+    p.ex = false;
+  }
+  return withMode(p, plain);
+}
+
 // The affine map forward applied: batch statistics in training, running ones otherwise.
 BnAffine affineOf(const BatchNorm2d& bn, bool training) {
   if (training) return {bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps};
@@ -108,7 +147,16 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
   Backend& b = backend();
   const float one = 1.0f, zero = 0.0f;
   if (training) {
-    ACCORD_NN_CUDA_CHECK(what, withMode(p, [&](cudnnBatchNormMode_t mode) {
+    const auto ex = [&] {
+      void* ws = workspace(p.forward_workspace);
+      void* reserve = cachedBuffer(reserveKey(bn, p, N, H, W), p.reserve, what);
+      return cudnnBatchNormalizationForwardTrainingEx(
+          b.cudnn, p.mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, p.x, x, nullptr, nullptr, p.x, y,
+          p.stats, bn.gamma, bn.beta, double(bn.momentum), bn.running_mean, bn.running_var,
+          double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.forward_workspace, reserve,
+          p.reserve);
+    };
+    ACCORD_NN_CUDA_CHECK(what, exOrPlain(p, true, ex, [&](cudnnBatchNormMode_t mode) {
                            return cudnnBatchNormalizationForwardTraining(
                                b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma,
                                bn.beta, double(bn.momentum), bn.running_mean, bn.running_var,
@@ -157,7 +205,16 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
     g = masked;
   }
   const float one = 1.0f, zero = 0.0f;
-  ACCORD_NN_CUDA_CHECK(what, withMode(p, [&](cudnnBatchNormMode_t mode) {
+  void* reserve = p.ex ? existingBuffer(reserveKey(bn, p, N, H, W)) : nullptr;
+  const auto ex = [&] {
+    void* ws = workspace(p.backward_workspace);
+    return cudnnBatchNormalizationBackwardEx(
+        b.cudnn, p.mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, p.x, x, nullptr, nullptr,
+        p.x, g, nullptr, nullptr, p.x, dx, p.stats, bn.gamma, bn.beta, bn.dgamma, bn.dbeta,
+        double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.backward_workspace, reserve,
+        p.reserve);
+  };
+  ACCORD_NN_CUDA_CHECK(what, exOrPlain(p, reserve != nullptr, ex, [&](cudnnBatchNormMode_t mode) {
                          return cudnnBatchNormalizationBackward(
                              b.cudnn, mode, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
                              p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean,
