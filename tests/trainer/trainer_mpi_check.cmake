@@ -226,7 +226,8 @@ elseif(MODE STREQUAL "device-synthetic")
   # --cudnn-fusion (batch-norm statistics summed by the convolutions where cuDNN's fused
   # engines check out and pay) trains as bf16 without it, to the rounding of the other
   # sums; it is refused in fp32 and says what it fused.
-  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --device cuda --cudnn-fusion
+  execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --device cuda --precision fp32
+                          --cudnn-fusion
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(rc EQUAL 0 OR NOT err MATCHES "--cudnn-fusion needs --precision bf16 or fp16")
     message(FATAL_ERROR "--cudnn-fusion in fp32 was not refused clearly")
