@@ -172,15 +172,20 @@ def test_add_and_remove_process_set(hvd):
         hvd.allreduce(torch.ones(1), process_set=ps)
 
 
-def test_wait_on_stream_of_a_cpu_collective_waits_on_the_host(hvd):
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_wait_on_stream_of_a_cpu_collective_waits_on_the_host(hvd, contiguous):
     """No GPU work to wait for: wait_on_stream returns False once the collective
-    completed, and the handle stays valid for synchronize()."""
+    completed, and the handle stays valid for synchronize(), which gives the result
+    (copied back into a tensor that was not contiguous)."""
     t = torch.full((1 << 16,), float(hvd.rank()))
-    handle = hvd.allreduce_async_(t, op=hvd.Sum, name="cpu.wait_on_stream")
+    if not contiguous:
+        t = torch.full((1 << 16, 2), float(hvd.rank()))[:, 1]
+    handle = hvd.allreduce_async_(t, op=hvd.Sum, name=f"cpu.wait_on_stream.{contiguous}")
     assert hvd.wait_on_stream(handle) is False
     assert hvd.poll(handle)
     n = hvd.size()
-    assert torch.all(hvd.synchronize(handle) == n * (n - 1) / 2)
+    assert hvd.synchronize(handle) is t
+    assert torch.all(t == n * (n - 1) / 2)
     with pytest.raises(ValueError, match="wait_on_stream: handle .* unknown"):
         hvd.wait_on_stream(handle)
 

@@ -92,25 +92,29 @@ def test_the_runtime_waits_for_the_callers_stream(hvd, device):
     assert torch.all(t == 3 * n * (n + 1) / 2).item()
 
 
-def test_a_stream_waits_for_the_collective_without_the_host(hvd, device):
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_stream_waits_for_the_collective_without_the_host(hvd, device, contiguous):
     # The collective runs behind some 100 ms of GPU time on a side stream; a copy queued
     # on a third stream after wait_on_stream must see the reduced values, not the zeros
-    # or the values before the reduction.
+    # or the values before the reduction. A tensor that is not contiguous is reduced in
+    # a copy, which wait_on_stream copies back on that stream too.
     side, reader = torch.cuda.Stream(device), torch.cuda.Stream(device)
     t = torch.zeros(1 << 22, device=device)
+    if not contiguous:
+        t = torch.zeros(1 << 21, 2, device=device)[:, 0]
     torch.cuda.synchronize(device)
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)
         t.fill_(float(hvd.rank() + 1))
         handle = hvd.allreduce_async_(t, op=hvd.Sum, prescale_factor=3.0,
-                                      name="cuda.wait_on_stream")
+                                      name=f"cuda.wait_on_stream.{contiguous}")
     assert hvd.wait_on_stream(handle, reader) is True
     with torch.cuda.stream(reader):
         copy = t.clone()
     reader.synchronize()
     n = hvd.size()
     assert torch.all(copy == 3 * n * (n + 1) / 2).item()
-    hvd.synchronize(handle)  # still valid after the stream waited
+    assert hvd.synchronize(handle) is t  # still valid after the stream waited
 
 
 def test_distributed_optimizer_on_the_gpu(hvd, device):

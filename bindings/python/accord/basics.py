@@ -282,41 +282,44 @@ def remove_process_set(process_set):
 # ---- pending collectives ----------------------------------------------------------
 class Pending:
     """One submitted call: the runtime ops behind it, what must stay alive until they
-    finish, and how to turn them into the call's result."""
+    finish, how to turn them into the call's result, and (``after_wait``, or None) the
+    part of that which is GPU work a stream can queue instead (accord.torch's
+    wait_on_stream)."""
 
-    __slots__ = ("ops", "keep", "finish")
+    __slots__ = ("ops", "keep", "finish", "after_wait")
 
-    def __init__(self, ops, keep, finish):
+    def __init__(self, ops, keep, finish, after_wait=None):
         self.ops = ops
         self.keep = keep
         self.finish = finish
+        self.after_wait = after_wait
 
 
 _pending = {}
 _handles = itertools.count(1)
 
 
-def register(ops, keep, finish):
+def register(ops, keep, finish, after_wait=None):
     """Registers a submitted call and returns its handle, an int as in Horovod."""
     handle = next(_handles)
-    _pending[handle] = Pending(ops, keep, finish)
+    _pending[handle] = Pending(ops, keep, finish, after_wait)
     return handle
 
 
-def pending_ops(handle, what):
-    """The runtime ops behind ``handle``; ValueError naming ``what`` (the caller) for a
-    handle that is unknown or already synchronized."""
+def pending_call(handle, what):
+    """The Pending record behind ``handle``; ValueError naming ``what`` (the caller) for
+    a handle that is unknown or already synchronized."""
     handle = getattr(handle, "handle", handle)  # a SparseHandle holds its int
     pending = _pending.get(handle)
     if pending is None:
         raise ValueError(f"{what}: handle {handle!r} is unknown or already synchronized")
-    return pending.ops
+    return pending
 
 
 def poll(handle):
     """True once the collective behind ``handle`` finished (``synchronize`` then
     returns without blocking)."""
-    return all(op.poll() for op in pending_ops(handle, "poll"))
+    return all(op.poll() for op in pending_call(handle, "poll").ops)
 
 
 def synchronize(handle):

@@ -95,7 +95,37 @@ def in_place_target(tensor, what, name):
             tensor.copy_(work)
         return tensor
 
+    copy_back.pair = (tensor, work)  # for copies_back
     return work, code, copy_back
+
+
+def copies_back(finishes):
+    """The GPU work of in-place ``finishes`` (in_place_target's), as one function that
+    queues it on the current stream: the copies into tensors that were not contiguous.
+    None where there is none."""
+    pairs = [f.pair for f in finishes if hasattr(f, "pair")]
+    if not pairs:
+        return None
+
+    def queue():
+        with torch.no_grad():
+            for tensor, work in pairs:
+                tensor.copy_(work)
+
+    return queue
+
+
+def cuda_device(keep):
+    """The GPU of the first CUDA tensor in ``keep`` (tensors in nested lists and tuples),
+    or None."""
+    if isinstance(keep, torch.Tensor):
+        return keep.device if keep.is_cuda else None
+    if isinstance(keep, (list, tuple)):
+        for item in keep:
+            device = cuda_device(item)
+            if device is not None:
+                return device
+    return None
 
 
 def needs_grad(tensor):

@@ -7,7 +7,8 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, register, resolve_op, synchronize
-from accord.torch._tensor import contiguous_copy, in_place_target, needs_grad, placement
+from accord.torch._tensor import (
+    contiguous_copy, copies_back, in_place_target, needs_grad, placement)
 from accord.torch.compression import Compression
 
 
@@ -34,7 +35,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     op = resolve_op(op, average, "allreduce")
     work, code, finish = in_place_target(tensor, "allreduce", name)
     core = _submit(work, code, name, op, prescale_factor, postscale_factor, process_set)
-    return register([core], (tensor, work), finish)
+    return register([core], (tensor, work), finish, copies_back([finish]))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -106,7 +107,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     works = [w for w, _, _ in targets]
     core = _submit_group(works, [code for _, code, _ in targets], name, op, prescale_factor,
                          postscale_factor, process_set)
-    return register([core], (list(tensors), works), lambda: [f() for _, _, f in targets])
+    return register([core], (list(tensors), works), lambda: [f() for _, _, f in targets],
+                    copies_back([f for _, _, f in targets]))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -6,7 +6,7 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, rank, register, synchronize
-from accord.torch._tensor import contiguous_copy, in_place_target, placement
+from accord.torch._tensor import contiguous_copy, copies_back, in_place_target, placement
 from accord.torch.allreduce import allreduce
 
 
@@ -29,7 +29,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     """Starts overwriting ``tensor`` on every rank with root's."""
     work, code, finish = in_place_target(tensor, "broadcast", name)
     core = _submit(work, code, root_rank, name, process_set)
-    return register([core], (tensor, work), finish)
+    return register([core], (tensor, work), finish, copies_back([finish]))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):

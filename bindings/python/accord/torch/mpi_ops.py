@@ -10,8 +10,9 @@ from accord.basics import (  # noqa: F401  (re-exported)
     init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, poll, rank, remove_process_set, rocm_built, shutdown,
     size, start_timeline, stop_timeline, synchronize)
-from accord.basics import pending_ops as _pending_ops
+from accord.basics import pending_call as _pending_call
 from accord.errors import HorovodInternalError  # noqa: F401
+from accord.torch._tensor import cuda_device as _cuda_device
 from accord.torch.allreduce import (  # noqa: F401
     SparseHandle, allreduce, allreduce_, allreduce_async, allreduce_async_, grouped_allreduce,
     grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
@@ -25,19 +26,27 @@ from accord.torch.gather import (  # noqa: F401
 
 
 def wait_on_stream(handle, stream=None):
-    """Makes ``stream`` (a torch.cuda.Stream; PyTorch's current one by default) wait on
-    the GPU for the collective behind ``handle`` and returns without blocking the host
-    beyond the collective's launch: work queued on that stream afterwards reads its
-    results. The handle stays valid: ``synchronize(handle)`` still returns the result,
-    raises a failure, and lets go of the collective's memory. True where the stream
-    waits; False where nothing is left to wait for on the GPU (CPU tensors, waited for
-    here on the host, or a collective that failed before its launch)."""
-    ops = _pending_ops(handle, "wait_on_stream")
+    """Makes ``stream`` (a torch.cuda.Stream; by default PyTorch's current one on the
+    collective's GPU) wait on the GPU for the collective behind ``handle`` and returns
+    without blocking the host beyond the collective's launch: work queued on that
+    stream afterwards reads its results, including an in-place result copied back into
+    a tensor that was not contiguous (queued there too). The handle stays valid:
+    ``synchronize(handle)`` still returns the result, raises a failure, and lets go of
+    the collective's memory. True where the stream waits; False where nothing is left to
+    wait for on the GPU: CPU tensors (waited for here, on the host; the result is
+    synchronize's) or a collective that has failed."""
+    pending = _pending_call(handle, "wait_on_stream")
     if stream is None:
-        stream = _torch.cuda.current_stream() if _torch.cuda.is_available() else None
+        device = _cuda_device(pending.keep)
+        stream = _torch.cuda.current_stream(device) if device is not None else None
     pointer = stream.cuda_stream if stream is not None else 0
-    waits = [op.wait_on_stream(pointer) for op in ops]  # every op, even after a False
-    return all(waits)
+    waits = [op.wait_on_stream(pointer) for op in pending.ops]  # every op, even after a False
+    if not all(waits):
+        return False
+    if pending.after_wait is not None:
+        with _torch.cuda.stream(stream):
+            pending.after_wait()
+    return True
 
 
 def barrier(process_set=global_process_set):
