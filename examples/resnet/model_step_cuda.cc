@@ -180,6 +180,14 @@ void downloadBnStatistics(Model& m) {
             "deviceTrainStep: copying the BN statistics back");
 }
 
+// Launches a step's graph; a failure is cleared from the thread's last error (so that
+// no later launch check reports it as its own) and returned.
+cudaError_t launchGraph(cudaGraphExec_t exec, cudaStream_t stream) {
+  const cudaError_t e = cudaGraphLaunch(exec, stream);
+  if (e != cudaSuccess) cudaGetLastError();
+  return e;
+}
+
 // The step layer by layer; the batch and labels are on their way.
 void queuedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing) {
   enqueueStep(m, s.out, labels, N, smoothing);  // gradients to the sink as queued
@@ -202,7 +210,10 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
   std::vector<SentGradient> recorded;
   const std::vector<SentGradient>* sent = &recorded;
   if (StepState::Graph* g = s.find(kind)) {
-    checkCuda(cudaGraphLaunch(g->exec, stream), "--cuda-graphs: launching the training step");
+    if (const cudaError_t e = launchGraph(g->exec, stream); e != cudaSuccess) {
+      s.dropGraphs();
+      checkCuda(e, "--cuda-graphs: launching the training step");
+    }
     sent = &g->sent;
     ++s.stats.replayed;
   } else if (!s.wasWarmed(kind)) {
@@ -241,13 +252,13 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
       return fallBack(e.what());
     }
     s.graphs.push_back({kind, exec, std::move(recorded)});
-    const cudaError_t launched = cudaGraphLaunch(exec, stream);
-    if (launched != cudaSuccess && where_it_works) {
-      cudaGetLastError();
-      return fallBack(std::string("--cuda-graphs: launching the captured step: ") +
-                      cudaGetErrorString(launched));
+    if (const cudaError_t e = launchGraph(exec, stream); e != cudaSuccess) {
+      if (where_it_works)
+        return fallBack(std::string("--cuda-graphs: launching the captured step: ") +
+                        cudaGetErrorString(e));
+      s.dropGraphs();
+      checkCuda(e, "--cuda-graphs: launching the training step");
     }
-    checkCuda(launched, "--cuda-graphs: launching the training step");
     sent = &s.graphs.back().sent;
     ++s.stats.captured;
     ++s.stats.replayed;

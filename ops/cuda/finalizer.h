@@ -11,7 +11,10 @@
 // asynchronous error, and when it reports one, or the collective has not completed
 // ACCORD_STALL_SHUTDOWN_TIME after the one before it on the same device, the
 // finalizer aborts the communicator and fails every pending collective on it with a
-// CommError that names the collective.
+// CommError that names the collective: each once its done event has completed (what
+// was queued with it may still use the caller's tensors; an aborted communicator's
+// kernels return at once), or at most 10 s (ACCORD_STALL_SHUTDOWN_TIME if shorter)
+// after the failure was seen.
 #pragma once
 
 #include "runtime/handle_state.h"

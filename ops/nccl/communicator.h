@@ -19,7 +19,8 @@
 // those calls blocks for long (non-blocking communicator, bounded polls). A launch may
 // hold it for seconds while NCCL connects to a peer the first time: the finalizer's
 // polls (asyncError, broken) then answer "nothing yet" rather than wait for it, so
-// that it goes on completing the collectives of other sets.
+// that it goes on completing the collectives of other sets. Its abort() does wait for
+// such a launch, which the same timeout bounds (and which aborts on it itself).
 #pragma once
 
 #include "ops/cuda/finalizer.h"

@@ -35,6 +35,9 @@ struct Backend {
   uint64_t memory_generation = 0;    // memory_generation()
   std::unordered_map<int, std::pair<void*, size_t>> scratch;
   std::unordered_map<std::string, std::shared_ptr<void>> plans;
+  // Per training batch norm (by its save_mean): whether its last forward took cuDNN's Ex
+  // call, whose reserve space its backward then reads (batchnorm2d.cc).
+  std::unordered_map<const void*, bool> bn_forward_ex;
 };
 Backend& backend();
 
@@ -89,6 +92,9 @@ const void* halfWeights(const float* w, size_t n, const std::string& what,
 // freed with the cache): per-layer state that lives from forward to backward.
 void* cachedBuffer(const std::string& key, size_t bytes, const std::string& what);
 void* existingBuffer(const std::string& key);  // nullptr where none was made
+// A training batch norm's forward that did not go through batchnorm2d_forward
+// (conv_bn_forward's fused statistics): its backward must not read an Ex reserve space.
+void bnForwardWithoutEx(const BatchNorm2d& bn);
 // The copy halfWeights last made of `w` (backward reads what forward used); throws
 // InvalidArgument naming `what` when there is none yet.
 const void* lastHalfWeights(const float* w, size_t n, const std::string& what);

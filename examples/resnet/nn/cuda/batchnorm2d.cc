@@ -97,35 +97,50 @@ std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training
   return what;
 }
 
+// Whether cuDNN's answer `s` refuses the call for these tensors (a sub-code of
+// NOT_SUPPORTED: shape, data type, layout...; or parameters it calls bad), rather than
+// failing it: then a simpler call may do. Never while the stream is being captured,
+// where a call can fail for reasons of the capture's, not of the tensors'.
+bool refused(cudnnStatus_t s) {
+  const int category = CUDNN_STATUS_CATEGORY(s);
+  if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) return false;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(backend().stream, &capturing) == cudaSuccess &&
+         capturing == cudaStreamCaptureStatusNone;
+}
+
 // Runs a training call with the plan's mode; where cuDNN refuses the persistent mode
-// for these tensors, falls back to SPATIAL for good (same statistics). cuDNN 9 answers
-// with a sub-code of NOT_SUPPORTED (shape, data type, layout...), but may also call the
-// parameters bad: any refusal counts, and one SPATIAL refuses too is reported.
+// for these tensors, falls back to SPATIAL for good (same statistics); a refusal of
+// SPATIAL too is reported.
 template <class Call>
 cudnnStatus_t withMode(BnPlan& p, Call&& call) {
   cudnnStatus_t s = call(p.mode);
-  if (s != CUDNN_STATUS_SUCCESS && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+  if (refused(s) && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
     p.mode = CUDNN_BATCHNORM_SPATIAL;
     s = call(p.mode);
   }
   return s;
 }
 
-// This layer's reserve space for the Ex calls, kept from forward to backward; made by
-// the Ex forward, so that backward takes the Ex call only after one (not after the
-// plain forward, nor after conv_bn_forward's fused statistics).
+// This layer's reserve space for the Ex calls, kept from forward to backward. Backward
+// takes the Ex call only where the layer's last forward did (Backend::bn_forward_ex):
+// not after the plain forward, nor after conv_bn_forward's fused statistics.
 std::string reserveKey(const BatchNorm2d& bn, const BnPlan& p, int N, int H, int W) {
   return key("batchnorm2d reserve", static_cast<const void*>(bn.save_mean), N, H, W, p.reserve);
 }
 
 // Runs `ex` where the plan takes the Ex calls and `ex_here` (backward: its forward took
 // them); where cuDNN refuses it, the plan stops taking them and `plain` runs instead
-// (with withMode's fall-back).
+// (with withMode's fall-back). `took_ex`: whether the Ex call ran.
 template <class Ex, class Plain>
-cudnnStatus_t exOrPlain(BnPlan& p, bool ex_here, Ex&& ex, Plain&& plain) {
+cudnnStatus_t exOrPlain(BnPlan& p, bool ex_here, Ex&& ex, Plain&& plain, bool* took_ex = nullptr) {
+  if (took_ex) *took_ex = false;
   if (ex_here && p.ex && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
     const cudnnStatus_t s = ex();
-    if (s == CUDNN_STATUS_SUCCESS) return s;
+    if (!refused(s)) {
+      if (took_ex) *took_ex = s == CUDNN_STATUS_SUCCESS;
+      return s;
+    }
     p.ex = false;
   }
   return withMode(p, plain);
@@ -156,12 +171,18 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
           double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.forward_workspace, reserve,
           p.reserve);
     };
-    ACCORD_NN_CUDA_CHECK(what, exOrPlain(p, true, ex, [&](cudnnBatchNormMode_t mode) {
-                           return cudnnBatchNormalizationForwardTraining(
-                               b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma,
-                               bn.beta, double(bn.momentum), bn.running_mean, bn.running_var,
-                               double(bn.eps), bn.save_mean, bn.save_var);
-                         }));
+    bool took_ex = false;
+    const cudnnStatus_t s = exOrPlain(
+        p, true, ex,
+        [&](cudnnBatchNormMode_t mode) {
+          return cudnnBatchNormalizationForwardTraining(
+              b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma, bn.beta,
+              double(bn.momentum), bn.running_mean, bn.running_var, double(bn.eps), bn.save_mean,
+              bn.save_var);
+        },
+        &took_ex);
+    b.bn_forward_ex[bn.save_mean] = took_ex;
+    ACCORD_NN_CUDA_CHECK(what, s);
   } else if (!bn.relu && x != y) {
     ACCORD_NN_CUDA_CHECK(
         what, cudnnBatchNormalizationForwardInference(
@@ -175,6 +196,10 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
     launchBnApply(x, y, affineOf(bn, training), bn.relu, N, bn.C, size_t(H) * W);
     checkLaunch(what);
   }
+}
+
+void detail::bnForwardWithoutEx(const BatchNorm2d& bn) {
+  backend().bn_forward_ex[bn.save_mean] = false;
 }
 
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
@@ -205,7 +230,10 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
     g = masked;
   }
   const float one = 1.0f, zero = 0.0f;
-  void* reserve = p.ex ? existingBuffer(reserveKey(bn, p, N, H, W)) : nullptr;
+  const auto took = b.bn_forward_ex.find(bn.save_mean);
+  void* reserve = p.ex && took != b.bn_forward_ex.end() && took->second
+                      ? existingBuffer(reserveKey(bn, p, N, H, W))
+                      : nullptr;
   const auto ex = [&] {
     void* ws = workspace(p.backward_workspace);
     return cudnnBatchNormalizationBackwardEx(

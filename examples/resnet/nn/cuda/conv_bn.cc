@@ -343,6 +343,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
     cuda::batchnorm2d_forward(bn, a, b, N, Ho, Wo, true);
     return;
   }
+  bnForwardWithoutEx(bn);
   launchBnFinalize(sums, sums + sqsumAt(K), double(N) * Ho * Wo, K, bn.momentum, bn.eps,
                    bn.save_mean, bn.save_var, bn.running_mean, bn.running_var);
   launchBnApply(a, b, BnAffine{bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps},
