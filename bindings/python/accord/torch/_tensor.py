@@ -81,6 +81,38 @@ def contiguous_input(tensor, what, name):
     return tensor.detach().contiguous(), code
 
 
+class _CopyBack:
+    """An in-place result's way from ``work``, the contiguous buffer the runtime wrote
+    into, to ``tensor``, which was not contiguous: copied once, by the call's finish on
+    the current stream (synchronize), or earlier on a stream wait_on_stream was given,
+    after which every other user waits on that stream for it instead."""
+
+    def __init__(self, tensor, work):
+        self.tensor, self.work = tensor, work
+        self.copied = None  # the event after the copy queued by queue()
+
+    def __call__(self):
+        if self.copied is None:
+            with torch.no_grad():
+                self.tensor.copy_(self.work)
+        else:
+            torch.cuda.current_stream(self.tensor.device).wait_event(self.copied)
+        return self.tensor
+
+    def queue(self, stream):
+        if self.copied is not None:
+            stream.wait_event(self.copied)
+            return
+        with torch.cuda.stream(stream), torch.no_grad():
+            self.tensor.copy_(self.work)
+        # Both are used on `stream` now: the caching allocator must not hand their
+        # memory out again before it has run.
+        self.work.record_stream(stream)
+        self.tensor.record_stream(stream)
+        self.copied = torch.cuda.Event()
+        self.copied.record(stream)
+
+
 def in_place_target(tensor, what, name):
     """(work, dtype code, finish) for an in-place collective: the contiguous buffer the
     runtime writes into, and a function that makes ``tensor`` hold the result. The
@@ -89,28 +121,20 @@ def in_place_target(tensor, what, name):
     if tensor.is_contiguous():
         return tensor, code, lambda: tensor
     work = tensor.detach().contiguous()
-
-    def copy_back():
-        with torch.no_grad():
-            tensor.copy_(work)
-        return tensor
-
-    copy_back.pair = (tensor, work)  # for copies_back
-    return work, code, copy_back
+    return work, code, _CopyBack(tensor, work)
 
 
 def copies_back(finishes):
     """The GPU work of in-place ``finishes`` (in_place_target's), as one function that
-    queues it on the current stream: the copies into tensors that were not contiguous.
-    None where there is none."""
-    pairs = [f.pair for f in finishes if hasattr(f, "pair")]
-    if not pairs:
+    queues it on a stream (wait_on_stream): the copies into tensors that were not
+    contiguous, each made once. None where there is none."""
+    backs = [f for f in finishes if isinstance(f, _CopyBack)]
+    if not backs:
         return None
 
-    def queue():
-        with torch.no_grad():
-            for tensor, work in pairs:
-                tensor.copy_(work)
+    def queue(stream):
+        for back in backs:
+            back.queue(stream)
 
     return queue
 

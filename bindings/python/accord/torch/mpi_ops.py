@@ -30,7 +30,8 @@ def wait_on_stream(handle, stream=None):
     collective's GPU) wait on the GPU for the collective behind ``handle`` and returns
     without blocking the host beyond the collective's launch: work queued on that
     stream afterwards reads its results, including an in-place result copied back into
-    a tensor that was not contiguous (queued there too). The handle stays valid:
+    a tensor that was not contiguous (queued there too, once: synchronize() then makes
+    its current stream wait for that copy rather than copy again). The handle stays valid:
     ``synchronize(handle)`` still returns the result, raises a failure, and lets go of
     the collective's memory. True where the stream waits; False where nothing is left to
     wait for on the GPU: CPU tensors (waited for here, on the host; the result is
@@ -44,8 +45,7 @@ def wait_on_stream(handle, stream=None):
     if not all(waits):
         return False
     if pending.after_wait is not None:
-        with _torch.cuda.stream(stream):
-            pending.after_wait()
+        pending.after_wait(stream)
     return True
 
 
