@@ -209,11 +209,24 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
   cudaStream_t stream = nn::cuda::stream();
   std::vector<SentGradient> recorded;
   const std::vector<SentGradient>* sent = &recorded;
+  // Where graphs are the default, a capture or launch that fails leaves the step not
+  // run (a capture only records): it runs now, and the rest, layer by layer. Asked
+  // for, the failure stops the run.
+  const auto fail = [&](const std::string& why) {
+    s.dropGraphs();
+    if (!where_it_works) throw Error(why);
+    s.stats.failure = why;
+    std::fprintf(stderr, "accord-resnet: %s; every step from here on runs layer by layer\n",
+                 why.c_str());
+    queuedStep(m, s, labels, N, smoothing);
+  };
+  const auto launchFailure = [](cudaError_t e) {
+    return std::string("--cuda-graphs: launching the training step: CUDA failed: ") +
+           cudaGetErrorString(e);
+  };
   if (StepState::Graph* g = s.find(kind)) {
-    if (const cudaError_t e = launchGraph(g->exec, stream); e != cudaSuccess) {
-      s.dropGraphs();
-      checkCuda(e, "--cuda-graphs: launching the training step");
-    }
+    if (const cudaError_t e = launchGraph(g->exec, stream); e != cudaSuccess)
+      return fail(launchFailure(e));
     sent = &g->sent;
     ++s.stats.replayed;
   } else if (!s.wasWarmed(kind)) {
@@ -235,30 +248,16 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
     }
   } else {
     if (s.graphs.size() >= StepState::kMaxGraphs) s.dropGraphs();
-    // Where graphs are the default, a capture or first launch that fails leaves the
-    // step not run (a capture only records): it runs now, and the rest, layer by layer.
-    const auto fallBack = [&](const std::string& why) {
-      s.stats.failure = why;
-      s.dropGraphs();
-      std::fprintf(stderr, "accord-resnet: %s; every step from here on runs layer by layer\n",
-                   why.c_str());
-      queuedStep(m, s, labels, N, smoothing);
-    };
     cudaGraphExec_t exec = nullptr;
     try {
       exec = capture(m, s, labels, N, smoothing, recorded);
     } catch (const std::exception& e) {
       if (!where_it_works) throw;
-      return fallBack(e.what());
+      return fail(e.what());
     }
     s.graphs.push_back({kind, exec, std::move(recorded)});
-    if (const cudaError_t e = launchGraph(exec, stream); e != cudaSuccess) {
-      if (where_it_works)
-        return fallBack(std::string("--cuda-graphs: launching the captured step: ") +
-                        cudaGetErrorString(e));
-      s.dropGraphs();
-      checkCuda(e, "--cuda-graphs: launching the training step");
-    }
+    if (const cudaError_t e = launchGraph(exec, stream); e != cudaSuccess)
+      return fail(launchFailure(e));
     sent = &s.graphs.back().sent;
     ++s.stats.captured;
     ++s.stats.replayed;

@@ -25,6 +25,8 @@
 // those, the plain calls, and where it refuses the persistent mode, SPATIAL.
 #include "nn/cuda/backend_cuda.h"
 
+#include <cstdio>
+
 namespace accord::nn::cuda {
 
 using namespace detail;
@@ -98,24 +100,31 @@ std::string checkBound(const BatchNorm2d& bn, int N, int H, int W, bool training
 }
 
 // Whether cuDNN's answer `s` refuses the call for these tensors (a sub-code of
-// NOT_SUPPORTED: shape, data type, layout...; or parameters it calls bad), rather than
-// failing it: then a simpler call may do. Never while the stream is being captured,
-// where a call can fail for reasons of the capture's, not of the tensors'.
-bool refused(cudnnStatus_t s) {
-  const int category = CUDNN_STATUS_CATEGORY(s);
-  if (category != CUDNN_STATUS_NOT_SUPPORTED && category != CUDNN_STATUS_BAD_PARAM) return false;
+// NOT_SUPPORTED: shape, data type, layout...; or the bare BAD_PARAM older paths give for
+// a combination they lack) rather than failing it: then a simpler call may do. Not
+// BAD_PARAM's sub-codes (a null or misaligned pointer: our error, reported), and never
+// while the stream is being captured, where a call can fail for the capture's reasons.
+// A refusal is said once on stderr, with `what` and what runs instead.
+bool refused(cudnnStatus_t s, const std::string& what, const char* instead) {
+  if (CUDNN_STATUS_CATEGORY(s) != CUDNN_STATUS_NOT_SUPPORTED && s != CUDNN_STATUS_BAD_PARAM)
+    return false;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(backend().stream, &capturing) == cudaSuccess &&
-         capturing == cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(backend().stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone)
+    return false;
+  std::fprintf(stderr, "nn::cuda: %s: cuDNN refused it (%s); %s from here on\n", what.c_str(),
+               cudnnGetErrorString(s), instead);
+  return true;
 }
 
 // Runs a training call with the plan's mode; where cuDNN refuses the persistent mode
 // for these tensors, falls back to SPATIAL for good (same statistics); a refusal of
 // SPATIAL too is reported.
 template <class Call>
-cudnnStatus_t withMode(BnPlan& p, Call&& call) {
+cudnnStatus_t withMode(BnPlan& p, const std::string& what, Call&& call) {
   cudnnStatus_t s = call(p.mode);
-  if (refused(s) && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+  if (p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT &&
+      refused(s, what, "the spatial mode for this shape")) {
     p.mode = CUDNN_BATCHNORM_SPATIAL;
     s = call(p.mode);
   }
@@ -133,17 +142,18 @@ std::string reserveKey(const BatchNorm2d& bn, const BnPlan& p, int N, int H, int
 // them); where cuDNN refuses it, the plan stops taking them and `plain` runs instead
 // (with withMode's fall-back). `took_ex`: whether the Ex call ran.
 template <class Ex, class Plain>
-cudnnStatus_t exOrPlain(BnPlan& p, bool ex_here, Ex&& ex, Plain&& plain, bool* took_ex = nullptr) {
+cudnnStatus_t exOrPlain(BnPlan& p, const std::string& what, bool ex_here, Ex&& ex, Plain&& plain,
+                        bool* took_ex = nullptr) {
   if (took_ex) *took_ex = false;
   if (ex_here && p.ex && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
     const cudnnStatus_t s = ex();
-    if (!refused(s)) {
+    if (!refused(s, what + " (Ex call)", "the plain calls for this shape")) {
       if (took_ex) *took_ex = s == CUDNN_STATUS_SUCCESS;
       return s;
     }
     p.ex = false;
   }
-  return withMode(p, plain);
+  return withMode(p, what, plain);
 }
 
 // The affine map forward applied: batch statistics in training, running ones otherwise.
@@ -173,7 +183,7 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
     };
     bool took_ex = false;
     const cudnnStatus_t s = exOrPlain(
-        p, true, ex,
+        p, what, true, ex,
         [&](cudnnBatchNormMode_t mode) {
           return cudnnBatchNormalizationForwardTraining(
               b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma, bn.beta,
@@ -242,7 +252,8 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
         double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.backward_workspace, reserve,
         p.reserve);
   };
-  ACCORD_NN_CUDA_CHECK(what, exOrPlain(p, reserve != nullptr, ex, [&](cudnnBatchNormMode_t mode) {
+  ACCORD_NN_CUDA_CHECK(what,
+                       exOrPlain(p, what, reserve != nullptr, ex, [&](cudnnBatchNormMode_t mode) {
                          return cudnnBatchNormalizationBackward(
                              b.cudnn, mode, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
                              p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean,
