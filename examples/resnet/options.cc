@@ -191,14 +191,15 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                  "GPUs; builds with cuDNN only)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--precision", o.precision,
-                 "arithmetic of the GPU layers: auto (bf16 on GPUs with bf16 tensor cores, "
-                 "compute capability 8.0 and up; fp32 on older ones and on the CPU), fp32 "
-                 "(plain float32, matches the CPU), tf32 "
-                 "(tensor cores on float32 data, about 1e-3 relative), bf16 (activations in "
-                 "bfloat16 on bf16 tensor cores, float32 weights, gradients and statistics) or "
-                 "fp16 (the same in IEEE half, with dynamic loss scaling); all but fp32 need "
-                 "--device cuda")
+  app.add_option(
+         "--precision", o.precision,
+         "arithmetic of the GPU layers: auto (bf16 on GPUs with bf16 tensor cores, "
+         "compute capability 8.0 and up; fp32 on older ones and on the CPU), fp32 "
+         "(plain float32, matches the CPU), tf32 "
+         "(tensor cores on float32 data, about 1e-3 relative), bf16 (activations in "
+         "bfloat16 on bf16 tensor cores, float32 weights, gradients and statistics) or "
+         "fp16 (the same in IEEE half, with dynamic loss scaling); tf32, bf16 and fp16 need "
+         "--device cuda")
       ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--gpu-profile", o.gpu_profile,
