@@ -10,6 +10,7 @@
 // value: 1e-2 for results stored in 16 bits, 2e-2 for batch norm's training dx (a
 // difference of means) and for products of rounded gradients; float32 outputs
 // (statistics, weight gradients, the logits) 1e-2 or tighter.
+#include "cudnn_half_util.h"
 #include "cudnn_layers_util.h"
 #include "nn/cuda/layers_cuda.h"
 #include "nn/layers.h"
@@ -26,88 +27,15 @@ namespace {
 
 using namespace accord;
 using nn::cuda::Math;
+using test::Activations;
+using test::BnBuffers;
 using test::checkClose;
 using test::Device;
+using test::HalfMode;
+using test::kHalfMaths;
+using test::nameOf;
 using test::randomVector;
-
-const Math kHalfMaths[] = {Math::Bf16, Math::Fp16};
-const char* nameOf(Math m) { return m == Math::Bf16 ? "bf16" : "fp16"; }
-
-// Each value rounded to `math`'s 16-bit type (to nearest, ties to even), kept as float.
-std::vector<float> rounded(std::vector<float> v, Math math) {
-  for (float& f : v)
-    f = math == Math::Bf16 ? __bfloat162float(__float2bfloat16(f)) : __half2float(__float2half(f));
-  return v;
-}
-
-// `math` for the scope.
-struct HalfMode {
-  explicit HalfMode(Math math) : old(nn::cuda::set_math(math)) {}
-  ~HalfMode() { nn::cuda::set_math(old); }
-  Math old;
-};
-
-// Activations of shape (N, C, H, W) on the device, stored 16-bit NHWC (in a float-sized
-// buffer, as the model's arenas hold them); filled and read back in NCHW order.
-class Activations {
- public:
-  Activations(const std::vector<float>& host, int N, int C, int H, int W)
-      : N_(N), C_(C), H_(H), W_(W), d_(host.size(), 0.0f) {
-    REQUIRE(host.size() == size_t(N) * C * H * W);
-    nn::cuda::upload_input_async(d_.get(), host.data(), N, C, H, W);
-    nn::cuda::synchronize();
-  }
-  Activations(float fill, int N, int C, int H, int W)
-      : Activations(std::vector<float>(size_t(N) * C * H * W, fill), N, C, H, W) {}
-  float* get() const { return d_.get(); }
-  std::vector<float> host() const {
-    std::vector<float> h(size_t(N_) * C_ * H_ * W_);
-    nn::cuda::activations_to_host(h.data(), d_.get(), N_, C_, H_, W_);
-    return h;
-  }
-
- private:
-  int N_, C_, H_, W_;
-  Device d_;
-};
-
-// A batch norm's parameters, running statistics, saved statistics and gradients, on the
-// host for the CPU's layer and on the device for the GPU's (the gradients start at 1e3
-// there, so that a result never written shows).
-struct BnBuffers {
-  BnBuffers(std::vector<float> gamma_, std::vector<float> beta_, std::vector<float> mean_,
-            std::vector<float> var_)
-      : gamma(std::move(gamma_)),
-        beta(std::move(beta_)),
-        mean(std::move(mean_)),
-        var(std::move(var_)),
-        save_mean(gamma.size()),
-        save_var(gamma.size()),
-        dgamma(gamma.size()),
-        dbeta(gamma.size()),
-        d_gamma(gamma),
-        d_beta(beta),
-        d_mean(mean),
-        d_var(var),
-        d_save_mean(gamma.size(), 0.0f),
-        d_save_var(gamma.size(), 0.0f),
-        d_dgamma(gamma.size(), 1e3f),
-        d_dbeta(gamma.size(), 1e3f) {}
-  nn::BatchNorm2d cpu(nn::BatchNorm2d bn) {
-    bn.gamma = gamma.data(), bn.beta = beta.data(), bn.running_mean = mean.data();
-    bn.running_var = var.data(), bn.save_mean = save_mean.data(), bn.save_var = save_var.data();
-    bn.dgamma = dgamma.data(), bn.dbeta = dbeta.data();
-    return bn;
-  }
-  nn::BatchNorm2d gpu(nn::BatchNorm2d bn) const {
-    bn.gamma = d_gamma.get(), bn.beta = d_beta.get(), bn.running_mean = d_mean.get();
-    bn.running_var = d_var.get(), bn.save_mean = d_save_mean.get();
-    bn.save_var = d_save_var.get(), bn.dgamma = d_dgamma.get(), bn.dbeta = d_dbeta.get();
-    return bn;
-  }
-  std::vector<float> gamma, beta, mean, var, save_mean, save_var, dgamma, dbeta;
-  Device d_gamma, d_beta, d_mean, d_var, d_save_mean, d_save_var, d_dgamma, d_dbeta;
-};
+using test::rounded;
 
 TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
   for (Math math : kHalfMaths) {
@@ -353,53 +281,5 @@ TEST_CASE("16-bit: convolution with fused batch-norm statistics matches the CPU"
     const std::string report = nn::cuda::conv_bn_fusion_report();
     INFO(report);
     if (math == Math::Fp16) CHECK(report.find("fused for 2 of 2 shapes") != std::string::npos);
-  }
-}
-
-// nn::cuda::set_deterministic: the same convolution and batch norm, forward and
-// backward, twice on the same inputs give the same bits (the algorithms cuDNN would
-// pick otherwise may sum with atomics, in an order that changes from run to run).
-TEST_CASE("16-bit: deterministic layers repeat forward and backward bit for bit", "[half]") {
-  struct Deterministic {
-    Deterministic() : old(nn::cuda::set_deterministic(true)) {}
-    ~Deterministic() { nn::cuda::set_deterministic(old); }
-    bool old;
-  } same_bits;
-  for (Math math : kHalfMaths) {
-    INFO(nameOf(math));
-    HalfMode mode(math);
-    std::mt19937_64 rng(29);
-    const int N = 16, C = 64, H = 28;
-    nn::Conv2d c;
-    c.C_in = C, c.C_out = C, c.K = 3, c.stride = 1, c.pad = 1;
-    const size_t n = size_t(N) * C * H * H, nw = size_t(C) * C * 9;
-    const auto x = rounded(randomVector(n, rng), math);
-    const auto w = rounded(randomVector(nw, rng, -0.1f, 0.1f), math);
-    const auto dy = rounded(randomVector(n, rng), math);
-    const std::vector<float> gamma = randomVector(C, rng, 0.5f, 1.5f), beta = randomVector(C, rng);
-    std::vector<std::vector<float>> runs[2];
-    for (auto& out : runs) {
-      BnBuffers st(gamma, beta, std::vector<float>(C, 0.0f), std::vector<float>(C, 1.0f));
-      nn::BatchNorm2d bn;
-      bn.C = C, bn.relu = true;
-      nn::BatchNorm2d gbn = st.gpu(bn);
-      Activations gx(x, N, C, H, H), ga(0.0f, N, C, H, H), gb(0.0f, N, C, H, H);
-      Activations gdy(dy, N, C, H, H), gda(0.0f, N, C, H, H), gdx(0.0f, N, C, H, H);
-      Device gw(w), gdw(nw, 0.0f);
-      nn::Conv2d gc = c;
-      gc.w = gw.get(), gc.dw = gdw.get();
-      nn::cuda::conv2d_forward(gc, gx.get(), ga.get(), N, H, H);
-      nn::cuda::batchnorm2d_forward(gbn, ga.get(), gb.get(), N, H, H, true);
-      nn::cuda::batchnorm2d_backward(gbn, ga.get(), gdy.get(), gda.get(), N, H, H, true);
-      nn::cuda::conv2d_backward(gc, gx.get(), gda.get(), gdx.get(), N, H, H);
-      out = {ga.host(),  gb.host(),          gda.host(),        gdx.host(),
-             gdw.host(), st.d_dgamma.host(), st.d_dbeta.host(), st.d_var.host()};
-    }
-    const char* names[] = {"conv output", "BN output", "BN dx", "conv dx",
-                           "conv dw",     "dgamma",    "dbeta", "running variance"};
-    for (size_t i = 0; i < runs[0].size(); ++i) {
-      INFO(names[i]);
-      CHECK(runs[0][i] == runs[1][i]);
-    }
   }
 }

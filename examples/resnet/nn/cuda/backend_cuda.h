@@ -21,6 +21,11 @@
 
 namespace accord::nn::cuda::detail {
 
+struct BnForward {
+  int ex = 0;
+  const void* y = nullptr;
+};
+
 struct Backend {
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
@@ -35,9 +40,10 @@ struct Backend {
   uint64_t memory_generation = 0;    // memory_generation()
   std::unordered_map<int, std::pair<void*, size_t>> scratch;
   std::unordered_map<std::string, std::shared_ptr<void>> plans;
-  // Per training batch norm (by its save_mean): whether its last forward took cuDNN's Ex
-  // call, whose reserve space its backward then reads (batchnorm2d.cc).
-  std::unordered_map<const void*, bool> bn_forward_ex;
+  // Per training batch norm (by its save_mean): which of cuDNN's Ex calls its last
+  // forward took (batchnorm2d.cc's Ex; 0: none), whose reserve space its backward then
+  // reads, and its output, which the one with the ReLU fused reads too.
+  std::unordered_map<const void*, BnForward> bn_forward;
 };
 Backend& backend();
 

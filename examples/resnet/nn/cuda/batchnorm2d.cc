@@ -11,18 +11,23 @@
 // Inference: cudnnBatchNormalizationForwardInference on the running statistics; its
 // backward (the gradient of a fixed affine map) is not a cuDNN call, so it is our kernel.
 //
-// Fused ReLU: cuDNN's fused variants want NHWC half-precision tensors, so the ReLU is our
-// kernel. Forward then writes y = max(x * scale + shift, 0) itself from the statistics
-// (in training after cuDNN computed them), and backward masks dy with the same
-// expression, evaluated by the same device code: the mask equals forward's exactly.
+// Fused ReLU: where cuDNN does not fuse it (below), the ReLU is our kernel. Forward then
+// writes y = max(x * scale + shift, 0) itself from the statistics (in training after
+// cuDNN computed them), and backward masks dy with the same expression, evaluated by
+// the same device code: the mask equals forward's exactly.
 //
 // Math::Bf16 / Fp16: x, y and the gradients are 16-bit NHWC tensors; gamma, beta and the
 // statistics stay float32 (cuDNN's derived descriptor for them is float32 for 16-bit
 // data). Training then asks for CUDNN_BATCHNORM_SPATIAL_PERSISTENT through the Ex calls
 // (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, with a workspace and a reserve
 // space per layer that lives from forward to backward), which is what reaches cuDNN's
-// fast NHWC kernels, as PyTorch's channels_last training does; where cuDNN refuses
-// those, the plain calls, and where it refuses the persistent mode, SPATIAL.
+// fast NHWC kernels, as PyTorch's channels_last training does; with the ReLU fused,
+// as CUDNN_BATCHNORM_OPS_BN_ACTIVATION, whose forward writes max(bn(x), 0) in its one
+// pass and whose backward masks the gradient from forward's output, so neither our
+// apply nor our mask pass runs. Where cuDNN refuses the fused ReLU, the Ex calls
+// without it; where it refuses those, the plain calls; where it refuses the persistent
+// mode, SPATIAL. Backward takes an Ex call only where the layer's last forward took the
+// same one (Backend::bn_forward), since it reads what that forward left in the reserve.
 #include "nn/cuda/backend_cuda.h"
 
 #include <cstdio>
@@ -33,23 +38,50 @@ using namespace detail;
 
 namespace {
 
+// The Ex calls, by what they fuse (None: the plain calls).
+enum class Ex { None = 0, Bn = 1, BnRelu = 2 };
+
+cudnnBatchNormOps_t opsOf(Ex e) {
+  return e == Ex::BnRelu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+}
+
+// What one kind of Ex call needs; `ok` goes false for good once cuDNN refuses it.
+struct ExCall {
+  bool ok = false;
+  size_t forward_workspace = 0, backward_workspace = 0, reserve = 0;
+};
+
 struct BnPlan {
   cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+  cudnnActivationDescriptor_t relu = nullptr;  // Ex::BnRelu's
   // Training's mode: SPATIAL_PERSISTENT for 16-bit NHWC data, cuDNN's fast path there
   // (as in PyTorch's channels_last training); SPATIAL where cuDNN does not support that.
   cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
-  // The Ex calls (persistent mode only) and their buffers' sizes; off for good once
-  // cuDNN refuses one.
-  bool ex = false;
-  size_t forward_workspace = 0, backward_workspace = 0, reserve = 0;
+  ExCall ex[3];  // by Ex; persistent mode only
   BnPlan() = default;
   BnPlan(const BnPlan&) = delete;
   BnPlan& operator=(const BnPlan&) = delete;
   ~BnPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (stats) cudnnDestroyTensorDescriptor(stats);
+    if (relu) cudnnDestroyActivationDescriptor(relu);
   }
 };
+
+// Sizes the buffers of Ex call `e`; not ok where cuDNN has none for these tensors.
+void sizeEx(BnPlan& p, Ex e) {
+  cudnnHandle_t h = backend().cudnn;
+  ExCall& c = p.ex[int(e)];
+  const cudnnActivationDescriptor_t act = e == Ex::BnRelu ? p.relu : nullptr;
+  c.ok = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+             h, p.mode, opsOf(e), p.x, nullptr, p.x, p.stats, act, &c.forward_workspace) ==
+             CUDNN_STATUS_SUCCESS &&
+         cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+             h, p.mode, opsOf(e), p.x, act ? p.x : nullptr, p.x, nullptr, p.x, p.stats, act,
+             &c.backward_workspace) == CUDNN_STATUS_SUCCESS &&
+         cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, p.mode, opsOf(e), act, p.x,
+                                                              &c.reserve) == CUDNN_STATUS_SUCCESS;
+}
 
 BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
   auto& slot =
@@ -67,16 +99,11 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
                          cudnnDeriveBNTensorDescriptor(p->stats, p->x, CUDNN_BATCHNORM_SPATIAL));
     if (halfActivations() && !backend().deterministic) {
       p->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-      cudnnHandle_t h = backend().cudnn;
-      const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
-      p->ex = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-                  h, p->mode, ops, p->x, nullptr, p->x, p->stats, nullptr, &p->forward_workspace) ==
-                  CUDNN_STATUS_SUCCESS &&
-              cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-                  h, p->mode, ops, p->x, nullptr, p->x, nullptr, p->x, p->stats, nullptr,
-                  &p->backward_workspace) == CUDNN_STATUS_SUCCESS &&
-              cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                  h, p->mode, ops, nullptr, p->x, &p->reserve) == CUDNN_STATUS_SUCCESS;
+      ACCORD_NN_CUDA_CHECK(what, cudnnCreateActivationDescriptor(&p->relu));
+      ACCORD_NN_CUDA_CHECK(what, cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU,
+                                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
+      sizeEx(*p, Ex::Bn);
+      sizeEx(*p, Ex::BnRelu);
     }
     slot = p;
   }
@@ -131,29 +158,17 @@ cudnnStatus_t withMode(BnPlan& p, const std::string& what, Call&& call) {
   return s;
 }
 
-// This layer's reserve space for the Ex calls, kept from forward to backward. Backward
-// takes the Ex call only where the layer's last forward did (Backend::bn_forward_ex):
-// not after the plain forward, nor after conv_bn_forward's fused statistics.
-std::string reserveKey(const BatchNorm2d& bn, const BnPlan& p, int N, int H, int W) {
-  return key("batchnorm2d reserve", static_cast<const void*>(bn.save_mean), N, H, W, p.reserve);
+// This layer's reserve space for Ex call `e`, kept from forward to backward.
+std::string reserveKey(const BatchNorm2d& bn, const BnPlan& p, int N, int H, int W, Ex e) {
+  return key("batchnorm2d reserve", static_cast<const void*>(bn.save_mean), N, H, W, int(e),
+             p.ex[int(e)].reserve);
 }
 
-// Runs `ex` where the plan takes the Ex calls and `ex_here` (backward: its forward took
-// them); where cuDNN refuses it, the plan stops taking them and `plain` runs instead
-// (with withMode's fall-back). `took_ex`: whether the Ex call ran.
-template <class Ex, class Plain>
-cudnnStatus_t exOrPlain(BnPlan& p, const std::string& what, bool ex_here, Ex&& ex, Plain&& plain,
-                        bool* took_ex = nullptr) {
-  if (took_ex) *took_ex = false;
-  if (ex_here && p.ex && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
-    const cudnnStatus_t s = ex();
-    if (!refused(s, what + " (Ex call)", "the plain calls for this shape")) {
-      if (took_ex) *took_ex = s == CUDNN_STATUS_SUCCESS;
-      return s;
-    }
-    p.ex = false;
-  }
-  return withMode(p, what, plain);
+const char* nameOf(Ex e) { return e == Ex::BnRelu ? " (Ex call, ReLU fused)" : " (Ex call)"; }
+
+// Whether the plan offers Ex call `e` now.
+bool offers(const BnPlan& p, Ex e) {
+  return p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT && p.ex[int(e)].ok;
 }
 
 // The affine map forward applied: batch statistics in training, running ones otherwise.
@@ -171,27 +186,37 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
   BnPlan& p = planFor(bn, N, H, W, what);
   Backend& b = backend();
   const float one = 1.0f, zero = 0.0f;
+  Ex took = Ex::None;
   if (training) {
-    const auto ex = [&] {
-      void* ws = workspace(p.forward_workspace);
-      void* reserve = cachedBuffer(reserveKey(bn, p, N, H, W), p.reserve, what);
-      return cudnnBatchNormalizationForwardTrainingEx(
-          b.cudnn, p.mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, p.x, x, nullptr, nullptr, p.x, y,
-          p.stats, bn.gamma, bn.beta, double(bn.momentum), bn.running_mean, bn.running_var,
-          double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.forward_workspace, reserve,
-          p.reserve);
-    };
-    bool took_ex = false;
-    const cudnnStatus_t s = exOrPlain(
-        p, what, true, ex,
-        [&](cudnnBatchNormMode_t mode) {
-          return cudnnBatchNormalizationForwardTraining(
-              b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma, bn.beta,
-              double(bn.momentum), bn.running_mean, bn.running_var, double(bn.eps), bn.save_mean,
-              bn.save_var);
-        },
-        &took_ex);
-    b.bn_forward_ex[bn.save_mean] = took_ex;
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    bool ran = false;
+    for (const Ex e : {Ex::BnRelu, Ex::Bn}) {
+      if ((e == Ex::BnRelu && !bn.relu) || !offers(p, e)) continue;
+      ExCall& c = p.ex[int(e)];
+      void* ws = workspace(c.forward_workspace);
+      void* reserve = cachedBuffer(reserveKey(bn, p, N, H, W, e), c.reserve, what);
+      s = cudnnBatchNormalizationForwardTrainingEx(
+          b.cudnn, p.mode, opsOf(e), &one, &zero, p.x, x, nullptr, nullptr, p.x, y, p.stats,
+          bn.gamma, bn.beta, double(bn.momentum), bn.running_mean, bn.running_var, double(bn.eps),
+          bn.save_mean, bn.save_var, e == Ex::BnRelu ? p.relu : nullptr, ws, c.forward_workspace,
+          reserve, c.reserve);
+      if (refused(s, what + nameOf(e), "a simpler call for this shape")) {
+        c.ok = false;
+        continue;
+      }
+      ran = true;
+      took = e;
+      break;
+    }
+    if (!ran) {
+      s = withMode(p, what, [&](cudnnBatchNormMode_t mode) {
+        return cudnnBatchNormalizationForwardTraining(
+            b.cudnn, mode, &one, &zero, p.x, x, p.x, y, p.stats, bn.gamma, bn.beta,
+            double(bn.momentum), bn.running_mean, bn.running_var, double(bn.eps), bn.save_mean,
+            bn.save_var);
+      });
+    }
+    b.bn_forward[bn.save_mean] = {s == CUDNN_STATUS_SUCCESS ? int(took) : 0, y};
     ACCORD_NN_CUDA_CHECK(what, s);
   } else if (!bn.relu && x != y) {
     ACCORD_NN_CUDA_CHECK(
@@ -200,17 +225,16 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
                   bn.beta, bn.running_mean, bn.running_var, double(bn.eps)));
     return;
   }
-  // With the fused ReLU this overwrites cuDNN's y (training) or is the whole forward
-  // (inference); without it, it is the in-place inference, which cuDNN does not promise.
-  if (bn.relu || !training) {
+  // With the fused ReLU this overwrites cuDNN's y (training, unless cuDNN fused it) or
+  // is the whole forward (inference); without it, it is the in-place inference, which
+  // cuDNN does not promise.
+  if ((bn.relu && took != Ex::BnRelu) || !training) {
     launchBnApply(x, y, affineOf(bn, training), bn.relu, N, bn.C, size_t(H) * W);
     checkLaunch(what);
   }
 }
 
-void detail::bnForwardWithoutEx(const BatchNorm2d& bn) {
-  backend().bn_forward_ex[bn.save_mean] = false;
-}
+void detail::bnForwardWithoutEx(const BatchNorm2d& bn) { backend().bn_forward[bn.save_mean] = {}; }
 
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
                           int W, bool training) {
@@ -225,35 +249,45 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
   }
   BnPlan& p = planFor(bn, N, H, W, what);
   Backend& b = backend();
-  // cuDNN reads the (masked) gradient from a buffer apart from dx: dx may alias dy, and
-  // cuDNN does not promise to work in place.
-  const float* g = dy;
-  if (bn.relu || dx == dy) {
-    float* masked = static_cast<float*>(scratch(kSlotBatchNormDy, activationBytes(n)));
-    if (bn.relu) {
-      launchBnReluMask(x, dy, masked, affineOf(bn, true), N, bn.C, HW);
+  const float one = 1.0f, zero = 0.0f;
+  const auto found = b.bn_forward.find(bn.save_mean);
+  const BnForward forward = found == b.bn_forward.end() ? BnForward{} : found->second;
+  // Forward's Ex call, if the plan still offers it, with what forward left for it.
+  const Ex e = bn.relu || Ex(forward.ex) != Ex::BnRelu ? Ex(forward.ex) : Ex::None;
+  void* reserve =
+      e != Ex::None && offers(p, e) ? existingBuffer(reserveKey(bn, p, N, H, W, e)) : nullptr;
+  // cuDNN reads the gradient from a buffer apart from dx: dx may alias dy, and cuDNN
+  // does not promise to work in place. Without cuDNN's fused ReLU, ours masks it there.
+  const auto apart = [&](bool mask) {
+    if (!mask && dx != dy) return dy;
+    float* g = static_cast<float*>(scratch(kSlotBatchNormDy, activationBytes(n)));
+    if (mask) {
+      launchBnReluMask(x, dy, g, affineOf(bn, true), N, bn.C, HW);
       checkLaunch(what);
     } else {
-      ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(masked, dy, activationBytes(n),
-                                                 cudaMemcpyDeviceToDevice, b.stream));
+      ACCORD_NN_CUDA_CHECK(
+          what, cudaMemcpyAsync(g, dy, activationBytes(n), cudaMemcpyDeviceToDevice, b.stream));
     }
-    g = masked;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  const auto took = b.bn_forward_ex.find(bn.save_mean);
-  void* reserve = p.ex && took != b.bn_forward_ex.end() && took->second
-                      ? existingBuffer(reserveKey(bn, p, N, H, W))
-                      : nullptr;
-  const auto ex = [&] {
-    void* ws = workspace(p.backward_workspace);
-    return cudnnBatchNormalizationBackwardEx(
-        b.cudnn, p.mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, p.x, x, nullptr, nullptr,
-        p.x, g, nullptr, nullptr, p.x, dx, p.stats, bn.gamma, bn.beta, bn.dgamma, bn.dbeta,
-        double(bn.eps), bn.save_mean, bn.save_var, nullptr, ws, p.backward_workspace, reserve,
-        p.reserve);
+    return static_cast<const float*>(g);
   };
-  ACCORD_NN_CUDA_CHECK(what,
-                       exOrPlain(p, what, reserve != nullptr, ex, [&](cudnnBatchNormMode_t mode) {
+  if (reserve) {
+    const float* g = apart(bn.relu && e != Ex::BnRelu);
+    ExCall& c = p.ex[int(e)];
+    void* ws = workspace(c.backward_workspace);
+    const bool relu = e == Ex::BnRelu;
+    const cudnnStatus_t s = cudnnBatchNormalizationBackwardEx(
+        b.cudnn, p.mode, opsOf(e), &one, &zero, &one, &zero, p.x, x, relu ? p.x : nullptr,
+        relu ? forward.y : nullptr, p.x, g, nullptr, nullptr, p.x, dx, p.stats, bn.gamma, bn.beta,
+        bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean, bn.save_var, relu ? p.relu : nullptr, ws,
+        c.backward_workspace, reserve, c.reserve);
+    if (!refused(s, what + nameOf(e), "a simpler call for this shape")) {
+      ACCORD_NN_CUDA_CHECK(what, s);
+      return;
+    }
+    c.ok = false;
+  }
+  const float* g = apart(bn.relu);
+  ACCORD_NN_CUDA_CHECK(what, withMode(p, what, [&](cudnnBatchNormMode_t mode) {
                          return cudnnBatchNormalizationBackward(
                              b.cudnn, mode, &one, &zero, &one, &zero, p.x, x, p.x, g, p.x, dx,
                              p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean,
