@@ -54,6 +54,9 @@ TEST_CASE("16-bit: training batch norm at ResNet's shapes matches the CPU", "[ha
         nn::batchnorm2d_backward(cpu, x.data(), dy.data(), dx.data(), N, H, W, true);
         Activations gx(x, N, C, H, W), gy(1e3f, N, C, H, W), gdy(dy, N, C, H, W);
         nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), N, H, W, true);
+        const std::string path = nn::cuda::batchnorm2d_forward_path(gpu);
+        if (round == 0) WARN(nameOf(math) << ", ReLU " << relu << ": cuDNN's " << path);
+        if (!relu) CHECK(path != "Ex with the ReLU");
         nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdy.get(), N, H, W, true);
         checkClose(gy.host(), y, 1e-2, "y");
         checkClose(st.d_mean.host(), st.mean, 1e-3, "running mean");
@@ -100,6 +103,7 @@ TEST_CASE("16-bit: deterministic layers repeat forward and backward bit for bit"
       gc.w = gw.get(), gc.dw = gdw.get();
       nn::cuda::conv2d_forward(gc, gx.get(), ga.get(), N, H, H);
       nn::cuda::batchnorm2d_forward(gbn, ga.get(), gb.get(), N, H, H, true);
+      CHECK(nn::cuda::batchnorm2d_forward_path(gbn) == "plain");  // spatial, in a fixed order
       nn::cuda::batchnorm2d_backward(gbn, ga.get(), gdy.get(), gda.get(), N, H, H, true);
       nn::cuda::conv2d_backward(gc, gx.get(), gda.get(), gdx.get(), N, H, H);
       out = {ga.host(),  gb.host(),          gda.host(),        gdx.host(),

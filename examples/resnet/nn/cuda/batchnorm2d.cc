@@ -30,6 +30,7 @@
 // same one (Backend::bn_forward), since it reads what that forward left in the reserve.
 #include "nn/cuda/backend_cuda.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace accord::nn::cuda {
@@ -68,19 +69,26 @@ struct BnPlan {
   }
 };
 
-// Sizes the buffers of Ex call `e`; not ok where cuDNN has none for these tensors.
-void sizeEx(BnPlan& p, Ex e) {
+// Sizes the buffers of Ex call `e`; not ok where cuDNN has none for these tensors. An
+// answer other than NOT_SUPPORTED (an argument of ours cuDNN calls bad, say) also
+// leaves it off, and is said on stderr.
+void sizeEx(BnPlan& p, Ex e, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   ExCall& c = p.ex[int(e)];
   const cudnnActivationDescriptor_t act = e == Ex::BnRelu ? p.relu : nullptr;
-  c.ok = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-             h, p.mode, opsOf(e), p.x, nullptr, p.x, p.stats, act, &c.forward_workspace) ==
-             CUDNN_STATUS_SUCCESS &&
-         cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-             h, p.mode, opsOf(e), p.x, act ? p.x : nullptr, p.x, nullptr, p.x, p.stats, act,
-             &c.backward_workspace) == CUDNN_STATUS_SUCCESS &&
-         cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, p.mode, opsOf(e), act, p.x,
-                                                              &c.reserve) == CUDNN_STATUS_SUCCESS;
+  cudnnStatus_t s = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      h, p.mode, opsOf(e), p.x, nullptr, p.x, p.stats, act, &c.forward_workspace);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, p.mode, opsOf(e), p.x,
+                                                          act ? p.x : nullptr, p.x, nullptr, p.x,
+                                                          p.stats, act, &c.backward_workspace);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, p.mode, opsOf(e), act, p.x,
+                                                             &c.reserve);
+  c.ok = s == CUDNN_STATUS_SUCCESS;
+  if (!c.ok && CUDNN_STATUS_CATEGORY(s) != CUDNN_STATUS_NOT_SUPPORTED)
+    std::fprintf(stderr, "nn::cuda: %s: sizing cuDNN's Ex call%s failed (%s); not taken\n",
+                 what.c_str(), e == Ex::BnRelu ? " with the ReLU" : "", cudnnGetErrorString(s));
 }
 
 BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& what) {
@@ -102,8 +110,8 @@ BnPlan& planFor(const BatchNorm2d& bn, int N, int H, int W, const std::string& w
       ACCORD_NN_CUDA_CHECK(what, cudnnCreateActivationDescriptor(&p->relu));
       ACCORD_NN_CUDA_CHECK(what, cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU,
                                                               CUDNN_NOT_PROPAGATE_NAN, 0.0));
-      sizeEx(*p, Ex::Bn);
-      sizeEx(*p, Ex::BnRelu);
+      sizeEx(*p, Ex::Bn, what);
+      sizeEx(*p, Ex::BnRelu, what);
     }
     slot = p;
   }
@@ -171,6 +179,17 @@ bool offers(const BnPlan& p, Ex e) {
   return p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT && p.ex[int(e)].ok;
 }
 
+// Makes what this layer's Ex call `e` needs (its reserve space, the workspace grown to
+// its size) now, outside any capture: a backward that found cuDNN refusing the fused
+// ReLU does so for the Ex call the next forward takes instead, which a captured step
+// could not allocate.
+void* prepare(const BatchNorm2d& bn, BnPlan& p, int N, int H, int W, Ex e,
+              const std::string& what) {
+  const ExCall& c = p.ex[int(e)];
+  workspace(std::max(c.forward_workspace, c.backward_workspace));
+  return cachedBuffer(reserveKey(bn, p, N, H, W, e), c.reserve, what);
+}
+
 // The affine map forward applied: batch statistics in training, running ones otherwise.
 BnAffine affineOf(const BatchNorm2d& bn, bool training) {
   if (training) return {bn.gamma, bn.beta, bn.save_mean, nullptr, bn.save_var, bn.eps};
@@ -193,8 +212,8 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
     for (const Ex e : {Ex::BnRelu, Ex::Bn}) {
       if ((e == Ex::BnRelu && !bn.relu) || !offers(p, e)) continue;
       ExCall& c = p.ex[int(e)];
+      void* reserve = prepare(bn, p, N, H, W, e, what);
       void* ws = workspace(c.forward_workspace);
-      void* reserve = cachedBuffer(reserveKey(bn, p, N, H, W, e), c.reserve, what);
       s = cudnnBatchNormalizationForwardTrainingEx(
           b.cudnn, p.mode, opsOf(e), &one, &zero, p.x, x, nullptr, nullptr, p.x, y, p.stats,
           bn.gamma, bn.beta, double(bn.momentum), bn.running_mean, bn.running_var, double(bn.eps),
@@ -234,6 +253,12 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
   }
 }
 
+std::string batchnorm2d_forward_path(const BatchNorm2d& bn) {
+  const auto found = backend().bn_forward.find(bn.save_mean);
+  const Ex e = found == backend().bn_forward.end() ? Ex::None : Ex(found->second.ex);
+  return e == Ex::BnRelu ? "Ex with the ReLU" : e == Ex::Bn ? "Ex" : "plain";
+}
+
 void detail::bnForwardWithoutEx(const BatchNorm2d& bn) { backend().bn_forward[bn.save_mean] = {}; }
 
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
@@ -257,11 +282,16 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
   void* reserve =
       e != Ex::None && offers(p, e) ? existingBuffer(reserveKey(bn, p, N, H, W, e)) : nullptr;
   // cuDNN reads the gradient from a buffer apart from dx: dx may alias dy, and cuDNN
-  // does not promise to work in place. Without cuDNN's fused ReLU, ours masks it there.
+  // does not promise to work in place. Without cuDNN's fused ReLU, ours masks it there:
+  // from forward's output where cuDNN's fused ReLU made it, else from the statistics as
+  // our apply did.
   const auto apart = [&](bool mask) {
     if (!mask && dx != dy) return dy;
     float* g = static_cast<float*>(scratch(kSlotBatchNormDy, activationBytes(n)));
-    if (mask) {
+    if (mask && Ex(forward.ex) == Ex::BnRelu) {
+      launchReluBackward(static_cast<const float*>(forward.y), dy, g, n);
+      checkLaunch(what);
+    } else if (mask) {
       launchBnReluMask(x, dy, g, affineOf(bn, true), N, bn.C, HW);
       checkLaunch(what);
     } else {
@@ -286,6 +316,10 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
     }
     c.ok = false;
   }
+  // Forward fused the ReLU, which cuDNN has since refused for this shape (here, or in
+  // the backward of another layer of it): the next forward takes the Ex call without.
+  if (Ex(forward.ex) == Ex::BnRelu && !offers(p, Ex::BnRelu) && offers(p, Ex::Bn))
+    prepare(bn, p, N, H, W, Ex::Bn, what);
   const float* g = apart(bn.relu);
   ACCORD_NN_CUDA_CHECK(what, withMode(p, what, [&](cudnnBatchNormMode_t mode) {
                          return cudnnBatchNormalizationBackward(

@@ -194,6 +194,9 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
                      int W);
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
                           int W, bool training);
+// Which cuDNN call `bn`'s last training forward took: "plain" (or none yet), "Ex" or "Ex
+// with the ReLU" (batchnorm2d.cc), for the tests and the curious.
+std::string batchnorm2d_forward_path(const BatchNorm2d& bn);
 
 void relu_forward(const float* x, float* y, size_t n);
 void relu_backward(const float* y, const float* dy, float* dx, size_t n);
