@@ -26,16 +26,7 @@
 namespace {
 
 using namespace accord;
-using nn::cuda::Math;
-using test::Activations;
-using test::BnBuffers;
-using test::checkClose;
-using test::Device;
-using test::HalfMode;
-using test::kHalfMaths;
-using test::nameOf;
-using test::randomVector;
-using test::rounded;
+using namespace accord::test;  // cudnn_layers_util.h, cudnn_half_util.h
 
 TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
   for (Math math : kHalfMaths) {

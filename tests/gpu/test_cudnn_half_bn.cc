@@ -11,21 +11,8 @@
 
 #include <vector>
 
-namespace {
-
 using namespace accord;
-using nn::cuda::Math;
-using test::Activations;
-using test::BnBuffers;
-using test::checkClose;
-using test::Device;
-using test::HalfMode;
-using test::kHalfMaths;
-using test::nameOf;
-using test::randomVector;
-using test::rounded;
-
-}  // namespace
+using namespace accord::test;  // cudnn_layers_util.h, cudnn_half_util.h
 
 // Training batch norm at the shapes of a ResNet's (channels a multiple of 8, where
 // cuDNN's NHWC persistent kernels and its fused ReLU apply), with and without the ReLU,
