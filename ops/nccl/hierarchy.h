@@ -7,7 +7,8 @@
 //   1. ncclReduceScatter among the host's ranks (NVLink or PCIe): local rank l ends
 //      with block l of the buffer reduced over its host;
 //   2. ncclAllReduce of block l among the ranks with local rank l, one per host, so all
-//      of a host's GPUs use the network at once, each for 1/local_size of the data;
+//      of a host's GPUs use the network at once, each for 1/local_size of the data
+//      (NCCL here too: the block stays in device memory, never staged for MPI);
 //   3. ncclAllGather of the blocks among the host's ranks.
 // The three run in order on the runtime's stream of the device. The buffer is padded to
 // a multiple of local_size elements (the padding holds the op's neutral element and is
