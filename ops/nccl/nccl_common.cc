@@ -77,8 +77,11 @@ class NcclSet final : public SetExtension {
 
 NcclSet& setState(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, int device) {
   if (!ctx.extension) {
-    auto comm = Communicator::create(ctx.link, device, ctx.config.stall_shutdown_time);
+    // The hierarchy first: its split by host is a plain MPI collective, with no deadline,
+    // so it runs while every member is sure to reach it, before any exchange that can
+    // time out on one rank (a communicator's unique id) and leave the others waiting.
     auto hierarchy = DeviceHierarchy::create(ctx.link, device, ctx.config);
+    auto comm = Communicator::create(ctx.link, device, ctx.config.stall_shutdown_time);
     ctx.extension = std::make_unique<NcclSet>(devices, std::move(comm), std::move(hierarchy));
   }
   // Only the NCCL ops put state into a transport's extension.
