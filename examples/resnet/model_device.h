@@ -129,8 +129,8 @@ struct GraphStats {
   int captured = 0;           // graphs made
   std::int64_t replayed = 0;  // steps launched from one
   std::int64_t eager = 0;     // steps run call by call before their capture
-  // StepLaunch::GraphWhereItWorks: why capturing failed, after which every step ran
-  // layer by layer (empty: it never failed).
+  // StepLaunch::GraphWhereItWorks: why a capture or a graph launch failed, after which every step
+  // ran layer by layer (empty: it never failed).
   std::string failure;
 };
 GraphStats deviceGraphStats(const Model& m);

@@ -318,7 +318,7 @@ EvalResult Trainer::run() {
                       std::to_string(g.replayed) + " steps replayed from them, " +
                       std::to_string(g.eager) + " run layer by layer before their capture" +
                       (g.failure.empty() ? ""
-                                         : "; then capturing failed (" + g.failure +
+                                         : "; then a graph failed (" + g.failure +
                                                "), and the rest ran layer by layer"));
   }
   if (opt_.cudnn_fusion && rank_ == 0) metrics_->message(convBatchNormFusionReport(model_));
