@@ -13,6 +13,7 @@ forward passes: about 24.5 GFLOP for ResNet-50).
     python3 tools/resnet_gpu_bench.py                      # the full table
     python3 tools/resnet_gpu_bench.py --runs resnet50:128 --compile off
     python3 tools/resnet_gpu_bench.py --accord-resnet build/examples/resnet/accord-resnet
+    python3 tools/resnet_gpu_bench.py --budget 300 --json r.json   # what fits in 5 minutes
 
 Where accord-resnet has no `--device cuda` (a CPU-only build), its column says so and
 the PyTorch figures are still measured.
@@ -61,7 +62,13 @@ def parse_args():
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "tf32"],
                    help="both sides' precision; fp16 with loss scaling on both "
                         "(default: %(default)s)")
-    p.add_argument("--json", help="also write the results here as JSON")
+    p.add_argument("--json", help="also write the results here as JSON, after each "
+                                  "measurement")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds for the whole run (0: no limit): measurements go in order "
+                        "of importance (PyTorch eager and the trainer's default for every "
+                        "pair, then its other modes, then torch.compile), and one that "
+                        "would not finish in what is left is skipped and listed")
     args = p.parse_args()
     runs = []
     for item in args.runs.split(","):
@@ -74,6 +81,8 @@ def parse_args():
         runs.append((m.group(1), int(m.group(2))))
     if args.steps < 1 or args.warmup < 0:
         p.error(f"--steps must be >= 1 and --warmup >= 0 (got {args.steps}, {args.warmup})")
+    if args.budget < 0:
+        p.error(f"--budget must be >= 0 seconds (got {args.budget:g})")
     return args, runs
 
 
@@ -125,8 +134,10 @@ def torch_images_per_sec(torch, torchvision, model_name, batch, steps, warmup, p
     return batch * steps / seconds, setup_s
 
 
-def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extra=()):
-    """Returns (img/s, None) or (None, why not). `extra`: flags such as --cuda-graphs."""
+def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extra=(),
+                          timeout=None):
+    """Returns (img/s, None) or (None, why not). `extra`: flags such as --cuda-graphs;
+    `timeout`: seconds the run may take (None: no limit)."""
     if not os.path.exists(exe):
         return None, f"{exe} not found"
     shown = subprocess.run([exe, "--help"], capture_output=True, text=True)
@@ -163,7 +174,10 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extr
         note = f"{used}: this accord-resnet has no {precision}"
     if m:
         cmd += ["--precision", used]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"stopped at the budget's end after {timeout:.0f} s"
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return None, f"exit {proc.returncode}: {' | '.join(tail)}"
@@ -172,6 +186,45 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extr
     if not rates:
         return None, "no images_per_sec in its metrics"
     return rates[-1], note
+
+
+# Each measurement of a model:batch pair, in the order a --budget cuts them short: the
+# comparison the figures are about first (PyTorch eager against the trainer's one-rank
+# default, graphed steps) for every pair, then the trainer's fused 16-bit steps (whether
+# fusion pays), torch.compile, whose compilation is the costliest, and the trainer's
+# steps launched layer by layer (its default on several ranks).
+MEASURES = {
+    "torch_eager": ("pytorch eager", None),
+    "torch_compile": ("pytorch compile", None),
+    "accord": ("accord-resnet layers", ("--no-cuda-graphs",)),
+    "accord_graphs": ("accord-resnet graphs", ("--cuda-graphs",)),
+    "accord_fusion": ("accord-resnet fusion", ("--cuda-graphs", "--cudnn-fusion")),
+}
+# Seconds a measurement is expected to take before one of its kind has been timed.
+FIRST_GUESS_S = {"torch_eager": 30, "torch_compile": 150, "accord": 60, "accord_graphs": 60,
+                 "accord_fusion": 90}
+
+
+def plan(runs, compile_mode, precision):
+    tiers = [["torch_eager", "accord_graphs"] if compile_mode != "on" else ["accord_graphs"]]
+    if precision in ("bf16", "fp16"):
+        tiers.append(["accord_fusion"])
+    if compile_mode != "off":
+        tiers.append(["torch_compile"])
+    tiers.append(["accord"])
+    return [(pair, key) for tier in tiers for pair in runs for key in tier]
+
+
+def expected_seconds(key, pair, spent):
+    """What `key` on `pair` should take, from the same kind's earlier measurements scaled
+    by work (batch x GFLOP per image), or a first guess; a compilation does not scale."""
+    done = [(p, s) for (p, k), s in spent.items() if k == key]
+    if not done:
+        return FIRST_GUESS_S[key]
+    if key == "torch_compile":
+        return max(s for _, s in done)
+    work = lambda p: p[1] * train_gflop(p[0])
+    return max(s * work(pair) / work(p) for p, s in done)
 
 
 def main():
@@ -183,59 +236,83 @@ def main():
         sys.exit(f"resnet_gpu_bench: needs PyTorch and torchvision ({e})")
     if not torch.cuda.is_available():
         sys.exit("resnet_gpu_bench: no CUDA GPU visible to PyTorch")
+    started = time.monotonic()
     gpu = torch.cuda.get_device_name(0)
     peak = gpu_peak(gpu)
     print(f"device: {gpu}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
           f"precision {args.precision}; {args.steps} timed steps after {args.warmup}; "
-          f"peak bf16 {peak or '?'} TFLOP/s", flush=True)
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.compile]
-    results = []
+          f"peak bf16 {peak or '?'} TFLOP/s"
+          + (f"; budget {args.budget:.0f} s" if args.budget else ""), flush=True)
+    rows = {pair: {"model": pair[0], "batch": pair[1], "gflop_per_image": train_gflop(pair[0])}
+            for pair in runs}
+    spent = {}  # (pair, key) -> seconds the measurement took
+    skipped = []
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": gpu, "torch": torch.__version__,
+                           "precision": args.precision, "peak_bf16_tflops": peak,
+                           "results": list(rows.values()),
+                           "not_measured": [f"{p[0]}:{p[1]} {k}" for p, k in skipped]},
+                          f, indent=2)
+
+    def line(row, key, ips, note=""):
+        label = MEASURES[key][0]
+        pct = (f"{100 * ips * row['gflop_per_image'] / 1e3 / peak:6.1f}%"
+               if peak and ips else "      ?")
+        eager = row.get("torch_eager")
+        ratio = f"{ips / eager:8.2f}x" if eager and ips and key != "torch_eager" else ""
+        value = f"{ips:9.1f}" if ips else f"{'-':>9}"
+        return (f"{row['model']:<10} {row['batch']:>5} {label:<22} {value} {pct} {ratio:>9} "
+                f"{note}").rstrip()
+
     header = f"{'model':<10} {'batch':>5} {'framework':<22} {'img/s':>9} {'% peak':>7} {'vs eager':>9}"
     print(header)
     print("-" * len(header), flush=True)
-    for model_name, batch in runs:
-        gflop = train_gflop(model_name)
-        row = {"model": model_name, "batch": batch, "gflop_per_image": gflop}
-
-        def show(label, ips, eager=None, note=""):
-            pct = f"{100 * ips * gflop / 1e3 / peak:6.1f}%" if peak and ips else "      ?"
-            ratio = f"{ips / eager:8.2f}x" if eager and ips else ""
-            value = f"{ips:9.1f}" if ips else f"{'-':>9}"
-            print(f"{model_name:<10} {batch:>5} {label:<22} {value} {pct} {ratio:>9} {note}",
+    for pair, key in plan(runs, args.compile, args.precision):
+        row = rows[pair]
+        label, flags = MEASURES[key]
+        left = args.budget - (time.monotonic() - started) if args.budget else None
+        if left is not None and expected_seconds(key, pair, spent) > left:
+            skipped.append((pair, key))
+            print(line(row, key, None, f"not measured: {left:.0f} s of the budget left"),
                   flush=True)
-
-        for compiled in modes:
-            key = "torch_compile" if compiled else "torch_eager"
-            ips, setup_s = torch_images_per_sec(torch, torchvision, model_name, batch, args.steps,
+            continue
+        t0 = time.monotonic()
+        note = ""
+        if key.startswith("torch"):
+            compiled = key == "torch_compile"
+            ips, setup_s = torch_images_per_sec(torch, torchvision, pair[0], pair[1], args.steps,
                                                 args.warmup, args.precision, compiled)
-            row[key] = ips
-            show("pytorch " + ("compile" if compiled else "eager"), ips, row.get("torch_eager"),
-                 f"(warm-up {setup_s:.0f} s)" if compiled else "")
-        # Layer by layer, then each step's GPU work as one CUDA graph (one rank's default),
-        # then (16-bit only) also with the convolutions summing their batch norms'
-        # statistics.
-        variants = [("accord", "accord-resnet layers", ("--no-cuda-graphs",)),
-                    ("accord_graphs", "accord-resnet graphs", ("--cuda-graphs",))]
-        if args.precision in ("bf16", "fp16"):
-            variants.append(("accord_fusion", "accord-resnet fusion",
-                             ("--cuda-graphs", "--cudnn-fusion")))
-        for key, label, extra in variants:
-            ips, why = accord_images_per_sec(args.accord_resnet, model_name, batch, args.steps,
-                                             args.warmup, args.precision, extra)
-            row[key] = ips
+            if compiled:
+                note = f"(warm-up {setup_s:.0f} s)"
+        else:
+            ips, why = accord_images_per_sec(args.accord_resnet, pair[0], pair[1], args.steps,
+                                             args.warmup, args.precision, flags, left)
             if why:
                 row[key + "_error"] = why
-            show(label, ips, row.get("torch_eager"), why or "")
-        results.append(row)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": gpu, "torch": torch.__version__, "precision": args.precision,
-                       "peak_bf16_tflops": peak, "results": results}, f, indent=2)
-    failed = [f"{r['model']}:{r['batch']}" for r in results
-              if any(r.get(k, 0) is None for k in ("accord", "accord_graphs", "accord_fusion"))]
+                note = why
+        spent[(pair, key)] = row[key + "_seconds"] = round(time.monotonic() - t0, 1)
+        row[key] = ips
+        print(line(row, key, ips, note), flush=True)
+        save()
+    save()
+    # The table again, a pair's lines together, for the end of a log.
+    print(f"\n{header}\n{'-' * len(header)}")
+    for pair in runs:
+        for key in MEASURES:
+            if key in rows[pair]:
+                print(line(rows[pair], key, rows[pair][key],
+                           rows[pair].get(key + "_error", "")))
+    print(f"({time.monotonic() - started:.0f} s in all)")
+    if skipped:
+        print("not measured within the budget: "
+              + ", ".join(f"{p[0]}:{p[1]} {MEASURES[k][0]}" for p, k in skipped))
+    failed = [f"{r['model']}:{r['batch']} {MEASURES[k][0]}" for r in rows.values()
+              for k in MEASURES if k in r and r[k] is None]
     if failed:
-        sys.exit(f"resnet_gpu_bench: accord-resnet gave no rate for {', '.join(failed)} "
-                 "(see the notes above)")
+        sys.exit(f"resnet_gpu_bench: no rate for {', '.join(failed)} (see the notes above)")
 
 
 if __name__ == "__main__":
