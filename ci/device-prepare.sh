@@ -96,6 +96,9 @@ if [ "$dir" = build-gpu ]; then
   rm -rf build-device
   cp -a build-gpu build-device
   find build-device \( -name '*.o' -o -name '*.a' \) -delete
+  # Nor CTest's record of local runs, where the GPU tests took no time (skipped): its
+  # costs would order the tests there.
+  rm -rf build-device/Testing
   # Nor are the symbol tables: stripped, the binaries take about half the room.
   find build-device -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c \
       'for f; do head -c 4 "$f" | grep -q ELF && strip --strip-unneeded "$f"; done' sh {} +

@@ -25,16 +25,26 @@ ext=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'
 include=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 pybind=$("$py" -c 'import pybind11; print(pybind11.get_include())')
 echo "ci/device-python.sh: $("$py" --version), torch $("$py" -c 'import torch; print(torch.__version__, torch.cuda.is_available())')"
-# The same sources and flags as bindings/CMakeLists.txt's accord_python.
-"${CXX:-c++}" -O2 -std=c++20 -shared -fPIC -fvisibility=hidden \
-  -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
-  -I runtime/include -I "$include" -I "$pybind" -I "$mpi_include" \
-  bindings/src/module.cc bindings/src/errors.cc bindings/src/runtime.cc \
-  bindings/src/collectives.cc bindings/src/pending.cc bindings/src/buffer.cc \
-  bindings/src/dlpack.cc \
-  -L build -Wl,-rpath,"$PWD/build" -laccord \
-  -L "$prefix/usr/lib/x86_64-linux-gnu/openmpi/lib" -lmpi \
-  -o "$site/accord/_core$ext" 2>&1 | tee "$out/compile.log"
+# The same sources and flags as bindings/CMakeLists.txt's accord_python, each source
+# compiled on its own core (pybind11 compiles slowly), then linked.
+objects=$(mktemp -d)
+pids=()
+for src in module errors runtime collectives pending buffer dlpack; do
+  "${CXX:-c++}" -O2 -std=c++20 -fPIC -fvisibility=hidden -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+    -I runtime/include -I "$include" -I "$pybind" -I "$mpi_include" \
+    -c "bindings/src/$src.cc" -o "$objects/$src.o" > "$objects/$src.log" 2>&1 &
+  pids+=($!)
+done
+compiled=1
+for pid in "${pids[@]}"; do wait "$pid" || compiled=0; done
+cat "$objects"/*.log > "$out/compile.log"
+if [ $compiled = 1 ]; then
+  "${CXX:-c++}" -shared "$objects"/*.o -L build -Wl,-rpath,"$PWD/build" -laccord \
+    -L "$prefix/usr/lib/x86_64-linux-gnu/openmpi/lib" -lmpi \
+    -o "$site/accord/_core$ext" >> "$out/compile.log" 2>&1 || true
+fi
+cat "$out/compile.log"
+rm -rf "$objects"
 [ -f "$site/accord/_core$ext" ] || exit 1
 
 cd tests/python

@@ -1,39 +1,52 @@
 #!/usr/bin/env bash
 # The GPU check, in one command on a machine with a GPU: the GPU build's tests
 # (ctest -L gpu: CUDA kernels, every device collective with NCCL on one rank and staged
-# through MPI on one and two ranks, the error paths, the trainer's cuDNN layers), the
-# host MPI tests of the same build, the device benchmarks (accord-bench --device cuda),
-# accord.torch on CUDA tensors (ci/device-python.sh), and the trainer on the GPU against
-# PyTorch (tools/resnet_gpu_bench.py), and the trainer's GPU time by layer kind
-# (--gpu-profile). Results go to $OUT
-# (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
+# through MPI on one and two ranks, the error paths, the trainer's cuDNN layers, and
+# whole accord-resnet runs on the GPU), accord.torch on CUDA tensors
+# (ci/device-python.sh), the device benchmarks (accord-bench --device cuda), the trainer
+# on the GPU against PyTorch (tools/resnet_gpu_bench.py), the trainer's GPU time by
+# layer kind (--gpu-profile), and the host MPI tests of the same build. Results go to
+# $OUT (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
 # printed last.
 #
 # On the build machine (no GPU needed), then through the device tool:
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
-#   run: bash ci/device-run.sh bash ci/gpu-check.sh        (carry: build-device, .debs, .data)
+#   run: bash ci/device-run.sh bash ci/gpu-check.sh --budget 540
+#                                      (timeout_s 600; carry: build-device, .debs, .data)
 #
-#   bash ci/gpu-check.sh [tests] [trainer-tests] [mpi] [bench] [python] [trainer] [profile]
-# runs the steps named (all of them when none is), so that a device call can stay under
-# its time limit: e.g. `tests` in one call, `trainer-tests` in the next (the GPU tests
-# labelled trainer: whole accord-resnet runs), the rest after.
+#   bash ci/gpu-check.sh [--budget SECONDS] [tests] [trainer-tests] [python] [bench]
+#                        [trainer] [profile] [mpi]
+# runs the steps named (all of them when none is), in that order of importance, except
+# that the tests (CTest runs ACCORD_GPU_TEST_JOBS=4 at once) and the Python suite run
+# side by side. With --budget the whole check ends within that many seconds: each step
+# gets at most what is left, the trainer benchmark measures what fits (its most telling
+# figures first), and a step with too little left is reported NOT RUN. A device lease
+# is short: one call should bring back everything.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
-# test failed, the benchmark did not finish, or a GPU step said "no GPU" on a machine
-# that has one. The logs are archived after every step, so a call cut off at its limit
-# still brings back what finished.
+# test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
+# machine that has one. The logs are archived after every step, so a call cut off at
+# its limit still brings back what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests mpi bench python trainer profile)
-for step in "${steps[@]}"; do
-  case $step in
-    tests | trainer-tests | mpi | bench | python | trainer | profile) ;;
-    *) echo "ci/gpu-check.sh: unknown step '$step' (expected tests, trainer-tests, mpi, bench," \
-            "python, trainer or profile)" >&2
+budget=0
+steps=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget | --budget=*)
+      if [ "$1" = --budget ]; then budget=${2:-}; shift; else budget=${1#--budget=}; fi
+      [[ "$budget" =~ ^[0-9]+$ ]] && [ "$budget" -ge 60 ] || {
+        echo "ci/gpu-check.sh: --budget '$budget': expected whole seconds, at least 60" >&2
+        exit 2
+      } ;;
+    tests | trainer-tests | python | bench | trainer | profile | mpi) steps+=("$1") ;;
+    *) echo "ci/gpu-check.sh: unknown step '$1' (expected tests, trainer-tests, python," \
+            "bench, trainer, profile, mpi or --budget SECONDS)" >&2
        exit 2 ;;
   esac
+  shift
 done
+[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench trainer profile mpi)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
@@ -41,6 +54,23 @@ summary=$out/summary.txt
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 status=0
+# Seconds a step may take: what it wants, or what is left of the budget less the time
+# the last archive needs; fails (printing what is left) when that is under its least.
+started=$SECONDS
+seconds_for() {  # <wanted> <least>
+  [ "$budget" -gt 0 ] || { echo "$1"; return 0; }
+  local left=$((budget - (SECONDS - started) - 10))
+  [ "$left" -ge "$2" ] || { echo "$((left < 0 ? 0 : left))"; return 1; }
+  echo $((left < $1 ? left : $1))
+}
+not_run() {  # <step> <seconds left>
+  say "$1: NOT RUN: ${2} s of the budget left"
+  status=1
+}
+# timeout's exit status when it stopped the command.
+stopped() {  # <status> <what> <seconds>
+  if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then say "  $2: stopped after $3 s (budget)"; fi
+}
 # The device tool brings back at most 8 files from $OUT: the logs are written beside it
 # and travel as one archive, remade after every step.
 logs=$(mktemp -d)
@@ -96,77 +126,133 @@ if ldd build/libaccord.so | grep -q 'not found'; then
 fi
 
 # 1. The GPU tests: kernels, device collectives, errors and the cuDNN layers (tests), and
-#    whole accord-resnet runs on the GPU (trainer-tests: those labelled trainer too).
-gpu_tests() {  # <log name> <ctest label arguments...>
-  local name=$1
-  shift
-  local junit=()  # CTest 3.21+ also writes JUnit XML
-  ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/$name.xml")
-  ctest --test-dir build "$@" --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" \
-        "${junit[@]}" > "$logs/$name.log" 2>&1 || status=1
-  say "$name:  $(grep -E 'tests passed|tests failed' "$logs/$name.log" | tail -1)"
-  grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/$name.log" |
-    sed 's/^/  /' | tee -a "$summary"
-  gpu_missing "$logs/$name.log"
-  pack
-}
-if wants tests; then gpu_tests gpu-tests -L gpu -LE trainer; fi
-if wants trainer-tests; then gpu_tests gpu-trainer-tests -L gpu -L trainer; fi
-
-# 2. The host collectives of the same build (the runtime changes touch them too).
-if wants mpi; then
-  ctest --test-dir build -R 'mpi\.(allreduce|allgather|broadcast|errors)\.' --timeout 240 \
-        > "$logs/cpu-tests.log" 2>&1 || status=1
-  say "mpi tests:  $(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
-  pack
-fi
-
-# 3. The device benchmarks: one rank per GPU of this machine.
-if wants bench; then
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-  [ "$gpus" -ge 1 ] || gpus=1
-  timeout 300 mpirun -np "$gpus" --allow-run-as-root --bind-to none \
-      build/tools/accord-bench --device cuda --max-bytes 256M --csv "$logs/bench-cuda.csv" \
-      > "$logs/bench-cuda.log" 2>&1 || status=1
-  say "bench ($gpus rank(s)):"
-  grep -E 'latency_cuda|resnet50_cuda' "$logs/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
-  grep -E '^ +[0-9]+ ' "$logs/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
-    sed 's/^/  sweep /' | tee -a "$summary"
-  pack
-fi
-
-# 4. accord.torch on CUDA tensors, against this machine's PyTorch (one rank).
+#    whole accord-resnet runs on the GPU (trainer-tests: those labelled trainer too);
+#    accord.torch on CUDA tensors (python) runs beside them.
+python_pid=
 if wants python; then
-  timeout 300 bash ci/device-python.sh test_cuda.py test_errors.py \
-      > "$logs/python-cuda.log" 2>&1 || status=1
+  if t=$(seconds_for 300 60); then
+    (timeout -k 10 "$t" env OUT="$logs/python" bash ci/device-python.sh test_cuda.py test_errors.py \
+       > "$logs/python-cuda.log" 2>&1; echo $? > "$logs/python.status") &
+    python_pid=$!
+    python_seconds=$t
+  else
+    not_run python "$t"
+  fi
+fi
+labels=()
+if wants tests && wants trainer-tests; then labels=(-L gpu)
+elif wants tests; then labels=(-L gpu -LE trainer)
+elif wants trainer-tests; then labels=(-L gpu -L trainer)
+fi
+if [ ${#labels[@]} -gt 0 ]; then
+  if t=$(seconds_for 330 60); then
+    junit=()  # CTest 3.21+ also writes JUnit XML
+    ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/gpu-tests.xml")
+    timeout -k 10 "$t" ctest --test-dir build "${labels[@]}" -j "${ACCORD_GPU_TEST_JOBS:-4}" \
+        --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
+        > "$logs/gpu-tests.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    say "gpu tests (${labels[*]}):  $(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
+    stopped $rc "gpu tests" "$t"
+    grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/gpu-tests.log" |
+      sed 's/^/  /' | tee -a "$summary"
+    gpu_missing "$logs/gpu-tests.log"
+  else
+    not_run "gpu tests" "$t"
+  fi
+  pack
+fi
+if [ -n "$python_pid" ]; then
+  wait "$python_pid"
+  rc=$(cat "$logs/python.status" 2>/dev/null || echo 1)
+  [ "$rc" -eq 0 ] || status=1
   say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$logs/python-cuda.log" | tail -1)"
+  stopped "$rc" python "$python_seconds"
   gpu_missing "$logs/python-cuda.log"
   pack
 fi
 
-# 5. The trainer on the GPU against PyTorch (issue figures: img/s, % of peak).
-if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
-  timeout 400 python3 tools/resnet_gpu_bench.py --runs "${ACCORD_GPU_BENCH_RUNS:-resnet50:128}" \
-      --compile off --steps 20 --warmup 5 --json "$logs/resnet-gpu.json" \
-      > "$logs/resnet-gpu.log" 2>&1 || status=1
-  say "trainer vs PyTorch:"
-  sed 's/^/  /' "$logs/resnet-gpu.log" | tail -8 | tee -a "$summary"
+# 2. The device benchmarks: one rank per GPU of this machine.
+if wants bench; then
+  if t=$(seconds_for 120 30); then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    [ "$gpus" -ge 1 ] || gpus=1
+    timeout -k 10 "$t" mpirun -np "$gpus" --allow-run-as-root --bind-to none \
+        build/tools/accord-bench --device cuda --max-bytes 256M --csv "$logs/bench-cuda.csv" \
+        > "$logs/bench-cuda.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    say "bench ($gpus rank(s)):"
+    stopped $rc bench "$t"
+    grep -E 'latency_cuda|resnet50_cuda' "$logs/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
+    grep -E '^ +[0-9]+ ' "$logs/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
+      sed 's/^/  sweep /' | tee -a "$summary"
+  else
+    not_run bench "$t"
+  fi
   pack
 fi
 
-# 6. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
+# 3. The trainer on the GPU against PyTorch (issue figures: img/s, % of peak): the
+#    measurements that fit, most telling first, leaving the profile its time.
+profile_seconds=0
+wants profile && profile_seconds=60
+if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
+  if t=$(seconds_for $((480 + profile_seconds)) $((60 + profile_seconds))); then
+    t=$((t - profile_seconds))
+    timeout -k 10 "$t" python3 tools/resnet_gpu_bench.py \
+        --runs "${ACCORD_GPU_BENCH_RUNS:-resnet50:128,resnet50:256,resnet101:128,resnet152:128}" \
+        --compile "${ACCORD_GPU_BENCH_COMPILE:-both}" --steps 20 --warmup 5 --budget $((t - 15)) \
+        --json "$logs/resnet-gpu.json" > "$logs/resnet-gpu.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    say "trainer vs PyTorch:"
+    stopped $rc "trainer benchmark" "$t"
+    # The closing table (or, cut short, what was measured).
+    if grep -q '^(.* s in all)' "$logs/resnet-gpu.log"; then
+      sed -n '/^$/,$p' "$logs/resnet-gpu.log" | sed 's/^/  /' | tee -a "$summary"
+    else
+      sed 's/^/  /' "$logs/resnet-gpu.log" | tail -24 | tee -a "$summary"
+    fi
+  else
+    not_run "trainer benchmark" "$t"
+  fi
+  pack
+fi
+
+# 4. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
 #    ACCORD_GPU_PROFILE_PRECISION says otherwise).
 profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
 if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
-  timeout 180 build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
-      --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
-      --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
-      --gpu-profile > "$logs/gpu-profile.log" 2>&1 || status=1
-  say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 20 steps):"
-  sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+  if t=$(seconds_for 180 30); then
+    timeout -k 10 "$t" build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
+        --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
+        --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
+        --gpu-profile > "$logs/gpu-profile.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 20 steps):"
+    stopped $rc profile "$t"
+    sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+  else
+    not_run profile "$t"
+  fi
   pack
 fi
-say "== gpu-check (${steps[*]}): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES, see the logs') (logs in $out)"
+
+# 5. The host collectives of the same build (CI runs them too, without a GPU).
+if wants mpi; then
+  if t=$(seconds_for 240 30); then
+    timeout -k 10 "$t" ctest --test-dir build -R 'mpi\.(allreduce|allgather|broadcast|errors)\.' \
+        -j "${ACCORD_GPU_TEST_JOBS:-4}" --timeout 240 > "$logs/cpu-tests.log" 2>&1 || status=1
+    say "mpi tests:  $(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
+  else
+    not_run "mpi tests" "$t"
+  fi
+  pack
+fi
+say "== gpu-check (${steps[*]}$([ "$budget" -gt 0 ] && echo ", budget $budget s"), $((SECONDS - started)) s): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES or steps not run, see the logs') (logs in $out)"
 pack
 rm -rf "$logs"
 exit $status

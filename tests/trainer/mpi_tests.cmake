@@ -52,6 +52,10 @@ set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
                      trainer.mpi.device-half-accuracy trainer.mpi.device-synthetic
                      trainer.mpi.device-graphs PROPERTIES
                      LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
+# Where a GPU runs them side by side (ci/gpu-check.sh, ctest -j), the longest start first.
+set_tests_properties(trainer.mpi.device-half-accuracy PROPERTIES COST 600)
+set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
+                     trainer.mpi.device-synthetic trainer.mpi.device-graphs PROPERTIES COST 300)
 set_tests_properties(trainer.mpi.device-equivalence trainer.mpi.device-graphs PROPERTIES ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")
 
