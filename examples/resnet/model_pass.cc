@@ -47,8 +47,7 @@ void blockForward(Model& m, Block& b, const float* x, int N) {
     shortcut = b.down.b;
   }
   const std::size_t n = numel(b.convs.back(), N);
-  m.ops->add_forward(b.y, shortcut, b.y, n);  // y (N, C_out, H, W) = branch + shortcut
-  m.ops->relu_forward(b.y, b.y, n);
+  m.ops->add_relu_forward(b.y, shortcut, b.y, n);  // y (N, C_out, H, W) = relu(branch + shortcut)
 }
 
 void sendBn(Model& m, ConvBn& c) {

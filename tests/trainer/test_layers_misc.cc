@@ -182,6 +182,29 @@ TEST_CASE("residual add and accumulate", "[layers][add]") {
   CHECK(a == y);
 }
 
+TEST_CASE("residual add and ReLU in one pass", "[layers][add]") {
+  std::mt19937_64 rng(10);
+  const size_t n = 1037;
+  Tensor a = randomTensor(n, rng), b = randomTensor(n, rng), y(n, -7.0f);
+  add_relu_forward(a.data(), b.data(), y.data(), n);
+  size_t zeros = 0;
+  for (size_t i = 0; i < n; ++i) {
+    REQUIRE(y[i] == std::max(a[i] + b[i], 0.0f));
+    zeros += y[i] == 0.0f;
+  }
+  CHECK(zeros > n / 4);  // the inputs reach both sides of zero
+  CHECK(zeros < 3 * n / 4);
+  // The same as the two calls it replaces, in place on either input too.
+  Tensor two(n), a2 = a, b2 = b;
+  add_forward(a.data(), b.data(), two.data(), n);
+  relu_forward(two.data(), two.data(), n);
+  CHECK(y == two);
+  add_relu_forward(a2.data(), b.data(), a2.data(), n);
+  add_relu_forward(a.data(), b2.data(), b2.data(), n);
+  CHECK(a2 == y);
+  CHECK(b2 == y);
+}
+
 TEST_CASE("set_num_threads changes nothing but speed", "[layers][backend]") {
   LinearFixture f(9);
   f.forward();

@@ -1,8 +1,8 @@
-// ReLU, residual add and gradient accumulation. Trivial loops, but they run on
-// oneDNN's eltwise and binary primitives rather than hand loops so that every large
-// parallel loop of a training step uses the same (OpenMP) thread pool: a second pool
-// (oneTBB) spinning beside it would fight it for the cores. Buffers are viewed as flat
-// 1-D tensors; plans are cached per length.
+// ReLU, residual add (with the ReLU after it or not) and gradient accumulation. Trivial
+// loops, but they run on oneDNN's eltwise and binary primitives rather than hand loops
+// so that every large parallel loop of a training step uses the same (OpenMP) thread
+// pool: a second pool (oneTBB) spinning beside it would fight it for the cores. Buffers
+// are viewed as flat 1-D tensors; plans are cached per length.
 #include "nn/backend.h"
 #include "nn/layers.h"
 
@@ -41,20 +41,29 @@ ReluPlan& reluPlan(size_t n) {
   });
 }
 
-BinaryPlan& addPlan(size_t n) {
-  return cached<BinaryPlan>(key("add", n), [&] {
+// a + b, or max(a + b, 0) with the ReLU as the add's post-op (one pass).
+BinaryPlan& addPlan(size_t n, bool relu) {
+  return cached<BinaryPlan>(key(relu ? "add_relu" : "add", n), [&] {
     memory::desc md = flat(n);
-    dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, md, md, md}, backend().engine);
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, md, md, md}, attr,
+                                    backend().engine);
     return BinaryPlan{md, dnnl::binary(pd)};
   });
 }
 
-// y = a + b, in place on a allowed (oneDNN's in-place mode is dst == src0).
-void add(const float* a, const float* b, float* y, size_t n, const char* fn) {
+// y = a + b (then the ReLU), in place on a allowed (oneDNN's in-place mode is
+// dst == src0).
+void add(const float* a, const float* b, float* y, size_t n, const char* fn, bool relu = false) {
   if (n == 0) return;
   if (y == b) std::swap(a, b);
   guarded(key(fn, "n", n), [&] {
-    BinaryPlan& p = addPlan(n);
+    BinaryPlan& p = addPlan(n, relu);
     execute(p.add, {{DNNL_ARG_SRC_0, wrap(p.md, a)},
                     {DNNL_ARG_SRC_1, wrap(p.md, b)},
                     {DNNL_ARG_DST, wrap(p.md, y)}});
@@ -89,5 +98,9 @@ void add_forward(const float* a, const float* b, float* y, size_t n) {
 }
 
 void accumulate(float* y, const float* x, size_t n) { add(y, x, y, n, "accumulate"); }
+
+void add_relu_forward(const float* a, const float* b, float* y, size_t n) {
+  add(a, b, y, n, "add_relu_forward", true);
+}
 
 }  // namespace accord::nn

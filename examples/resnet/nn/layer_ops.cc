@@ -19,6 +19,7 @@ const LayerOps& cpuLayers() {
                             &linear_backward,
                             &add_forward,
                             &accumulate,
+                            &add_relu_forward,
                             &softmax_xent,
                             &topk_correct,
                             nullptr};

@@ -25,6 +25,7 @@ struct LayerOps {
   void (*linear_backward)(Linear&, const float*, const float*, float*, int);
   void (*add_forward)(const float*, const float*, float*, size_t);
   void (*accumulate)(float*, const float*, size_t);
+  void (*add_relu_forward)(const float*, const float*, float*, size_t);
   float (*softmax_xent)(const float*, const int32_t*, float*, int, int, float);
   TopK (*topk_correct)(const float*, const int32_t*, int, int);
   // A convolution and the batch norm after it in training, fused where the backend can

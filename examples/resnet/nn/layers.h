@@ -212,6 +212,9 @@ void linear_backward(Linear& l,
 // accumulate (y += x).
 void add_forward(const float* a, const float* b, float* y, size_t n);  // (n)
 void accumulate(float* y, const float* x, size_t n);                   // (n)
+// y = max(a + b, 0): the add and the ReLU that end a residual block, in one pass
+// (relu_backward on y is its backward, as for add_forward then relu_forward).
+void add_relu_forward(const float* a, const float* b, float* y, size_t n);  // (n)
 
 // ---- softmax cross-entropy ----------------------------------------------------------
 

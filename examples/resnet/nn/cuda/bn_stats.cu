@@ -2,19 +2,13 @@
 // own pass), and the two checks conv_bn.cc makes once per shape before it trusts such
 // sums: per-channel sums of a tensor computed here, and the largest difference between
 // two tensors. 16-bit NHWC activations only (the fused path's layout).
-#include "nn/cuda/backend_cuda.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "nn/cuda/kernel_util.cuh"
 
 namespace accord::nn::cuda::detail {
 
+using namespace kernel;
+
 namespace {
-
-constexpr int kThreads = 256;
-
-__device__ float value(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
-__device__ float value(const __half* p, size_t i) { return __half2float(p[i]); }
 
 // Per channel c of `count` values summed as `sum` and `sqsum`: the batch mean and the
 // inverse standard deviation 1 / sqrt(var + eps) of the biased variance, as cuDNN's
@@ -41,7 +35,7 @@ __global__ void channelSumsKernel(const H* x, size_t rows, int C, float* sum, fl
   const int c = blockIdx.x;
   double a = 0, b = 0;
   for (size_t r = threadIdx.x; r < rows; r += kThreads) {
-    const double v = value(x, r * C + c);
+    const double v = load(x, r * C + c);
     a += v;
     b += v * v;
   }
@@ -68,20 +62,12 @@ __global__ void maxDifferenceKernel(const H* x, const H* y, size_t n, unsigned* 
   float diff = 0, scale = 0;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const float a = value(x, i), b = value(y, i);
+    const float a = load(x, i), b = load(y, i);
     diff = fmaxf(diff, isnan(a - b) ? INFINITY : fabsf(a - b));
     scale = fmaxf(scale, fabsf(b));
   }
   atomicMax(&out[0], __float_as_uint(diff));
   atomicMax(&out[1], __float_as_uint(scale));
-}
-
-template <class F>
-void dispatchHalf(F&& f) {
-  if (backend().math == Math::Fp16)
-    f(static_cast<__half*>(nullptr));
-  else
-    f(static_cast<__nv_bfloat16*>(nullptr));
 }
 
 }  // namespace
@@ -95,7 +81,7 @@ void launchBnFinalize(const float* sum, const float* sqsum, double count, int C,
 
 void launchChannelSums(const void* x, size_t rows, int C, float* sum, float* sqsum) {
   dispatchHalf([&](auto h) {
-    using H = std::remove_pointer_t<decltype(h)>;
+    using H = decltype(h);
     channelSumsKernel<<<C, kThreads, 0, backend().stream>>>(static_cast<const H*>(x), rows, C, sum,
                                                             sqsum);
   });
@@ -103,7 +89,7 @@ void launchChannelSums(const void* x, size_t rows, int C, float* sum, float* sqs
 
 void launchMaxDifference(const void* x, const void* y, size_t n, unsigned* out) {
   dispatchHalf([&](auto h) {
-    using H = std::remove_pointer_t<decltype(h)>;
+    using H = decltype(h);
     maxDifferenceKernel<<<1024, kThreads, 0, backend().stream>>>(static_cast<const H*>(x),
                                                                  static_cast<const H*>(y), n, out);
   });

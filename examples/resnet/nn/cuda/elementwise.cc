@@ -1,7 +1,8 @@
-// ReLU, residual add, accumulate and the two pools: argument checks, then our kernels
-// (kernels.cu). Max pool is ours rather than cuDNN's because cudnnPoolingBackward needs
-// the forward's x and y, and layers.h's backward gets only dy and the workspace: the
-// workspace records each output's arg-max instead.
+// ReLU, residual add (with the ReLU after it or not), accumulate and the two pools:
+// argument checks, then our kernels (elementwise.cu, kernels.cu). Max pool is ours
+// rather than cuDNN's because cudnnPoolingBackward needs the forward's x and y, and
+// layers.h's backward gets only dy and the workspace: the workspace records each
+// output's arg-max instead.
 #include "nn/cuda/backend_cuda.h"
 
 namespace accord::nn::cuda {
@@ -26,6 +27,11 @@ void add_forward(const float* a, const float* b, float* y, size_t n) {
 void accumulate(float* y, const float* x, size_t n) {
   launchAdd(y, x, y, n);
   checkLaunch(key("accumulate n", n));
+}
+
+void add_relu_forward(const float* a, const float* b, float* y, size_t n) {
+  launchAddRelu(a, b, y, n);
+  checkLaunch(key("add_relu_forward n", n));
 }
 
 namespace {

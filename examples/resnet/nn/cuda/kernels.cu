@@ -1,7 +1,8 @@
-// The GPU backend's own kernels for the memory-bound layers (relu, add, pools, bias,
-// batch norm's fused ReLU and its inference-mode backward); see backend_cuda.h.
+// The GPU backend's own kernels for the memory-bound layers (conversions, pools, bias,
+// batch norm's fused ReLU and its inference-mode backward; ReLU and the residual add are
+// in elementwise.cu); see backend_cuda.h.
 //
-// Element-wise kernels are grid-stride loops (any size, one launch). Reductions give
+// Kernels that map values are grid-stride loops (any size, one launch). Reductions give
 // every output to one thread or one block and sum in a fixed order, so results are
 // bitwise reproducible run to run; no atomics.
 //
@@ -10,10 +11,7 @@
 // stored; the launchers pick the instance from the math. The storage type also fixes
 // the layout: float activations are NCHW, 16-bit ones NHWC (kNhwc<A>), as the tensor
 // cores want them.
-#include "nn/cuda/backend_cuda.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "nn/cuda/kernel_util.cuh"
 
 #include <algorithm>
 #include <cfloat>
@@ -21,27 +19,9 @@
 
 namespace accord::nn::cuda::detail {
 
+using namespace kernel;
+
 namespace {
-
-constexpr int kThreads = 256;
-constexpr size_t kMaxBlocks = 4096;
-
-unsigned blocksFor(size_t work) {
-  return unsigned(std::clamp<size_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
-
-__device__ size_t firstIndex() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
-
-using bf16_t = __nv_bfloat16;
-using fp16_t = __half;
-
-__device__ float load(const float* p, size_t i) { return p[i]; }
-__device__ float load(const bf16_t* p, size_t i) { return __bfloat162float(p[i]); }
-__device__ float load(const fp16_t* p, size_t i) { return __half2float(p[i]); }
-__device__ void store(float* p, size_t i, float v) { p[i] = v; }
-__device__ void store(bf16_t* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ void store(fp16_t* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 template <class A>
 constexpr bool kNhwc = !std::is_same_v<A, float>;
@@ -72,24 +52,6 @@ __global__ void fromHalfNchwKernel(const H* x, float* y, int C, size_t HW, size_
     const size_t p = i % HW, t = i / HW, c = t % C, n = t / C;
     y[i] = load(x, (n * HW + p) * C + c);
   }
-}
-
-// ---- element-wise -----------------------------------------------------------------
-
-template <class A>
-__global__ void reluKernel(const A* x, A* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) store(y, i, fmaxf(load(x, i), 0.0f));
-}
-
-template <class A>
-__global__ void reluBackwardKernel(const A* y, const A* dy, A* dx, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride())
-    store(dx, i, load(y, i) > 0.0f ? load(dy, i) : 0.0f);
-}
-
-template <class A>
-__global__ void addKernel(const A* a, const A* b, A* y, size_t n) {
-  for (size_t i = firstIndex(); i < n; i += gridStride()) store(y, i, load(a, i) + load(b, i));
 }
 
 // ---- pooling ------------------------------------------------------------------------
@@ -293,35 +255,6 @@ __global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float*
   }
 }
 
-// Runs f with the activations' storage type: f(float{}), f(bf16_t{}) or f(fp16_t{}).
-template <class F>
-void dispatch(F&& f) {
-  switch (backend().math) {
-    case Math::Bf16:
-      return f(bf16_t{});
-    case Math::Fp16:
-      return f(fp16_t{});
-    default:
-      return f(float{});
-  }
-}
-
-// Runs f with the activations' 16-bit type (halfActivations() must hold).
-template <class F>
-void dispatchHalf(F&& f) {
-  if (backend().math == Math::Fp16) return f(fp16_t{});
-  f(bf16_t{});
-}
-
-template <class A>
-const A* as(const float* p) {
-  return reinterpret_cast<const A*>(p);
-}
-template <class A>
-A* as(float* p) {
-  return reinterpret_cast<A*>(p);
-}
-
 }  // namespace
 
 void launchToHalf(const float* x, void* y, size_t n) {
@@ -357,31 +290,6 @@ void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW) {
     using H = decltype(h);
     fromHalfNchwKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
         static_cast<const H*>(x), y, C, HW, total);
-  });
-}
-
-void launchRelu(const float* x, float* y, size_t n) {
-  if (!n) return;
-  dispatch([&](auto a) {
-    using A = decltype(a);
-    reluKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), n);
-  });
-}
-
-void launchReluBackward(const float* y, const float* dy, float* dx, size_t n) {
-  if (!n) return;
-  dispatch([&](auto a) {
-    using A = decltype(a);
-    reluBackwardKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(y), as<A>(dy),
-                                                                        as<A>(dx), n);
-  });
-}
-
-void launchAdd(const float* a, const float* b, float* y, size_t n) {
-  if (!n) return;
-  dispatch([&](auto t) {
-    using A = decltype(t);
-    addKernel<<<blocksFor(n), kThreads, 0, backend().stream>>>(as<A>(a), as<A>(b), as<A>(y), n);
   });
 }
 

@@ -20,6 +20,7 @@ const LayerOps& layers() {
                             &linear_backward,
                             &add_forward,
                             &accumulate,
+                            &add_relu_forward,
                             &softmax_xent,
                             &topk_correct,
                             &conv_bn_forward};

@@ -214,6 +214,7 @@ void linear_backward(Linear& l, const float* x, const float* dy, float* dx, int 
 
 void add_forward(const float* a, const float* b, float* y, size_t n);
 void accumulate(float* y, const float* x, size_t n);
+void add_relu_forward(const float* a, const float* b, float* y, size_t n);  // max(a + b, 0)
 
 // labels: (N) int32 in device memory. Waits for the GPU (returns the loss).
 float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int N, int C,

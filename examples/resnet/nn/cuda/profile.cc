@@ -94,6 +94,7 @@ constexpr char kLinearForward[] = "linear forward";
 constexpr char kLinearBackward[] = "linear backward";
 constexpr char kAdd[] = "residual add";
 constexpr char kAccumulate[] = "gradient accumulate";
+constexpr char kAddRelu[] = "residual add + relu";
 constexpr char kLoss[] = "softmax cross-entropy";
 constexpr char kTopK[] = "top-k";
 constexpr char kConvBnForward[] = "conv + batch norm forward (--cudnn-fusion)";
@@ -158,6 +159,7 @@ const LayerOps& profiledLayers() {
                      &Timed<kLinearBackward, &linear_backward>::call,
                      &Timed<kAdd, &add_forward>::call,
                      &Timed<kAccumulate, &accumulate>::call,
+                     &Timed<kAddRelu, &add_relu_forward>::call,
                      &Timed<kLoss, &softmax_xent>::call,
                      &Timed<kTopK, &topk_correct>::call,
                      &convBnForward};

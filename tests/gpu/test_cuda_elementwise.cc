@@ -1,0 +1,155 @@
+// The element-wise kernels (nn/cuda/elementwise.cu) at every length and alignment their
+// two paths meet: 16-byte vector accesses where all pointers allow them, one value at a
+// time for the rest and for pointers off 16 bytes. In float32, bf16 and fp16 storage,
+// each result must be the value rounded to the storage type, exactly as the host
+// computes it, and nothing outside the output range may be written.
+#include "cudnn_half_util.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+
+namespace accord::test {
+namespace {
+
+size_t widthOf(Math m) { return m == Math::Bf16 || m == Math::Fp16 ? 2 : sizeof(float); }
+
+// v in `m`'s storage type, as bytes (rounded to nearest, ties to even).
+std::vector<unsigned char> encode(const std::vector<float>& v, Math m) {
+  std::vector<unsigned char> out(v.size() * widthOf(m));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (m == Math::Bf16) {
+      const __nv_bfloat16 h = __float2bfloat16(v[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    } else if (m == Math::Fp16) {
+      const __half h = __float2half(v[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    } else {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    }
+  }
+  return out;
+}
+
+// Storage-type values as float: the exact result a kernel's rounding gives.
+std::vector<float> stored(const std::vector<float>& v, Math m) {
+  return m == Math::Bf16 || m == Math::Fp16 ? rounded(v, m) : v;
+}
+
+// Raw device bytes, filled with a sentinel byte, written and read on the layers' stream.
+class Bytes {
+ public:
+  static constexpr unsigned char kSentinel = 0x5a;
+  explicit Bytes(size_t n) : n_(n) {
+    REQUIRE(cudaMalloc(&p_, n) == cudaSuccess);
+    REQUIRE(cudaMemsetAsync(p_, kSentinel, n, nn::cuda::stream()) == cudaSuccess);
+  }
+  ~Bytes() { cudaFree(p_); }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  void put(size_t at, const std::vector<unsigned char>& b) {
+    REQUIRE(cudaMemcpyAsync(static_cast<char*>(p_) + at, b.data(), b.size(), cudaMemcpyHostToDevice,
+                            nn::cuda::stream()) == cudaSuccess);
+    nn::cuda::synchronize();
+  }
+  std::vector<unsigned char> all() const {
+    std::vector<unsigned char> h(n_);
+    nn::cuda::synchronize();
+    REQUIRE(cudaMemcpy(h.data(), p_, n_, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+  float* at(size_t byte) const { return reinterpret_cast<float*>(static_cast<char*>(p_) + byte); }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_;
+};
+
+// Element offsets of (a, b, y) from a 256-byte-aligned allocation: all aligned; all off
+// 16 bytes; only the output off; one input off; all 16 bytes in (16-bit) or 32 (float);
+// all 16 bytes in (float) or 8 (16-bit).
+const size_t kOffsets[][3] = {{0, 0, 0}, {1, 1, 1}, {0, 0, 3}, {0, 5, 0}, {8, 8, 8}, {4, 4, 4}};
+const size_t kLengths[] = {1, 3, 4, 7, 8, 9, 31, 4096 + 5, (size_t(1) << 20) + 3};
+
+using BinaryOp = std::function<void(const float*, const float*, float*, size_t)>;
+
+// Runs op on (a, b) -> y at the offsets and checks y against `expect` (host floats,
+// rounded here to the storage type), and that no byte around y changed.
+void check(Math math, const std::string& what, const BinaryOp& op, size_t n, const size_t* off,
+           const std::vector<float>& a, const std::vector<float>& b,
+           const std::function<float(float, float)>& expect) {
+  const size_t w = widthOf(math), room = (n + 16) * w;
+  Bytes da(room), db(room), dy(room);
+  da.put(off[0] * w, encode(a, math));
+  db.put(off[1] * w, encode(b, math));
+  op(da.at(off[0] * w), db.at(off[1] * w), dy.at(off[2] * w), n);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = expect(a[i], b[i]);
+  const std::vector<unsigned char> got = dy.all(), bytes = encode(stored(want, math), math);
+  INFO(what << " n " << n << " offsets " << off[0] << " " << off[1] << " " << off[2]);
+  REQUIRE(std::memcmp(got.data() + off[2] * w, bytes.data(), bytes.size()) == 0);
+  size_t changed = room;  // the first byte outside the output that is not the sentinel
+  for (size_t i = 0; i < room && changed == room; ++i)
+    if ((i < off[2] * w || i >= (off[2] + n) * w) && got[i] != Bytes::kSentinel) changed = i;
+  INFO("byte " << changed << " outside the output was written");
+  REQUIRE(changed == room);
+}
+
+TEST_CASE("element-wise kernels: vector and single-value paths at any length and offset",
+          "[elementwise]") {
+  for (Math math : {Math::Fp32, Math::Bf16, Math::Fp16}) {
+    HalfMode mode(math);
+    INFO((math == Math::Fp32 ? "fp32" : nameOf(math)));
+    std::mt19937_64 rng(31);
+    for (size_t n : kLengths) {
+      // Inputs already in the storage type: the host's float sums then match the GPU's.
+      const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
+      for (const auto& off : kOffsets) {
+        check(math, "add", nn::cuda::add_forward, n, off, a, b,
+              [](float x, float y) { return x + y; });
+        check(math, "add and relu", nn::cuda::add_relu_forward, n, off, a, b,
+              [](float x, float y) { return std::max(x + y, 0.0f); });
+        check(math, "relu backward", nn::cuda::relu_backward, n, off, a, b,
+              [](float y, float dy) { return y > 0.0f ? dy : 0.0f; });
+        check(
+            math, "relu",
+            [](const float* x, const float*, float* y, size_t k) {
+              nn::cuda::relu_forward(x, y, k);
+            },
+            n, off, a, b, [](float x, float) { return std::max(x, 0.0f); });
+      }
+    }
+  }
+}
+
+TEST_CASE("element-wise kernels in place: accumulate, and add and relu onto an input",
+          "[elementwise]") {
+  for (Math math : {Math::Fp32, Math::Bf16, Math::Fp16}) {
+    HalfMode mode(math);
+    INFO((math == Math::Fp32 ? "fp32" : nameOf(math)));
+    std::mt19937_64 rng(32);
+    const size_t n = 4096 + 5, w = widthOf(math);
+    const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
+    std::vector<float> sum(n), sum_relu(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i], sum_relu[i] = std::max(sum[i], 0.0f);
+    for (size_t o : {size_t(0), size_t(1)}) {
+      INFO("offset " << o);
+      Bytes da(2 * n * w + 64), db(2 * n * w + 64);
+      da.put(o * w, encode(a, math));
+      db.put(o * w, encode(b, math));
+      nn::cuda::accumulate(da.at(o * w), db.at(o * w), n);
+      std::vector<unsigned char> got = da.all(), want = encode(stored(sum, math), math);
+      REQUIRE(std::memcmp(got.data() + o * w, want.data(), want.size()) == 0);
+      da.put(o * w, encode(a, math));
+      nn::cuda::add_relu_forward(da.at(o * w), db.at(o * w), da.at(o * w), n);
+      got = da.all(), want = encode(stored(sum_relu, math), math);
+      REQUIRE(std::memcmp(got.data() + o * w, want.data(), want.size()) == 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace accord::test
