@@ -69,10 +69,12 @@ void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, i
   sendConv(m, c);
 }
 
-// dy is in scratch[in] (w.r.t. the block output); returns the scratch index of dx.
-int blockBackward(Model& m, Block& b, int in, int N) {
+// dy is in scratch[in], w.r.t. the block's output, or (dy_masked) already through the
+// ReLU that ends the block; returns the scratch index of dx, w.r.t. the block's input, or
+// (mask_dx, where the input is the block before's output) through that block's ReLU.
+int blockBackward(Model& m, Block& b, int in, int N, bool dy_masked, bool mask_dx) {
   float* dy = m.scratch[in];
-  m.ops->relu_backward(b.y, dy, dy, numel(b.convs.back(), N));
+  if (!dy_masked) m.ops->relu_backward(b.y, dy, dy, numel(b.convs.back(), N));
   int cur = (in + 1) % 3, spare = (in + 2) % 3;
   const int last = static_cast<int>(b.convs.size()) - 1;
   ConvBn& c_last = b.convs[last];
@@ -96,11 +98,15 @@ int blockBackward(Model& m, Block& b, int in, int N) {
   // The branch's dx is now in scratch[spare]; scratch[cur] is free.
   const std::size_t n_in =
       static_cast<std::size_t>(N) * b.convs[0].conv.C_in * b.convs[0].H_in * b.convs[0].W_in;
+  const float* shortcut_dx = dy;
   if (b.has_down) {
     convBnBackward(m, b.down, b.x, dy, m.scratch[cur], N);
-    m.ops->accumulate(m.scratch[spare], m.scratch[cur], n_in);
+    shortcut_dx = m.scratch[cur];
+  }
+  if (mask_dx) {
+    m.ops->accumulate_relu_backward(m.scratch[spare], shortcut_dx, b.x, n_in);
   } else {
-    m.ops->accumulate(m.scratch[spare], dy, n_in);
+    m.ops->accumulate(m.scratch[spare], shortcut_dx, n_in);
   }
   return spare;
 }
@@ -144,7 +150,13 @@ void backward(Model& m, int N) {
   const ConvBn& last = m.blocks.back().convs.back();
   m.ops->avgpool_backward(m.scratch[0], m.scratch[1], N, m.fc.in, last.H, last.W);
   int cur = 1;
-  for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) cur = blockBackward(m, *b, cur, N);
+  // Where the backend sums a block's input gradients and masks them by the block before's
+  // ReLU in one pass, that block's backward starts past its ReLU.
+  const bool fuse = m.ops->accumulate_relu_backward != nullptr;
+  for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
+    const bool first_block = b + 1 == m.blocks.rend(), last_block = b == m.blocks.rbegin();
+    cur = blockBackward(m, *b, cur, N, fuse && !last_block, fuse && !first_block);
+  }
   float* dy = m.scratch[cur];
   if (m.has_maxpool) {
     float* dx = m.scratch[(cur + 1) % 3];

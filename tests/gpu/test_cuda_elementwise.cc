@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -68,28 +69,68 @@ class Bytes {
   size_t n_;
 };
 
-// Element offsets of (a, b, y) from a 256-byte-aligned allocation: all aligned; all off
-// 16 bytes; only the output off; one input off; all 16 bytes in (16-bit) or 32 (float);
-// all 16 bytes in (float) or 8 (16-bit).
+// Element offsets of (a, b, y) from a 256-byte-aligned allocation (c goes at a's):
+// all aligned; all off 16 bytes; only the output off; one input off; all 16 bytes in
+// (16-bit) or 32 (float); all 16 bytes in (float) or 8 (16-bit).
 const size_t kOffsets[][3] = {{0, 0, 0}, {1, 1, 1}, {0, 0, 3}, {0, 5, 0}, {8, 8, 8}, {4, 4, 4}};
 const size_t kLengths[] = {1, 3, 4, 7, 8, 9, 31, 4096 + 5, (size_t(1) << 20) + 3};
 
-using BinaryOp = std::function<void(const float*, const float*, float*, size_t)>;
+// An op on inputs (a, b, c) and output y; y holds a's values first where `in_place`.
+struct Op {
+  const char* what;
+  std::function<void(const float* a, const float* b, const float* c, float* y, size_t n)> run;
+  std::function<float(float a, float b, float c)> expect;
+  bool in_place = false;
+};
 
-// Runs op on (a, b) -> y at the offsets and checks y against `expect` (host floats,
-// rounded here to the storage type), and that no byte around y changed.
-void check(Math math, const std::string& what, const BinaryOp& op, size_t n, const size_t* off,
-           const std::vector<float>& a, const std::vector<float>& b,
-           const std::function<float(float, float)>& expect) {
+const Op kOps[] = {
+    {"add",
+     [](const float* a, const float* b, const float*, float* y, size_t n) {
+       nn::cuda::add_forward(a, b, y, n);
+     },
+     [](float a, float b, float) { return a + b; }},
+    {"add and relu",
+     [](const float* a, const float* b, const float*, float* y, size_t n) {
+       nn::cuda::add_relu_forward(a, b, y, n);
+     },
+     [](float a, float b, float) { return std::max(a + b, 0.0f); }},
+    {"relu",
+     [](const float* a, const float*, const float*, float* y, size_t n) {
+       nn::cuda::relu_forward(a, y, n);
+     },
+     [](float a, float, float) { return std::max(a, 0.0f); }},
+    {"relu backward",
+     [](const float* a, const float* b, const float*, float* y, size_t n) {
+       nn::cuda::relu_backward(a, b, y, n);
+     },
+     [](float relu_y, float dy, float) { return relu_y > 0.0f ? dy : 0.0f; }},
+    {"accumulate",
+     [](const float*, const float* b, const float*, float* y, size_t n) {
+       nn::cuda::accumulate(y, b, n);
+     },
+     [](float a, float b, float) { return a + b; }, true},
+    {"accumulate and relu backward",
+     [](const float*, const float* b, const float* c, float* y, size_t n) {
+       nn::cuda::accumulate_relu_backward(y, b, c, n);
+     },
+     [](float a, float b, float relu_y) { return relu_y > 0.0f ? a + b : 0.0f; }, true},
+};
+
+// Runs op at the offsets and checks y against its expectation (host floats, rounded
+// here to the storage type), and that no byte around y changed.
+void check(Math math, const Op& op, size_t n, const size_t* off, const std::vector<float>& a,
+           const std::vector<float>& b, const std::vector<float>& c) {
   const size_t w = widthOf(math), room = (n + 16) * w;
-  Bytes da(room), db(room), dy(room);
+  Bytes da(room), db(room), dc(room), dy(room);
   da.put(off[0] * w, encode(a, math));
   db.put(off[1] * w, encode(b, math));
-  op(da.at(off[0] * w), db.at(off[1] * w), dy.at(off[2] * w), n);
+  dc.put(off[0] * w, encode(c, math));
+  if (op.in_place) dy.put(off[2] * w, encode(a, math));
+  op.run(da.at(off[0] * w), db.at(off[1] * w), dc.at(off[0] * w), dy.at(off[2] * w), n);
   std::vector<float> want(n);
-  for (size_t i = 0; i < n; ++i) want[i] = expect(a[i], b[i]);
+  for (size_t i = 0; i < n; ++i) want[i] = op.expect(a[i], b[i], c[i]);
   const std::vector<unsigned char> got = dy.all(), bytes = encode(stored(want, math), math);
-  INFO(what << " n " << n << " offsets " << off[0] << " " << off[1] << " " << off[2]);
+  INFO(op.what << " n " << n << " offsets " << off[0] << " " << off[1] << " " << off[2]);
   REQUIRE(std::memcmp(got.data() + off[2] * w, bytes.data(), bytes.size()) == 0);
   size_t changed = room;  // the first byte outside the output that is not the sentinel
   for (size_t i = 0; i < room && changed == room; ++i)
@@ -107,20 +148,10 @@ TEST_CASE("element-wise kernels: vector and single-value paths at any length and
     for (size_t n : kLengths) {
       // Inputs already in the storage type: the host's float sums then match the GPU's.
       const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
-      for (const auto& off : kOffsets) {
-        check(math, "add", nn::cuda::add_forward, n, off, a, b,
-              [](float x, float y) { return x + y; });
-        check(math, "add and relu", nn::cuda::add_relu_forward, n, off, a, b,
-              [](float x, float y) { return std::max(x + y, 0.0f); });
-        check(math, "relu backward", nn::cuda::relu_backward, n, off, a, b,
-              [](float y, float dy) { return y > 0.0f ? dy : 0.0f; });
-        check(
-            math, "relu",
-            [](const float* x, const float*, float* y, size_t k) {
-              nn::cuda::relu_forward(x, y, k);
-            },
-            n, off, a, b, [](float x, float) { return std::max(x, 0.0f); });
-      }
+      auto c = stored(randomVector(n, rng), math);
+      for (size_t i = 0; i < n; i += 5) c[i] = 0.0f;  // a ReLU's output is often exactly 0
+      for (const auto& off : kOffsets)
+        for (const Op& op : kOps) check(math, op, n, off, a, b, c);
     }
   }
 }

@@ -20,6 +20,7 @@ const LayerOps& cpuLayers() {
                             &add_forward,
                             &accumulate,
                             &add_relu_forward,
+                            nullptr,
                             &softmax_xent,
                             &topk_correct,
                             nullptr};

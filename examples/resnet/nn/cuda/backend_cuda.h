@@ -158,6 +158,8 @@ void launchRelu(const float* x, float* y, size_t n);
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);
 void launchAdd(const float* a, const float* b, float* y, size_t n);
 void launchAddRelu(const float* a, const float* b, float* y, size_t n);  // max(a + b, 0)
+// y = relu_y > 0 ? y + x : 0
+void launchAccumulateReluBackward(float* y, const float* x, const float* relu_y, size_t n);
 
 void launchMaxPool(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int Ho,
                    int Wo, int K, int stride, int pad);

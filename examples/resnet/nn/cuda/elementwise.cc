@@ -34,6 +34,11 @@ void add_relu_forward(const float* a, const float* b, float* y, size_t n) {
   checkLaunch(key("add_relu_forward n", n));
 }
 
+void accumulate_relu_backward(float* y, const float* x, const float* relu_y, size_t n) {
+  launchAccumulateReluBackward(y, x, relu_y, n);
+  checkLaunch(key("accumulate_relu_backward n", n));
+}
+
 namespace {
 std::string checkPool(const MaxPool2d& p, int N, int C, int H, int W, const char* fn) {
   std::string what = key(fn, "(N C H W)", N, C, H, W, "K", p.K, "stride", p.stride, "pad", p.pad);

@@ -1,6 +1,7 @@
-// The element-wise kernels: ReLU each way, the residual add, and the add and ReLU that
-// end a residual block in one pass. They move bytes and do nearly no arithmetic, so they
-// read and write 16 bytes per access (eight 16-bit values or four floats) wherever every
+// The element-wise kernels: ReLU each way, the residual add, the add and ReLU that end
+// a residual block in one pass, and, going back, the sum of a block's two input
+// gradients masked by the ReLU before it in one pass. They move bytes and do nearly no arithmetic,
+// so they read and write 16 bytes per access (eight 16-bit values or four floats) wherever every
 // pointer allows it; the rest of an array, and arrays that do not start on 16 bytes, go
 // one value at a time. Each element's result is the same either way.
 #include "nn/cuda/kernel_util.cuh"
@@ -35,6 +36,12 @@ struct Add {
 };
 struct AddRelu {
   __device__ float operator()(float a, float b) const { return fmaxf(a + b, 0.0f); }
+};
+// (y, x, relu_y) -> y + x where the ReLU's output relu_y is positive.
+struct AccumulateReluBackward {
+  __device__ float operator()(float y, float x, float relu_y) const {
+    return relu_y > 0.0f ? y + x : 0.0f;
+  }
 };
 
 // y[i] = f(x[i]) for i < n; the first `packs` Packs of each array in vector accesses.
@@ -71,6 +78,25 @@ __global__ void map2Kernel(const A* a, const A* b, A* y, size_t n, size_t packs,
     store(y, i, f(load(a, i), load(b, i)));
 }
 
+// y[i] = f(a[i], b[i], c[i]) for i < n, likewise.
+template <class A, class F>
+__global__ void map3Kernel(const A* a, const A* b, const A* c, A* y, size_t n, size_t packs, F f) {
+  const auto* av = reinterpret_cast<const Pack<A>*>(a);
+  const auto* bv = reinterpret_cast<const Pack<A>*>(b);
+  const auto* cv = reinterpret_cast<const Pack<A>*>(c);
+  auto* yv = reinterpret_cast<Pack<A>*>(y);
+  for (size_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Pack<A> p = av[i], q = bv[i], r = cv[i];
+    Pack<A> out;
+#pragma unroll
+    for (int k = 0; k < Pack<A>::kCount; ++k)
+      out.v[k] = fromFloat<A>(f(toFloat(p.v[k]), toFloat(q.v[k]), toFloat(r.v[k])));
+    yv[i] = out;
+  }
+  for (size_t i = packs * Pack<A>::kCount + firstIndex(); i < n; i += gridStride())
+    store(y, i, f(load(a, i), load(b, i), load(c, i)));
+}
+
 // How many whole Packs the vector loop takes: none unless every pointer is 16-byte
 // aligned (an array in place on another counts once).
 template <class A>
@@ -105,6 +131,17 @@ void map2(const float* a, const float* b, float* y, size_t n, F f) {
   });
 }
 
+template <class F>
+void map3(const float* a, const float* b, const float* c, float* y, size_t n, F f) {
+  if (!n) return;
+  dispatch([&](auto t) {
+    using A = decltype(t);
+    const size_t packs = packsOf<A>(n, {a, b, c, y});
+    map3Kernel<<<blocksForPacks(n, packs), kThreads, 0, backend().stream>>>(
+        as<A>(a), as<A>(b), as<A>(c), as<A>(y), n, packs, f);
+  });
+}
+
 }  // namespace
 
 void launchRelu(const float* x, float* y, size_t n) { map1(x, y, n, Relu{}); }
@@ -117,6 +154,10 @@ void launchAdd(const float* a, const float* b, float* y, size_t n) { map2(a, b, 
 
 void launchAddRelu(const float* a, const float* b, float* y, size_t n) {
   map2(a, b, y, n, AddRelu{});
+}
+
+void launchAccumulateReluBackward(float* y, const float* x, const float* relu_y, size_t n) {
+  map3(y, x, relu_y, y, n, AccumulateReluBackward{});
 }
 
 }  // namespace accord::nn::cuda::detail

@@ -21,6 +21,7 @@ const LayerOps& layers() {
                             &add_forward,
                             &accumulate,
                             &add_relu_forward,
+                            &accumulate_relu_backward,
                             &softmax_xent,
                             &topk_correct,
                             &conv_bn_forward};

@@ -215,6 +215,10 @@ void linear_backward(Linear& l, const float* x, const float* dy, float* dx, int 
 void add_forward(const float* a, const float* b, float* y, size_t n);
 void accumulate(float* y, const float* x, size_t n);
 void add_relu_forward(const float* a, const float* b, float* y, size_t n);  // max(a + b, 0)
+// y = relu_y > 0 ? y + x : 0: accumulate, then relu_backward through the ReLU whose output
+// is relu_y, in one pass (where a residual block's input gradient meets the ReLU that
+// ended the block before it).
+void accumulate_relu_backward(float* y, const float* x, const float* relu_y, size_t n);
 
 // labels: (N) int32 in device memory. Waits for the GPU (returns the loss).
 float softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int N, int C,

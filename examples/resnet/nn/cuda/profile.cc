@@ -95,6 +95,7 @@ constexpr char kLinearBackward[] = "linear backward";
 constexpr char kAdd[] = "residual add";
 constexpr char kAccumulate[] = "gradient accumulate";
 constexpr char kAddRelu[] = "residual add + relu";
+constexpr char kAccumulateRelu[] = "gradient accumulate + relu backward";
 constexpr char kLoss[] = "softmax cross-entropy";
 constexpr char kTopK[] = "top-k";
 constexpr char kConvBnForward[] = "conv + batch norm forward (--cudnn-fusion)";
@@ -160,6 +161,7 @@ const LayerOps& profiledLayers() {
                      &Timed<kAdd, &add_forward>::call,
                      &Timed<kAccumulate, &accumulate>::call,
                      &Timed<kAddRelu, &add_relu_forward>::call,
+                     &Timed<kAccumulateRelu, &accumulate_relu_backward>::call,
                      &Timed<kLoss, &softmax_xent>::call,
                      &Timed<kTopK, &topk_correct>::call,
                      &convBnForward};
