@@ -147,12 +147,18 @@ TEST_CASE("element-wise kernels: vector and single-value paths at any length and
     std::mt19937_64 rng(31);
     for (size_t n : kLengths) {
       // Inputs already in the storage type: the host's float sums then match the GPU's.
-      const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
-      auto c = stored(randomVector(n, rng), math);
-      for (size_t i = 0; i < n; i += 5) c[i] = 0.0f;  // a ReLU's output is often exactly 0
+      auto a = stored(randomVector(n, rng), math), c = stored(randomVector(n, rng), math);
+      const auto b = stored(randomVector(n, rng), math);
+      // A ReLU's output (a for relu backward, c for the masked sum) is often exactly 0.
+      for (size_t i = 0; i < n; i += 5) a[i] = c[i] = 0.0f;
       for (const auto& off : kOffsets)
         for (const Op& op : kOps) check(math, op, n, off, a, b, c);
     }
+    // Long enough that each thread of the largest grid takes several Packs.
+    const size_t n = (size_t(1) << 24) + 5;
+    const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
+    for (const auto& off : {kOffsets[0], kOffsets[2]})
+      check(math, kOps[1], n, off, a, b, a);  // add and relu
   }
 }
 
