@@ -145,11 +145,19 @@ elif wants tests; then labels=(-L gpu -LE trainer)
 elif wants trainer-tests; then labels=(-L gpu -L trainer)
 fi
 if [ ${#labels[@]} -gt 0 ]; then
-  if t=$(seconds_for 330 60); then
+  # Under a budget the tests get a little over half of it, the benchmarks the rest.
+  if t=$(seconds_for $((budget > 0 ? budget * 55 / 100 : 7200)) 60); then
     junit=()  # CTest 3.21+ also writes JUnit XML
     ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/gpu-tests.xml")
+    # CTest itself stops the tests still running shortly before the limit, so that its
+    # summary and the JUnit file are still written (its stop time is a time of day:
+    # not when that would be past midnight).
+    stop=()
+    if [ "$(date -d "+$t sec" +%j)" = "$(date +%j)" ]; then
+      stop=(--stop-time "$(date -d "+$((t - 15)) sec" +%H:%M:%S)")
+    fi
     timeout -k 10 "$t" ctest --test-dir build "${labels[@]}" -j "${ACCORD_GPU_TEST_JOBS:-4}" \
-        --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" \
+        --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" "${stop[@]}" \
         > "$logs/gpu-tests.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
@@ -165,7 +173,8 @@ if [ ${#labels[@]} -gt 0 ]; then
 fi
 if [ -n "$python_pid" ]; then
   wait "$python_pid"
-  rc=$(cat "$logs/python.status" 2>/dev/null || echo 1)
+  rc=$(cat "$logs/python.status" 2>/dev/null)
+  [[ "$rc" =~ ^[0-9]+$ ]] || rc=1
   [ "$rc" -eq 0 ] || status=1
   say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$logs/python-cuda.log" | tail -1)"
   stopped "$rc" python "$python_seconds"
@@ -175,7 +184,7 @@ fi
 
 # 2. The device benchmarks: one rank per GPU of this machine.
 if wants bench; then
-  if t=$(seconds_for 120 30); then
+  if t=$(seconds_for 60 30); then
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     [ "$gpus" -ge 1 ] || gpus=1
     timeout -k 10 "$t" mpirun -np "$gpus" --allow-run-as-root --bind-to none \
@@ -210,8 +219,9 @@ if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
     say "trainer vs PyTorch:"
     stopped $rc "trainer benchmark" "$t"
     # The closing table (or, cut short, what was measured).
-    if grep -q '^(.* s in all)' "$logs/resnet-gpu.log"; then
-      sed -n '/^$/,$p' "$logs/resnet-gpu.log" | sed 's/^/  /' | tee -a "$summary"
+    if grep -q '^== img/s by model and batch' "$logs/resnet-gpu.log"; then
+      sed -n '/^== img\/s by model and batch/,$p' "$logs/resnet-gpu.log" | sed 's/^/  /' |
+        tee -a "$summary"
     else
       sed 's/^/  /' "$logs/resnet-gpu.log" | tail -24 | tee -a "$summary"
     fi
@@ -252,7 +262,10 @@ if wants mpi; then
   fi
   pack
 fi
-say "== gpu-check (${steps[*]}$([ "$budget" -gt 0 ] && echo ", budget $budget s"), $((SECONDS - started)) s): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES or steps not run, see the logs') (logs in $out)"
+outcome='all passed'
+[ $status -eq 0 ] || outcome='FAILURES or steps not run, see the logs'
+within=$([ "$budget" -gt 0 ] && echo ", budget $budget s")
+say "== gpu-check (${steps[*]}$within, $((SECONDS - started)) s): $outcome (logs in $out)"
 pack
 rm -rf "$logs"
 exit $status

@@ -20,9 +20,11 @@ the PyTorch figures are still measured.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -215,16 +217,49 @@ def plan(runs, compile_mode, precision):
     return [(pair, key) for tier in tiers for pair in runs for key in tier]
 
 
+# A trainer mode not timed yet, against its graphed steps (the first timed): launched
+# layer by layer about as long, and fused steps longer (each shape is also timed fused
+# and plain on its first step).
+AFTER_GRAPHS = {"accord": 1.2, "accord_fusion": 1.5}
+
+
 def expected_seconds(key, pair, spent):
     """What `key` on `pair` should take, from the same kind's earlier measurements scaled
-    by work (batch x GFLOP per image), or a first guess; a compilation does not scale."""
+    by work (batch x GFLOP per image), or for another trainer mode from its graphed
+    steps', or a first guess; a compilation does not scale."""
     done = [(p, s) for (p, k), s in spent.items() if k == key]
     if not done:
+        if key in AFTER_GRAPHS and any(k == "accord_graphs" for _, k in spent):
+            return AFTER_GRAPHS[key] * expected_seconds("accord_graphs", pair, spent)
         return FIRST_GUESS_S[key]
     if key == "torch_compile":
         return max(s for _, s in done)
     work = lambda p: p[1] * train_gflop(p[0])
     return max(s * work(pair) / work(p) for p, s in done)
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raises BudgetSpent in the block after `seconds` (None: no limit), so that a PyTorch
+    measurement (a torch.compile above all) cannot run past the budget."""
+    if seconds is None:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise BudgetSpent()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def main():
@@ -276,30 +311,42 @@ def main():
         left = args.budget - (time.monotonic() - started) if args.budget else None
         if left is not None and expected_seconds(key, pair, spent) > left:
             skipped.append((pair, key))
-            print(line(row, key, None, f"not measured: {left:.0f} s of the budget left"),
+            print(line(row, key, None, f"not measured: {max(left, 0):.0f} s of the budget left"),
                   flush=True)
             continue
         t0 = time.monotonic()
         note = ""
+        ips, why = None, None
         if key.startswith("torch"):
             compiled = key == "torch_compile"
-            ips, setup_s = torch_images_per_sec(torch, torchvision, pair[0], pair[1], args.steps,
-                                                args.warmup, args.precision, compiled)
-            if compiled:
-                note = f"(warm-up {setup_s:.0f} s)"
+            try:
+                with time_limit(left):
+                    ips, setup_s = torch_images_per_sec(torch, torchvision, pair[0], pair[1],
+                                                        args.steps, args.warmup, args.precision,
+                                                        compiled)
+                if compiled:
+                    note = f"(warm-up {setup_s:.0f} s)"
+            except BudgetSpent:
+                why = f"stopped at the budget's end after {left:.0f} s"
         else:
             ips, why = accord_images_per_sec(args.accord_resnet, pair[0], pair[1], args.steps,
                                              args.warmup, args.precision, flags, left)
-            if why:
-                row[key + "_error"] = why
-                note = why
-        spent[(pair, key)] = row[key + "_seconds"] = round(time.monotonic() - t0, 1)
+        spent[(pair, key)] = round(time.monotonic() - t0, 1)
+        if why and why.startswith("stopped at the budget's end"):
+            skipped.append((pair, key))  # not measured, as if skipped: not a failure
+            print(line(row, key, None, f"not measured: {why}"), flush=True)
+            save()
+            continue
+        if why:
+            row[key + "_error"] = why
+            note = why
+        row[key + "_seconds"] = spent[(pair, key)]
         row[key] = ips
         print(line(row, key, ips, note), flush=True)
         save()
     save()
     # The table again, a pair's lines together, for the end of a log.
-    print(f"\n{header}\n{'-' * len(header)}")
+    print(f"\n== img/s by model and batch\n{header}\n{'-' * len(header)}")
     for pair in runs:
         for key in MEASURES:
             if key in rows[pair]:

@@ -48,13 +48,36 @@ class Estimates(unittest.TestCase):
         ratio = 128 * bench.train_gflop("resnet152") / (128 * bench.train_gflop("resnet50"))
         self.assertAlmostEqual(bench.expected_seconds("accord", RUNS[2], spent), 10.0 * ratio)
         self.assertAlmostEqual(bench.expected_seconds("torch_eager", RUNS[1], spent), 8.0)
-        # A kind not timed yet keeps its first guess, whatever else was timed.
+        # A kind not timed yet keeps its first guess, unless the trainer's graphed steps
+        # were timed: its other modes then follow from those.
         self.assertEqual(bench.expected_seconds("accord_fusion", RUNS[1], spent),
                          bench.FIRST_GUESS_S["accord_fusion"])
+        self.assertEqual(bench.expected_seconds("torch_compile", RUNS[1], spent),
+                         bench.FIRST_GUESS_S["torch_compile"])
+        spent[(RUNS[0], "accord_graphs")] = 6.0
+        self.assertAlmostEqual(bench.expected_seconds("accord_fusion", RUNS[1], spent),
+                               bench.AFTER_GRAPHS["accord_fusion"] * 12.0)
+        self.assertAlmostEqual(bench.expected_seconds("accord", RUNS[0], spent), 10.0)
 
     def test_a_compilation_does_not_scale(self):
         spent = {(RUNS[0], "torch_compile"): 70.0, (RUNS[1], "torch_compile"): 90.0}
         self.assertEqual(bench.expected_seconds("torch_compile", RUNS[2], spent), 90.0)
+
+
+class TimeLimit(unittest.TestCase):
+    def test_a_block_past_its_time_is_stopped(self):
+        t0 = time.monotonic()
+        with self.assertRaises(bench.BudgetSpent):
+            with bench.time_limit(0.2):
+                time.sleep(10)
+        self.assertLess(time.monotonic() - t0, 5)
+        time.sleep(0.3)  # the timer is off again: nothing fires after the block
+
+    def test_a_block_within_its_time_or_without_one_runs_through(self):
+        with bench.time_limit(5):
+            time.sleep(0.05)
+        with bench.time_limit(None):
+            time.sleep(0.05)
 
 
 class TrainerRuns(unittest.TestCase):
@@ -97,10 +120,11 @@ class Refusals(unittest.TestCase):
 
     def test_gpu_check_refuses_a_bad_budget_or_step(self):
         script = os.path.join(SOURCE, "ci", "gpu-check.sh")
-        for args, said in [(["--budget", "soon"], "--budget 'soon': expected whole seconds"),
-                           (["--budget", "30"], "--budget '30': expected whole seconds, at least 60"),
-                           (["--budget"], "--budget '': expected"),
-                           (["tests", "gpu"], "unknown step 'gpu'")]:
+        for args, said in [
+                (["--budget", "soon"], "--budget 'soon': expected whole seconds"),
+                (["--budget", "30"], "--budget '30': expected whole seconds, at least 60"),
+                (["--budget"], "--budget '': expected"),
+                (["tests", "gpu"], "unknown step 'gpu'")]:
             proc = self.run_it("bash", script, *args)
             self.assertEqual(proc.returncode, 2, (args, proc.stderr))
             self.assertIn(said, proc.stderr, args)
