@@ -6,7 +6,6 @@
 // one value at a time. Each element's result is the same either way.
 #include "nn/cuda/kernel_util.cuh"
 
-#include <cstdint>
 #include <initializer_list>
 
 namespace accord::nn::cuda::detail {
@@ -14,15 +13,6 @@ namespace accord::nn::cuda::detail {
 using namespace kernel;
 
 namespace {
-
-// 16 bytes of the storage type A: what one vector access moves.
-template <class A>
-struct alignas(16) Pack {
-  static constexpr int kCount = 16 / sizeof(A);
-  A v[kCount];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 struct Relu {
   __device__ float operator()(float x) const { return fmaxf(x, 0.0f); }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace accord::nn::cuda::detail::kernel {
@@ -26,6 +27,19 @@ __device__ inline size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
 
 using bf16_t = __nv_bfloat16;
 using fp16_t = __half;
+
+// float activations are NCHW, 16-bit ones NHWC, as the tensor cores want them.
+template <class A>
+inline constexpr bool kNhwc = !std::is_same_v<A, float>;
+
+// 16 bytes of the storage type A: what one vector access moves.
+template <class A>
+struct alignas(16) Pack {
+  static constexpr int kCount = 16 / sizeof(A);
+  A v[kCount];
+};
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 __device__ inline float toFloat(float v) { return v; }
 __device__ inline float toFloat(bf16_t v) { return __bfloat162float(v); }

@@ -1,6 +1,6 @@
-// The GPU backend's own kernels for the memory-bound layers (conversions, pools, bias,
-// batch norm's fused ReLU and its inference-mode backward; ReLU and the residual add are
-// in elementwise.cu); see backend_cuda.h.
+// The GPU backend's own kernels for the memory-bound layers (conversions, pools, bias;
+// ReLU and the residual add are in elementwise.cu, batch norm's in bn_apply.cu); see
+// backend_cuda.h.
 //
 // Kernels that map values are grid-stride loops (any size, one launch). Reductions give
 // every output to one thread or one block and sum in a fixed order, so results are
@@ -22,9 +22,6 @@ namespace accord::nn::cuda::detail {
 using namespace kernel;
 
 namespace {
-
-template <class A>
-constexpr bool kNhwc = !std::is_same_v<A, float>;
 
 template <class H>
 __global__ void toHalfKernel(const float* x, H* y, size_t n) {
@@ -167,94 +164,6 @@ __global__ void biasGradKernel(const float* dy, float* db, int N, int out) {
   }
 }
 
-// ---- batch norm ---------------------------------------------------------------------
-
-struct Channel {
-  float mean, invstd, scale, shift;
-};
-
-// Explicitly rounded operations: the compiler may not contract them differently in
-// the forward and the backward kernel, so x * scale + shift is the same in both.
-__device__ Channel channelOf(const BnAffine& f, int c) {
-  Channel k;
-  k.mean = f.mean[c];
-  k.invstd = f.invstd ? f.invstd[c] : __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(f.var[c], f.eps)));
-  k.scale = __fmul_rn(f.gamma[c], k.invstd);
-  k.shift = __fsub_rn(f.beta[c], __fmul_rn(k.mean, k.scale));
-  return k;
-}
-
-__device__ float normalised(float x, const Channel& k) { return __fmaf_rn(x, k.scale, k.shift); }
-
-// The channel of element i: NCHW for float activations, NHWC for bf16 ones.
-template <class A>
-__device__ int channelAt(size_t i, int C, size_t HW) {
-  return kNhwc<A> ? int(i % C) : int(i / HW % C);
-}
-
-template <class A>
-__global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t total, int C,
-                              size_t HW) {
-  for (size_t i = firstIndex(); i < total; i += gridStride()) {
-    Channel k = channelOf(f, channelAt<A>(i, C, HW));
-    float v = normalised(load(x, i), k);
-    store(y, i, relu ? fmaxf(v, 0.0f) : v);
-  }
-}
-
-template <class A>
-__global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size_t total, int C,
-                                 size_t HW) {
-  for (size_t i = firstIndex(); i < total; i += gridStride()) {
-    Channel k = channelOf(f, channelAt<A>(i, C, HW));
-    store(g, i, normalised(load(x, i), k) > 0.0f ? load(dy, i) : 0.0f);
-  }
-}
-
-// Sum of v over the block, returned to every thread (blockDim.x == kThreads).
-__device__ double blockSum(double v, double* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  double total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-// One block per channel. dx = scale * g is written in the same pass that sums (each
-// element is read, then written, by the same thread: dx may be dy).
-template <class A>
-__global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float* dgamma,
-                                          float* dbeta, BnAffine f, bool relu, int N, int C,
-                                          size_t HW) {
-  __shared__ double shared[kThreads];
-  const int c = blockIdx.x;
-  const Channel k = channelOf(f, c);
-  double sum_g = 0.0, sum_g_xc = 0.0;
-  for (int n = 0; n < N; ++n) {
-    // Element i of this image's channel plane sits at base + i * step.
-    const size_t base = kNhwc<A> ? size_t(n) * HW * C + c : (size_t(n) * C + c) * HW;
-    const size_t step = kNhwc<A> ? size_t(C) : 1;
-    for (size_t i = threadIdx.x; i < HW; i += kThreads) {
-      const size_t at = base + i * step;
-      float xv = load(x, at), gv = load(dy, at);
-      if (relu && !(normalised(xv, k) > 0.0f)) gv = 0.0f;
-      sum_g += gv;
-      sum_g_xc += double(gv) * (xv - k.mean);
-      store(dx, at, k.scale * gv);
-    }
-  }
-  sum_g = blockSum(sum_g, shared);
-  sum_g_xc = blockSum(sum_g_xc, shared);
-  if (threadIdx.x == 0) {
-    dbeta[c] = float(sum_g);
-    dgamma[c] = float(sum_g_xc * k.invstd);
-  }
-}
-
 }  // namespace
 
 void launchToHalf(const float* x, void* y, size_t n) {
@@ -345,34 +254,6 @@ void launchAddBias(float* y, const float* b, int N, int out) {
 
 void launchBiasGrad(const float* dy, float* db, int N, int out) {
   biasGradKernel<<<blocksFor(out), kThreads, 0, backend().stream>>>(dy, db, N, out);
-}
-
-void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW) {
-  size_t total = size_t(N) * C * HW;
-  dispatch([&](auto a) {
-    using A = decltype(a);
-    bnApplyKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(as<A>(x), as<A>(y), f, relu,
-                                                                       total, C, HW);
-  });
-}
-
-void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
-                      size_t HW) {
-  size_t total = size_t(N) * C * HW;
-  dispatch([&](auto a) {
-    using A = decltype(a);
-    bnReluMaskKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-        as<A>(x), as<A>(dy), as<A>(g), f, total, C, HW);
-  });
-}
-
-void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
-                               float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW) {
-  dispatch([&](auto a) {
-    using A = decltype(a);
-    bnBackwardInferenceKernel<<<C, kThreads, 0, backend().stream>>>(
-        as<A>(x), as<A>(dy), as<A>(dx), dgamma, dbeta, f, relu, N, C, HW);
-  });
 }
 
 }  // namespace accord::nn::cuda::detail

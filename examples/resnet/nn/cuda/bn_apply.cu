@@ -1,0 +1,231 @@
+// Batch norm's own kernels: the affine map from given statistics with the ReLU after it
+// (after a fused convolution summed them, where cuDNN did not fuse the ReLU, and in
+// inference), its gradient mask, and the inference-mode backward; see backend_cuda.h.
+//
+// The map and the mask read each channel's scale and shift from shared memory, made
+// once per block, rather than from its four parameters per value; in 16 bits (NHWC,
+// where eight consecutive values are eight consecutive channels) they move 16 bytes per
+// access where the channels and the pointers allow it, as elementwise.cu does. Both
+// compute x * scale + shift the same way, so a value the forward's ReLU zeroed is one
+// the mask zeroes.
+#include "nn/cuda/kernel_util.cuh"
+
+#include <initializer_list>
+#include <type_traits>
+
+namespace accord::nn::cuda::detail {
+
+using namespace kernel;
+
+namespace {
+
+struct Channel {
+  float mean, invstd, scale, shift;
+};
+
+// Explicitly rounded operations: the compiler may not contract them differently in
+// the forward and the backward kernel, so x * scale + shift is the same in both.
+__device__ Channel channelOf(const BnAffine& f, int c) {
+  Channel k;
+  k.mean = f.mean[c];
+  k.invstd = f.invstd ? f.invstd[c] : __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(f.var[c], f.eps)));
+  k.scale = __fmul_rn(f.gamma[c], k.invstd);
+  k.shift = __fsub_rn(f.beta[c], __fmul_rn(k.mean, k.scale));
+  return k;
+}
+
+__device__ float normalised(float x, float2 k) { return __fmaf_rn(x, k.x, k.y); }
+
+// The channel of element i: NCHW for float activations, NHWC for 16-bit ones.
+template <class A>
+__device__ int channelAt(size_t i, int C, size_t HW) {
+  return kNhwc<A> ? int(i % C) : int(i / HW % C);
+}
+
+// Channels whose (scale, shift) fit the shared memory a block may take without asking.
+constexpr int kSharedChannels = 4096;
+
+// Every channel's (scale, shift) into the block's shared memory (C of them), where they
+// fit (kShared).
+template <bool kShared>
+__device__ void loadChannels(const BnAffine& f, int C, float2* k) {
+  if constexpr (kShared) {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const Channel ch = channelOf(f, c);
+      k[c] = make_float2(ch.scale, ch.shift);
+    }
+    __syncthreads();
+  }
+}
+
+// Channel c's (scale, shift): from shared memory, or made here where they did not fit.
+template <bool kShared>
+__device__ float2 affineAt(const BnAffine& f, const float2* k, int c) {
+  if constexpr (kShared) {
+    return k[c];
+  } else {
+    const Channel ch = channelOf(f, c);
+    return make_float2(ch.scale, ch.shift);
+  }
+}
+
+// y = x * scale + shift (then the ReLU); the first `packs` Packs in vector accesses.
+template <class A, bool kShared>
+__global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t total, int C,
+                              size_t HW, size_t packs) {
+  extern __shared__ float2 channels[];
+  loadChannels<kShared>(f, C, channels);
+  constexpr int K = Pack<A>::kCount;
+  for (size_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Pack<A> in = reinterpret_cast<const Pack<A>*>(x)[i];
+    const int c0 = int(i * K % C);
+    Pack<A> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float v = normalised(toFloat(in.v[k]), affineAt<kShared>(f, channels, c0 + k));
+      out.v[k] = fromFloat<A>(relu ? fmaxf(v, 0.0f) : v);
+    }
+    reinterpret_cast<Pack<A>*>(y)[i] = out;
+  }
+  for (size_t i = packs * K + firstIndex(); i < total; i += gridStride()) {
+    const float v = normalised(load(x, i), affineAt<kShared>(f, channels, channelAt<A>(i, C, HW)));
+    store(y, i, relu ? fmaxf(v, 0.0f) : v);
+  }
+}
+
+// g = dy where x * scale + shift > 0, else 0; likewise.
+template <class A, bool kShared>
+__global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size_t total, int C,
+                                 size_t HW, size_t packs) {
+  extern __shared__ float2 channels[];
+  loadChannels<kShared>(f, C, channels);
+  constexpr int K = Pack<A>::kCount;
+  for (size_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Pack<A> in = reinterpret_cast<const Pack<A>*>(x)[i];
+    const Pack<A> d = reinterpret_cast<const Pack<A>*>(dy)[i];
+    const int c0 = int(i * K % C);
+    Pack<A> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      out.v[k] = normalised(toFloat(in.v[k]), affineAt<kShared>(f, channels, c0 + k)) > 0.0f
+                     ? d.v[k]
+                     : fromFloat<A>(0.0f);
+    reinterpret_cast<Pack<A>*>(g)[i] = out;
+  }
+  for (size_t i = packs * K + firstIndex(); i < total; i += gridStride()) {
+    const float2 k = affineAt<kShared>(f, channels, channelAt<A>(i, C, HW));
+    store(g, i, normalised(load(x, i), k) > 0.0f ? load(dy, i) : 0.0f);
+  }
+}
+
+// Sum of v over the block, returned to every thread (blockDim.x == kThreads).
+__device__ double blockSum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+// One block per channel. dx = scale * g is written in the same pass that sums (each
+// element is read, then written, by the same thread: dx may be dy).
+template <class A>
+__global__ void bnBackwardInferenceKernel(const A* x, const A* dy, A* dx, float* dgamma,
+                                          float* dbeta, BnAffine f, bool relu, int N, int C,
+                                          size_t HW) {
+  __shared__ double shared[kThreads];
+  const int c = blockIdx.x;
+  const Channel k = channelOf(f, c);
+  const float2 affine = make_float2(k.scale, k.shift);
+  double sum_g = 0.0, sum_g_xc = 0.0;
+  for (int n = 0; n < N; ++n) {
+    // Element i of this image's channel plane sits at base + i * step.
+    const size_t base = kNhwc<A> ? size_t(n) * HW * C + c : (size_t(n) * C + c) * HW;
+    const size_t step = kNhwc<A> ? size_t(C) : 1;
+    for (size_t i = threadIdx.x; i < HW; i += kThreads) {
+      const size_t at = base + i * step;
+      float xv = load(x, at), gv = load(dy, at);
+      if (relu && !(normalised(xv, affine) > 0.0f)) gv = 0.0f;
+      sum_g += gv;
+      sum_g_xc += double(gv) * (xv - k.mean);
+      store(dx, at, k.scale * gv);
+    }
+  }
+  sum_g = blockSum(sum_g, shared);
+  sum_g_xc = blockSum(sum_g_xc, shared);
+  if (threadIdx.x == 0) {
+    dbeta[c] = float(sum_g);
+    dgamma[c] = float(sum_g_xc * k.invstd);
+  }
+}
+
+// Packs the map and the mask take: none unless the values are NHWC with whole Packs
+// of channels and every pointer is 16-byte aligned.
+template <class A>
+size_t packsOf(size_t total, int C, std::initializer_list<const void*> pointers) {
+  if constexpr (!kNhwc<A>) {
+    return 0;
+  } else {
+    if (C % Pack<A>::kCount != 0) return 0;
+    for (const void* p : pointers)
+      if (!aligned16(p)) return 0;
+    return total / Pack<A>::kCount;
+  }
+}
+
+// Runs launch(std::bool_constant<shared>{}, blocks, shared bytes) for `work` threads'
+// worth: with the channels in shared memory where they fit, on blocks few enough that
+// a block's C channels are a small part of the values it maps (at least 16 C each).
+template <class F>
+void launchWithChannels(size_t work, size_t total, int C, F&& launch) {
+  if (C > kSharedChannels) return launch(std::false_type{}, blocksFor(work), size_t(0));
+  const size_t most = std::max<size_t>(1, total / (16 * size_t(C)));
+  launch(std::true_type{}, unsigned(std::min<size_t>(blocksFor(work), most)), C * sizeof(float2));
+}
+
+}  // namespace
+
+void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW) {
+  const size_t total = size_t(N) * C * HW;
+  if (!total) return;
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    const size_t packs = packsOf<A>(total, C, {x, y});
+    launchWithChannels(
+        packs ? packs : total, total, C, [&](auto shared, unsigned blocks, size_t bytes) {
+          bnApplyKernel<A, decltype(shared)::value><<<blocks, kThreads, bytes, backend().stream>>>(
+              as<A>(x), as<A>(y), f, relu, total, C, HW, packs);
+        });
+  });
+}
+
+void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
+                      size_t HW) {
+  const size_t total = size_t(N) * C * HW;
+  if (!total) return;
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    const size_t packs = packsOf<A>(total, C, {x, dy, g});
+    launchWithChannels(packs ? packs : total, total, C,
+                       [&](auto shared, unsigned blocks, size_t bytes) {
+                         bnReluMaskKernel<A, decltype(shared)::value>
+                             <<<blocks, kThreads, bytes, backend().stream>>>(
+                                 as<A>(x), as<A>(dy), as<A>(g), f, total, C, HW, packs);
+                       });
+  });
+}
+
+void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
+                               float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW) {
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    bnBackwardInferenceKernel<<<C, kThreads, 0, backend().stream>>>(
+        as<A>(x), as<A>(dy), as<A>(dx), dgamma, dbeta, f, relu, N, C, HW);
+  });
+}
+
+}  // namespace accord::nn::cuda::detail
