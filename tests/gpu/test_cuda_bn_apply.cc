@@ -57,6 +57,13 @@ class Bytes {
                             nn::cuda::stream()) == cudaSuccess);
     nn::cuda::synchronize();
   }
+  // Whether every byte outside [at, at + bytes) still holds the fill.
+  bool untouchedAround(size_t at, size_t bytes) const {
+    const std::vector<unsigned char> all = get(0, n_);
+    for (size_t i = 0; i < n_; ++i)
+      if ((i < at || i >= at + bytes) && all[i] != 0x5a) return false;
+    return true;
+  }
   std::vector<unsigned char> get(size_t at, size_t bytes) const {
     std::vector<unsigned char> h(bytes);
     nn::cuda::synchronize();
@@ -77,8 +84,10 @@ struct Shape {
 };
 
 // C 6: no whole Packs (single values); 64 and 8: Packs; 4104: Packs, past what shared
-// memory holds (scale and shift made per value).
-const Shape kShapes[] = {{3, 6, 5}, {4, 64, 9}, {1, 8, 1}, {2, 4104, 3}, {5, 64, 49}};
+// memory holds (scale and shift made per value); 200 on 4 M values: a thread takes
+// several Packs, on other channels each time (200 does not divide a grid's 2048 k).
+const Shape kShapes[] = {{3, 6, 5},    {4, 64, 9},  {1, 8, 1},
+                         {2, 4104, 3}, {5, 64, 49}, {2, 200, 10240}};
 
 TEST_CASE("batch norm's map and mask: vector and single-value paths, channels shared or not",
           "[batchnorm]") {
@@ -133,6 +142,11 @@ TEST_CASE("batch norm's map and mask: vector and single-value paths, channels sh
           REQUIRE(by.get(at, bytes) == encode(want_relu, math));
           nn::cuda::detail::launchBnReluMask(bx.at(at), bdy.at(at), bg.at(at), f, s.N, s.C, s.HW);
           REQUIRE(bg.get(at, bytes) == encode(want_g, math));
+          CHECK(by.untouchedAround(at, bytes));
+          CHECK(bg.untouchedAround(at, bytes));
+          // In place, as inference runs it.
+          nn::cuda::detail::launchBnApply(bx.at(at), bx.at(at), f, true, s.N, s.C, s.HW);
+          REQUIRE(bx.get(at, bytes) == encode(want_relu, math));
           REQUIRE(cudaGetLastError() == cudaSuccess);
         }
       }

@@ -42,7 +42,8 @@ __device__ int channelAt(size_t i, int C, size_t HW) {
   return kNhwc<A> ? int(i % C) : int(i / HW % C);
 }
 
-// Channels whose (scale, shift) fit the shared memory a block may take without asking.
+// Channels whose (scale, shift) go to shared memory: 32 KiB, under the 48 KiB a block
+// may take without asking.
 constexpr int kSharedChannels = 4096;
 
 // Every channel's (scale, shift) into the block's shared memory (C of them), where they
@@ -69,6 +70,31 @@ __device__ float2 affineAt(const BnAffine& f, const float2* k, int c) {
   }
 }
 
+// The (scale, shift) of the channels of a thread's Pack, kept in registers while its
+// grid-stride steps land on the same channels (always where a stride's values are a
+// multiple of C, as for every C dividing 2048), and read again where they move: one
+// Pack's reads of shared memory hit few banks, so they are not repeated per Pack.
+template <class A, bool kShared>
+struct PackChannels {
+  static constexpr int K = Pack<A>::kCount;
+  float2 k[K];
+  int c0 = -1;  // the first channel held in k
+  int next;     // the first channel of the thread's next Pack
+  int step;     // how far that moves per grid stride
+  __device__ PackChannels(int C)
+      : next(int(firstIndex() * K % C)), step(int(gridStride() * K % C)) {}
+  // Makes k hold the next Pack's channels.
+  __device__ void advance(const BnAffine& f, const float2* shared, int C) {
+    if (next != c0) {
+      c0 = next;
+#pragma unroll
+      for (int j = 0; j < K; ++j) k[j] = affineAt<kShared>(f, shared, c0 + j);
+    }
+    next += step;
+    if (next >= C) next -= C;
+  }
+};
+
 // y = x * scale + shift (then the ReLU); the first `packs` Packs in vector accesses.
 template <class A, bool kShared>
 __global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t total, int C,
@@ -76,13 +102,14 @@ __global__ void bnApplyKernel(const A* x, A* y, BnAffine f, bool relu, size_t to
   extern __shared__ float2 channels[];
   loadChannels<kShared>(f, C, channels);
   constexpr int K = Pack<A>::kCount;
+  PackChannels<A, kShared> ch(C);
   for (size_t i = firstIndex(); i < packs; i += gridStride()) {
     const Pack<A> in = reinterpret_cast<const Pack<A>*>(x)[i];
-    const int c0 = int(i * K % C);
+    ch.advance(f, channels, C);
     Pack<A> out;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const float v = normalised(toFloat(in.v[k]), affineAt<kShared>(f, channels, c0 + k));
+      const float v = normalised(toFloat(in.v[k]), ch.k[k]);
       out.v[k] = fromFloat<A>(relu ? fmaxf(v, 0.0f) : v);
     }
     reinterpret_cast<Pack<A>*>(y)[i] = out;
@@ -100,16 +127,16 @@ __global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size
   extern __shared__ float2 channels[];
   loadChannels<kShared>(f, C, channels);
   constexpr int K = Pack<A>::kCount;
+  PackChannels<A, kShared> ch(C);
   for (size_t i = firstIndex(); i < packs; i += gridStride()) {
     const Pack<A> in = reinterpret_cast<const Pack<A>*>(x)[i];
     const Pack<A> d = reinterpret_cast<const Pack<A>*>(dy)[i];
-    const int c0 = int(i * K % C);
+    ch.advance(f, channels, C);
     Pack<A> out;
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      out.v[k] = normalised(toFloat(in.v[k]), affineAt<kShared>(f, channels, c0 + k)) > 0.0f
-                     ? d.v[k]
-                     : fromFloat<A>(0.0f);
+    for (int k = 0; k < K; ++k)  // through float, as the single-value path stores it
+      out.v[k] =
+          fromFloat<A>(normalised(toFloat(in.v[k]), ch.k[k]) > 0.0f ? toFloat(d.v[k]) : 0.0f);
     reinterpret_cast<Pack<A>*>(g)[i] = out;
   }
   for (size_t i = packs * K + firstIndex(); i < total; i += gridStride()) {
@@ -177,13 +204,29 @@ size_t packsOf(size_t total, int C, std::initializer_list<const void*> pointers)
   }
 }
 
+// The GPU's multiprocessors (asked once).
+size_t multiprocessors() {
+  static const size_t count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        n <= 0) {
+      cudaGetLastError();
+      return size_t(108);
+    }
+    return size_t(n);
+  }();
+  return count;
+}
+
 // Runs launch(std::bool_constant<shared>{}, blocks, shared bytes) for `work` threads'
 // worth: with the channels in shared memory where they fit, on blocks few enough that
-// a block's C channels are a small part of the values it maps (at least 16 C each).
+// a block's C channels are a small part of the values it maps (at least 16 C each),
+// but never fewer than four per multiprocessor, which the memory needs in flight.
 template <class F>
 void launchWithChannels(size_t work, size_t total, int C, F&& launch) {
   if (C > kSharedChannels) return launch(std::false_type{}, blocksFor(work), size_t(0));
-  const size_t most = std::max<size_t>(1, total / (16 * size_t(C)));
+  const size_t most = std::max(total / (16 * size_t(C)), 4 * multiprocessors());
   launch(std::true_type{}, unsigned(std::min<size_t>(blocksFor(work), most)), C * sizeof(float2));
 }
 

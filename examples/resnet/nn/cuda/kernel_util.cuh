@@ -1,6 +1,7 @@
-// What the backend's CUDA sources share (kernels.cu, elementwise.cu, bn_stats.cu): launch
-// sizes, grid-stride indices, the activations' storage types and their float loads and
-// rounded stores, and the dispatch from the backend's math to a storage type.
+// What the backend's CUDA sources share (kernels.cu, elementwise.cu, bn_apply.cu,
+// bn_stats.cu): launch sizes, grid-stride indices, the activations' storage types, their
+// layout, float loads and rounded stores, 16-byte Packs of them, and the dispatch from
+// the backend's math to a storage type.
 #pragma once
 
 #include "nn/cuda/backend_cuda.h"
