@@ -18,10 +18,11 @@
 #                        [trainer] [profile] [mpi]
 # runs the steps named (all of them when none is), in that order of importance, except
 # that the tests (CTest runs ACCORD_GPU_TEST_JOBS=4 at once) and the Python suite run
-# side by side. With --budget the whole check ends within that many seconds: each step
-# gets at most what is left, the trainer benchmark measures what fits (its most telling
-# figures first), and a step with too little left is reported NOT RUN. A device lease
-# is short: one call should bring back everything.
+# side by side. With --budget the whole check ends within that many seconds: the tests
+# get a little over half of it (CTest stops those still running in time to report),
+# each later step at most what is left, the trainer benchmark measures what fits (its
+# most telling figures first), and a step with too little left is reported NOT RUN. A
+# device lease is short: one call should bring back everything.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
