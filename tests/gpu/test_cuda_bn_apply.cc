@@ -3,10 +3,8 @@
 // aligned, one value at a time otherwise, and each channel's scale and shift from
 // shared memory or, past what that holds, made per value. Each result must be what the
 // host computes with the same roundings, bit for bit.
-#include "cudnn_half_util.h"
+#include "device_bytes.h"
 #include "nn/cuda/backend_cuda.h"
-
-#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstring>
@@ -17,66 +15,11 @@ namespace {
 
 using nn::cuda::detail::BnAffine;
 
-const char* nameOfMath(Math m) { return m == Math::Fp32 ? "fp32" : nameOf(m); }
-size_t widthOf(Math m) { return m == Math::Fp32 ? sizeof(float) : 2; }
-
 float toStored(float v, Math m) {
   if (m == Math::Bf16) return __bfloat162float(__float2bfloat16(v));
   if (m == Math::Fp16) return __half2float(__float2half(v));
   return v;
 }
-
-std::vector<unsigned char> encode(const std::vector<float>& v, Math m) {
-  std::vector<unsigned char> out(v.size() * widthOf(m));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (m == Math::Bf16) {
-      const __nv_bfloat16 h = __float2bfloat16(v[i]);
-      std::memcpy(&out[2 * i], &h, 2);
-    } else if (m == Math::Fp16) {
-      const __half h = __float2half(v[i]);
-      std::memcpy(&out[2 * i], &h, 2);
-    } else {
-      std::memcpy(&out[4 * i], &v[i], 4);
-    }
-  }
-  return out;
-}
-
-// Raw device bytes written and read on the layers' stream.
-class Bytes {
- public:
-  explicit Bytes(size_t n) : n_(n) {
-    REQUIRE(cudaMalloc(&p_, n) == cudaSuccess);
-    REQUIRE(cudaMemsetAsync(p_, 0x5a, n, nn::cuda::stream()) == cudaSuccess);
-  }
-  ~Bytes() { cudaFree(p_); }
-  Bytes(const Bytes&) = delete;
-  Bytes& operator=(const Bytes&) = delete;
-  void put(size_t at, const std::vector<unsigned char>& b) {
-    REQUIRE(cudaMemcpyAsync(static_cast<char*>(p_) + at, b.data(), b.size(), cudaMemcpyHostToDevice,
-                            nn::cuda::stream()) == cudaSuccess);
-    nn::cuda::synchronize();
-  }
-  // Whether every byte outside [at, at + bytes) still holds the fill.
-  bool untouchedAround(size_t at, size_t bytes) const {
-    const std::vector<unsigned char> all = get(0, n_);
-    for (size_t i = 0; i < n_; ++i)
-      if ((i < at || i >= at + bytes) && all[i] != 0x5a) return false;
-    return true;
-  }
-  std::vector<unsigned char> get(size_t at, size_t bytes) const {
-    std::vector<unsigned char> h(bytes);
-    nn::cuda::synchronize();
-    REQUIRE(cudaMemcpy(h.data(), static_cast<char*>(p_) + at, bytes, cudaMemcpyDeviceToHost) ==
-            cudaSuccess);
-    return h;
-  }
-  float* at(size_t byte) const { return reinterpret_cast<float*>(static_cast<char*>(p_) + byte); }
-
- private:
-  void* p_ = nullptr;
-  size_t n_;
-};
 
 struct Shape {
   int N, C;

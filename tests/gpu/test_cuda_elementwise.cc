@@ -3,9 +3,7 @@
 // time for the rest and for pointers off 16 bytes. In float32, bf16 and fp16 storage,
 // each result must be the value rounded to the storage type, exactly as the host
 // computes it, and nothing outside the output range may be written.
-#include "cudnn_half_util.h"
-
-#include <cuda_runtime.h>
+#include "device_bytes.h"
 
 #include <algorithm>
 #include <cstring>
@@ -15,59 +13,6 @@
 
 namespace accord::test {
 namespace {
-
-size_t widthOf(Math m) { return m == Math::Bf16 || m == Math::Fp16 ? 2 : sizeof(float); }
-
-// v in `m`'s storage type, as bytes (rounded to nearest, ties to even).
-std::vector<unsigned char> encode(const std::vector<float>& v, Math m) {
-  std::vector<unsigned char> out(v.size() * widthOf(m));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (m == Math::Bf16) {
-      const __nv_bfloat16 h = __float2bfloat16(v[i]);
-      std::memcpy(&out[2 * i], &h, 2);
-    } else if (m == Math::Fp16) {
-      const __half h = __float2half(v[i]);
-      std::memcpy(&out[2 * i], &h, 2);
-    } else {
-      std::memcpy(&out[4 * i], &v[i], 4);
-    }
-  }
-  return out;
-}
-
-// Storage-type values as float: the exact result a kernel's rounding gives.
-std::vector<float> stored(const std::vector<float>& v, Math m) {
-  return m == Math::Bf16 || m == Math::Fp16 ? rounded(v, m) : v;
-}
-
-// Raw device bytes, filled with a sentinel byte, written and read on the layers' stream.
-class Bytes {
- public:
-  static constexpr unsigned char kSentinel = 0x5a;
-  explicit Bytes(size_t n) : n_(n) {
-    REQUIRE(cudaMalloc(&p_, n) == cudaSuccess);
-    REQUIRE(cudaMemsetAsync(p_, kSentinel, n, nn::cuda::stream()) == cudaSuccess);
-  }
-  ~Bytes() { cudaFree(p_); }
-  Bytes(const Bytes&) = delete;
-  Bytes& operator=(const Bytes&) = delete;
-  void put(size_t at, const std::vector<unsigned char>& b) {
-    REQUIRE(cudaMemcpyAsync(static_cast<char*>(p_) + at, b.data(), b.size(), cudaMemcpyHostToDevice,
-                            nn::cuda::stream()) == cudaSuccess);
-    nn::cuda::synchronize();
-  }
-  std::vector<unsigned char> all() const {
-    std::vector<unsigned char> h(n_);
-    nn::cuda::synchronize();
-    REQUIRE(cudaMemcpy(h.data(), p_, n_, cudaMemcpyDeviceToHost) == cudaSuccess);
-    return h;
-  }
-  float* at(size_t byte) const { return reinterpret_cast<float*>(static_cast<char*>(p_) + byte); }
-
- private:
-  void* p_ = nullptr;
-  size_t n_;
-};
 
 // Element offsets of (a, b, y) from a 256-byte-aligned allocation (c goes at a's):
 // all aligned; all off 16 bytes; only the output off; one input off; all 16 bytes in
@@ -143,7 +88,7 @@ TEST_CASE("element-wise kernels: vector and single-value paths at any length and
           "[elementwise]") {
   for (Math math : {Math::Fp32, Math::Bf16, Math::Fp16}) {
     HalfMode mode(math);
-    INFO((math == Math::Fp32 ? "fp32" : nameOf(math)));
+    INFO(nameOfMath(math));
     std::mt19937_64 rng(31);
     for (size_t n : kLengths) {
       // Inputs already in the storage type: the host's float sums then match the GPU's.
@@ -166,7 +111,7 @@ TEST_CASE("element-wise kernels in place: accumulate, and add and relu onto an i
           "[elementwise]") {
   for (Math math : {Math::Fp32, Math::Bf16, Math::Fp16}) {
     HalfMode mode(math);
-    INFO((math == Math::Fp32 ? "fp32" : nameOf(math)));
+    INFO(nameOfMath(math));
     std::mt19937_64 rng(32);
     const size_t n = 4096 + 5, w = widthOf(math);
     const auto a = stored(randomVector(n, rng), math), b = stored(randomVector(n, rng), math);
