@@ -148,6 +148,7 @@ void bindAll(Model& m) {
   m.dlogits = m.acts.take(static_cast<std::size_t>(N) * m.fc.out);
   biggest = std::max(biggest, static_cast<std::size_t>(N) * m.fc.in);
   for (float*& s : m.scratch) s = m.acts.take(biggest);
+  m.bn_dx = m.acts.take(biggest);
 }
 
 void initAll(Model& m) {

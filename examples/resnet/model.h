@@ -81,6 +81,7 @@ struct Model {
   float* logits = nullptr;   // (N, classes)
   float* dlogits = nullptr;  // (N, classes)
   float* scratch[3] = {};    // (max activation) gradient ping-pong buffers
+  float* bn_dx = nullptr;    // (max activation) a batch norm's input gradient in backward
   bool bn_training = true;   // false: BN uses running statistics (inference mode)
   // Loss scaling (fp16 on a GPU): the loss's gradient is multiplied by this before
   // backward, so every gradient comes out scaled by it (the device's deviceSgdStep

@@ -5,8 +5,11 @@
 //
 // Activation gradients live in three scratch buffers of the largest activation size.
 // A block's backward takes dy in one buffer and returns the buffer that holds dx: the
-// branch alternates between the other two (BN's backward works in place), and the
-// shortcut's gradient is added at the end, so three buffers suffice at any depth.
+// branch alternates between the other two, and the shortcut's gradient is added at the
+// end, so three buffers suffice at any depth. A batch norm's backward writes to a
+// fourth (m.bn_dx), which its convolution's backward reads: never in place, which
+// cuDNN does not promise, so the GPU's batch norm need not copy its input gradient
+// first.
 #include "model.h"
 #include "model_device.h"
 
@@ -61,11 +64,11 @@ void sendConv(Model& m, ConvBn& c) {
 }
 
 // dy: gradient w.r.t. the ConvBn's output (after its ReLU where forward fused one);
-// consumed in place. dx: gradient w.r.t. its input (nullable for the stem).
-void convBnBackward(Model& m, ConvBn& c, const float* x, float* dy, float* dx, int N) {
-  m.ops->batchnorm2d_backward(c.bn, c.a, dy, dy, N, c.H, c.W, m.bn_training);
+// left as it was. dx: gradient w.r.t. its input (nullable for the stem).
+void convBnBackward(Model& m, ConvBn& c, const float* x, const float* dy, float* dx, int N) {
+  m.ops->batchnorm2d_backward(c.bn, c.a, dy, m.bn_dx, N, c.H, c.W, m.bn_training);
   sendBn(m, c);
-  m.ops->conv2d_backward(c.conv, x, dy, dx, N, c.H_in, c.W_in);
+  m.ops->conv2d_backward(c.conv, x, m.bn_dx, dx, N, c.H_in, c.W_in);
   sendConv(m, c);
 }
 
