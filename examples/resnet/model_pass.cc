@@ -153,12 +153,11 @@ void backward(Model& m, int N) {
   const ConvBn& last = m.blocks.back().convs.back();
   m.ops->avgpool_backward(m.scratch[0], m.scratch[1], N, m.fc.in, last.H, last.W);
   int cur = 1;
-  // Where the backend sums a block's input gradients and masks them by the block before's
-  // ReLU in one pass, that block's backward starts past its ReLU.
-  const bool fuse = m.ops->accumulate_relu_backward != nullptr;
+  // A block's input gradients are summed and masked by the ReLU that ended the block
+  // before it in one call, so that block's backward starts past its ReLU.
   for (auto b = m.blocks.rbegin(); b != m.blocks.rend(); ++b) {
     const bool first_block = b + 1 == m.blocks.rend(), last_block = b == m.blocks.rbegin();
-    cur = blockBackward(m, *b, cur, N, fuse && !last_block, fuse && !first_block);
+    cur = blockBackward(m, *b, cur, N, !last_block, !first_block);
   }
   float* dy = m.scratch[cur];
   if (m.has_maxpool) {

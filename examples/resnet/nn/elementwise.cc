@@ -103,4 +103,10 @@ void add_relu_forward(const float* a, const float* b, float* y, size_t n) {
   add(a, b, y, n, "add_relu_forward", true);
 }
 
+// Two passes here (oneDNN has no masked add); the GPU's is one.
+void accumulate_relu_backward(float* y, const float* x, const float* relu_y, size_t n) {
+  accumulate(y, x, n);
+  relu_backward(relu_y, y, y, n);
+}
+
 }  // namespace accord::nn

@@ -20,7 +20,7 @@ const LayerOps& cpuLayers() {
                             &add_forward,
                             &accumulate,
                             &add_relu_forward,
-                            nullptr,
+                            &accumulate_relu_backward,
                             &softmax_xent,
                             &topk_correct,
                             nullptr};

@@ -26,8 +26,6 @@ struct LayerOps {
   void (*add_forward)(const float*, const float*, float*, size_t);
   void (*accumulate)(float*, const float*, size_t);
   void (*add_relu_forward)(const float*, const float*, float*, size_t);
-  // accumulate, then relu_backward through the ReLU whose output is `relu_y`, in one pass
-  // where the backend can (nn::cuda::accumulate_relu_backward); nullptr: the two calls.
   void (*accumulate_relu_backward)(float* y, const float* x, const float* relu_y, size_t);
   float (*softmax_xent)(const float*, const int32_t*, float*, int, int, float);
   TopK (*topk_correct)(const float*, const int32_t*, int, int);

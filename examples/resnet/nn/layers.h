@@ -215,6 +215,10 @@ void accumulate(float* y, const float* x, size_t n);                   // (n)
 // y = max(a + b, 0): the add and the ReLU that end a residual block, in one pass
 // (relu_backward on y is its backward, as for add_forward then relu_forward).
 void add_relu_forward(const float* a, const float* b, float* y, size_t n);  // (n)
+// y = relu_y > 0 ? y + x : 0: accumulate, then relu_backward through the ReLU whose
+// output is relu_y (where a residual block's input gradient meets the ReLU that ended
+// the block before it).
+void accumulate_relu_backward(float* y, const float* x, const float* relu_y, size_t n);
 
 // ---- softmax cross-entropy ----------------------------------------------------------
 
