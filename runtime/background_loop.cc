@@ -21,6 +21,9 @@
 #include <optional>
 #include <thread>
 
+#include <pthread.h>
+#include <csignal>
+
 namespace accord {
 
 namespace {
@@ -272,6 +275,16 @@ void BackgroundLoop::run() noexcept {
 }  // namespace
 
 void runBackgroundLoop(Runtime& rt) noexcept {
+  // MPI's TCP transport writes to its sockets on this thread. A write to a peer that has
+  // died raises SIGPIPE, whose default action ends the process without a word, before
+  // the wait's deadline could report the dead peer as a CommError. Blocked here, the
+  // write fails with EPIPE instead, the transfer never completes, and the deadline
+  // names the rank. Only this thread's mask changes: the application's own handling of
+  // SIGPIPE stays as it set it.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   BackgroundLoop loop(rt);
   loop.run();
 }

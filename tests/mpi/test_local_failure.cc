@@ -6,9 +6,14 @@
 
 #include "mpi_test.h"
 
+#include <cerrno>
+#include <csignal>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <pthread.h>
+#include <unistd.h>
 
 using namespace accord_test;
 
@@ -145,6 +150,44 @@ TEST_CASE("reducescatter: a rank whose output allocator fails still takes part")
     }
     allreduceStillWorks(o.name + ".after");
   }
+}
+
+// MPI's TCP transport writes to a dead peer's socket on Accord's thread. That write must
+// fail (EPIPE) rather than end the process by SIGPIPE, or a survivor dies silently
+// instead of reporting the dead peer. The output allocator runs on that thread: there
+// it writes to a pipe nobody reads, as the transport would to a closed connection.
+TEST_CASE("a write to a closed connection on Accord's thread fails instead of ending the process") {
+  const int n = accord::size();
+  int wrote = 0, error = 0;
+  auto good = [&](const Shape& shape) {
+    int ends[2];
+    if (pipe(ends) != 0) throw std::runtime_error("test: no pipe");
+    close(ends[0]);
+    const char byte = 1;
+    wrote = static_cast<int>(write(ends[1], &byte, 1));
+    error = errno;
+    close(ends[1]);
+    return shape;
+  };
+  Output out(DType::Int32);
+  auto keep = out.allocator();
+  Buffer in(DType::Int32, {2});
+  in.fill([&](std::int64_t i) { return i; });
+  accord::AllgatherOptions o;
+  o.name = "local.closed_pipe";
+  const Outcome outcome =
+      finish(accord::allgather_async(
+                 in.view(), [&](const Shape& shape) { return keep(good(shape)); }, o),
+             o.name);
+  INFO(outcome.kind << ": " << outcome.message);
+  REQUIRE(outcome.ok());
+  CHECK(wrote == -1);
+  CHECK(error == EPIPE);
+  CHECK(out.numel() == 2 * n);
+  // The application's threads keep the mask they had: SIGPIPE is not blocked here.
+  sigset_t mask;
+  REQUIRE(pthread_sigmask(SIG_BLOCK, nullptr, &mask) == 0);
+  CHECK(sigismember(&mask, SIGPIPE) == 0);
 }
 
 int main(int argc, char** argv) { return runMain(argc, argv); }
