@@ -159,7 +159,7 @@ TEST_CASE("reducescatter: a rank whose output allocator fails still takes part")
 TEST_CASE("a write to a closed connection on Accord's thread fails instead of ending the process") {
   const int n = accord::size();
   int wrote = 0, error = 0;
-  auto good = [&](const Shape& shape) {
+  auto writeToClosedPipe = [&](const Shape& shape) {
     int ends[2];
     if (pipe(ends) != 0) throw std::runtime_error("test: no pipe");
     close(ends[0]);
@@ -170,14 +170,14 @@ TEST_CASE("a write to a closed connection on Accord's thread fails instead of en
     return shape;
   };
   Output out(DType::Int32);
-  auto keep = out.allocator();
+  auto store = out.allocator();
   Buffer in(DType::Int32, {2});
   in.fill([&](std::int64_t i) { return i; });
   accord::AllgatherOptions o;
   o.name = "local.closed_pipe";
   const Outcome outcome =
       finish(accord::allgather_async(
-                 in.view(), [&](const Shape& shape) { return keep(good(shape)); }, o),
+                 in.view(), [&](const Shape& shape) { return store(writeToClosedPipe(shape)); }, o),
              o.name);
   INFO(outcome.kind << ": " << outcome.message);
   REQUIRE(outcome.ok());
