@@ -11,6 +11,7 @@
 #
 # On the build machine (no GPU needed), then through the device tool:
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
+#   bash ci/device-rehearse.sh          (here: does everything load and start there?)
 #   run: bash ci/device-run.sh bash ci/gpu-check.sh --budget 540
 #                                      (timeout_s 600; carry: build-device, .debs, .data)
 #
