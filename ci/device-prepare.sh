@@ -53,7 +53,7 @@ echo "ci/device-prepare.sh: $(ls .debs | wc -l) packages in .debs ($(du -sh .deb
 # The trainer's GPU tests train on Fashion-MNIST, which that machine lacks and whose
 # 30 MB would not fit beside the build: the first 12000 training and 2000 test images,
 # in the same IDX files, go in .data/fashion-mnist/ (carry .data too; ci/device-run.sh
-# points the tests at it with ACCORD_TEST_FASHION_DIR).
+# points the tests at it with TEST_FASHION_MNIST_DIR).
 python3 - /usr/share/datasets/fashion-mnist .data/fashion-mnist 12000 2000 <<'PY'
 import gzip, os, struct, sys
 src, dst, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -103,6 +103,9 @@ if [ "$dir" = build-gpu ]; then
   find build-device -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c \
       'for f; do head -c 4 "$f" | grep -q ELF && strip --strip-unneeded "$f"; done' sh {} +
   rm -rf build-device/CMakeFiles/*/CompilerId*
+  # What was built, for the GPU check's report: the copy there has no .git.
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!build*' 2>/dev/null || echo ' with local changes')" \
+    > build-device/COMMIT
   size_kib=$(du -sk build-device .debs .data | awk '{s += $1} END {print s}')
   echo "ci/device-prepare.sh: build-device/, .debs/ and .data/ take $((size_kib / 1024)) MiB; carry all three"
   exit 0

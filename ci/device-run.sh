@@ -24,20 +24,31 @@ if [ ! -f "$prefix/.unpacked" ]; then
   # Debian names these through update-alternatives, which dpkg -x does not run.
   ln -sf orterun "$prefix/usr/bin/mpirun"
   ln -sf orterun "$prefix/usr/bin/mpiexec"
+  mkdir -p "$prefix/lib/x86_64-linux-gnu"
+  for psm in "$prefix"/usr/lib/libpsm1/libpsm_infinipath.so.1.*; do
+    [ -e "$psm" ] && ln -sf "$psm" "$prefix/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+  done
   touch "$prefix/.unpacked"
 fi
 lib=$prefix/usr/lib/x86_64-linux-gnu
 export PATH=$prefix/usr/bin:$PATH
-export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib:$lib/libfabric:${LD_LIBRARY_PATH:-}
-# Open MPI and PMIx find their plugins and help files relative to these.
+# A few packages (libnl's) still install under /lib rather than /usr/lib.
+export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib:$lib/libfabric:$prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# Open MPI and PMIx find their plugins and help files relative to these (the help
+# files under OPAL_DATADIR/openmpi: without them a rank's abort prints no reason).
 export OPAL_PREFIX=$prefix/usr
 export OPAL_LIBDIR=$lib/openmpi/lib
-export OPAL_DATADIR=$prefix/usr/share/openmpi
+export OPAL_DATADIR=$prefix/usr/share
+# Debian's settings, as where the tests run in CI: no warnings about unused network
+# components, and none of the fabric transports (ofi, openib, ucx) that its build of
+# Open MPI leaves out by default.
+export OPAL_SYSCONFDIR=$prefix/etc/openmpi
 export PMIX_INSTALL_PREFIX=$lib/pmix2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The slice of Fashion-MNIST ci/device-prepare.sh staged: the trainer's tests read it.
+# (Not an ACCORD_ name: the runtime warns about those it does not know.)
 if [ -d "$root/.data/fashion-mnist" ]; then
-  export ACCORD_TEST_FASHION_DIR=$root/.data/fashion-mnist
+  export TEST_FASHION_MNIST_DIR=$root/.data/fashion-mnist
 fi
 # CTest files name executables by the absolute path of the build machine's checkout,
 # and that machine's mpiexec and cmake: make the path valid here and use the unpacked

@@ -30,7 +30,7 @@
 # machine that has one. The logs are archived after every step, so a call cut off at
 # its limit still brings back what finished.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 budget=0
 steps=()
 while [ $# -gt 0 ]; do
@@ -92,7 +92,9 @@ gpu_missing() {  # <log>
   fi
 }
 
-say "== gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# The copy on a device machine has no .git: ci/device-prepare.sh recorded the commit.
+commit=$(git rev-parse --short HEAD 2>/dev/null || cat build/COMMIT 2>/dev/null || echo '?')
+say "== gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit"
 say "$(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1)"
 
 # libaccord links libnccl.so.2, the trainer also libcudnn.so.9 and libcublas: found on

@@ -49,8 +49,8 @@ function(expect json field value)
 endfunction()
 
 set(fashion)
-if(DEFINED ENV{ACCORD_TEST_FASHION_DIR})  # a slice of it where it is not installed
-  set(fashion --fashion-dir $ENV{ACCORD_TEST_FASHION_DIR})
+if(DEFINED ENV{TEST_FASHION_MNIST_DIR})  # a slice of it where it is not installed
+  set(fashion --fashion-dir $ENV{TEST_FASHION_MNIST_DIR})
 endif()
 tool(${MAKE_JPEGS} ${DATA} --train 128 --val 32 --min-size 40 --max-size 80 ${fashion})
 if(NOT MODE STREQUAL "folder")

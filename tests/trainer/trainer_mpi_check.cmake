@@ -5,10 +5,10 @@ include(${CMAKE_CURRENT_LIST_DIR}/no_gpu.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 # Where Fashion-MNIST is not installed (a GPU machine), ci/device-run.sh points
-# ACCORD_TEST_FASHION_DIR at a slice of it.
+# TEST_FASHION_MNIST_DIR at a slice of it.
 set(DATA_ARGS)
-if(DEFINED ENV{ACCORD_TEST_FASHION_DIR})
-  set(DATA_ARGS --data-dir $ENV{ACCORD_TEST_FASHION_DIR})
+if(DEFINED ENV{TEST_FASHION_MNIST_DIR})
+  set(DATA_ARGS --data-dir $ENV{TEST_FASHION_MNIST_DIR})
 endif()
 set(SMALL ${DATA_ARGS} --width 0.125 --train-limit 512 --no-eval --no-progress --threads 1 --seed 7)
 
