@@ -82,27 +82,40 @@ std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
 }
 
 // Samples are written in place in parallel; bad ones are then squeezed out, keeping
-// the others in batch order.
+// the others in batch order. A batch that cannot be used (a bad sample without
+// skip_bad, or nothing but bad ones) keeps the reason in slot.error, which the in-order
+// stage throws: the epoch fails on the first such batch in step order, naming its first
+// bad sample, whichever thread met a bad sample first.
 void Loader::fill(Slot& slot, std::int64_t step) {
   if (before_fill_) before_fill_(slot.x.data());
+  slot.error = nullptr;
   const std::vector<std::int64_t> idx = indicesFor(step);
   const std::size_t per = slot.x.size() / opt_.batch;
   const bool augment = opt_.train && opt_.augment;
-  std::vector<char> bad(idx.size(), 0);
+  std::vector<std::exception_ptr> bad(idx.size());
   tbb::parallel_for(std::size_t{0}, idx.size(), [&](std::size_t i) {
     const std::uint64_t aug = mixSeed(mixSeed(opt_.seed, epoch_), idx[i]);
     try {
       slot.labels[i] = source_.fill(idx[i], augment, aug, slot.x.data() + i * per);
-    } catch (const BadRecord& e) {
-      if (!opt_.skip_bad) throw;
-      std::fprintf(stderr, "accord-resnet (rank %d): skipped bad sample %lld: %s\n", opt_.log_rank,
-                   static_cast<long long>(idx[i]), e.what());
-      bad[i] = 1;
+    } catch (const BadRecord&) {
+      bad[i] = std::current_exception();
     }
   });
   std::size_t n = 0;
   for (std::size_t i = 0; i < idx.size(); ++i) {
-    if (bad[i]) continue;
+    if (bad[i]) {
+      if (!opt_.skip_bad) {
+        slot.error = bad[i];
+        return;
+      }
+      try {
+        std::rethrow_exception(bad[i]);
+      } catch (const BadRecord& e) {
+        std::fprintf(stderr, "accord-resnet (rank %d): skipped bad sample %lld: %s\n",
+                     opt_.log_rank, static_cast<long long>(idx[i]), e.what());
+      }
+      continue;
+    }
     if (n != i) {
       std::copy_n(slot.x.data() + i * per, per, slot.x.data() + n * per);
       slot.labels[n] = slot.labels[i];
@@ -112,8 +125,9 @@ void Loader::fill(Slot& slot, std::int64_t step) {
   }
   skipped_ += static_cast<std::int64_t>(idx.size() - n);
   if (n == 0 && !idx.empty())
-    throw DataError("every sample of the batch at step " + std::to_string(step) +
-                    " was bad (see the messages above): the data is unusable");
+    slot.error = std::make_exception_ptr(
+        DataError("every sample of the batch at step " + std::to_string(step) +
+                  " was bad (see the messages above): the data is unusable"));
   slot.n = static_cast<int>(n);
 }
 
@@ -171,6 +185,7 @@ void Loader::produceSteps(std::int64_t first_step) {
                                        }) &
             tbb::make_filter<Job, void>(tbb::filter_mode::serial_in_order, [&](Job job) {
               const Slot& s = slots_[static_cast<std::size_t>(job.slot)];
+              if (s.error) std::rethrow_exception(s.error);
               if (filled_) filled_(s.x.data(), s.n);
               publish(job.slot);
             }));
@@ -187,7 +202,8 @@ int Loader::take() {
   if (remaining_ == 0) return -1;
   if (!producer_.joinable()) throw std::logic_error("Loader::next before startEpoch");
   cv_.wait(lock, [&] { return !ready_.empty() || error_; });
-  if (error_) std::rethrow_exception(error_);
+  // The batches made before a failure come first: it happened after them.
+  if (ready_.empty()) std::rethrow_exception(error_);
   const int slot = ready_.front();
   ready_.pop_front();
   --remaining_;

@@ -89,6 +89,7 @@ class Loader {
     std::vector<std::int32_t> labels;
     std::vector<std::int64_t> indices;  // of the samples kept, in the source
     int n = 0;
+    std::exception_ptr error;  // why the batch cannot be used, thrown in step order
   };
   std::vector<std::int64_t> indicesFor(std::int64_t step) const;
   void produce(std::int64_t first_step);  // the producer thread's body

@@ -1,7 +1,7 @@
 // The packed format and the photo sources: pack -> read gives back the folder's bytes
 // and labels; sharded epoch orders are disjoint per rank, read shards front to back
 // and change every epoch; bad records are reported with file and offset and skipped
-// (and counted) or rejected.
+// (and counted) or rejected, the first in order whichever thread meets one first.
 #include "jpeg.h"
 #include "jpeg_source.h"
 #include "loader.h"
@@ -10,10 +10,12 @@
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 using namespace accord::resnet;
 namespace fs = std::filesystem;
@@ -302,4 +304,69 @@ TEST_CASE("bad records are reported with file and offset, then skipped or reject
   }
   CHECK(error.find(shard0.string() + " (offset 0,") != std::string::npos);
   CHECK(reject.skipped() == 0);
+}
+
+namespace {
+
+// 20 one-channel 2x2 samples whose pixels hold their index; the bad ones fail, each
+// after a delay of its own, so the bad sample met first need not be the first in order.
+class SlowBadSource : public ImageSource {
+ public:
+  explicit SlowBadSource(std::map<std::int64_t, int> fail_after_ms)
+      : fail_after_ms_(std::move(fail_after_ms)) {}
+  std::int64_t size() const override { return 20; }
+  int channels() const override { return 1; }
+  int imageSize() const override { return 2; }
+  int classes() const override { return 2; }
+  std::int32_t fill(std::int64_t index, bool, std::uint64_t, float* out) const override {
+    if (const auto bad = fail_after_ms_.find(index); bad != fail_after_ms_.end()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(bad->second));
+      throw BadRecord("sample " + std::to_string(index) + " is bad");
+    }
+    std::fill_n(out, 4, static_cast<float>(index));
+    return static_cast<std::int32_t>(index % 2);
+  }
+
+ private:
+  std::map<std::int64_t, int> fail_after_ms_;
+};
+
+}  // namespace
+
+TEST_CASE("a rejected epoch names its first bad sample in order and after the batches before it",
+          "[records]") {
+  // Step 1 (samples 5-9) holds two bad samples, the first of them the slowest to fail;
+  // step 2 one that fails at once. Several steps are filled at the same time.
+  const SlowBadSource source({{6, 200}, {8, 0}, {12, 0}});
+  LoaderOptions lo;
+  lo.batch = 5;
+  lo.train = false;
+  lo.prefetch = 4;
+  lo.workers = 4;
+  std::vector<float> x(5 * 4);
+  std::vector<std::int32_t> y(5);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    Loader loader(source, lo);
+    loader.startEpoch(epoch);
+    REQUIRE(loader.next(x.data(), y.data()) == 5);
+    CHECK(x[4 * 4] == 4.0f);  // step 0, whole
+    std::string error;
+    try {
+      loader.next(x.data(), y.data());
+    } catch (const BadRecord& e) {
+      error = e.what();
+    }
+    CHECK(error == "sample 6 is bad");
+  }
+  // Skipping: step 1 keeps its three good samples in order.
+  lo.skip_bad = true;
+  Loader loader(source, lo);
+  loader.startEpoch(0);
+  REQUIRE(loader.next(x.data(), y.data()) == 5);
+  REQUIRE(loader.next(x.data(), y.data()) == 3);
+  CHECK(std::vector<float>{x[0], x[4], x[8]} == std::vector<float>{5, 7, 9});
+  CHECK(loader.next(x.data(), y.data()) == 4);
+  CHECK(loader.next(x.data(), y.data()) == 5);
+  CHECK(loader.next(x.data(), y.data()) == 0);
+  CHECK(loader.skipped() == 3);
 }
