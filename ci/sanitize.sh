@@ -170,7 +170,14 @@ run_address() {
   export LSAN_OPTIONS="suppressions=$root/ci/lsan.supp print_suppressions=0"
   export ACCORD_TEST_TIME_SCALE=2
   local status=0
-  ctest --test-dir build-asan --output-on-failure --no-tests=error -LE '^python$' "$@" || status=1
+  ctest --test-dir build-asan --output-on-failure --no-tests=error -LE '^python$' \
+    -E '^tools\.gpu-check$' "$@" || status=1
+  # tools.gpu-check starts accord-resnet without mpirun, so without the preload that
+  # keeps Open MPI's plugins loaded: the plugins' own leaks, which ci/lsan.supp names,
+  # come from unloaded code that no suppression can match. No leak check there.
+  ASAN_OPTIONS="halt_on_error=1 detect_leaks=0" \
+    ctest --test-dir build-asan --output-on-failure --no-tests=ignore "$@" \
+      -R '^tools\.gpu-check$' || status=1
   # The Python tests: out-of-bounds accesses, use after free and undefined behaviour as
   # everywhere, but no leak check. The interpreter and PyTorch, neither of them
   # instrumented, keep megabytes allocated until the process ends, by design; the C++
