@@ -104,7 +104,7 @@ if [ "$dir" = build-gpu ]; then
       'for f; do head -c 4 "$f" | grep -q ELF && strip --strip-unneeded "$f"; done' sh {} +
   rm -rf build-device/CMakeFiles/*/CompilerId*
   # What was built, for the GPU check's report: the copy there has no .git.
-  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!build*' 2>/dev/null || echo ' with local changes')" \
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')" \
     > build-device/COMMIT
   size_kib=$(du -sk build-device .debs .data | awk '{s += $1} END {print s}')
   echo "ci/device-prepare.sh: build-device/, .debs/ and .data/ take $((size_kib / 1024)) MiB; carry all three"
