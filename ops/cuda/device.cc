@@ -101,6 +101,18 @@ std::shared_ptr<void> makeEvent() {
   });
 }
 
+std::shared_ptr<void> completedEvent() {
+  int device = 0;
+  ACCORD_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::vector<cudaEvent_t> events;  // by device; never destroyed (see eventPool)
+  std::lock_guard<std::mutex> lock(mu);
+  if (events.size() <= static_cast<std::size_t>(device)) events.resize(device + 1, nullptr);
+  cudaEvent_t& event = events[static_cast<std::size_t>(device)];
+  if (!event) ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return std::shared_ptr<void>(static_cast<void*>(event), [](void*) {});
+}
+
 void waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, const std::string& what) {
   const auto start = Clock::now();
   auto sleep = std::chrono::microseconds(20);

@@ -47,6 +47,10 @@ class DeviceGuard {
 // from a pool of reused ones.
 // The pointer's get() is the cudaEvent_t itself; the last copy returns it to the pool.
 std::shared_ptr<void> makeEvent();
+// An event of the current device that is complete from the start: never recorded, so
+// querying it succeeds and a stream's wait on it is a no-op. One per device, shared by
+// every tensor that was ready at its submission; it must never be recorded.
+std::shared_ptr<void> completedEvent();
 inline cudaEvent_t eventOf(const std::shared_ptr<void>& event) {
   return static_cast<cudaEvent_t>(event.get());
 }

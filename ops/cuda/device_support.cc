@@ -56,6 +56,33 @@ void* deviceOutput(const Response& response, std::size_t i, TensorEntry& entry, 
 
 namespace {
 
+std::string wrongStream(const std::string& what, const TensorView& tensor, const std::string& why) {
+  return what + ": cannot record an event on the given stream of " + tensor.device.str() + " (" +
+         why + "); pass a stream of that device, or nullptr";
+}
+
+// True when everything queued on the application's stream so far has completed: the
+// tensor is ready now, and no event needs recording (nor the GPU's round trip to
+// complete one). Only for a stream of the application's own: the legacy default stream
+// (nullptr) also waits for other streams' work, which a query of it does not cover;
+// and not while the stream is being captured into a graph, where a query is not allowed.
+bool idleNow(cudaStream_t stream, const TensorView& tensor, const std::string& what) {
+  if (stream == nullptr || stream == cudaStreamLegacy) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  int owner = -1;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone ||
+      cudaStreamGetDevice(stream, &owner) != cudaSuccess) {
+    cudaGetLastError();  // the event record that follows reports what is wrong
+    return false;
+  }
+  if (owner != tensor.device.index)
+    throw InvalidArgument(wrongStream(what, tensor, "it belongs to cuda:" + std::to_string(owner)));
+  if (cudaStreamQuery(stream) == cudaSuccess) return true;
+  cudaGetLastError();  // cudaErrorNotReady is no error, but may be kept as the last one
+  return false;
+}
+
 class CudaSupport final : public DeviceSupport {
  public:
   explicit CudaSupport(const Config& config) : devices_(std::make_shared<Devices>(config)) {}
@@ -83,13 +110,15 @@ class CudaSupport final : public DeviceSupport {
                                         : "sees CUDA devices 0.." + std::to_string(count - 1)));
     checkDevicePointer(tensor.data, tensor.bytes(), device, what);
     DeviceGuard guard(device);
+    if (idleNow(static_cast<cudaStream_t>(stream), tensor, what)) {
+      devices_->noteDevice(device);
+      return completedEvent();
+    }
     auto event = makeEvent();
     const cudaError_t status = cudaEventRecord(eventOf(event), static_cast<cudaStream_t>(stream));
     if (status != cudaSuccess) {
       cudaGetLastError();
-      throw InvalidArgument(what + ": cannot record an event on the given stream of " +
-                            tensor.device.str() + " (" + cudaGetErrorString(status) +
-                            "); pass a stream of that device, or nullptr");
+      throw InvalidArgument(wrongStream(what, tensor, cudaGetErrorString(status)));
     }
     devices_->noteDevice(device);
     return event;

@@ -207,12 +207,18 @@ void Finalizer::run() {
 void completeWhenReady(Finalizer& finalizer, int device, const Response& response,
                        std::vector<TensorEntry*>& entries) {
   const std::string what = mpi::describe(response);
+  DeviceGuard guard(device);
   for (TensorEntry* e : entries) {
+    e->handle->partLaunched(e->ready);
+    // Ready already (the application's stream was idle at submission, say): the
+    // executor completes it at once, without a trip through the finalizer's thread.
+    const cudaError_t status = cudaEventQuery(eventOf(e->ready));
+    if (status == cudaSuccess) continue;
+    if (status == cudaErrorNotReady) cudaGetLastError();  // no error, but kept as the last
     Launched launched;
     launched.what = what;
     launched.device = device;
     launched.done = e->ready;
-    e->handle->partLaunched(e->ready);
     launched.parts.push_back({e->handle, nullptr});
     e->backend_completes = true;
     finalizer.add(std::move(launched));

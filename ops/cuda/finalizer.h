@@ -105,8 +105,9 @@ class Finalizer {
 
 // Hands entries that need no GPU work over to the finalizer, each to complete when its
 // own ready event has (the point on the application's stream it was submitted at):
-// an allreduce alone, unscaled, leaves the data as it is. Every entry must be local,
-// without an error, and have a ready event.
+// an allreduce alone, unscaled, leaves the data as it is. An entry whose ready event
+// has completed already is left to the executor, which completes it at once. Every
+// entry must be local, without an error, and have a ready event.
 void completeWhenReady(Finalizer& finalizer, int device, const Response& response,
                        std::vector<TensorEntry*>& entries);
 

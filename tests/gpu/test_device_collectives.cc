@@ -332,4 +332,46 @@ TEST_CASE("device collectives wait for the application's stream, and hand out an
   cudaStreamDestroy(stream);
 }
 
+// A tensor whose stream has nothing left queued is ready at submission: no event is
+// recorded for it, and its handle's event is one that is complete from the start. The
+// results must be the same, on a stream of the application's and on the per-thread
+// default stream, with and without scaling.
+TEST_CASE("tensors ready at submission on an idle stream are reduced as any other") {
+  const auto ranks = allRanks(accord::size());
+  cudaStream_t own = nullptr;
+  ok(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), "cudaStreamCreate");
+  const std::int64_t n = 4099;  // odd: not a multiple of any vector width
+  int round = 0;
+  for (cudaStream_t stream : {own, cudaStreamPerThread}) {
+    for (const double prescale : {1.0, 0.5}) {
+      Buffer values(DType::Float32, {n});
+      values.fill(
+          [&](std::int64_t i) {
+            return fillValue(DType::Float32, ReduceOp::Sum, accord::rank(), i);
+          },
+          kFillPeriod);
+      DeviceTensor tensor(values);  // uploaded and synchronized: the stream is idle
+      ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      accord::AllreduceOptions o;
+      o.name = "idle." + std::to_string(round++);
+      o.stream = stream;
+      o.prescale = prescale;
+      auto handle = accord::allreduce_async(tensor.view(), o);
+      REQUIRE(handle.cuda_event() != nullptr);
+      REQUIRE(handle.wait_on_stream(stream));
+      const auto error = describe(finish(handle, o.name), o.name);
+      INFO(error);
+      REQUIRE(error.empty());
+      ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      const auto got = tensor.download();
+      const auto diff = compareElements(DType::Float32, got.data(), n, [&](std::int64_t i) {
+        return prescale * reducedValue(DType::Float32, ReduceOp::Sum, ranks, i);
+      });
+      INFO(o.name << " prescale " << prescale << ": " << diff);
+      CHECK(diff.empty());
+    }
+  }
+  cudaStreamDestroy(own);
+}
+
 int main(int argc, char** argv) { return gpuTestMain(argc, argv); }
