@@ -25,6 +25,11 @@
 # most telling figures first), and a step with too little left is reported NOT RUN. A
 # device lease is short: one call should bring back everything.
 #
+# Narrower runs (a second call of a lease, say): ACCORD_GPU_TESTS_MATCHING (a CTest -R
+# regular expression) picks among the GPU tests; ACCORD_GPU_BENCH_RUNS (model:batch
+# pairs), ACCORD_GPU_BENCH_COMPILE (off, on, both) and ACCORD_GPU_BENCH_SKIP (trainer
+# modes: layers, graphs, fusion) narrow the trainer benchmark.
+#
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
 # machine that has one. The logs are archived after every step, so a call cut off at
@@ -148,6 +153,7 @@ if wants tests && wants trainer-tests; then labels=(-L gpu)
 elif wants tests; then labels=(-L gpu -LE trainer)
 elif wants trainer-tests; then labels=(-L gpu -L trainer)
 fi
+[ ${#labels[@]} -gt 0 ] && [ -n "${ACCORD_GPU_TESTS_MATCHING:-}" ] && labels+=(-R "$ACCORD_GPU_TESTS_MATCHING")
 if [ ${#labels[@]} -gt 0 ]; then
   # Under a budget the tests get a little over half of it, the benchmarks the rest.
   if t=$(seconds_for $((budget > 0 ? budget * 55 / 100 : 7200)) 60); then
@@ -216,7 +222,7 @@ if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
     t=$((t - profile_seconds))
     timeout -k 10 "$t" python3 tools/resnet_gpu_bench.py \
         --runs "${ACCORD_GPU_BENCH_RUNS:-resnet50:128,resnet50:256,resnet101:128,resnet152:128}" \
-        --compile "${ACCORD_GPU_BENCH_COMPILE:-both}" --steps 20 --warmup 5 --budget $((t - 15)) \
+        --compile "${ACCORD_GPU_BENCH_COMPILE:-both}" --skip "${ACCORD_GPU_BENCH_SKIP:-}" --steps 20 --warmup 5 --budget $((t - 15)) \
         --json "$logs/resnet-gpu.json" > "$logs/resnet-gpu.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1

@@ -59,6 +59,10 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (default: %(default)s)")
     p.add_argument("--compile", choices=["off", "on", "both"], default="both",
                    help="PyTorch runs without and/or with torch.compile (default: %(default)s)")
+    p.add_argument("--skip", default="",
+                   help="comma-separated trainer modes not to measure, of layers, graphs "
+                        "and fusion (e.g. --skip layers,fusion: a short run of the "
+                        "comparison that matters)")
     p.add_argument("--accord-resnet", default="build/examples/resnet/accord-resnet",
                    help="the trainer to measure (default: %(default)s)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "tf32"],
@@ -83,6 +87,10 @@ def parse_args():
         runs.append((m.group(1), int(m.group(2))))
     if args.steps < 1 or args.warmup < 0:
         p.error(f"--steps must be >= 1 and --warmup >= 0 (got {args.steps}, {args.warmup})")
+    args.skip = [m.strip() for m in args.skip.split(",") if m.strip()]
+    for mode in args.skip:
+        if mode not in SKIPPABLE:
+            p.error(f"--skip: '{mode}' is not one of {', '.join(SKIPPABLE)}")
     if args.budget < 0:
         p.error(f"--budget must be >= 0 seconds (got {args.budget:g})")
     return args, runs
@@ -207,14 +215,19 @@ FIRST_GUESS_S = {"torch_eager": 30, "torch_compile": 150, "accord": 60, "accord_
                  "accord_fusion": 90}
 
 
-def plan(runs, compile_mode, precision):
+# --skip's names of the trainer's modes.
+SKIPPABLE = {"layers": "accord", "graphs": "accord_graphs", "fusion": "accord_fusion"}
+
+
+def plan(runs, compile_mode, precision, skip=()):
     tiers = [["torch_eager", "accord_graphs"] if compile_mode != "on" else ["accord_graphs"]]
     if precision in ("bf16", "fp16"):
         tiers.append(["accord_fusion"])
     if compile_mode != "off":
         tiers.append(["torch_compile"])
     tiers.append(["accord"])
-    return [(pair, key) for tier in tiers for pair in runs for key in tier]
+    skipped = {SKIPPABLE[mode] for mode in skip}
+    return [(pair, key) for tier in tiers for pair in runs for key in tier if key not in skipped]
 
 
 # A trainer mode not timed yet, against its graphed steps (the first timed): launched
@@ -305,7 +318,7 @@ def main():
     header = f"{'model':<10} {'batch':>5} {'framework':<22} {'img/s':>9} {'% peak':>7} {'vs eager':>9}"
     print(header)
     print("-" * len(header), flush=True)
-    for pair, key in plan(runs, args.compile, args.precision):
+    for pair, key in plan(runs, args.compile, args.precision, args.skip):
         row = rows[pair]
         label, flags = MEASURES[key]
         left = args.budget - (time.monotonic() - started) if args.budget else None

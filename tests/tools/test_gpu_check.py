@@ -38,6 +38,11 @@ class Plan(unittest.TestCase):
         self.assertNotIn("torch_eager", [k for _, k in bench.plan(RUNS, "on", "bf16")])
         self.assertNotIn("torch_compile", [k for _, k in bench.plan(RUNS, "off", "bf16")])
 
+    def test_skipped_modes_are_left_out_and_the_rest_keep_their_order(self):
+        order = bench.plan(RUNS, "both", "bf16", ["layers", "fusion"])
+        kinds = [key for _, key in order]
+        self.assertEqual(kinds, ["torch_eager", "accord_graphs"] * 3 + ["torch_compile"] * 3)
+
 
 class Estimates(unittest.TestCase):
     def test_first_guess_then_scaled_by_work(self):
@@ -128,6 +133,12 @@ class Refusals(unittest.TestCase):
             proc = self.run_it("bash", script, *args)
             self.assertEqual(proc.returncode, 2, (args, proc.stderr))
             self.assertIn(said, proc.stderr, args)
+
+    def test_benchmark_refuses_an_unknown_mode_to_skip(self):
+        proc = self.run_it(sys.executable, os.path.join(SOURCE, "tools", "resnet_gpu_bench.py"),
+                           "--skip", "graphs,eager")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--skip: 'eager' is not one of layers, graphs, fusion", proc.stderr)
 
     def test_benchmark_refuses_a_negative_budget(self):
         proc = self.run_it(sys.executable, os.path.join(SOURCE, "tools", "resnet_gpu_bench.py"),
