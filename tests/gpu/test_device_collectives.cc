@@ -350,8 +350,10 @@ TEST_CASE("tensors ready at submission on an idle stream are reduced as any othe
             return fillValue(DType::Float32, ReduceOp::Sum, accord::rank(), i);
           },
           kFillPeriod);
-      DeviceTensor tensor(values);  // uploaded and synchronized: the stream is idle
-      ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      DeviceTensor tensor(values);
+      // A cudaMemcpy from pageable memory may return before its copy lands, and a stream
+      // of the application's own does not wait for the legacy stream it ran on.
+      ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       accord::AllreduceOptions o;
       o.name = "idle." + std::to_string(round++);
       o.stream = stream;
