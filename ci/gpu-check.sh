@@ -55,6 +55,9 @@ while [ $# -gt 0 ]; do
 done
 [ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench trainer profile mpi)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+# This script's own settings stay out of the tests' environment, where the runtime
+# would warn that they are not its variables.
+for setting in ${!ACCORD_GPU_@}; do export -n "$setting"; done
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 summary=$out/summary.txt
