@@ -211,7 +211,7 @@ MEASURES = {
     "accord_fusion": ("accord-resnet fusion", ("--cuda-graphs", "--cudnn-fusion")),
 }
 # Seconds a measurement is expected to take before one of its kind has been timed.
-FIRST_GUESS_S = {"torch_eager": 30, "torch_compile": 150, "accord": 60, "accord_graphs": 60,
+FIRST_GUESS_S = {"torch_eager": 30, "torch_compile": 75, "accord": 60, "accord_graphs": 60,
                  "accord_fusion": 90}
 
 
