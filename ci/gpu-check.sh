@@ -28,7 +28,8 @@
 # Narrower runs (a second call of a lease, say): ACCORD_GPU_TESTS_MATCHING (a CTest -R
 # regular expression) picks among the GPU tests; ACCORD_GPU_BENCH_RUNS (model:batch
 # pairs), ACCORD_GPU_BENCH_COMPILE (off, on, both) and ACCORD_GPU_BENCH_SKIP (trainer
-# modes: layers, graphs, fusion) narrow the trainer benchmark.
+# modes: layers, graphs, fusion) narrow the trainer benchmark; ACCORD_GPU_PROFILE_FLAGS
+# adds trainer flags to the profile's run.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
@@ -245,17 +246,21 @@ if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
 fi
 
 # 4. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
-#    ACCORD_GPU_PROFILE_PRECISION says otherwise).
+#    ACCORD_GPU_PROFILE_PRECISION says otherwise), with the convolution algorithms the
+#    benchmark's runs use (--cudnn-search); ACCORD_GPU_PROFILE_FLAGS adds trainer flags
+#    (--cudnn-fusion, say). Three epochs of 20 steps (60), so that the first step's one-time
+#    costs (kernels loaded, buffers grown), which the profile counts too, weigh little.
 profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
 if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
   if t=$(seconds_for 180 30); then
+    # shellcheck disable=SC2086  # a list of flags
     timeout -k 10 "$t" build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
         --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
-        --batch-size 128 --steps 20 --synthetic-size 2560 --epochs 1 --no-eval --no-progress \
-        --gpu-profile > "$logs/gpu-profile.log" 2>&1
+        --batch-size 128 --steps 60 --synthetic-size 2560 --epochs 3 --no-eval --no-progress \
+        --cudnn-search ${ACCORD_GPU_PROFILE_FLAGS:-} --gpu-profile > "$logs/gpu-profile.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
-    say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 20 steps):"
+    say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 60 steps${ACCORD_GPU_PROFILE_FLAGS:+, $ACCORD_GPU_PROFILE_FLAGS}):"
     stopped $rc profile "$t"
     sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
   else
