@@ -200,9 +200,9 @@ def accord_images_per_sec(exe, model_name, batch, steps, warmup, precision, extr
 
 # Each measurement of a model:batch pair, in the order a --budget cuts them short: the
 # comparison the figures are about first (PyTorch eager against the trainer's one-rank
-# default, graphed steps) for every pair, then the trainer's fused 16-bit steps (whether
-# fusion pays), torch.compile, whose compilation is the costliest, and the trainer's
-# steps launched layer by layer (its default on several ranks).
+# default, graphed steps) for every pair, then torch.compile (the other half of that
+# comparison), the trainer's fused 16-bit steps (whether fusion pays), and its steps
+# launched layer by layer (its default on several ranks).
 MEASURES = {
     "torch_eager": ("pytorch eager", None),
     "torch_compile": ("pytorch compile", None),
@@ -221,10 +221,10 @@ SKIPPABLE = {"layers": "accord", "graphs": "accord_graphs", "fusion": "accord_fu
 
 def plan(runs, compile_mode, precision, skip=()):
     tiers = [["torch_eager", "accord_graphs"] if compile_mode != "on" else ["accord_graphs"]]
-    if precision in ("bf16", "fp16"):
-        tiers.append(["accord_fusion"])
     if compile_mode != "off":
         tiers.append(["torch_compile"])
+    if precision in ("bf16", "fp16"):
+        tiers.append(["accord_fusion"])
     tiers.append(["accord"])
     skipped = {SKIPPABLE[mode] for mode in skip}
     return [(pair, key) for tier in tiers for pair in runs for key in tier if key not in skipped]

@@ -26,7 +26,7 @@ class Plan(unittest.TestCase):
                                      (RUNS[1], "torch_eager"), (RUNS[1], "accord_graphs"),
                                      (RUNS[2], "torch_eager"), (RUNS[2], "accord_graphs")])
         kinds = [key for _, key in order[6:]]
-        self.assertEqual(kinds, ["accord_fusion"] * 3 + ["torch_compile"] * 3 + ["accord"] * 3)
+        self.assertEqual(kinds, ["torch_compile"] * 3 + ["accord_fusion"] * 3 + ["accord"] * 3)
 
     def test_every_measurement_once(self):
         for compile_mode, precision, per_pair in [("both", "bf16", 5), ("off", "bf16", 4),
