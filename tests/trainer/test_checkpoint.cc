@@ -3,6 +3,7 @@
 // the temporary name redirects nothing; a checkpoint resumes only with the global batch
 // and training set it was written with; `compare` never calls a NaN equal.
 #include "checkpoint.h"
+#include "scratch_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -32,8 +33,7 @@ struct Fixture {
 };
 
 fs::path tempPath(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "accord_test_ckpt";
-  fs::create_directories(dir);
+  static const fs::path dir = accord_test::scratchDir("ckpt");
   return dir / name;
 }
 

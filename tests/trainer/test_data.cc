@@ -3,6 +3,7 @@
 #include "data.h"
 #include "jpeg_source.h"
 #include "loader.h"
+#include "scratch_dir.h"
 
 #include <sys/resource.h>
 #include <zlib.h>
@@ -24,12 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("accord_test_data_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path tempDir(const std::string& name) { return accord_test::scratchDir("data_" + name); }
 
 void writeGz(const fs::path& path, const std::vector<unsigned char>& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");

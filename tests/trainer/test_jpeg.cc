@@ -3,6 +3,7 @@
 #include "augment.h"
 #include "jpeg.h"
 #include "jpeg_source.h"
+#include "scratch_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -263,8 +264,7 @@ TEST_CASE("crop-resize maps the crop onto the output, mirrored and normalised", 
 }
 
 TEST_CASE("a folder sample decodes, crops and normalises to its colour", "[augment][jpeg]") {
-  const fs::path dir = fs::temp_directory_path() / "accord_test_jpeg_folder";
-  fs::remove_all(dir);
+  const fs::path dir = accord_test::scratchDir("jpeg_folder");
   fs::create_directories(dir / "a");
   fs::create_directories(dir / "b");
   const int rgb[3] = {200, 100, 50};

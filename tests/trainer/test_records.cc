@@ -6,6 +6,7 @@
 #include "jpeg_source.h"
 #include "loader.h"
 #include "records.h"
+#include "scratch_dir.h"
 
 #include <zlib.h>
 #include <catch2/catch.hpp>
@@ -35,8 +36,7 @@ void spit(const fs::path& p, const std::vector<std::uint8_t>& bytes) {
 
 // n JPEGs of varied sizes and colours over 3 classes (+ the files a scan must ignore).
 fs::path makeFolder(const std::string& name, int n) {
-  const fs::path dir = fs::temp_directory_path() / ("accord_test_records_" + name);
-  fs::remove_all(dir);
+  const fs::path dir = accord_test::scratchDir("records_" + name);
   const char* classes[] = {"cat", "dog", "eel"};
   for (int i = 0; i < n; ++i) {
     const fs::path cls = dir / classes[i % 3];
