@@ -203,8 +203,8 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--gpu-profile", o.gpu_profile,
-               "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...) and "
-               "print the table at the end (rank 0)");
+               "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...), and "
+               "the host's time queueing it, and print the table at the end (rank 0)");
   app.add_flag("--cudnn-search", o.cudnn_search,
                "--device cuda: time cuDNN's convolution algorithms once per shape and take the "
                "fastest (as PyTorch's torch.backends.cudnn.benchmark), instead of its "

@@ -289,8 +289,10 @@ elseif(MODE STREQUAL "device-graphs")
              --dump-params ${WORK}/defaults-eager.params)
   compare(${WORK}/defaults-eager.params ${WORK}/defaults.params --atol 1e-6 --rtol 1e-5)
   run_on_gpu(1 profiled ${args} --batch-size 16 --gpu-profile)
-  if(LAST_OUT MATCHES "CUDA graphs" OR NOT LAST_OUT MATCHES "conv forward")
-    message(FATAL_ERROR "the profiled run graphed its steps, or printed no profile")
+  if(LAST_OUT MATCHES "CUDA graphs" OR NOT LAST_OUT MATCHES "conv forward"
+     OR NOT LAST_OUT MATCHES "host ms")
+    message(FATAL_ERROR "the profiled run graphed its steps, or printed no profile (with the "
+                        "host's time)")
   endif()
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --device cuda
                           --cuda-graphs --gpu-profile

@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -93,8 +94,9 @@ std::string conv_bn_fusion_report();
 // ---- profile ------------------------------------------------------------------------
 
 // The layer table with every call timed on the GPU (timing events around it on the
-// stream), by kind: "conv forward", "batch norm backward", ... profileReport() reads
-// the times (it waits for the GPU) and returns a table, per step when `steps` > 0.
+// stream), by kind: "conv forward", "batch norm backward", ...; and the host's time
+// in the call, queueing that work. profileReport() reads the times (it waits for the
+// GPU) and returns a table, per step when `steps` > 0.
 const LayerOps& profiledLayers();
 std::string profileReport(int steps);
 // Times the GPU work enqueued during its life as `kind` (a string that outlives it),
@@ -109,6 +111,7 @@ class ProfileScope {
  private:
   int kind_;
   cudaEvent_t start_ = nullptr;
+  std::chrono::steady_clock::time_point host_start_;
 };
 
 // Drops cached cuDNN descriptors and algorithm choices (keyed by shape and math).

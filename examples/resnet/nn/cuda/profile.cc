@@ -20,7 +20,8 @@ constexpr std::size_t kPendingLimit = 4096;  // pairs held before they are read
 
 struct Kind {
   std::string name;
-  double ms = 0.0;
+  double ms = 0.0;       // on the GPU
+  double host_ms = 0.0;  // in the calls, on the host
   std::int64_t calls = 0;
 };
 
@@ -120,11 +121,15 @@ ProfileScope::ProfileScope(const char* kind) : kind_(-1) {
   kind_ = p.kindOf(kind);
   start_ = p.event();
   ACCORD_NN_CUDA_CHECK("nn::cuda profile: recording", cudaEventRecord(start_, stream()));
+  host_start_ = std::chrono::steady_clock::now();  // the call itself, not the above
 }
 
 ProfileScope::~ProfileScope() {
+  const auto host_end = std::chrono::steady_clock::now();
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
+  p.kinds[static_cast<std::size_t>(kind_)].host_ms +=
+      std::chrono::duration<double, std::milli>(host_end - host_start_).count();
   cudaEvent_t end = p.event();
   // From a destructor: a failure to record loses this sample, nothing more.
   if (cudaEventRecord(end, stream()) != cudaSuccess) {
@@ -172,24 +177,31 @@ std::string profileReport(int steps) {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
   p.fold();
-  double total = 0.0;
-  for (const Kind& k : p.kinds) total += k.ms;
+  double total = 0.0, host_total = 0.0;
+  for (const Kind& k : p.kinds) {
+    total += k.ms;
+    host_total += k.host_ms;
+  }
   std::vector<Kind> sorted = p.kinds;
   std::sort(sorted.begin(), sorted.end(), [](const Kind& a, const Kind& b) { return a.ms > b.ms; });
   const double per = steps > 0 ? 1.0 / steps : 1.0;
   char line[160];
   std::snprintf(line, sizeof line,
                 "GPU time by kind (ms%s, share of the timed total; evaluation passes "
-                "included)\n",
+                "included), and the host's time in those calls, queueing the work\n",
                 steps > 0 ? " per training step" : "");
   std::string out = line;
+  std::snprintf(line, sizeof line, "  %-36s %10s  %6s  %10s  %8s\n", "kind", "GPU ms", "share",
+                "host ms", "calls");
+  out += line;
   for (const Kind& k : sorted) {
-    std::snprintf(line, sizeof line, "  %-32s %10.3f  %5.1f%%  %8lld calls\n", k.name.c_str(),
-                  k.ms * per, total > 0 ? 100.0 * k.ms / total : 0.0,
+    std::snprintf(line, sizeof line, "  %-36s %10.3f  %5.1f%%  %10.3f  %8lld\n", k.name.c_str(),
+                  k.ms * per, total > 0 ? 100.0 * k.ms / total : 0.0, k.host_ms * per,
                   static_cast<long long>(k.calls));
     out += line;
   }
-  std::snprintf(line, sizeof line, "  %-32s %10.3f\n", "timed total", total * per);
+  std::snprintf(line, sizeof line, "  %-36s %10.3f  %6s  %10.3f\n", "timed total", total * per, "",
+                host_total * per);
   out += line;
   return out;
 }
