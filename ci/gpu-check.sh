@@ -245,22 +245,25 @@ if wants trainer && [ -x build/examples/resnet/accord-resnet ]; then
   pack
 fi
 
-# 4. Where the trainer's GPU time goes, by layer kind (ResNet-50, batch 128; bf16 unless
-#    ACCORD_GPU_PROFILE_PRECISION says otherwise), with the convolution algorithms the
-#    benchmark's runs use (--cudnn-search); ACCORD_GPU_PROFILE_FLAGS adds trainer flags
-#    (--cudnn-fusion, say). Three epochs of 20 steps (60), so that the first step's one-time
-#    costs (kernels loaded, buffers grown), which the profile counts too, weigh little.
+# 4. Where the trainer's GPU and host time go, by layer kind (ResNet-50, batch 256, at
+#    which the GPU rather than the host's launches bounds a step launched layer by layer,
+#    so that the GPU times, taken between events around each call, hold no waits for
+#    the host; bf16 unless ACCORD_GPU_PROFILE_PRECISION says otherwise), with the
+#    convolution algorithms the benchmark's runs use (--cudnn-search);
+#    ACCORD_GPU_PROFILE_FLAGS adds trainer flags (--cudnn-fusion, say). Three epochs of
+#    20 steps (60), so that the first step's one-time costs (kernels loaded, buffers
+#    grown), which the profile counts too, weigh little.
 profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
 if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
   if t=$(seconds_for 180 30); then
     # shellcheck disable=SC2086  # a list of flags
     timeout -k 10 "$t" build/examples/resnet/accord-resnet --device cuda --precision "$profile_precision" --model resnet50 \
         --width 1 --stem imagenet --dataset synthetic --image-size 224 --classes 1000 \
-        --batch-size 128 --steps 60 --synthetic-size 2560 --epochs 3 --no-eval --no-progress \
+        --batch-size 256 --steps 60 --synthetic-size 5120 --epochs 3 --no-eval --no-progress \
         --cudnn-search ${ACCORD_GPU_PROFILE_FLAGS:-} --gpu-profile > "$logs/gpu-profile.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
-    say "trainer GPU profile (ResNet-50, $profile_precision, batch 128, 60 steps${ACCORD_GPU_PROFILE_FLAGS:+, $ACCORD_GPU_PROFILE_FLAGS}):"
+    say "trainer GPU profile (ResNet-50, $profile_precision, batch 256, 60 steps${ACCORD_GPU_PROFILE_FLAGS:+, $ACCORD_GPU_PROFILE_FLAGS}):"
     stopped $rc profile "$t"
     sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
   else
