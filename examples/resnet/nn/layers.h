@@ -57,6 +57,7 @@ struct Arena {
   // them, are device memory. alloc must return zeroed memory or throw.
   float* (*alloc)(size_t bytes) = nullptr;
   void (*release)(float* base) = nullptr;
+  size_t mapped = 0;  // bytes of a host arena mapped from the kernel (arena.cc), else 0
 
   Arena() = default;
   Arena(const Arena&) = delete;
