@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -192,7 +193,17 @@ void buildModel(Model& m, const ModelConfig& cfg, bool initialise) {
   m.params.allocate();
   m.grads.allocate();
   m.buffers.allocate();
-  m.acts.allocate();
+  m.acts.reserve = !cfg.host_of_device;
+  try {
+    m.acts.allocate();
+  } catch (const Error& e) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f", double(m.acts.used) * sizeof(float) / (1 << 30));
+    throw InvalidArgument("model " + cfg.describe() + ": the activations of a batch of " +
+                          std::to_string(cfg.max_batch) + " images need " + gib +
+                          " GiB of host memory, more than this host can give (" + e.what() +
+                          "); use a smaller batch");
+  }
   bindAll(m);  // real pass: same sequence, real pointers
   if (initialise) initAll(m);
 }

@@ -35,6 +35,10 @@ struct ModelConfig {
   std::uint64_t seed = 42;          // Kaiming init
   int max_batch = 32;               // activation arena is planned for this many images
   int image_size = 224;             // H = W
+  // The host model of a GPU run, whose activation arena the layers barely touch: it is
+  // mapped without reserving memory for it (nn::Arena::reserve), so that a batch whose
+  // activations would not fit in host memory still runs. Not part of describe().
+  bool host_of_device = false;
 
   std::string describe() const;  // "resnet18 classes=10 in=1 stem=cifar width=0.25"
 };

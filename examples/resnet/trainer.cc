@@ -134,6 +134,7 @@ void Trainer::buildModel() {
   cfg.max_batch = opt_.batch_size;
   cfg.image_size = train_src_->imageSize();
   cfg.cifar_stem = cifarStem(opt_.stem, cfg.image_size);
+  cfg.host_of_device = opt_.device == "cuda";
   resnet::buildModel(model_, cfg);
   opt_.precision = useDevice(model_, opt_.device, accord::local_rank(), opt_.precision);
   if (opt_.gpu_profile) {

@@ -78,6 +78,29 @@ TEST_CASE("unsupported depth and sizes are rejected", "[model]") {
   CHECK_THROWS_AS(buildModel(m2, tiny), accord::InvalidArgument);
 }
 
+// Activations for more images than any host's address space holds: a clear error that
+// names the batch and the memory, not a crash or an arena's bare refusal.
+TEST_CASE("a batch whose activations cannot be allocated is refused by name", "[model]") {
+  ModelConfig cfg;
+  cfg.classes = 10;
+  cfg.in_channels = 1;
+  cfg.cifar_stem = true;
+  cfg.image_size = 28;
+  cfg.width = 0.25;
+  cfg.max_batch = 1 << 30;
+  Model m;
+  try {
+    buildModel(m, cfg);
+    FAIL("a batch of 2^30 images was allocated");
+  } catch (const accord::InvalidArgument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("a batch of 1073741824 images need") != std::string::npos);
+    CHECK(what.find("GiB of host memory") != std::string::npos);
+    CHECK(what.find("use a smaller batch") != std::string::npos);
+  }
+}
+
 // The GPU optimizer (nn::cuda::FusedSgd over the whole arena) reads each parameter's
 // gradient at the parameter's own offset: the two arenas must be laid out alike.
 TEST_CASE("every gradient sits at its parameter's offset", "[model]") {

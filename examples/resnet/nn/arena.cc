@@ -54,7 +54,8 @@ void Arena::allocate() {
   if (alloc) {
     base = alloc(bytes);
   } else if (bytes >= kMapAtLeast) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED)
       throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
     base = static_cast<float*>(p);  // zero pages, page-aligned

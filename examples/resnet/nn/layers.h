@@ -58,6 +58,10 @@ struct Arena {
   float* (*alloc)(size_t bytes) = nullptr;
   void (*release)(float* base) = nullptr;
   size_t mapped = 0;  // bytes of a host arena mapped from the kernel (arena.cc), else 0
+  // Whether a mapped host arena reserves its memory when allocated, so that one larger
+  // than the host can hold fails there rather than when its pages are first touched.
+  // false for an arena that is mostly never touched (MAP_NORESERVE).
+  bool reserve = true;
 
   Arena() = default;
   Arena(const Arena&) = delete;
