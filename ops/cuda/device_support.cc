@@ -69,18 +69,22 @@ std::string wrongStream(const std::string& what, const TensorView& tensor, const
 bool idleNow(cudaStream_t stream, const TensorView& tensor, const std::string& what) {
   if (stream == nullptr || stream == cudaStreamLegacy) return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  int owner = -1;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone ||
-      cudaStreamGetDevice(stream, &owner) != cudaSuccess) {
-    cudaGetLastError();  // the event record that follows reports what is wrong
+      capture != cudaStreamCaptureStatusNone || cudaStreamQuery(stream) != cudaSuccess) {
+    // cudaErrorNotReady (a busy stream, the usual case in training) is no error, but may
+    // be kept as the last one; the event record that follows reports a real one.
+    cudaGetLastError();
+    return false;
+  }
+  // The check the event record makes otherwise, here only where it is skipped.
+  int owner = -1;
+  if (cudaStreamGetDevice(stream, &owner) != cudaSuccess) {
+    cudaGetLastError();
     return false;
   }
   if (owner != tensor.device.index)
     throw InvalidArgument(wrongStream(what, tensor, "it belongs to cuda:" + std::to_string(owner)));
-  if (cudaStreamQuery(stream) == cudaSuccess) return true;
-  cudaGetLastError();  // cudaErrorNotReady is no error, but may be kept as the last one
-  return false;
+  return true;
 }
 
 class CudaSupport final : public DeviceSupport {
