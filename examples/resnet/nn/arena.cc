@@ -56,15 +56,15 @@ void Arena::allocate() {
   } else if (bytes >= kMapAtLeast) {
     const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p == MAP_FAILED)
-      throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
-    base = static_cast<float*>(p);  // zero pages, page-aligned
-    mapped = bytes;
+    if (p != MAP_FAILED) {
+      base = static_cast<float*>(p);  // zero pages, page-aligned
+      mapped = bytes;
+    }
   } else {
     base = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!base) throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
-    std::memset(base, 0, bytes);
+    if (base) std::memset(base, 0, bytes);
   }
+  if (!base) throw Error("nn::Arena: cannot allocate " + std::to_string(bytes) + " bytes");
   capacity = used;
   used = 0;
   planning = false;
