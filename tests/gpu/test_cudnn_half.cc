@@ -21,6 +21,8 @@
 #include <cuda_fp16.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
 #include <utility>
 
 namespace {
@@ -149,6 +151,70 @@ TEST_CASE("16-bit: batch norm, pools, relu and add match the CPU on 16-bit value
     nn::cuda::accumulate(gsum.get(), gb.get(), n);
     for (size_t i = 0; i < n; ++i) sum[i] += b[i];
     checkClose(gsum.host(), sum, 2e-2, "accumulate");
+  }
+}
+
+// A copy of the n 16-bit values at `from`, moved by one value: no longer on 16 bytes, so
+// the pools take their one-value-at-a-time kernels on it.
+class Misaligned {
+ public:
+  Misaligned(const float* from, size_t n) : d_(n + 8, 0.0f) {
+    REQUIRE(cudaMemcpy(get(), from, n * 2, cudaMemcpyDeviceToDevice) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the layers' stream does not wait
+  }
+  float* get() const { return reinterpret_cast<float*>(reinterpret_cast<char*>(d_.get()) + 2); }
+
+ private:
+  Device d_;
+};
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("16-bit: max pool over whole Packs of channels matches the CPU and the per-value path",
+          "[half]") {
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(24);
+    for (const int C : {16, 64}) {
+      INFO("C=" << C);
+      const int N = 3, H = 9, W = 11;
+      nn::MaxPool2d p;
+      p.K = 3, p.stride = 2, p.pad = 1;
+      const int Ho = p.out_h(H), Wo = p.out_w(W);
+      const size_t n = size_t(N) * C * H * W, np = size_t(N) * C * Ho * Wo;
+      auto x = rounded(randomVector(n, rng), math);
+      auto dy = rounded(randomVector(np, rng), math);
+      std::vector<float> y(np), ws(np), dx(n);
+      nn::maxpool2d_forward(p, x.data(), y.data(), ws.data(), N, C, H, W);
+      nn::maxpool2d_backward(p, dy.data(), ws.data(), dx.data(), N, C, H, W);
+      Activations gx(x, N, C, H, W), gy(1e3f, N, C, Ho, Wo), gdy(dy, N, C, Ho, Wo),
+          gdx(1e3f, N, C, H, W);
+      Device gws(np, 0.0f);
+      nn::cuda::maxpool2d_forward(p, gx.get(), gy.get(), gws.get(), N, C, H, W);
+      nn::cuda::maxpool2d_backward(p, gdy.get(), gws.get(), gdx.get(), N, C, H, W);
+      checkClose(gy.host(), y, 1e-6, "max pool y (exact)");
+      checkClose(gdx.host(), dx, 1e-2, "max pool dx");
+
+      // Ties in every window and a NaN: the packed kernels pick and sum exactly as the
+      // per-value ones do on the same values.
+      std::uniform_int_distribution<int> level(-3, 3);
+      std::vector<float> t(n);
+      for (float& v : t) v = 0.5f * float(level(rng));
+      t[5] = std::nanf("");
+      Activations tx(t, N, C, H, W);
+      Misaligned tx1(tx.get(), n), dy1(gdy.get(), np);
+      Device y0(np, 0.0f), y1(np, 0.0f), ws0(np, 0.0f), ws1(np, 0.0f), dx0(n, 0.0f), dx1(n, 0.0f);
+      nn::cuda::maxpool2d_forward(p, tx.get(), y0.get(), ws0.get(), N, C, H, W);
+      nn::cuda::maxpool2d_forward(p, tx1.get(), y1.get(), ws1.get(), N, C, H, W);
+      nn::cuda::maxpool2d_backward(p, gdy.get(), ws0.get(), dx0.get(), N, C, H, W);
+      nn::cuda::maxpool2d_backward(p, dy1.get(), ws0.get(), dx1.get(), N, C, H, W);
+      CHECK(sameBits(y0.host(), y1.host()));
+      CHECK(sameBits(ws0.host(), ws1.host()));
+      CHECK(sameBits(dx0.host(), dx1.host()));
+    }
   }
 }
 

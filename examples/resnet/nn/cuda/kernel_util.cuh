@@ -1,7 +1,7 @@
-// What the backend's CUDA sources share (kernels.cu, elementwise.cu, bn_apply.cu,
-// bn_stats.cu): launch sizes, grid-stride indices, the activations' storage types, their
-// layout, float loads and rounded stores, 16-byte Packs of them, and the dispatch from
-// the backend's math to a storage type.
+// What the backend's CUDA sources share (kernels.cu, elementwise.cu, pool.cu,
+// bn_apply.cu, bn_stats.cu): launch sizes, grid-stride indices and their type, the
+// activations' storage types, their layout, float loads and rounded stores, 16-byte
+// Packs of them, and the dispatch from the backend's math to a storage type.
 #pragma once
 
 #include "nn/cuda/backend_cuda.h"
@@ -25,6 +25,17 @@ inline unsigned blocksFor(size_t work) {
 
 __device__ inline size_t firstIndex() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline size_t gridStride() { return size_t(gridDim.x) * blockDim.x; }
+
+// Runs f(I{}) with the index type of a grid-stride loop over n items whose arithmetic
+// stays below n: 32 bits where that and the step past the end fit (the GPU divides
+// 32-bit integers several times faster than 64-bit ones, which matters to kernels
+// that split an index into coordinates), size_t otherwise.
+template <class F>
+void withIndex(size_t n, F&& f) {
+  static_assert(size_t(kMaxBlocks) * kThreads <= (size_t(1) << 31));
+  if (n <= (size_t(1) << 31)) return f(uint32_t{});
+  f(size_t{});
+}
 
 using bf16_t = __nv_bfloat16;
 using fp16_t = __half;
