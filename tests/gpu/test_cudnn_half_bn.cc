@@ -1,7 +1,7 @@
 // Training batch norm with 16-bit activations at the shapes a ResNet has, where
-// cuDNN's NHWC persistent kernels and its fused ReLU apply, and the layers'
-// deterministic mode, against the CPU backend or themselves. Tag [half]; the
-// tolerances are those of test_cudnn_half.cc.
+// cuDNN's NHWC persistent kernels and its fused ReLU apply, where the layers' own
+// backward does, and the layers' deterministic mode, against the CPU backend or
+// themselves. Tag [half]; the tolerances are those of test_cudnn_half.cc.
 #include "cudnn_half_util.h"
 #include "cudnn_layers_util.h"
 #include "nn/cuda/layers_cuda.h"
@@ -48,6 +48,53 @@ TEST_CASE("16-bit: training batch norm at ResNet's shapes matches the CPU", "[ha
         checkClose(gy.host(), y, 1e-2, "y");
         checkClose(st.d_mean.host(), st.mean, 1e-3, "running mean");
         checkClose(st.d_var.host(), st.var, 1e-3, "running variance");
+        checkClose(gdy.host(), dx, 2e-2, "dx (in place of dy)");
+        checkClose(st.d_dgamma.host(), st.dgamma, 1e-2, "dgamma");
+        checkClose(st.d_dbeta.host(), st.dbeta, 1e-2, "dbeta");
+      }
+    }
+  }
+}
+
+// Where the forward takes no Ex call of cuDNN's (here: the deterministic mode, as after a
+// convolution that summed the statistics), backward runs the layers' own kernels on
+// whole Packs of channels: at ResNet's shapes, at one with three Packs per position
+// (a block's threads do not divide by it) and at one wider than a block's Packs, with
+// and without the ReLU, in place of dy, the same values as the CPU's.
+TEST_CASE("16-bit: training batch norm without cuDNN's Ex call matches the CPU", "[half]") {
+  struct Deterministic {
+    Deterministic() : old(nn::cuda::set_deterministic(true)) {}
+    ~Deterministic() { nn::cuda::set_deterministic(old); }
+    bool old;
+  } plain;
+  struct Shape {
+    int N, C, H, W;
+  };
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(31);
+    for (const Shape& k : {Shape{8, 64, 14, 14}, Shape{4, 24, 9, 9}, Shape{2, 2560, 3, 3}}) {
+      for (const bool relu : {true, false}) {
+        INFO("N=" << k.N << " C=" << k.C << " " << k.H << "x" << k.W << " ReLU " << relu);
+        const size_t n = size_t(k.N) * k.C * k.H * k.W;
+        nn::BatchNorm2d bn;
+        bn.C = k.C, bn.relu = relu, bn.momentum = 0.1f, bn.eps = 1e-5f;
+        auto x = rounded(randomVector(n, rng, -1.5f, 2.5f), math);
+        auto dy = rounded(randomVector(n, rng), math);
+        std::vector<float> gamma = randomVector(k.C, rng, 0.5f, 1.5f);
+        std::vector<float> beta = randomVector(k.C, rng);
+        BnBuffers st(gamma, beta, std::vector<float>(k.C, 0.0f), std::vector<float>(k.C, 1.0f));
+        std::vector<float> y(n), dx(n);
+        nn::BatchNorm2d cpu = st.cpu(bn), gpu = st.gpu(bn);
+        nn::batchnorm2d_forward(cpu, x.data(), y.data(), k.N, k.H, k.W, true);
+        nn::batchnorm2d_backward(cpu, x.data(), dy.data(), dx.data(), k.N, k.H, k.W, true);
+        Activations gx(x, k.N, k.C, k.H, k.W), gy(1e3f, k.N, k.C, k.H, k.W);
+        Activations gdy(dy, k.N, k.C, k.H, k.W);
+        nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), k.N, k.H, k.W, true);
+        CHECK(nn::cuda::batchnorm2d_forward_path(gpu) == "plain");
+        nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdy.get(), k.N, k.H, k.W, true);
+        checkClose(gy.host(), y, 1e-2, "y");
         checkClose(gdy.host(), dx, 2e-2, "dx (in place of dy)");
         checkClose(st.d_dgamma.host(), st.dgamma, 1e-2, "dgamma");
         checkClose(st.d_dbeta.host(), st.dbeta, 1e-2, "dbeta");

@@ -62,6 +62,7 @@ enum ScratchSlot {
   kSlotFusionStats = 6,  // conv_bn_forward: the fused convolution's channel sums
   kSlotFusionCheck = 7,  // ... its first run per shape: the plain convolution's output
   kSlotFusionSums = 8,   // ... and that output's sums
+  kSlotBnBackward = 9,   // launchBnBackwardTraining's partial sums and coefficients
 };
 
 // Whether activations are stored in 16 bits (Math::Bf16: bfloat16, Math::Fp16: IEEE
@@ -196,6 +197,14 @@ void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int
 // dx = gamma * invstd * g, with g = dy masked by the fused ReLU when `relu`.
 void launchBnBackwardInference(const float* x, const float* dy, float* dx, float* dgamma,
                                float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW);
+// Training-mode backward on 16-bit NHWC activations from the forward's saved statistics
+// (f.mean, f.invstd), summed in a fixed order (bn_backward.cu): over the M = N HW values
+// of each channel, dbeta = sum g, dgamma = invstd sum g (x - mean) and
+// dx = gamma invstd (g - dbeta / M - (x - mean) invstd dgamma / M), g = dy masked by the
+// ReLU when `relu`; dx may be dy. False, with nothing launched, unless C is a multiple
+// of 8 and x, dy and dx start on 16 bytes.
+bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float* dgamma,
+                              float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW);
 
 // Batch norm from per-channel sums of `count` values (bn_stats.cu): save_mean and
 // save_invstd as cuDNN's forward training saves them, the running statistics moved by

@@ -6,7 +6,10 @@
 // variance unbiased (N H W / (N H W - 1)) like PyTorch, which runs on the same call.
 // It saves the mean and the INVERSE standard deviation 1 / sqrt(var + eps) for backward:
 // BatchNorm2d::save_var holds that here, not the variance (see layers_cuda.h).
-// Backward in training mode is cudnnBatchNormalizationBackward on those saved values.
+// Backward in training mode is cudnnBatchNormalizationBackward on those saved values,
+// or, for 16-bit activations whose forward took no Ex call (below), our own kernels
+// (launchBnBackwardTraining, bn_backward.cu), cuDNN's plain call being its slow path on
+// channels-last data.
 //
 // Inference: cudnnBatchNormalizationForwardInference on the running statistics; its
 // backward (the gradient of a fixed affine map) is not a cuDNN call, so it is our kernel.
@@ -315,6 +318,15 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
       return;
     }
     c.ok = false;
+  }
+  // Forward took no Ex call (a fused convolution summed its statistics, or the
+  // deterministic mode, or cuDNN refused it): cuDNN's plain backward is its slow path on
+  // 16-bit channels-last data, so ours where it takes the tensors.
+  if (Ex(forward.ex) == Ex::None &&
+      launchBnBackwardTraining(x, dy, dx, bn.dgamma, bn.dbeta, affineOf(bn, true), bn.relu, N, bn.C,
+                               HW)) {
+    checkLaunch(what);
+    return;
   }
   // Forward fused the ReLU, which cuDNN has since refused for this shape (here, or in
   // the backward of another layer of it): the next forward takes the Ex call without.

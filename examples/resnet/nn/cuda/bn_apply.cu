@@ -6,8 +6,9 @@
 // once per block, rather than from its four parameters per value; in 16 bits (NHWC,
 // where eight consecutive values are eight consecutive channels) they move 16 bytes per
 // access where the channels and the pointers allow it, as elementwise.cu does. Both
-// compute x * scale + shift the same way, so a value the forward's ReLU zeroed is one
-// the mask zeroes.
+// compute x * scale + shift the same way (bn_channel.cuh), so a value the forward's ReLU
+// zeroed is one the mask zeroes.
+#include "nn/cuda/bn_channel.cuh"
 #include "nn/cuda/kernel_util.cuh"
 
 #include <initializer_list>
@@ -18,23 +19,6 @@ namespace accord::nn::cuda::detail {
 using namespace kernel;
 
 namespace {
-
-struct Channel {
-  float mean, invstd, scale, shift;
-};
-
-// Explicitly rounded operations: the compiler may not contract them differently in
-// the forward and the backward kernel, so x * scale + shift is the same in both.
-__device__ Channel channelOf(const BnAffine& f, int c) {
-  Channel k;
-  k.mean = f.mean[c];
-  k.invstd = f.invstd ? f.invstd[c] : __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(f.var[c], f.eps)));
-  k.scale = __fmul_rn(f.gamma[c], k.invstd);
-  k.shift = __fsub_rn(f.beta[c], __fmul_rn(k.mean, k.scale));
-  return k;
-}
-
-__device__ float normalised(float x, float2 k) { return __fmaf_rn(x, k.x, k.y); }
 
 // The channel of element i: NCHW for float activations, NHWC for 16-bit ones.
 template <class A>
@@ -202,21 +186,6 @@ size_t packsOf(size_t total, int C, std::initializer_list<const void*> pointers)
       if (!aligned16(p)) return 0;
     return total / Pack<A>::kCount;
   }
-}
-
-// The GPU's multiprocessors (asked once).
-size_t multiprocessors() {
-  static const size_t count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        n <= 0) {
-      cudaGetLastError();
-      return size_t(108);
-    }
-    return size_t(n);
-  }();
-  return count;
 }
 
 // Runs launch(std::bool_constant<shared>{}, blocks, shared bytes) for `work` threads'

@@ -1,0 +1,202 @@
+// Batch norm's training backward on 16-bit NHWC activations (launchBnBackwardTraining),
+// for the layers whose forward did not take cuDNN's Ex call: after a convolution that
+// summed their statistics (conv_bn.cc), in the deterministic mode, or where cuDNN
+// refuses the Ex call for a shape. There cuDNN's plain backward is all it offers, and on
+// channels-last data that is its slow path; this is two passes over x and dy:
+//
+//   1. Partial sums, per channel, of g and g (x - mean), g = dy masked by the ReLU: a
+//      block takes a tile of channels (eight per thread, 16 bytes per access) and a slice
+//      of the rows, its threads sum their rows, and the block sums its threads in shared
+//      memory into one row of partials.
+//   2. Per channel, one small launch: the partials in order give dbeta and dgamma and the
+//      coefficients of dx = a g - b (x - mean) - e.
+//   3. dx from x and dy, element by element (dx may be dy: each value is read before the
+//      same thread writes it).
+//
+// Every sum runs in a fixed order (no atomics), so a run repeats bit for bit. The ReLU
+// mask evaluates x * scale + shift as the forward's apply does (bn_channel.cuh).
+#include "nn/cuda/bn_channel.cuh"
+#include "nn/cuda/kernel_util.cuh"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace accord::nn::cuda::detail {
+
+using namespace kernel;
+
+namespace {
+
+// Rows each thread sums at least, where the rows allow: fewer partial rows to add up.
+constexpr size_t kRowsPerThread = 32;
+
+// Pass 1. Thread t of a block takes channel Pack q = blockIdx.x Qt + t % Qt and the rows
+// r = blockIdx.y R + t / Qt, stepping by gridDim.y R (threads past R Qt, or past the
+// last Pack, only take part in the block's sum). `rows` rows of Q Packs.
+template <class A, class I>
+__global__ void bnBackwardSumsKernel(const A* x, const A* dy, BnAffine f, bool relu, I rows, int Q,
+                                     int Qt, int R, float* part_g, float* part_gx) {
+  constexpr int P = Pack<A>::kCount;
+  __shared__ float shared[2][kThreads * P];
+  const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
+  const int q = int(blockIdx.x) * Qt + tx;
+  float sum_g[P], sum_gx[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) sum_g[j] = 0.0f, sum_gx[j] = 0.0f;
+  if (ty < R && q < Q) {
+    float mean[P];
+    float2 k[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const Channel ch = channelOf(f, q * P + j);
+      mean[j] = ch.mean;
+      k[j] = make_float2(ch.scale, ch.shift);
+    }
+    const auto* xv = reinterpret_cast<const Pack<A>*>(x);
+    const auto* dyv = reinterpret_cast<const Pack<A>*>(dy);
+    for (I r = I(blockIdx.y) * R + ty; r < rows; r += I(gridDim.y) * R) {
+      const I at = r * Q + q;
+      const Pack<A> a = xv[at], d = dyv[at];
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const float v = toFloat(a.v[j]);
+        const float g = relu && !(normalised(v, k[j]) > 0.0f) ? 0.0f : toFloat(d.v[j]);
+        sum_g[j] += g;
+        sum_gx[j] += g * (v - mean[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    shared[0][threadIdx.x * P + j] = sum_g[j];
+    shared[1][threadIdx.x * P + j] = sum_gx[j];
+  }
+  __syncthreads();
+  if (ty != 0 || q >= Q) return;
+  const int C = Q * P;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    float g = 0.0f, gx = 0.0f;
+    for (int l = 0; l < R; ++l) {
+      g += shared[0][(l * Qt + tx) * P + j];
+      gx += shared[1][(l * Qt + tx) * P + j];
+    }
+    part_g[size_t(blockIdx.y) * C + q * P + j] = g;
+    part_gx[size_t(blockIdx.y) * C + q * P + j] = gx;
+  }
+}
+
+// What pass 3 needs of a channel: dx = a g - b (x - mean) - e, and the ReLU's
+// (scale, shift). Two float4 per channel.
+struct Coefficients {
+  float4 dx;    // (a, b, e, mean)
+  float4 mask;  // (scale, shift, 0, 0)
+};
+
+constexpr int kSlices = kThreads / 32;
+
+// Pass 2. A block takes 32 channels; its kSlices warps sum every kSlices-th row of the
+// `parts` rows of partials, then the first warp adds the slices in order.
+__global__ void bnBackwardCoefficientsKernel(const float* part_g, const float* part_gx, int parts,
+                                             int C, double count, BnAffine f, float* dgamma,
+                                             float* dbeta, Coefficients* coef) {
+  __shared__ double shared[2][kThreads];
+  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
+  const int c = int(blockIdx.x) * 32 + lane;
+  double g = 0.0, gx = 0.0;
+  if (c < C) {
+    for (int p = slice; p < parts; p += kSlices) {
+      g += part_g[size_t(p) * C + c];
+      gx += part_gx[size_t(p) * C + c];
+    }
+  }
+  shared[0][threadIdx.x] = g;
+  shared[1][threadIdx.x] = gx;
+  __syncthreads();
+  if (slice != 0 || c >= C) return;
+  for (int s = 1; s < kSlices; ++s) {
+    g += shared[0][s * 32 + lane];
+    gx += shared[1][s * 32 + lane];
+  }
+  const Channel ch = channelOf(f, c);
+  dbeta[c] = float(g);
+  dgamma[c] = float(gx * ch.invstd);
+  const double a = double(f.gamma[c]) * ch.invstd;
+  const double b = a * ch.invstd * ch.invstd * gx / count;
+  coef[c].dx = make_float4(float(a), float(b), float(a * g / count), ch.mean);
+  coef[c].mask = make_float4(ch.scale, ch.shift, 0.0f, 0.0f);
+}
+
+// Pass 3, a Pack at a time; a thread keeps its Pack's coefficients while its grid-stride
+// steps land on the same channels (always where a stride's values are a multiple of C).
+template <class A, class I>
+__global__ void bnBackwardDxKernel(const A* x, const A* dy, A* dx, const Coefficients* coef,
+                                   bool relu, I packs, int Q) {
+  constexpr int P = Pack<A>::kCount;
+  const auto* xv = reinterpret_cast<const Pack<A>*>(x);
+  const auto* dyv = reinterpret_cast<const Pack<A>*>(dy);
+  auto* dxv = reinterpret_cast<Pack<A>*>(dx);
+  float4 k[P];
+  float2 m[P];
+  int held = -1;  // the Pack of channels whose coefficients k and m hold
+  for (I i = I(firstIndex()); i < packs; i += I(gridStride())) {
+    const int q = int(i % I(Q));
+    if (q != held) {
+      held = q;
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        k[j] = coef[q * P + j].dx;
+        const float4 mask = coef[q * P + j].mask;
+        m[j] = make_float2(mask.x, mask.y);
+      }
+    }
+    const Pack<A> a = xv[i], d = dyv[i];
+    Pack<A> out;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const float v = toFloat(a.v[j]);
+      const float g = relu && !(normalised(v, m[j]) > 0.0f) ? 0.0f : toFloat(d.v[j]);
+      out.v[j] = fromFloat<A>(k[j].x * g - k[j].y * (v - k[j].w) - k[j].z);
+    }
+    dxv[i] = out;
+  }
+}
+
+}  // namespace
+
+bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float* dgamma,
+                              float* dbeta, BnAffine f, bool relu, int N, int C, size_t HW) {
+  if (!halfActivations() || N <= 0 || C <= 0 || HW == 0) return false;
+  bool launched = false;
+  dispatchHalf([&](auto h) {
+    using A = decltype(h);
+    constexpr int P = Pack<A>::kCount;
+    if (C % P != 0 || !aligned16(x) || !aligned16(dy) || !aligned16(dx)) return;
+    const size_t rows = size_t(N) * HW, total = rows * C;
+    const int Q = C / P, Qt = std::min(Q, kThreads), R = kThreads / Qt;
+    const size_t tiles = (size_t(Q) + Qt - 1) / Qt;
+    const size_t want = (rows + R * kRowsPerThread - 1) / (R * kRowsPerThread);
+    const size_t most = std::max<size_t>(1, 4 * multiprocessors() / tiles);
+    const int parts = int(std::clamp<size_t>(want, 1, std::min<size_t>(most, 65535)));
+    // The coefficients first (16-byte aligned in the buffer), then the partials.
+    auto* coef = static_cast<Coefficients*>(
+        scratch(kSlotBnBackward, C * sizeof(Coefficients) + 2 * size_t(parts) * C * sizeof(float)));
+    auto* part_g = reinterpret_cast<float*>(coef + C);
+    float* part_gx = part_g + size_t(parts) * C;
+    cudaStream_t stream = backend().stream;
+    withIndex(total, [&](auto index) {
+      using I = decltype(index);
+      bnBackwardSumsKernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, stream>>>(
+          as<A>(x), as<A>(dy), f, relu, I(rows), Q, Qt, R, part_g, part_gx);
+      bnBackwardCoefficientsKernel<<<unsigned((C + 31) / 32), kThreads, 0, stream>>>(
+          part_g, part_gx, parts, C, double(rows), f, dgamma, dbeta, coef);
+      const size_t packs = total / P;
+      bnBackwardDxKernel<<<blocksFor(packs), kThreads, 0, stream>>>(as<A>(x), as<A>(dy), as<A>(dx),
+                                                                    coef, relu, I(packs), Q);
+    });
+    launched = true;
+  });
+  return launched;
+}
+
+}  // namespace accord::nn::cuda::detail
