@@ -30,6 +30,33 @@ namespace {
 using namespace accord;
 using namespace accord::test;  // cudnn_layers_util.h, cudnn_half_util.h
 
+// The stem's max pool: 3x3, stride 2, padding 1.
+nn::MaxPool2d stemPool() {
+  nn::MaxPool2d p;
+  p.K = 3, p.stride = 2, p.pad = 1;
+  return p;
+}
+
+// The stem's max pool forward and backward on x (N, C, H, W), rounded to `math`, against
+// the CPU's: y exactly (a choice among 16-bit values), dx within rounding.
+void checkMaxPool(const std::vector<float>& x, int N, int C, int H, int W, Math math,
+                  std::mt19937_64& rng) {
+  nn::MaxPool2d p = stemPool();
+  const int Ho = p.out_h(H), Wo = p.out_w(W);
+  const size_t n = size_t(N) * C * H * W, np = size_t(N) * C * Ho * Wo;
+  auto dy = rounded(randomVector(np, rng), math);
+  std::vector<float> y(np), ws(np), dx(n);
+  nn::maxpool2d_forward(p, x.data(), y.data(), ws.data(), N, C, H, W);
+  nn::maxpool2d_backward(p, dy.data(), ws.data(), dx.data(), N, C, H, W);
+  Activations gx(x, N, C, H, W), gy(1e3f, N, C, Ho, Wo), gdy(dy, N, C, Ho, Wo),
+      gdx(1e3f, N, C, H, W);
+  Device gws(np, 0.0f);
+  nn::cuda::maxpool2d_forward(p, gx.get(), gy.get(), gws.get(), N, C, H, W);
+  nn::cuda::maxpool2d_backward(p, gdy.get(), gws.get(), gdx.get(), N, C, H, W);
+  checkClose(gy.host(), y, 1e-6, "max pool y (exact)");
+  checkClose(gdx.host(), dx, 1e-2, "max pool dx");
+}
+
 TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
   for (Math math : kHalfMaths) {
     INFO(nameOf(math));
@@ -106,23 +133,10 @@ TEST_CASE("16-bit: batch norm, pools, relu and add match the CPU on 16-bit value
       checkClose(st.d_dbeta.host(), st.dbeta, 1e-2, "dbeta (float32)");
     }
 
-    // Max pool 3x3 stride 2 pad 1 (the stem's) and the global average pool.
-    nn::MaxPool2d p;
-    p.K = 3, p.stride = 2, p.pad = 1;
-    const int Ho = p.out_h(H), Wo = p.out_w(W);
-    const size_t np = size_t(N) * C * Ho * Wo;
+    // Max pool and the global average pool.
     auto x = rounded(randomVector(n, rng), math);
-    auto dyp = rounded(randomVector(np, rng), math);
-    std::vector<float> yp(np), ws(np), dxp(n);
-    nn::maxpool2d_forward(p, x.data(), yp.data(), ws.data(), N, C, H, W);
-    nn::maxpool2d_backward(p, dyp.data(), ws.data(), dxp.data(), N, C, H, W);
-    Activations gx(x, N, C, H, W), gyp(1e3f, N, C, Ho, Wo), gdyp(dyp, N, C, Ho, Wo),
-        gdxp(1e3f, N, C, H, W);
-    Device gws(np, 0.0f);
-    nn::cuda::maxpool2d_forward(p, gx.get(), gyp.get(), gws.get(), N, C, H, W);
-    nn::cuda::maxpool2d_backward(p, gdyp.get(), gws.get(), gdxp.get(), N, C, H, W);
-    checkClose(gyp.host(), yp, 1e-6, "max pool y (exact: a choice among 16-bit values)");
-    checkClose(gdxp.host(), dxp, 1e-2, "max pool dx");
+    checkMaxPool(x, N, C, H, W, math, rng);
+    Activations gx(x, N, C, H, W);
 
     const size_t nc = size_t(N) * C;
     std::vector<float> ya(nc), dxa(n);
@@ -181,22 +195,10 @@ TEST_CASE("16-bit: max pool over whole Packs of channels matches the CPU and the
     for (const int C : {16, 64}) {
       INFO("C=" << C);
       const int N = 3, H = 9, W = 11;
-      nn::MaxPool2d p;
-      p.K = 3, p.stride = 2, p.pad = 1;
+      nn::MaxPool2d p = stemPool();
       const int Ho = p.out_h(H), Wo = p.out_w(W);
       const size_t n = size_t(N) * C * H * W, np = size_t(N) * C * Ho * Wo;
-      auto x = rounded(randomVector(n, rng), math);
-      auto dy = rounded(randomVector(np, rng), math);
-      std::vector<float> y(np), ws(np), dx(n);
-      nn::maxpool2d_forward(p, x.data(), y.data(), ws.data(), N, C, H, W);
-      nn::maxpool2d_backward(p, dy.data(), ws.data(), dx.data(), N, C, H, W);
-      Activations gx(x, N, C, H, W), gy(1e3f, N, C, Ho, Wo), gdy(dy, N, C, Ho, Wo),
-          gdx(1e3f, N, C, H, W);
-      Device gws(np, 0.0f);
-      nn::cuda::maxpool2d_forward(p, gx.get(), gy.get(), gws.get(), N, C, H, W);
-      nn::cuda::maxpool2d_backward(p, gdy.get(), gws.get(), gdx.get(), N, C, H, W);
-      checkClose(gy.host(), y, 1e-6, "max pool y (exact)");
-      checkClose(gdx.host(), dx, 1e-2, "max pool dx");
+      checkMaxPool(rounded(randomVector(n, rng), math), N, C, H, W, math, rng);
 
       // Ties in every window and a NaN: the packed kernels pick and sum exactly as the
       // per-value ones do on the same values.
@@ -204,7 +206,7 @@ TEST_CASE("16-bit: max pool over whole Packs of channels matches the CPU and the
       std::vector<float> t(n);
       for (float& v : t) v = 0.5f * float(level(rng));
       t[5] = std::nanf("");
-      Activations tx(t, N, C, H, W);
+      Activations tx(t, N, C, H, W), gdy(rounded(randomVector(np, rng), math), N, C, Ho, Wo);
       Misaligned tx1(tx.get(), n), dy1(gdy.get(), np);
       Device y0(np, 0.0f), y1(np, 0.0f), ws0(np, 0.0f), ws1(np, 0.0f), dx0(n, 0.0f), dx1(n, 0.0f);
       nn::cuda::maxpool2d_forward(p, tx.get(), y0.get(), ws0.get(), N, C, H, W);

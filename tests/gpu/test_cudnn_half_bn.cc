@@ -14,6 +14,15 @@
 using namespace accord;
 using namespace accord::test;  // cudnn_layers_util.h, cudnn_half_util.h
 
+namespace {
+// nn::cuda::set_deterministic(true) for the scope.
+struct Deterministic {
+  Deterministic() : old(nn::cuda::set_deterministic(true)) {}
+  ~Deterministic() { nn::cuda::set_deterministic(old); }
+  bool old;
+};
+}  // namespace
+
 // Training batch norm at the shapes of a ResNet's (channels a multiple of 8, where
 // cuDNN's NHWC persistent kernels and its fused ReLU apply), with and without the ReLU,
 // backward in place as the model runs it, twice (the second forward and backward go
@@ -62,11 +71,7 @@ TEST_CASE("16-bit: training batch norm at ResNet's shapes matches the CPU", "[ha
 // (a block's threads do not divide by it) and at one wider than a block's Packs, with
 // and without the ReLU, in place of dy, the same values as the CPU's.
 TEST_CASE("16-bit: training batch norm without cuDNN's Ex call matches the CPU", "[half]") {
-  struct Deterministic {
-    Deterministic() : old(nn::cuda::set_deterministic(true)) {}
-    ~Deterministic() { nn::cuda::set_deterministic(old); }
-    bool old;
-  } plain;
+  Deterministic plain;
   struct Shape {
     int N, C, H, W;
   };
@@ -107,11 +112,7 @@ TEST_CASE("16-bit: training batch norm without cuDNN's Ex call matches the CPU",
 // backward, twice on the same inputs give the same bits (the algorithms cuDNN would
 // pick otherwise may sum with atomics, in an order that changes from run to run).
 TEST_CASE("16-bit: deterministic layers repeat forward and backward bit for bit", "[half]") {
-  struct Deterministic {
-    Deterministic() : old(nn::cuda::set_deterministic(true)) {}
-    ~Deterministic() { nn::cuda::set_deterministic(old); }
-    bool old;
-  } same_bits;
+  Deterministic same_bits;
   for (Math math : kHalfMaths) {
     INFO(nameOf(math));
     HalfMode mode(math);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 namespace accord::nn::cuda::detail {
 
@@ -32,6 +33,27 @@ __device__ inline int lastOutput(int h, int Ho, int stride, int pad) {
   return min(Ho - 1, (h + pad) / stride);
 }
 
+// Element i of a (planes, rows, cols) tensor, as the pools see it: its row and column,
+// and where the same image and channel start in the other tensor of the pool, whose
+// (to_rows, to_cols) positions are `step` apart. Channels last: i counts C channels
+// (or C Packs of them) fastest, and a position's values are consecutive; else each
+// plane (image and channel) is rows x cols consecutive values.
+template <class I>
+struct Site {
+  I base, step;
+  int row, col;
+};
+template <bool kChannelsLast, class I>
+__device__ inline Site<I> siteOf(I i, int C, int rows, int cols, int to_rows, int to_cols) {
+  if constexpr (kChannelsLast) {
+    const I t = i / C, c = i - t * C, u = t / cols, n = u / rows;
+    return {n * to_rows * to_cols * C + c, I(C), int(u - n * rows), int(t - u * cols)};
+  } else {
+    const I t = i / cols, plane = t / rows;
+    return {plane * to_rows * to_cols, I(1), int(t - plane * rows), int(i - t * cols)};
+  }
+}
+
 // One thread per output: the first maximum of its window; padding never wins (it is
 // skipped). argmax = h * W + w within the plane.
 template <class A, class I>
@@ -39,17 +61,7 @@ __global__ void maxPoolKernel(const A* x, A* y, int32_t* argmax, I total, int C,
                               int Ho, int Wo, int K, int stride, int pad) {
   for (I o = I(firstIndex()); o < total; o += I(gridStride())) {
     // Input (h, w) of this output's image and channel is x[base + (h W + w) step].
-    I base, step;
-    int oh, ow;
-    if constexpr (kNhwc<A>) {
-      const I t = o / C, c = o - t * C, u = t / Wo, n = u / Ho;
-      ow = int(t - u * Wo), oh = int(u - n * Ho);
-      base = n * H * W * C + c, step = C;
-    } else {
-      const I t = o / Wo, plane = t / Ho;
-      ow = int(o - t * Wo), oh = int(t - plane * Ho);
-      base = plane * H * W, step = 1;
-    }
+    const auto [base, step, oh, ow] = siteOf<kNhwc<A>>(o, C, Ho, Wo, H, W);
     float best = -INFINITY;
     int at = -1;
     for (int kh = 0; kh < K; ++kh) {
@@ -78,10 +90,8 @@ __global__ void maxPoolPacksKernel(const A* x, A* y, int32_t* argmax, I total, i
   auto* yv = reinterpret_cast<Pack<A>*>(y);
   auto* av = reinterpret_cast<int4*>(argmax);
   for (I o = I(firstIndex()); o < total; o += I(gridStride())) {
-    const I t = o / Q, q = o - t * Q, u = t / Wo, n = u / Ho;
-    const int ow = int(t - u * Wo), oh = int(u - n * Ho);
     // The Pack at input (h, w) is xv[base + (h W + w) Q].
-    const I base = n * H * W * Q + q;
+    const auto [base, step, oh, ow] = siteOf<true>(o, Q, Ho, Wo, H, W);
     float best[P];
     int at[P];
 #pragma unroll
@@ -92,7 +102,7 @@ __global__ void maxPoolPacksKernel(const A* x, A* y, int32_t* argmax, I total, i
       for (int kw = 0; kw < K; ++kw) {
         const int w = ow * stride - pad + kw;
         if (w < 0 || w >= W) continue;
-        const Pack<A> v = xv[base + (I(h) * W + w) * Q];
+        const Pack<A> v = xv[base + (I(h) * W + w) * step];
         const int here = h * W + w;
 #pragma unroll
         for (int j = 0; j < P; ++j) {
@@ -117,17 +127,7 @@ __global__ void maxPoolBackwardKernel(const A* dy, const int32_t* argmax, A* dx,
                                       int H, int W, int Ho, int Wo, int K, int stride, int pad) {
   for (I i = I(firstIndex()); i < total; i += I(gridStride())) {
     // Output (oh, ow) of this input's image and channel is dy[base + (oh Wo + ow) step].
-    I base, step;
-    int h, w;
-    if constexpr (kNhwc<A>) {
-      const I t = i / C, c = i - t * C, u = t / W, n = u / H;
-      w = int(t - u * W), h = int(u - n * H);
-      base = n * Ho * Wo * C + c, step = C;
-    } else {
-      const I t = i / W, plane = t / H;
-      w = int(i - t * W), h = int(t - plane * H);
-      base = plane * Ho * Wo, step = 1;
-    }
+    const auto [base, step, h, w] = siteOf<kNhwc<A>>(i, C, H, W, Ho, Wo);
     const int oh0 = firstOutput(h, K, stride, pad), oh1 = lastOutput(h, Ho, stride, pad);
     const int ow0 = firstOutput(w, K, stride, pad), ow1 = lastOutput(w, Wo, stride, pad);
     const int here = h * W + w;
@@ -152,10 +152,8 @@ __global__ void maxPoolBackwardPacksKernel(const A* dy, const int32_t* argmax, A
   const auto* av = reinterpret_cast<const int4*>(argmax);
   auto* dxv = reinterpret_cast<Pack<A>*>(dx);
   for (I i = I(firstIndex()); i < total; i += I(gridStride())) {
-    const I t = i / Q, q = i - t * Q, u = t / W, n = u / H;
-    const int w = int(t - u * W), h = int(u - n * H);
     // The Pack at output (oh, ow) is dyv[base + (oh Wo + ow) Q].
-    const I base = n * Ho * Wo * Q + q;
+    const auto [base, step, h, w] = siteOf<true>(i, Q, H, W, Ho, Wo);
     const int oh0 = firstOutput(h, K, stride, pad), oh1 = lastOutput(h, Ho, stride, pad);
     const int ow0 = firstOutput(w, K, stride, pad), ow1 = lastOutput(w, Wo, stride, pad);
     const int here = h * W + w;
@@ -164,7 +162,7 @@ __global__ void maxPoolBackwardPacksKernel(const A* dy, const int32_t* argmax, A
     for (int j = 0; j < P; ++j) sum[j] = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
-        const I o = base + (I(oh) * Wo + ow) * Q;
+        const I o = base + (I(oh) * Wo + ow) * step;
         const int4 lo = av[2 * size_t(o)], hi = av[2 * size_t(o) + 1];
         const int at[P] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         const Pack<A> d = dyv[o];
@@ -207,27 +205,42 @@ bool packed(int C, int P, std::initializer_list<const void*> pointers) {
   return true;
 }
 
+// Runs launch(A{}, I{}, P) for a max pool on tensors of C channels at `pointers`, the
+// larger of `values` values: A the activations' storage type, I withIndex's type, and
+// P the channels a thread takes, Pack<A>::kCount where the packed kernels take the
+// tensors, else 1 (a std::integral_constant).
+template <class F>
+void forMaxPool(size_t values, int C, std::initializer_list<const void*> pointers, F&& launch) {
+  dispatch([&](auto a) {
+    using A = decltype(a);
+    withIndex(values, [&](auto index) {
+      if constexpr (kNhwc<A>) {
+        constexpr int P = Pack<A>::kCount;
+        if (packed(C, P, pointers)) return launch(a, index, std::integral_constant<int, P>{});
+      }
+      launch(a, index, std::integral_constant<int, 1>{});
+    });
+  });
+}
+
 }  // namespace
 
 void launchMaxPool(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int Ho,
                    int Wo, int K, int stride, int pad) {
   const size_t in = size_t(N) * C * H * W, total = size_t(N) * C * Ho * Wo;
   if (!total) return;
-  dispatch([&](auto a) {
+  forMaxPool(std::max(in, total), C, {x, y, argmax}, [&](auto a, auto index, auto per_thread) {
     using A = decltype(a);
-    withIndex(std::max(in, total), [&](auto index) {
-      using I = decltype(index);
-      if constexpr (kNhwc<A>) {
-        constexpr int P = Pack<A>::kCount;
-        if (packed(C, P, {x, y, argmax})) {
-          maxPoolPacksKernel<<<blocksFor(total / P), kThreads, 0, backend().stream>>>(
-              as<A>(x), as<A>(y), argmax, I(total / P), C / P, H, W, Ho, Wo, K, stride, pad);
-          return;
-        }
-      }
-      maxPoolKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-          as<A>(x), as<A>(y), argmax, I(total), C, H, W, Ho, Wo, K, stride, pad);
-    });
+    using I = decltype(index);
+    constexpr int P = decltype(per_thread)::value;
+    const size_t threads = total / P;
+    if constexpr (P > 1) {
+      maxPoolPacksKernel<<<blocksFor(threads), kThreads, 0, backend().stream>>>(
+          as<A>(x), as<A>(y), argmax, I(threads), C / P, H, W, Ho, Wo, K, stride, pad);
+    } else {
+      maxPoolKernel<<<blocksFor(threads), kThreads, 0, backend().stream>>>(
+          as<A>(x), as<A>(y), argmax, I(threads), C, H, W, Ho, Wo, K, stride, pad);
+    }
   });
 }
 
@@ -235,21 +248,18 @@ void launchMaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, in
                            int W, int Ho, int Wo, int K, int stride, int pad) {
   const size_t total = size_t(N) * C * H * W, out = size_t(N) * C * Ho * Wo;
   if (!total) return;
-  dispatch([&](auto a) {
+  forMaxPool(std::max(total, out), C, {dy, argmax, dx}, [&](auto a, auto index, auto per_thread) {
     using A = decltype(a);
-    withIndex(std::max(total, out), [&](auto index) {
-      using I = decltype(index);
-      if constexpr (kNhwc<A>) {
-        constexpr int P = Pack<A>::kCount;
-        if (packed(C, P, {dy, argmax, dx})) {
-          maxPoolBackwardPacksKernel<<<blocksFor(total / P), kThreads, 0, backend().stream>>>(
-              as<A>(dy), argmax, as<A>(dx), I(total / P), C / P, H, W, Ho, Wo, K, stride, pad);
-          return;
-        }
-      }
-      maxPoolBackwardKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-          as<A>(dy), argmax, as<A>(dx), I(total), C, H, W, Ho, Wo, K, stride, pad);
-    });
+    using I = decltype(index);
+    constexpr int P = decltype(per_thread)::value;
+    const size_t threads = total / P;
+    if constexpr (P > 1) {
+      maxPoolBackwardPacksKernel<<<blocksFor(threads), kThreads, 0, backend().stream>>>(
+          as<A>(dy), argmax, as<A>(dx), I(threads), C / P, H, W, Ho, Wo, K, stride, pad);
+    } else {
+      maxPoolBackwardKernel<<<blocksFor(threads), kThreads, 0, backend().stream>>>(
+          as<A>(dy), argmax, as<A>(dx), I(threads), C, H, W, Ho, Wo, K, stride, pad);
+    }
   });
 }
 
