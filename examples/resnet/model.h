@@ -3,8 +3,8 @@
 // small-image stem (--stem cifar: 3x3 conv, stride 1, no max pool) and a width
 // multiplier for tiny test models.
 //
-// The llm.c way: the model is plain data (layer structs, activation pointers) carved
-// from four arenas; forward() is a flat list of layer calls per block, backward() runs
+// The model is plain data (layer structs, activation pointers) carved from four
+// arenas; forward() is a flat list of layer calls per block, backward() runs
 // the same list in reverse and hands each layer's gradients to a GradSink right after
 // that layer's backward, so the runtime reduces them while the rest of backward runs.
 //

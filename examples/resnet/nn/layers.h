@@ -1,10 +1,10 @@
 // The trainer's layers: the narrow interface the model code is written against.
 //
-// llm.c style: every layer is a plain struct (its configuration plus pointers to its
-// parameters and gradients) and a pair of free functions, <layer>_forward and
-// <layer>_backward. Activations are passed in by the caller. The CPU backend
-// (oneDNN + oneTBB, nn/*.cc) and a future cuDNN backend implement exactly these
-// declarations; on the GPU build every float* is a device pointer.
+// Every layer is a plain struct (its configuration plus pointers to its parameters and
+// gradients) and a pair of free functions, <layer>_forward and <layer>_backward.
+// Activations are passed in by the caller. The CPU backend (oneDNN + oneTBB, nn/*.cc)
+// and the cuDNN backend (nn/cuda/) implement exactly these declarations; on the GPU
+// every float* is a device pointer.
 //
 // Conventions, the same for every layer:
 //   - Tensors are float32, NCHW, dense and plain (no blocked layouts leak out).

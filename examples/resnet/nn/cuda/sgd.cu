@@ -1,6 +1,6 @@
-// resnet::Sgd's update (optimizer.h) as one kernel over the whole flat parameter array,
-// llm.c's gpt2_update: a ResNet-50 has ~160 parameter tensors, and one launch for all
-// of them costs one launch, not 160. The tensors become fixed-size chunks (each inside
+// resnet::Sgd's update (optimizer.h) as one kernel over the whole flat parameter array:
+// a ResNet-50 has ~160 parameter tensors, and one launch for all of them costs one
+// launch, not 160. The tensors become fixed-size chunks (each inside
 // one tensor, with that tensor's weight decay), one block per chunk, listed once at
 // construction in a device table.
 //
