@@ -81,8 +81,18 @@ std::string useDevice(Model& m, const std::string& device, int local_rank,
   if (device != "cuda")
     throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
   int count = 0;
-  checkCuda(cudaGetDeviceCount(&count), "--device cuda: counting GPUs");
-  if (count == 0) throw InvalidArgument("--device cuda: no GPU found");
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess || count == 0) {
+    cudaGetLastError();  // not sticky: nothing for a later call to report
+    // Without a driver CUDA says its runtime needs a newer one: name the cause plainly.
+    throw InvalidArgument(std::string("--device cuda: no GPU that CUDA can use here (") +
+                          (counted == cudaErrorInsufficientDriver
+                               ? "no NVIDIA driver, or one older than CUDA " +
+                                     std::to_string(CUDART_VERSION / 1000) + " needs"
+                           : counted != cudaSuccess ? cudaGetErrorString(counted)
+                                                    : "no CUDA device") +
+                          "); train with --device cpu, or where an NVIDIA GPU and its driver are");
+  }
   checkCuda(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
   std::string precision = asked;
   if (precision == "auto") {  // bf16 tensor cores came with compute capability 8.0
