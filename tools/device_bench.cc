@@ -57,7 +57,13 @@ struct Gpu {
 
   explicit Gpu(const Bench& b) : bench(b) {
     int count = 0;
-    cudaOk(bench, cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    const cudaError_t counted = cudaGetDeviceCount(&count);
+    if (counted != cudaSuccess || count == 0)
+      fail(bench, std::string("no GPU that CUDA can use here (") +
+                      (counted == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one too old"
+                       : counted != cudaSuccess               ? cudaGetErrorString(counted)
+                                                              : "no CUDA device") +
+                      "); accord-bench without --device measures host memory");
     MPI_Comm local;
     MPI_Comm_split_type(bench.comm, MPI_COMM_TYPE_SHARED, bench.rank, MPI_INFO_NULL, &local);
     int local_rank = 0, local_size = 1;

@@ -55,7 +55,12 @@ int deviceCount(std::string* why) {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it, so that later calls do not report it
-    if (why) *why = cudaGetErrorString(status);
+    // Without a driver CUDA says its runtime needs a newer one: name the cause plainly.
+    if (why)
+      *why = status == cudaErrorInsufficientDriver
+                 ? "no NVIDIA driver, or one older than CUDA " +
+                       std::to_string(CUDART_VERSION / 1000) + " needs"
+                 : cudaGetErrorString(status);
     return 0;
   }
   if (count == 0 && why) *why = "no CUDA device";
