@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +46,12 @@ struct DeviceModel {
   bool batch_from_pool = false;
   std::shared_ptr<UploadAhead> ahead;  // uploadAhead; shared with the loader's hooks
   // While set, the mirror's sink appends each gradient here instead of sending it on
-  // (a step being captured into a CUDA graph sends them after its launch).
+  // (a step being captured into a CUDA graph sends them after its launch), then calls
+  // `recorded` with its element count, where set (a capture cut into segments).
   std::vector<SentGradient>* recording = nullptr;
+  std::function<void(std::size_t)> recorded;
+  // graphSegments: bytes of gradients after which a capture ends a graph; 0: one graph.
+  std::size_t graph_segment_bytes = 0;
   std::shared_ptr<StepState> step;  // deviceTrainStep's, made on its first call
   // For the tests: the next capture makes a call no capture allows (it waits for the
   // stream), as a layer that cannot be captured would, and fails.

@@ -85,6 +85,11 @@ void deterministicLayers(Model& m, bool on);
 // 16-bit activations only (other shapes and precisions run unfused). The report says,
 // per shape, what was decided and why. Both need useDevice(m, "cuda") first.
 void fuseConvBatchNorm(Model& m, bool on);
+// A graphed training step (deviceTrainStep) is captured as several graphs, one ending
+// after each `bytes` of gradients backward handed on, and each one's gradients go to
+// the sink right after its launch, so that their allreduces overlap the graphs after
+// it; 0 (the default): one graph, its gradients sent after it.
+void graphSegments(Model& m, std::size_t bytes);
 std::string convBatchNormFusionReport(const Model& m);
 // Synthetic data resident on the GPU: useDevicePool uploads a source's image pool
 // (SyntheticPool, data.h) once; deviceInputFromPool makes the next deviceForward build
@@ -116,7 +121,8 @@ enum class StepLaunch {
 // gradient to m.sink as its layer's work is queued. As a graph (not with
 // profileDevice), the work is captured the second time a kind of step (batch size,
 // loss scale, BN mode, smoothing) is seen and replayed after, and the gradients go to
-// the sink after each launch, in backward's order.
+// the sink after the launch of the graph that made them (graphSegments), in backward's
+// order.
 void deviceTrainStep(Model& m, const int32_t* labels, int N, float smoothing, StepLaunch launch);
 float* deviceStepLoss(Model& m);
 struct DeviceStepResult {
@@ -129,6 +135,7 @@ struct GraphStats {
   int captured = 0;           // graphs made
   std::int64_t replayed = 0;  // steps launched from one
   std::int64_t eager = 0;     // steps run call by call before their capture
+  int segments = 0;           // graphs per step, in the last capture (graphSegments)
   // StepLaunch::GraphWhereItWorks: why a capture or a graph launch failed, after which every step
   // ran layer by layer (empty: it never failed).
   std::string failure;

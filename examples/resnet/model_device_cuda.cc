@@ -128,6 +128,7 @@ std::string useDevice(Model& m, const std::string& device, int local_rank,
   d->mirror.sink = [host, dm](const std::string& name, float* g, std::size_t n) {
     if (dm->recording) {
       dm->recording->push_back({name, g, n});
+      if (dm->recorded) dm->recorded(n);
       return;
     }
     if (dm->resident) {
@@ -210,6 +211,11 @@ void deterministicLayers(Model& m, bool on) {
 void fuseConvBatchNorm(Model& m, bool on) {
   if (!m.device) throw Error("fuseConvBatchNorm: the model is not on a GPU (useDevice)");
   nn::cuda::set_conv_bn_fusion(on ? nn::cuda::Fusion::WherePays : nn::cuda::Fusion::Off);
+}
+
+void graphSegments(Model& m, std::size_t bytes) {
+  if (!m.device) throw Error("graphSegments: the model is not on a GPU (useDevice)");
+  m.device->graph_segment_bytes = bytes;
 }
 
 std::string convBatchNormFusionReport(const Model& m) {

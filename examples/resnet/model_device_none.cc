@@ -52,6 +52,9 @@ void deterministicLayers(Model&, bool) {
 void fuseConvBatchNorm(Model&, bool) {
   throw Error("fuseConvBatchNorm: no GPU layers in this build");
 }
+void graphSegments(Model&, std::size_t) {
+  throw Error("graphSegments: no GPU layers in this build");
+}
 std::string convBatchNormFusionReport(const Model&) {
   throw Error("convBatchNormFusionReport: no GPU layers in this build");
 }

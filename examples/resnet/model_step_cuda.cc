@@ -15,8 +15,12 @@
 // graph is dropped and made again. What varies from step to step stays outside the
 // graph, on the same stream: the batch and the labels go up before its launch, the BN
 // statistics come down after it, and the gradients go to the sink after the launch,
-// in the order backward produced them (recorded during the capture), so their
-// allreduces wait for the whole backward. Where graphs are the default rather than
+// in the order backward produced them (recorded during the capture). With segments
+// (graphSegments, on more than one rank) the capture ends a graph after every so many
+// bytes of gradients and begins the next: each graph's gradients go to the sink right
+// after its launch, so their allreduces wait only for the graphs up to theirs, and
+// overlap the rest of backward; in one graph they wait for all of it. Where graphs are
+// the default rather than
 // asked for (StepLaunch::GraphWhereItWorks), a capture that fails is told once and the
 // run goes on layer by layer, starting with the step whose capture failed.
 #include "device_model.h"
@@ -52,10 +56,15 @@ struct StepState {
              smoothing == o.smoothing;
     }
   };
+  // One graph of a step, and what backward handed to the sink during its capture, in
+  // order.
+  struct Segment {
+    cudaGraphExec_t exec;
+    std::vector<SentGradient> sent;
+  };
   struct Graph {
     Kind kind;
-    cudaGraphExec_t exec;
-    std::vector<SentGradient> sent;  // what backward handed to the sink, in order
+    std::vector<Segment> segments;  // launched in order: one unless graphSegments
   };
   // Kinds of step fewer than this many are kept; past it all are dropped (a run has
   // one or two: the batch, and a loss scale that changes now and then).
@@ -83,8 +92,12 @@ struct StepState {
   StepState& operator=(const StepState&) = delete;
 
   void dropGraphs() {
-    for (Graph& g : graphs) cudaGraphExecDestroy(g.exec);
+    for (Graph& g : graphs) destroy(g.segments);
     graphs.clear();
+  }
+  static void destroy(std::vector<Segment>& segments) {
+    for (Segment& s : segments) cudaGraphExecDestroy(s.exec);
+    segments.clear();
   }
   Graph* find(const Kind& k) {
     for (Graph& g : graphs)
@@ -132,37 +145,75 @@ void abandonCapture(cudaStream_t stream) {
   cudaGetLastError();
 }
 
-cudaGraphExec_t capture(Model& m, StepState& s, const int32_t* labels, int N, float smoothing,
-                        std::vector<SentGradient>& sent) {
+// Ends the capture under way on `stream` as one more segment, with the gradients in
+// `sent` (moved there). A capture of nothing, after the last gradient, is dropped.
+void endSegment(cudaStream_t stream, std::vector<SentGradient>& sent,
+                std::vector<StepState::Segment>& segments) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  std::size_t nodes = 0;
+  if (ended == cudaSuccess && sent.empty() &&
+      cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess && nodes == 0) {
+    cudaGraphDestroy(graph);
+    return;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
+  if (graph) cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    cudaGetLastError();  // so that no later launch check reports it as its own
+    checkCuda(made, ended == cudaSuccess ? "instantiating the graph" : "ending the capture");
+  }
+  segments.push_back({exec, std::move(sent)});
+  sent.clear();
+}
+
+// The step captured as graphs: one, or one per graph_segment_bytes of gradients.
+std::vector<StepState::Segment> capture(Model& m, StepState& s, const int32_t* labels, int N,
+                                        float smoothing) {
   DeviceModel& dm = *m.device;
   cudaStream_t stream = nn::cuda::stream();
   const std::string what =
       "--cuda-graphs: capturing the training step (batch " + std::to_string(N) + ")";
+  std::vector<StepState::Segment> segments;
+  std::vector<SentGradient> sent;
+  std::size_t bytes = 0;  // of the gradients in the graph under capture
+  bool capturing = false;
   // Thread-local: the runtime's and the loader's threads go on using the GPU meanwhile.
-  checkCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), what);
+  const auto begin = [&] {
+    checkCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+              "beginning a capture");
+    capturing = true;
+  };
   try {
+    begin();
     dm.recording = &sent;
+    if (dm.graph_segment_bytes > 0)
+      dm.recorded = [&](std::size_t n) {
+        bytes += n * sizeof(float);
+        if (bytes < dm.graph_segment_bytes) return;
+        bytes = 0;
+        capturing = false;
+        endSegment(stream, sent, segments);
+        begin();
+      };
     if (dm.break_next_capture) {
       dm.break_next_capture = false;
       checkCuda(cudaStreamSynchronize(stream), "waiting for the stream");
     }
     enqueueStep(m, s.out, labels, N, smoothing);
     dm.recording = nullptr;
+    dm.recorded = nullptr;
+    capturing = false;
+    endSegment(stream, sent, segments);
   } catch (const std::exception& e) {
     dm.recording = nullptr;
-    abandonCapture(stream);
+    dm.recorded = nullptr;
+    if (capturing) abandonCapture(stream);
+    StepState::destroy(segments);
     throw Error(what + " failed: " + e.what());
   }
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t made = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
-  if (graph) cudaGraphDestroy(graph);
-  if (made != cudaSuccess) {
-    cudaGetLastError();  // so that no later launch check reports it as its own
-    checkCuda(made, what + (ended == cudaSuccess ? ": instantiating the graph" : ""));
-  }
-  return exec;
+  return segments;
 }
 
 }  // namespace
@@ -188,6 +239,25 @@ cudaError_t launchGraph(cudaGraphExec_t exec, cudaStream_t stream) {
   return e;
 }
 
+// Launches a step's graphs in order, each one's gradients to the sink right after its
+// launch, the BN statistics down after the last. A first launch that fails is returned
+// with nothing launched or sent; a later one, after gradients went, is thrown.
+cudaError_t replay(Model& m, const std::vector<StepState::Segment>& segments) {
+  cudaStream_t stream = nn::cuda::stream();
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (const cudaError_t e = launchGraph(segments[i].exec, stream); e != cudaSuccess) {
+      if (i == 0) return e;
+      throw Error("--cuda-graphs: launching graph " + std::to_string(i + 1) + " of " +
+                  std::to_string(segments.size()) +
+                  " of the training step: CUDA failed: " + cudaGetErrorString(e));
+    }
+    if (i + 1 == segments.size()) downloadBnStatistics(m);
+    if (m.sink)
+      for (const SentGradient& g : segments[i].sent) m.sink(g.name, g.g, g.n);
+  }
+  return cudaSuccess;
+}
+
 // The step layer by layer; the batch and labels are on their way.
 void queuedStep(Model& m, StepState& s, const int32_t* labels, int N, float smoothing) {
   enqueueStep(m, s.out, labels, N, smoothing);  // gradients to the sink as queued
@@ -206,9 +276,6 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
     s.generation = nn::cuda::memory_generation();
   }
   const StepState::Kind kind{N, m.loss_scale, m.bn_training, smoothing};
-  cudaStream_t stream = nn::cuda::stream();
-  std::vector<SentGradient> recorded;
-  const std::vector<SentGradient>* sent = &recorded;
   // Where graphs are the default, a capture or launch that fails leaves the step not
   // run (a capture only records): it runs now, and the rest, layer by layer. Asked
   // for, the failure stops the run.
@@ -225,11 +292,12 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
            cudaGetErrorString(e);
   };
   if (StepState::Graph* g = s.find(kind)) {
-    if (const cudaError_t e = launchGraph(g->exec, stream); e != cudaSuccess)
+    if (const cudaError_t e = replay(m, g->segments); e != cudaSuccess)
       return fail(launchFailure(e));
-    sent = &g->sent;
     ++s.stats.replayed;
   } else if (!s.wasWarmed(kind)) {
+    // Layer by layer, its gradients sent after it as a graph's would be.
+    std::vector<SentGradient> recorded;
     dm.recording = &recorded;
     try {
       enqueueStep(m, s.out, labels, N, smoothing);
@@ -246,25 +314,25 @@ void graphedStep(Model& m, StepState& s, const int32_t* labels, int N, float smo
       s.dropGraphs();
       s.generation = nn::cuda::memory_generation();
     }
+    downloadBnStatistics(m);
+    if (m.sink)
+      for (const SentGradient& g : recorded) m.sink(g.name, g.g, g.n);
   } else {
     if (s.graphs.size() >= StepState::kMaxGraphs) s.dropGraphs();
-    cudaGraphExec_t exec = nullptr;
+    std::vector<StepState::Segment> segments;
     try {
-      exec = capture(m, s, labels, N, smoothing, recorded);
+      segments = capture(m, s, labels, N, smoothing);
     } catch (const std::exception& e) {
       if (!where_it_works) throw;
       return fail(e.what());
     }
-    s.graphs.push_back({kind, exec, std::move(recorded)});
-    if (const cudaError_t e = launchGraph(exec, stream); e != cudaSuccess)
+    s.stats.segments = int(segments.size());
+    s.graphs.push_back({kind, std::move(segments)});
+    if (const cudaError_t e = replay(m, s.graphs.back().segments); e != cudaSuccess)
       return fail(launchFailure(e));
-    sent = &s.graphs.back().sent;
     ++s.stats.captured;
     ++s.stats.replayed;
   }
-  downloadBnStatistics(m);
-  if (m.sink)
-    for (const SentGradient& g : *sent) m.sink(g.name, g.g, g.n);
 }
 
 }  // namespace

@@ -221,13 +221,25 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       "--cuda-graphs", [&o] { o.cuda_graphs = "on"; },
       "--device cuda: launch each training step's GPU work (forward, loss, backward) as one "
       "CUDA graph, captured on the second step of each batch size, instead of layer by layer "
-      "from the host; gradients then go to the allreduce after the whole backward, so by "
-      "default this is on for one rank only (where a capture fails, that run goes on layer "
-      "by layer with a warning; with this flag, it stops)");
+      "from the host; on more than one rank cut into graphs by --cuda-graph-segment, whose "
+      "gradients go to the allreduce after each one's launch; by default on for one rank "
+      "only (where a capture fails, that run goes on layer by layer with a warning; with "
+      "this flag, it stops)");
   app.add_flag_callback(
          "--no-cuda-graphs", [&o] { o.cuda_graphs = "off"; },
          "--device cuda: launch each step's GPU work layer by layer, even on one rank")
       ->excludes(graphs);
+  app.add_option_function<std::size_t>(
+         "--cuda-graph-segment",
+         [&o](std::size_t bytes) {
+           o.cuda_graph_segment = bytes;
+           o.cuda_graph_segment_given = true;
+         },
+         "--device cuda, with graphed steps: cut each step into graphs after every SIZE of "
+         "gradients (e.g. 25M, the default; 0: one graph), each one's gradients going to the "
+         "allreduce as soon as it is launched, so that they overlap the rest of backward as "
+         "layer by layer; on more than one rank, or on one where given")
+      ->transform(CLI::AsSizeValue(false));
   app.add_flag("--cudnn-fusion", o.cudnn_fusion,
                "--device cuda, --precision bf16 or fp16: sum each training batch norm's "
                "statistics in the pass of the convolution before it (cuDNN's graph API), for "

@@ -4,6 +4,7 @@
 // bounds its value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +79,11 @@ struct TrainOptions {
   // --cuda-graphs (on) / --no-cuda-graphs (off): each step's GPU work replayed as one
   // graph; auto: on for one rank on a GPU, where the step can be captured
   std::string cuda_graphs = "auto";
+  // --cuda-graph-segment: a graphed step is cut into graphs after each this many bytes of
+  // gradients, whose allreduces start while the later graphs run; 0: one graph. Applies
+  // on more than one rank, or on one where given.
+  std::size_t cuda_graph_segment = std::size_t(25) << 20;
+  bool cuda_graph_segment_given = false;
   bool cudnn_fusion = false;  // --cudnn-fusion: conv + BN statistics fused where it pays
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;

@@ -146,18 +146,22 @@ void Trainer::buildModel() {
                                  {!opt_.copy_stream, "--no-copy-stream"},
                                  {opt_.cuda_graphs == "on", "--cuda-graphs"},
                                  {opt_.cuda_graphs == "off", "--no-cuda-graphs"},
-                                 {opt_.cudnn_fusion, "--cudnn-fusion"}})
+                                 {opt_.cudnn_fusion, "--cudnn-fusion"},
+                                 {opt_.cuda_graph_segment_given, "--cuda-graph-segment"}})
     if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
   if (opt_.cuda_graphs == "on" && opt_.gpu_profile)
     throw InvalidArgument(
         "--cuda-graphs and --gpu-profile cannot go together: the profile times each layer as "
         "it is launched, and a graph launches the whole step at once");
-  // By default one rank's steps are graphed: with more, a graph's gradients would reach
-  // the allreduce only after the whole backward, which layer by layer they overlap.
+  // By default one rank's steps are graphed: with more, a graph's gradients reach the
+  // allreduce only after it, and layer by layer each layer's overlap the rest of
+  // backward. Asked for there, a step is cut into graphs so that they overlap it still.
   if (opt_.cuda_graphs == "on")
     launch_ = StepLaunch::Graph;
   else if (opt_.cuda_graphs == "auto" && model_.device && world_ == 1 && !opt_.gpu_profile)
     launch_ = StepLaunch::GraphWhereItWorks;
+  if (launch_ != StepLaunch::LayerByLayer && (world_ > 1 || opt_.cuda_graph_segment_given))
+    graphSegments(model_, opt_.cuda_graph_segment);
   if (opt_.cudnn_search) searchConvolutionAlgorithms(model_, true);
   if (opt_.cudnn_deterministic && opt_.cudnn_fusion)
     throw InvalidArgument(
@@ -318,6 +322,10 @@ EvalResult Trainer::run() {
     metrics_->message("CUDA graphs: " + std::to_string(g.captured) + " captured, " +
                       std::to_string(g.replayed) + " steps replayed from them, " +
                       std::to_string(g.eager) + " run layer by layer before their capture" +
+                      (g.segments > 1 ? "; a step is " + std::to_string(g.segments) +
+                                            " graphs, each one's gradients sent on after its "
+                                            "launch"
+                                      : "") +
                       (g.failure.empty() ? ""
                                          : "; then a graph failed (" + g.failure +
                                                "), and the rest ran layer by layer"));

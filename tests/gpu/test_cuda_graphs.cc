@@ -1,10 +1,10 @@
 // The trainer's step on the GPU (resnet::deviceTrainStep: queued without waiting, and
-// with --cuda-graphs as a CUDA graph) against the same steps through forward / loss /
-// accuracy / backward, each of which waits for the GPU. Three models built from one
-// seed train on the GPU (trainOnDevice) on the same batches and must end alike: every
-// step's loss and hits, the gradients the sink received (the same names in the same
-// order, and the same values, read when the sink is called), the parameters, the
-// momentum and the BN statistics. All three run the same kernels with the same
+// with --cuda-graphs as a CUDA graph, or as several: graphSegments) against the same
+// steps through forward / loss / accuracy / backward, each of which waits for the GPU.
+// Models built from one seed train on the GPU (trainOnDevice) on the same batches and
+// must end alike: every step's loss and hits, the gradients the sink received (the same
+// names in the same order, and the same values, read when the sink is called), the
+// parameters, the momentum and the BN statistics. All of them run the same kernels with the same
 // arguments, and with nn::cuda::set_deterministic none of them sums with atomics, so
 // they must agree to rounding: a tolerance of 1e-5 of each tensor's scale (without it,
 // a last bit that differs can round a 16-bit activation the other way, and nine steps
@@ -136,25 +136,35 @@ void compare(Trained& eager, Trained& graphed) {
          "momentum of " + eager.sgd->params()[i].name);
 }
 
-TEST_CASE("the queued and the graphed step train as the passes one by one", "[graphs]") {
+TEST_CASE("the queued and the graphed step, in one graph or several, train as the passes",
+          "[graphs]") {
   Deterministic same_bits;
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     INFO("precision " << precision);
     const float scale = std::string(precision) == "fp16" ? 1024.0f : 1.0f;
-    Trained eager, queued, graphed;
+    // `segmented` cuts each graphed step into graphs of 16 KiB of gradients (many, for
+    // this model), each one's gradients sent after its launch.
+    Trained eager, queued, graphed, segmented;
     build(eager, precision);
     build(queued, precision);
     build(graphed, precision);
-    std::mt19937_64 rng_e(3), rng_q(3), rng_g(3);
-    // `count` steps of all three at loss scale `at`; then the graphed model's counts.
+    build(segmented, precision);
+    resnet::graphSegments(segmented.model, 16 << 10);
+    std::mt19937_64 rng_e(3), rng_q(3), rng_g(3), rng_s(3);
+    // `count` steps of all four at loss scale `at`; then the graphed models' counts.
     const auto phase = [&](int count, float at, int eager_steps, int captured, int replayed) {
       train(eager, Way::Passes, count, at, rng_e);
       train(queued, Way::Queued, count, at, rng_q);
       train(graphed, Way::Graphed, count, at, rng_g);
-      const resnet::GraphStats s = resnet::deviceGraphStats(graphed.model);
-      CHECK(s.eager == eager_steps);
-      CHECK(s.captured == captured);
-      CHECK(s.replayed == replayed);
+      train(segmented, Way::Graphed, count, at, rng_s);
+      for (Trained* t : {&graphed, &segmented}) {
+        const resnet::GraphStats s = resnet::deviceGraphStats(t->model);
+        CHECK(s.eager == eager_steps);
+        CHECK(s.captured == captured);
+        CHECK(s.replayed == replayed);
+      }
+      CHECK(resnet::deviceGraphStats(graphed.model).segments == 1);
+      CHECK(resnet::deviceGraphStats(segmented.model).segments > 4);
     };
     phase(4, scale, 1, 1, 3);      // one kind of step: run, captured, replayed twice
     phase(3, 2 * scale, 2, 2, 5);  // a new loss scale is a new kind: run, captured, replayed
@@ -169,6 +179,10 @@ TEST_CASE("the queued and the graphed step train as the passes one by one", "[gr
     {
       INFO("graphed");
       compare(eager, graphed);
+    }
+    {
+      INFO("graphed in segments");
+      compare(eager, segmented);
     }
   }
 }

@@ -153,6 +153,21 @@ TEST_CASE("the GPU switches: graphs left to the run and the rest off by default,
   CHECK(both.find("excludes") != std::string::npos);
 }
 
+TEST_CASE("the CUDA graph segment takes a size and is 25 MiB unless given") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK(o.cuda_graph_segment == std::size_t(25) << 20);
+  CHECK_FALSE(o.cuda_graph_segment_given);
+  REQUIRE(parseError("--cuda-graph-segment 64K", &o).empty());
+  CHECK(o.cuda_graph_segment == 65536);
+  CHECK(o.cuda_graph_segment_given);
+  REQUIRE(parseError("--cuda-graph-segment 0", &o).empty());
+  CHECK(o.cuda_graph_segment == 0);
+  CHECK(o.cuda_graph_segment_given);
+  const std::string bad = parseError("--cuda-graph-segment lots");
+  CHECK(bad.find("lots") != std::string::npos);
+}
+
 TEST_CASE("the convolution and batch-norm fusion: off by default, on with its flag") {
   TrainOptions o;
   REQUIRE(parseError("", &o).empty());

@@ -203,11 +203,12 @@ elseif(MODE STREQUAL "device-synthetic")
     message(FATAL_ERROR "--synthetic-on-host on the CPU was not refused clearly")
   endif()
   foreach(flag --cudnn-search --no-copy-stream --cudnn-fusion --no-cuda-graphs
-               --cudnn-deterministic)
+               --cudnn-deterministic "--cuda-graph-segment;64K")
     execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} ${flag}
                     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-    if(rc EQUAL 0 OR NOT err MATCHES "${flag} needs --device cuda")
-      message(FATAL_ERROR "${flag} on the CPU was not refused clearly")
+    list(GET flag 0 name)  # the flag without its value
+    if(rc EQUAL 0 OR NOT err MATCHES "${name} needs --device cuda")
+      message(FATAL_ERROR "${name} on the CPU was not refused clearly")
     endif()
   endforeach()
   run_on_gpu(1 pool ${args} --cudnn-deterministic --dump-params ${WORK}/pool.params)
@@ -307,6 +308,13 @@ elseif(MODE STREQUAL "device-graphs")
   run_on_gpu(2 graphs-np2 ${args} --batch-size 8 --cuda-graphs
              --dump-params ${WORK}/graphs-np2.params)
   compare(${WORK}/eager-np2.params ${WORK}/graphs-np2.params --atol 1e-6 --rtol 1e-5)
+  # Cut into graphs of 64 KiB of gradients, whose allreduces start after each launch.
+  run_on_gpu(2 segments-np2 ${args} --batch-size 8 --cuda-graphs --cuda-graph-segment 64K
+             --dump-params ${WORK}/segments-np2.params)
+  if(NOT LAST_OUT MATCHES "a step is ([2-9]|[1-9][0-9]+) graphs")
+    message(FATAL_ERROR "--cuda-graph-segment 64K did not cut the step into graphs")
+  endif()
+  compare(${WORK}/eager-np2.params ${WORK}/segments-np2.params --atol 1e-6 --rtol 1e-5)
   run_on_gpu(1 fp16-eager ${args} --batch-size 16 --precision fp16 --no-cuda-graphs
              --dump-params ${WORK}/fp16-eager.params)
   run_on_gpu(1 fp16-graphs ${args} --batch-size 16 --precision fp16 --cuda-graphs
