@@ -181,10 +181,7 @@ size_t packsOf(size_t total, int C, std::initializer_list<const void*> pointers)
   if constexpr (!kNhwc<A>) {
     return 0;
   } else {
-    if (C % Pack<A>::kCount != 0) return 0;
-    for (const void* p : pointers)
-      if (!aligned16(p)) return 0;
-    return total / Pack<A>::kCount;
+    return wholePacks(C, Pack<A>::kCount, pointers) ? total / Pack<A>::kCount : 0;
   }
 }
 

@@ -171,7 +171,7 @@ bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float*
   dispatchHalf([&](auto h) {
     using A = decltype(h);
     constexpr int P = Pack<A>::kCount;
-    if (C % P != 0 || !aligned16(x) || !aligned16(dy) || !aligned16(dx)) return;
+    if (!wholePacks(C, P, {x, dy, dx})) return;
     const size_t rows = size_t(N) * HW, total = rows * C;
     const int Q = C / P, Qt = std::min(Q, kThreads), R = kThreads / Qt;
     const size_t tiles = (size_t(Q) + Qt - 1) / Qt;

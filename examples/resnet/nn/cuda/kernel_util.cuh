@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace accord::nn::cuda::detail::kernel {
@@ -52,6 +53,15 @@ struct alignas(16) Pack {
 };
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Whether kernels that take whole Packs of NHWC channels (P = Pack<A>::kCount per
+// access) can take these tensors: C a multiple of P, every pointer on 16 bytes.
+inline bool wholePacks(int C, int P, std::initializer_list<const void*> pointers) {
+  if (C % P != 0) return false;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return false;
+  return true;
+}
 
 __device__ inline float toFloat(float v) { return v; }
 __device__ inline float toFloat(bf16_t v) { return __bfloat162float(v); }

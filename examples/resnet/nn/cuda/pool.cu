@@ -196,15 +196,6 @@ __global__ void avgPoolBackwardKernel(const A* dy, A* dx, int C, size_t HW, size
   }
 }
 
-// Whether the packed kernels take these 16-bit NHWC tensors: whole Packs of channels,
-// every pointer on 16 bytes.
-bool packed(int C, int P, std::initializer_list<const void*> pointers) {
-  if (C % P != 0) return false;
-  for (const void* p : pointers)
-    if (!aligned16(p)) return false;
-  return true;
-}
-
 // Runs launch(A{}, I{}, P) for a max pool on tensors of C channels at `pointers`, the
 // larger of `values` values: A the activations' storage type, I withIndex's type, and
 // P the channels a thread takes, Pack<A>::kCount where the packed kernels take the
@@ -216,7 +207,7 @@ void forMaxPool(size_t values, int C, std::initializer_list<const void*> pointer
     withIndex(values, [&](auto index) {
       if constexpr (kNhwc<A>) {
         constexpr int P = Pack<A>::kCount;
-        if (packed(C, P, pointers)) return launch(a, index, std::integral_constant<int, P>{});
+        if (wholePacks(C, P, pointers)) return launch(a, index, std::integral_constant<int, P>{});
       }
       launch(a, index, std::integral_constant<int, 1>{});
     });
