@@ -9,6 +9,10 @@ namespace accord {
 std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config&) { return nullptr; }
 bool deviceSupportBuilt() { return false; }
 bool ncclBuilt() { return false; }
+int cudaDevices(std::string* why) {
+  if (why) *why = "this build of Accord has no GPU support";
+  return 0;
+}
 
 // No device collectives here: every handle's cuda_event() is null (after completion).
 bool Handle::wait_on_stream(void*) const { return cuda_event() != nullptr; }

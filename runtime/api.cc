@@ -271,6 +271,8 @@ int cross_size() { return runtime("accord::cross_size").cross_size; }
 
 BuildFeatures build_features() { return {deviceSupportBuilt(), ncclBuilt()}; }
 
+int cuda_device_count(std::string* why) { return cudaDevices(why); }
+
 std::vector<int> process_set_ranks(ProcessSetId id) {
   return runtime("accord::process_set_ranks").sets.ranks(id);
 }

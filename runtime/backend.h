@@ -69,5 +69,7 @@ std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host);
 // choice of files that decides the ops (ops/no_device.cc, ops/cuda/, ops/nccl/).
 bool deviceSupportBuilt();
 bool ncclBuilt();
+// cuda_device_count (accord.h), from the GPU support where it is built.
+int cudaDevices(std::string* why);
 
 }  // namespace accord

@@ -56,13 +56,10 @@ struct Gpu {
   std::string name;
 
   explicit Gpu(const Bench& b) : bench(b) {
-    int count = 0;
-    const cudaError_t counted = cudaGetDeviceCount(&count);
-    if (counted != cudaSuccess || count == 0)
-      fail(bench, std::string("no GPU that CUDA can use here (") +
-                      (counted == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one too old"
-                       : counted != cudaSuccess               ? cudaGetErrorString(counted)
-                                                              : "no CUDA device") +
+    std::string why;
+    const int count = accord::cuda_device_count(&why);
+    if (count == 0)
+      fail(bench, "no GPU that CUDA can use here (" + why +
                       "); accord-bench without --device measures host memory");
     MPI_Comm local;
     MPI_Comm_split_type(bench.comm, MPI_COMM_TYPE_SHARED, bench.rank, MPI_INFO_NULL, &local);

@@ -3,6 +3,7 @@
 #include "device_model.h"
 #include "model_device.h"
 
+#include <accord/accord.h>
 #include <accord/error.h>
 
 #include <algorithm>
@@ -80,19 +81,11 @@ std::string useDevice(Model& m, const std::string& device, int local_rank,
   }
   if (device != "cuda")
     throw InvalidArgument("unknown --device '" + device + "' (expected cpu or cuda)");
-  int count = 0;
-  const cudaError_t counted = cudaGetDeviceCount(&count);
-  if (counted != cudaSuccess || count == 0) {
-    cudaGetLastError();  // not sticky: nothing for a later call to report
-    // Without a driver CUDA says its runtime needs a newer one: name the cause plainly.
-    throw InvalidArgument(std::string("--device cuda: no GPU that CUDA can use here (") +
-                          (counted == cudaErrorInsufficientDriver
-                               ? "no NVIDIA driver, or one older than CUDA " +
-                                     std::to_string(CUDART_VERSION / 1000) + " needs"
-                           : counted != cudaSuccess ? cudaGetErrorString(counted)
-                                                    : "no CUDA device") +
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0)
+    throw InvalidArgument("--device cuda: no GPU that CUDA can use here (" + why +
                           "); train with --device cpu, or where an NVIDIA GPU and its driver are");
-  }
   checkCuda(cudaSetDevice(local_rank % count), "--device cuda: selecting a GPU");
   std::string precision = asked;
   if (precision == "auto") {  // bf16 tensor cores came with compute capability 8.0

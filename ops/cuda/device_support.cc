@@ -142,6 +142,7 @@ std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config& config) {
   return std::make_unique<cuda::CudaSupport>(config);
 }
 bool deviceSupportBuilt() { return true; }
+int cudaDevices(std::string* why) { return cuda::deviceCount(why); }
 
 // Here, with the GPU support, rather than beside cuda_event() in the runtime's core.
 bool Handle::wait_on_stream(void* stream) const {

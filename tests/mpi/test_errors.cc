@@ -243,6 +243,24 @@ TEST_CASE("invalid arguments are rejected at once, before any communication") {
   CHECK(contains(o5.message, "cuda:4096"));
 }
 
+// Where this process has no GPU (no driver, none visible, or a build without GPU
+// support), cuda_device_count says why in plain words: CUDA's own words for a missing
+// driver blame the driver's version.
+TEST_CASE("cuda_device_count says why there is no GPU in plain words") {
+  std::string why;
+  const int count = accord::cuda_device_count(&why);
+  REQUIRE(count >= 0);
+  CHECK(accord::cuda_device_count() == count);  // without asking why
+  if (count > 0) {
+    CHECK(accord::build_features().cuda);
+    return;
+  }
+  INFO("why: " << why);
+  CHECK_FALSE(why.empty());
+  CHECK(why.find("insufficient") == std::string::npos);
+  if (!accord::build_features().cuda) CHECK(why == "this build of Accord has no GPU support");
+}
+
 // A value outside its enum (a bad cast in the caller, a binding bug) or a shape whose
 // size overflows, on one rank only, is refused in that rank's call: nothing reaches the
 // other ranks, whose next collectives work as usual.

@@ -79,6 +79,11 @@ struct BuildFeatures {
 };
 BuildFeatures build_features();
 
+// The CUDA devices this process can use (known without init()). Where there are none,
+// 0, and `why` (if given) gets the reason in plain words: no NVIDIA driver (or one too
+// old for this build's CUDA), no device visible, or a build without GPU support.
+int cuda_device_count(std::string* why = nullptr);
+
 // ---- handles ----------------------------------------------------------------------
 
 class Handle {
