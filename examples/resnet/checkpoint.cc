@@ -155,6 +155,15 @@ void saveCheckpoint(const std::string& path, const std::string& description,
   fsyncDir(target.parent_path());
 }
 
+void checkWritable(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw CheckpointError(path + " is a directory; name a file in it");
+  const auto [fd, tmp] = createTemp(path);
+  ::close(fd);
+  ::unlink(tmp.c_str());
+}
+
 CheckpointContents readCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open checkpoint (" + std::strerror(errno) + ")");

@@ -65,6 +65,12 @@ void saveCheckpoint(const std::string& path, const std::string& description,
                     const TrainState& state, const std::vector<TensorRef>& tensors,
                     const StepGeometry& geometry = {});
 
+// Throws CheckpointError, naming the path and the system's reason, unless a checkpoint
+// could be written to path now: it is no directory, and a temporary file can be made
+// beside it (and is removed at once). For a run to refuse a path it would otherwise
+// find unwritable only when it first saves, after an epoch or the whole training.
+void checkWritable(const std::string& path);
+
 // Reads path into the given tensors (same names, order and sizes as when saved);
 // throws CheckpointError naming the file and what is wrong, before touching any tensor.
 // A run geometry other than {} must match the saved one (checkResumable).

@@ -34,6 +34,7 @@ Trainer::Trainer(const TrainOptions& options)
     : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
   setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
   metrics_ = std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress);
+  checkOutputPaths();
   buildData();
   buildModel();
   // Before the resume, which restores the fp16 loss scale into it.

@@ -61,6 +61,7 @@ class Trainer {
   void buildData();
   void buildPhotoData();  // --dataset folder | packed
   void buildModel();
+  void checkOutputPaths();
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();
   StepGeometry stepGeometry() const;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace accord::resnet {
 
@@ -85,6 +86,24 @@ std::string Trainer::stepName() const {
   return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
          std::to_string(state_.epoch + 1) + ", step " + std::to_string(state_.step_in_epoch + 1) +
          " of " + std::to_string(train_loader_->steps()) + ")";
+}
+
+// Rank 0 writes --checkpoint and --dump-params, at the end or every few epochs: a path
+// it cannot write to fails every rank now, before the data is loaded or a step taken.
+void Trainer::checkOutputPaths() {
+  if (opt_.checkpoint.empty() && opt_.dump_params.empty()) return;  // alike on every rank
+  std::string error;
+  for (const auto& [flag, path] : {std::pair{"--checkpoint", &opt_.checkpoint},
+                                   std::pair{"--dump-params", &opt_.dump_params}}) {
+    if (rank_ != 0 || path->empty() || !error.empty()) continue;
+    try {
+      checkWritable(*path);
+    } catch (const std::exception& e) {
+      error = std::string(flag) + " " + *path + " cannot be written: " + e.what();
+    }
+  }
+  error = broadcastError(error);
+  if (!error.empty()) throw InvalidArgument(error);
 }
 
 void Trainer::saveCheckpoint(const TrainState& at) {

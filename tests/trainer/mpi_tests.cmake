@@ -6,7 +6,8 @@
 #                the same global batch on other ranks resumes at the same sample
 #   nonfinite    a NaN loss stops every rank naming the step, or with
 #                --skip-nonfinite-steps leaves the model as it was
-#   bad-resume   a truncated checkpoint stops every rank with a clear error
+#   bad-resume   a truncated checkpoint stops every rank with a clear error, and a
+#                --checkpoint or --dump-params that cannot be written does so before training
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU, with the

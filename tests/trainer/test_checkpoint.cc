@@ -1,6 +1,7 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
 // other-model files are rejected with a message naming the file; a symlink planted at
-// the temporary name redirects nothing; a checkpoint resumes only with the global batch
+// the temporary name redirects nothing; a path that cannot be written is refused
+// before any training, leaving nothing behind; a checkpoint resumes only with the global batch
 // and training set it was written with; `compare` never calls a NaN equal.
 #include "checkpoint.h"
 #include "scratch_dir.h"
@@ -139,6 +140,35 @@ TEST_CASE("a symlink at the temporary name is neither followed nor replaced", "[
     CHECK(leftovers == 0);
   }
   fs::remove(tmp);
+}
+
+// What a run asks before training (checkWritable): a missing folder and a folder in
+// the file's place are refused naming the path; a writable path passes, and the probe
+// leaves no file behind, nor touches a checkpoint already there.
+TEST_CASE("a checkpoint path is checked for writing before any training", "[checkpoint]") {
+  const fs::path dir = accord_test::scratchDir("writable");
+  auto refusal = [](const fs::path& p) {
+    try {
+      checkWritable(p.string());
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string missing = refusal(dir / "absent" / "run.ckpt");
+  CHECK_THAT(missing, Catch::Contains((dir / "absent" / "run.ckpt").string()));
+  CHECK_THAT(missing, Catch::Contains("No such file or directory"));
+  CHECK_THAT(refusal(dir), Catch::Contains(dir.string() + " is a directory"));
+
+  const fs::path p = dir / "run.ckpt";
+  CHECK(refusal(p).empty());
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 0);
+  Fixture saved;
+  saveCheckpoint(p.string(), "resnet18 test", {1, 0, 9}, saved.refs());
+  const std::string before = readAll(p);
+  CHECK(refusal(p).empty());
+  CHECK(readAll(p) == before);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
 }
 
 namespace {

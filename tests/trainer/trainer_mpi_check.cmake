@@ -151,6 +151,19 @@ elseif(MODE STREQUAL "bad-resume")
   if(rc EQUAL 0 OR NOT err MATCHES "truncated")
     message(FATAL_ERROR "a truncated checkpoint was not rejected clearly")
   endif()
+  # A --checkpoint or --dump-params that rank 0 cannot write is refused on every rank
+  # before the first step, not when the run first saves.
+  foreach(flag --checkpoint --dump-params)
+    execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                            ${flag} ${WORK}/absent/out
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+    message("${out}${err}")
+    if(rc EQUAL 0 OR out MATCHES "epoch 1 "
+       OR NOT err MATCHES "rank 0[^\n]*${flag} [^\n]*absent/out cannot be written"
+       OR NOT err MATCHES "rank 1[^\n]*${flag} [^\n]*absent/out cannot be written")
+      message(FATAL_ERROR "${flag} into a missing folder was not refused on both ranks before training")
+    endif()
+  endforeach()
 elseif(MODE STREQUAL "device-equivalence")
   # 2 ranks x 16 on the GPU (sharing it: gradients averaged as CUDA tensors through
   # MPI, ACCORD_NCCL=0 from the test) train as 1 rank x 32 on the CPU does, as in
