@@ -29,6 +29,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -251,7 +252,8 @@ int run(const Options& opt) {
   if (!opt.csv.empty() && bench.rank == 0) {
     bench.csv = std::fopen(opt.csv.c_str(), "w");
     if (!bench.csv) {
-      std::fprintf(stderr, "accord-bench: cannot write %s\n", opt.csv.c_str());
+      std::fprintf(stderr, "accord-bench: --csv %s cannot be written: %s\n", opt.csv.c_str(),
+                   std::strerror(errno));
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
     std::fprintf(bench.csv, "section,variant,bytes,count,ranks,time_us,algbw_GBps,busbw_GBps\n");
