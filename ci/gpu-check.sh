@@ -208,7 +208,7 @@ if wants bench; then
     [ $rc -eq 0 ] || status=1
     say "bench ($gpus rank(s)):"
     stopped $rc bench "$t"
-    grep -E 'latency_cuda|resnet50_cuda|submitting the' "$logs/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
+    grep -E 'latency_cuda|resnet50_cuda|submitting the|submission_call' "$logs/bench-cuda.log" | sed 's/^ */  /' | tee -a "$summary"
     grep -E '^ +[0-9]+ ' "$logs/bench-cuda.log" | awk '$1 == 4096 || $1 == 1048576 || $1 == 67108864 || $1 == 268435456' |
       sed 's/^/  sweep /' | tee -a "$summary"
   else

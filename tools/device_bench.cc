@@ -11,6 +11,7 @@
 //  3. the ResNet-50 gradient set (161 tensors, 97.5 MiB in float32) in float32 and
 //     bfloat16: 161 named Accord allreduces (Sum, and Average) against 161
 //     ncclAllReduce calls and against one ncclAllReduce of the concatenated buffer.
+// Then, on rank 0, what each CUDA call that a device tensor's submission makes costs.
 // Every call is timed to its completion as the host sees it: Accord's wait() returns
 // when the runtime's finalizer has seen the collective's event; NCCL's calls are
 // followed by cudaStreamSynchronize. Inputs are rewritten (cudaMemsetAsync, then a
@@ -24,9 +25,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 namespace accord_bench {
@@ -280,6 +285,78 @@ void resnet50(const Gpu& gpu, const Options& opt, accord::DType dtype) {
   cudaFree(grads);
 }
 
+// What each CUDA call that Accord's submission of a device tensor makes costs here
+// (ops/cuda/device_support.cc: the device and pointer checks, the idle-stream test, the
+// ready event; then the executor's event query and stream wait), so that the submission
+// share of the ResNet-50 steps can be laid to its calls. A "busy" stream runs a host
+// function that holds it until released (or for 5 s at most); the calls that queue work
+// on it queue 100 at a time, well within what a stream takes before the host blocks.
+// Rank 0 only: per-process costs.
+struct Held {
+  std::atomic<bool> released{false};
+  static void hold(void* self) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!static_cast<Held*>(self)->released.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+};
+
+void submissionCalls(const Gpu& gpu, float* buffer) {
+  const Bench& bench = gpu.bench;
+  if (bench.rank != 0) return;
+  constexpr int kRepeats = 5;
+  cudaEvent_t event = nullptr;
+  cudaOk(bench, cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  // Microseconds per call: the median of kRepeats runs of `calls` calls, each run on a
+  // stream held busy meanwhile where `busy`.
+  auto perCall = [&](const std::function<void()>& call, bool busy, int calls = 1000) {
+    std::vector<double> runs;
+    for (int r = 0; r < kRepeats; ++r) {
+      Held held;
+      if (busy) {
+        cudaOk(bench, cudaLaunchHostFunc(gpu.stream, Held::hold, &held), "cudaLaunchHostFunc");
+        cudaOk(bench, cudaEventRecord(event, gpu.stream), "cudaEventRecord");
+      }
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) call();
+      const auto end = std::chrono::steady_clock::now();
+      held.released = true;
+      cudaOk(bench, cudaStreamSynchronize(gpu.stream), "cudaStreamSynchronize");
+      runs.push_back(std::chrono::duration<double, std::micro>(end - start).count() / calls);
+    }
+    cudaGetLastError();  // a busy stream's query leaves cudaErrorNotReady behind
+    return median(runs);
+  };
+  int count = 0, device = 0;
+  cudaPointerAttributes attributes{};
+  cudaStreamCaptureStatus capture{};
+  const std::vector<std::tuple<std::string, bool, int, std::function<void()>>> calls = {
+      {"cudaGetDeviceCount", false, 1000, [&] { cudaGetDeviceCount(&count); }},
+      {"cudaGetDevice", false, 1000, [&] { cudaGetDevice(&device); }},
+      {"cudaPointerGetAttributes", false, 1000,
+       [&] { cudaPointerGetAttributes(&attributes, buffer); }},
+      {"cudaStreamIsCapturing", false, 1000, [&] { cudaStreamIsCapturing(gpu.stream, &capture); }},
+      {"cudaStreamGetDevice", false, 1000, [&] { cudaStreamGetDevice(gpu.stream, &device); }},
+      {"cudaStreamQuery (idle stream)", false, 1000, [&] { cudaStreamQuery(gpu.stream); }},
+      {"cudaStreamQuery (busy stream)", true, 1000, [&] { cudaStreamQuery(gpu.stream); }},
+      {"cudaEventRecord (idle stream)", false, 100, [&] { cudaEventRecord(event, gpu.stream); }},
+      {"cudaEventRecord (busy stream)", true, 100, [&] { cudaEventRecord(event, gpu.stream); }},
+      {"cudaEventQuery (completed)", false, 1000, [&] { cudaEventQuery(event); }},
+      {"cudaEventQuery (pending)", true, 1000, [&] { cudaEventQuery(event); }},
+      {"cudaStreamWaitEvent (pending)", true, 100,
+       [&] { cudaStreamWaitEvent(gpu.stream, event, 0); }},
+  };
+  std::printf("#\n# the CUDA calls of a device submission on %s: us per call, median of %d runs\n",
+              gpu.name.c_str(), kRepeats);
+  for (const auto& [name, busy, n, call] : calls) {
+    const double us = perCall(call, busy, n);
+    std::printf("  submission_call  %-32s %8.3f us\n", name.c_str(), us);
+    bench.csvRow("submission_call", name, 0, 1, us * 1e-6);
+  }
+  std::fflush(stdout);
+  cudaEventDestroy(event);
+}
+
 }  // namespace
 
 int runDeviceBench(const Bench& bench, const Options& opt) {
@@ -294,9 +371,10 @@ int runDeviceBench(const Bench& bench, const Options& opt) {
   auto* buffer = static_cast<float*>(gpu.alloc(bytes));
   sweep(gpu, opt, buffer);
   latency(gpu, opt, buffer);
-  cudaFree(buffer);
   resnet50(gpu, opt, accord::DType::Float32);
   resnet50(gpu, opt, accord::DType::BFloat16);
+  submissionCalls(gpu, buffer);
+  cudaFree(buffer);
   return 0;
 }
 
