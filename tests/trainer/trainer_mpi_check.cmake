@@ -303,10 +303,12 @@ elseif(MODE STREQUAL "device-graphs")
              --dump-params ${WORK}/defaults-eager.params)
   compare(${WORK}/defaults-eager.params ${WORK}/defaults.params --atol 1e-6 --rtol 1e-5)
   run_on_gpu(1 profiled ${args} --batch-size 16 --gpu-profile)
+  set(conv_row "[0-9]+x[0-9]+x[0-9]+ -> [0-9]+, [0-9]x[0-9]/[0-9] +[0-9.]+ +[0-9.]+ +[0-9]+")
   if(LAST_OUT MATCHES "CUDA graphs" OR NOT LAST_OUT MATCHES "conv forward"
-     OR NOT LAST_OUT MATCHES "host ms")
+     OR NOT LAST_OUT MATCHES "host ms" OR NOT LAST_OUT MATCHES "convolutions by shape"
+     OR NOT LAST_OUT MATCHES "forward  16x${conv_row}" OR NOT LAST_OUT MATCHES "backward 16x${conv_row}")
     message(FATAL_ERROR "the profiled run graphed its steps, or printed no profile (with the "
-                        "host's time)")
+                        "host's time and the convolutions by shape)")
   endif()
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --device cuda
                           --cuda-graphs --gpu-profile

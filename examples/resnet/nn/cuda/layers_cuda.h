@@ -100,16 +100,18 @@ std::string conv_bn_fusion_report();
 const LayerOps& profiledLayers();
 std::string profileReport(int steps);
 // Times the GPU work enqueued during its life as `kind` (a string that outlives it),
-// for work outside the layer table (copies, the optimizer).
+// for work outside the layer table (copies, the optimizer); where `shape` is given, also
+// as that shape of the kind, which does `flop` floating-point operations per call (the
+// report's table of convolutions by shape).
 class ProfileScope {
  public:
-  explicit ProfileScope(const char* kind);
+  explicit ProfileScope(const char* kind, const std::string& shape = {}, double flop = 0.0);
   ~ProfileScope();
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
-  int kind_;
+  int kind_, shape_ = -1;
   cudaEvent_t start_ = nullptr;
   std::chrono::steady_clock::time_point host_start_;
 };

@@ -2,7 +2,9 @@
 //
 // Each timed call records a pair of timing events on the layers' stream; the pairs are
 // read (cudaEventElapsedTime) once they are many or at report time, so timing adds no
-// wait for the GPU to the pass it measures. Events are reused.
+// wait for the GPU to the pass it measures. Events are reused. Convolutions are also
+// timed by shape and direction, with the rate their floating-point work ran at: which
+// shapes run far below the GPU's peak, where a step's time goes beyond memory traffic.
 #include "nn/cuda/backend_cuda.h"
 
 #include <algorithm>
@@ -23,20 +25,27 @@ struct Kind {
   double ms = 0.0;       // on the GPU
   double host_ms = 0.0;  // in the calls, on the host
   std::int64_t calls = 0;
+  double flop = 0.0;  // per call (shapes only)
 };
+
+struct Pending {
+  int kind, shape;  // shape -1: none
+  cudaEvent_t start, end;
+};
+
+int indexOf(std::vector<Kind>& list, const std::string& name, double flop = 0.0) {
+  for (std::size_t i = 0; i < list.size(); ++i)
+    if (list[i].name == name) return static_cast<int>(i);
+  list.push_back({name});
+  list.back().flop = flop;
+  return static_cast<int>(list.size()) - 1;
+}
 
 struct Profile {
   std::mutex mu;
-  std::vector<Kind> kinds;
-  std::vector<std::pair<int, std::pair<cudaEvent_t, cudaEvent_t>>> pending;
+  std::vector<Kind> kinds, shapes;
+  std::vector<Pending> pending;
   std::vector<cudaEvent_t> spare;
-
-  int kindOf(const char* name) {
-    for (std::size_t i = 0; i < kinds.size(); ++i)
-      if (kinds[i].name == name) return static_cast<int>(i);
-    kinds.push_back({name});
-    return static_cast<int>(kinds.size()) - 1;
-  }
   cudaEvent_t event() {
     if (!spare.empty()) {
       cudaEvent_t e = spare.back();
@@ -51,15 +60,19 @@ struct Profile {
   void fold() {
     if (pending.empty()) return;
     ACCORD_NN_CUDA_CHECK("nn::cuda profile: waiting for the GPU",
-                         cudaEventSynchronize(pending.back().second.second));
-    for (auto& [kind, events] : pending) {
+                         cudaEventSynchronize(pending.back().end));
+    for (const Pending& e : pending) {
       float ms = 0.0f;
       ACCORD_NN_CUDA_CHECK("nn::cuda profile: reading an event",
-                           cudaEventElapsedTime(&ms, events.first, events.second));
-      kinds[kind].ms += ms;
-      ++kinds[kind].calls;
-      spare.push_back(events.first);
-      spare.push_back(events.second);
+                           cudaEventElapsedTime(&ms, e.start, e.end));
+      kinds[e.kind].ms += ms;
+      ++kinds[e.kind].calls;
+      if (e.shape >= 0) {
+        shapes[e.shape].ms += ms;
+        ++shapes[e.shape].calls;
+      }
+      spare.push_back(e.start);
+      spare.push_back(e.end);
     }
     pending.clear();
   }
@@ -101,11 +114,38 @@ constexpr char kLoss[] = "softmax cross-entropy";
 constexpr char kTopK[] = "top-k";
 constexpr char kConvBnForward[] = "conv + batch norm forward (--cudnn-fusion)";
 
+// "64x256x56x56 -> 128, 1x1/1": the input (N, C, H, W), the output channels, the filter
+// and its stride.
+std::string convShape(const Conv2d& c, int N, int H, int W) {
+  char s[96];
+  std::snprintf(s, sizeof s, "%dx%dx%dx%d -> %d, %dx%d/%d", N, c.C_in, H, W, c.C_out, c.K, c.K,
+                c.stride);
+  return s;
+}
+
+double convFlop(const Conv2d& c, int N, int H, int W) {
+  return 2.0 * N * c.C_out * c.C_in * c.out_h(H) * c.out_w(W) * c.K * c.K;
+}
+
+void convForward(Conv2d& c, const float* x, float* y, int N, int H, int W) {
+  ProfileScope scope(kConvForward, "forward  " + convShape(c, N, H, W), convFlop(c, N, H, W));
+  cuda::conv2d_forward(c, x, y, N, H, W);
+}
+
+// Backward's filter gradient costs as much as forward, and so does its data gradient
+// where there is one (not for the stem).
+void convBackward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H, int W) {
+  ProfileScope scope(kConvBackward,
+                     (dx ? "backward " : "backward (filter) ") + convShape(c, N, H, W),
+                     (dx ? 2.0 : 1.0) * convFlop(c, N, H, W));
+  cuda::conv2d_backward(c, x, dy, dx, N, H, W);
+}
+
 // Without the fusion, the convolution and the batch norm timed apart as usual.
 void convBnForward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* b, int N, int H,
                    int W) {
   if (detail::backend().conv_bn_fusion == Fusion::Off) {
-    Timed<kConvForward, &conv2d_forward>::call(c, x, a, N, H, W);
+    convForward(c, x, a, N, H, W);
     Timed<kBnForward, &batchnorm2d_forward>::call(bn, a, b, N, c.out_h(H), c.out_w(W), true);
     return;
   }
@@ -115,10 +155,11 @@ void convBnForward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* 
 
 }  // namespace
 
-ProfileScope::ProfileScope(const char* kind) : kind_(-1) {
+ProfileScope::ProfileScope(const char* kind, const std::string& shape, double flop) : kind_(-1) {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
-  kind_ = p.kindOf(kind);
+  kind_ = indexOf(p.kinds, kind);
+  if (!shape.empty()) shape_ = indexOf(p.shapes, shape, flop);
   start_ = p.event();
   ACCORD_NN_CUDA_CHECK("nn::cuda profile: recording", cudaEventRecord(start_, stream()));
   host_start_ = std::chrono::steady_clock::now();  // the call itself, not the above
@@ -138,7 +179,7 @@ ProfileScope::~ProfileScope() {
     p.spare.push_back(end);
     return;
   }
-  p.pending.push_back({kind_, {start_, end}});
+  p.pending.push_back({kind_, shape_, start_, end});
   if (p.pending.size() >= kPendingLimit) {
     try {
       p.fold();
@@ -151,8 +192,8 @@ ProfileScope::~ProfileScope() {
 const LayerOps& profiledLayers() {
   using L = LayerOps;
   static const L ops{"cuda (profiled)",
-                     &Timed<kConvForward, &conv2d_forward>::call,
-                     &Timed<kConvBackward, &conv2d_backward>::call,
+                     &convForward,
+                     &convBackward,
                      &Timed<kBnForward, &batchnorm2d_forward>::call,
                      &Timed<kBnBackward, &batchnorm2d_backward>::call,
                      &Timed<kReluForward, &relu_forward>::call,
@@ -203,6 +244,22 @@ std::string profileReport(int steps) {
   std::snprintf(line, sizeof line, "  %-36s %10.3f  %6s  %10.3f\n", "timed total", total * per, "",
                 host_total * per);
   out += line;
+  if (p.shapes.empty()) return out;
+  // The convolutions by shape, slowest first: their GPU time and the rate of their
+  // floating-point work (TFLOP/s), against the GPU's peak for its precision.
+  sorted = p.shapes;
+  std::sort(sorted.begin(), sorted.end(), [](const Kind& a, const Kind& b) { return a.ms > b.ms; });
+  std::snprintf(line, sizeof line, "convolutions by shape (N x C x H x W -> K, filter/stride)\n");
+  out += line;
+  std::snprintf(line, sizeof line, "  %-46s %10s  %8s  %8s\n", "shape", "GPU ms", "TFLOP/s",
+                "calls");
+  out += line;
+  for (const Kind& k : sorted) {
+    std::snprintf(line, sizeof line, "  %-46s %10.3f  %8.1f  %8lld\n", k.name.c_str(), k.ms * per,
+                  k.ms > 0 ? k.flop * static_cast<double>(k.calls) / (k.ms * 1e-3) / 1e12 : 0.0,
+                  static_cast<long long>(k.calls));
+    out += line;
+  }
   return out;
 }
 
