@@ -3,7 +3,8 @@
 # python3): compiles accord._core there, with its compiler and pybind11, against the
 # carried build's libaccord, assembles the package in a folder of its own, and runs
 # tests/python under mpirun on one rank (the machine has one GPU; NCCL puts one rank
-# per GPU), test_cuda.py included. Logs go to $OUT (./device-python-out elsewhere).
+# per GPU), test_cuda.py included, then on two ranks through MPI. Logs go to $OUT
+# (./device-python-out elsewhere).
 #
 # On the build machine (no GPU needed), then through the device tool:
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
@@ -49,6 +50,17 @@ rm -rf "$objects"
 
 cd tests/python
 set -o pipefail
-PYTHONPATH=$site ACCORD_STALL_SHUTDOWN_TIME=30 \
-  mpirun -np 1 --allow-run-as-root --oversubscribe --bind-to none \
-  "$py" -m pytest --color=no -q -rs -p no:cacheprovider "$@" 2>&1 | tee "$out/pytest.log"
+# One rank, CUDA tensors through NCCL; then two ranks sharing the GPU, which NCCL does
+# not allow, so through MPI staged in page-locked memory (ACCORD_NCCL=0): the tests
+# that need two ranks run there, the mismatches among them.
+status=0
+for ranks in 1 2; do
+  nccl=1
+  [ "$ranks" -eq 1 ] || nccl=0
+  echo "== ci/device-python.sh: $ranks rank(s), ACCORD_NCCL=$nccl"
+  PYTHONPATH=$site ACCORD_STALL_SHUTDOWN_TIME=30 ACCORD_NCCL=$nccl \
+    mpirun -np "$ranks" --allow-run-as-root --oversubscribe --bind-to none \
+    "$py" -m pytest --color=no -q -rs -p no:cacheprovider "$@" 2>&1 |
+    tee "$out/pytest-np$ranks.log" || status=1
+done
+exit $status

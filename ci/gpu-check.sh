@@ -190,7 +190,9 @@ if [ -n "$python_pid" ]; then
   rc=$(cat "$logs/python.status" 2>/dev/null)
   [[ "$rc" =~ ^[0-9]+$ ]] || rc=1
   [ "$rc" -eq 0 ] || status=1
-  say "python (CUDA tensors): $(grep -E '[0-9]+ (passed|failed)' "$logs/python-cuda.log" | tail -1)"
+  say "python (CUDA tensors):"
+  grep -E '^== ci/device-python.sh|[0-9]+ (passed|failed)' "$logs/python-cuda.log" | uniq | sed 's/^/  /' |
+    tee -a "$summary"
   stopped "$rc" python "$python_seconds"
   gpu_missing "$logs/python-cuda.log"
   pack

@@ -1,7 +1,8 @@
 """CUDA tensors through accord.torch: every collective on the GPU gives what it gives on
 the CPU, its output stays on the GPU, and the runtime starts after the work the caller
-queued on its current stream. Skipped where PyTorch sees no GPU or the build has no
-GPU path (run ci/device-python.sh on a GPU machine)."""
+queued on its current stream; a CPU tensor against a GPU one is a mismatch. Skipped
+where PyTorch sees no GPU or the build has no GPU path (run ci/device-python.sh on a GPU
+machine)."""
 
 import pytest
 import torch
@@ -134,3 +135,20 @@ def test_distributed_optimizer_on_the_gpu(hvd, device):
     everyone = hvd.allgather(flat.unsqueeze(0), name="cuda.opt.params")
     for q in range(hvd.size()):
         torch.testing.assert_close(everyone[q], flat)
+
+
+def test_a_cpu_tensor_against_a_gpu_one_is_a_mismatch_on_every_rank(hvd, device):
+    # The last rank submits the name's tensor on the GPU, the others on the CPU: every
+    # rank fails naming both devices, and the runtime goes on.
+    if hvd.size() == 1:
+        pytest.skip("a mismatch needs two ranks")
+    t = torch.ones(64)
+    if hvd.rank() == hvd.size() - 1:
+        t = t.to(device)
+    with pytest.raises(hvd.MismatchError) as error:
+        hvd.allreduce(t, op=hvd.Sum, name="cuda.mixed")
+    message = str(error.value)
+    assert "'cuda.mixed'" in message and "device cpu" in message, message
+    assert "device cuda:" in message, message
+    after = hvd.allreduce(torch.ones(1, device=device), op=hvd.Sum, name="cuda.after.mixed")
+    assert after.device == device and after.item() == hvd.size()
