@@ -204,7 +204,8 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--gpu-profile", o.gpu_profile,
                "--device cuda: time the GPU's work by layer kind (conv, batch norm, ...), and "
-               "the host's time queueing it, and print the table at the end (rank 0)");
+               "the host's time queueing it, and the convolutions by shape with their TFLOP/s; "
+               "print the tables at the end (rank 0)");
   app.add_flag("--cudnn-search", o.cudnn_search,
                "--device cuda: time cuDNN's convolution algorithms once per shape and take the "
                "fastest (as PyTorch's torch.backends.cudnn.benchmark), instead of its "
