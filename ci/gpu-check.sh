@@ -191,7 +191,7 @@ if [ -n "$python_pid" ]; then
   [[ "$rc" =~ ^[0-9]+$ ]] || rc=1
   [ "$rc" -eq 0 ] || status=1
   say "python (CUDA tensors):"
-  grep -E '^== ci/device-python.sh|[0-9]+ (passed|failed)' "$logs/python-cuda.log" | uniq | sed 's/^/  /' |
+  grep -E '^== ci/device-python.sh|[0-9]+ (passed|failed)' "$logs/python-cuda.log" | sed 's/ in [0-9.]*s$//' | uniq | sed 's/^/  /' |
     tee -a "$summary"
   stopped "$rc" python "$python_seconds"
   gpu_missing "$logs/python-cuda.log"
