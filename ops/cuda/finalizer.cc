@@ -53,7 +53,7 @@ void Finalizer::add(Launched launched) {
     std::lock_guard<std::mutex> lock(mu_);
     ++in_flight_[launched.comm.get()];
     ++added_;
-    items_.push_back({std::move(launched), Clock::now()});
+    items_.push_back({std::move(launched), Clock::now(), {}, {}});
   }
   wake_.notify_all();
 }
