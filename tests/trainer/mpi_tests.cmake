@@ -13,7 +13,8 @@
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU, with the
 #                batches copied ahead on their own stream or not
 #   device-half-accuracy  the default in bf16 and in fp16 on one GPU >= 85%, as on the CPU
-#   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host;
+#   device-synthetic  synthetic batches built on the GPU == the same uploaded from the host
+#                (fp32 and bf16);
 #                --cudnn-search trains as the heuristics' algorithms do, --cudnn-fusion
 #                as bf16 without it
 #   device-graphs  --cuda-graphs == the same steps launched layer by layer (1 and 2

@@ -233,6 +233,13 @@ elseif(MODE STREQUAL "device-synthetic")
   compare(${WORK}/host.params ${WORK}/pool.params --atol 1e-6 --rtol 1e-5)
   run(1 cpu ${args} --dump-params ${WORK}/cpu.params)
   compare(${WORK}/cpu.params ${WORK}/pool.params --atol 1e-3 --rtol 1e-2)
+  # The same in bf16, where the GPU reads each image from the pool into the conversion to
+  # 16 bits channels last, and the host's batches are converted after their upload.
+  run_on_gpu(1 pool-bf16 ${args} --precision bf16 --cudnn-deterministic
+             --dump-params ${WORK}/pool-bf16.params)
+  run_on_gpu(1 host-bf16 ${args} --precision bf16 --synthetic-on-host --cudnn-deterministic
+             --dump-params ${WORK}/host-bf16.params)
+  compare(${WORK}/host-bf16.params ${WORK}/pool-bf16.params --atol 1e-6 --rtol 1e-5)
   # Timed convolution algorithms (--cudnn-search) train the same, to the rounding of
   # other algorithms.
   run_on_gpu(1 search ${args} --cudnn-search --dump-params ${WORK}/search.params)

@@ -231,18 +231,26 @@ void gather_input_async(float* device, const float* pool, const int32_t* slots, 
   const size_t per = size_t(C) * H * W;
   if (N <= 0 || per == 0) return;
   const std::string what = key("nn::cuda::gather_input_async (N C H W)", N, C, H, W);
-  const bool half = halfActivations();
-  // The stream orders the next gather's copies after this one's conversion.
-  auto* out = half ? static_cast<float*>(scratch(kSlotInput, N * per * sizeof(float))) : device;
+  if (halfActivations()) {
+    // One pass that reads each image where it lies in the pool and writes it converted
+    // and channels last, rather than a copy per image and a conversion after them. The
+    // indices go up first; the stream orders the next batch's after this conversion.
+    auto* on_device = static_cast<int32_t*>(scratch(kSlotInputSlots, N * sizeof(int32_t)));
+    ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(on_device, slots, N * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, backend().stream));
+    launchToHalfNhwc(pool, device, N, C, size_t(H) * W, on_device);
+    checkLaunch(what);
+    return;
+  }
   for (int i = 0; i < N;) {
     int run = 1;  // consecutive images of the pool in a row go as one copy
     while (i + run < N && slots[i + run] == slots[i] + run) ++run;
-    ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(out + size_t(i) * per, pool + size_t(slots[i]) * per,
-                                               run * per * sizeof(float), cudaMemcpyDeviceToDevice,
-                                               backend().stream));
+    ACCORD_NN_CUDA_CHECK(
+        what,
+        cudaMemcpyAsync(device + size_t(i) * per, pool + size_t(slots[i]) * per,
+                        run * per * sizeof(float), cudaMemcpyDeviceToDevice, backend().stream));
     i += run;
   }
-  if (half) input_from_device_async(device, out, N, C, H, W);
 }
 
 void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W) {

@@ -63,6 +63,7 @@ enum ScratchSlot {
   kSlotFusionCheck = 7,  // ... its first run per shape: the plain convolution's output
   kSlotFusionSums = 8,   // ... and that output's sums
   kSlotBnBackward = 9,   // launchBnBackwardTraining's partial sums and coefficients
+  kSlotInputSlots = 10,  // 16-bit math: gather_input_async's pool indices
 };
 
 // Whether activations are stored in 16 bits (Math::Bf16: bfloat16, Math::Fp16: IEEE
@@ -151,8 +152,10 @@ void checkLaunch(const std::string& what);
 void launchToHalf(const float* x, void* y, size_t n);
 void launchFromHalf(const void* x, float* y, size_t n);
 // (N, C, HW) float32 to (N, HW, C) 16-bit, and back: activations (NCHW <-> NHWC) and
-// conv filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S).
-void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW);
+// conv filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S). With `slots` (device
+// memory, N of them), image n of y is image slots[n] of x: a batch gathered from a pool.
+void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW,
+                      const int32_t* slots = nullptr);
 void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW);
 
 void launchRelu(const float* x, float* y, size_t n);

@@ -33,13 +33,15 @@ __global__ void fromHalfKernel(const H* x, float* y, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = load(x, i);
 }
 
-// (N, C, HW) float32 to (N, HW, C) 16-bit: y[(n HW + p) C + c] = x[(n C + c) HW + p].
-// I: withIndex's type for total.
+// (N, C, HW) float32 to (N, HW, C) 16-bit: y[(n HW + p) C + c] = x[(s C + c) HW + p],
+// where s is n, or slots[n] where slots are given: image n of y is image slots[n] of x
+// (a pool of images, which may hold more than 2^31 values). I: withIndex's type for total.
 template <class H, class I>
-__global__ void toHalfNhwcKernel(const float* x, H* y, int C, I HW, I total) {
+__global__ void toHalfNhwcKernel(const float* x, H* y, const int32_t* slots, int C, I HW, I total) {
   for (I o = I(firstIndex()); o < total; o += I(gridStride())) {
     const I t = o / C, c = o - t * C, n = t / HW, p = t - n * HW;
-    store(y, o, x[(n * C + c) * HW + p]);
+    const size_t image = slots ? size_t(slots[n]) : size_t(n);
+    store(y, o, x[image * size_t(C) * size_t(HW) + size_t(c * HW + p)]);
   }
 }
 
@@ -96,15 +98,15 @@ void launchFromHalf(const void* x, float* y, size_t n) {
   });
 }
 
-void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW) {
+void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW, const int32_t* slots) {
   const size_t total = size_t(N) * C * HW;
   if (!total) return;
   dispatchHalf([&](auto h) {
     using H = decltype(h);
     withIndex(total, [&](auto index) {
       using I = decltype(index);
-      toHalfNhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(x, static_cast<H*>(y),
-                                                                            C, I(HW), I(total));
+      toHalfNhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
+          x, static_cast<H*>(y), slots, C, I(HW), I(total));
     });
   });
 }

@@ -135,8 +135,10 @@ void copy_to_host(float* host, const float* device, size_t n);    // synchronous
 // as the first layer reads them; otherwise the same as copy_to_device_async.
 void upload_input_async(float* device, const float* host, int N, int C, int H, int W);
 // upload_input_async for images already in device memory: image i of the batch is
-// pool + slots[i] * C * H * W ((C, H, W) floats each). Device-to-device copies on the
-// layers' stream, then under Math::Bf16 and Fp16 the same conversion.
+// pool + slots[i] * C * H * W ((C, H, W) floats each; slots in host memory). Under
+// Math::Bf16 and Fp16 one pass reads each image from the pool into the same conversion;
+// in float32, device-to-device copies on the layers' stream (a run of consecutive
+// images as one).
 void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
                         int W);
 // The network's input from (N, C, H, W) floats already in device memory (`staged`,
