@@ -253,8 +253,8 @@ fi
 #    the host; bf16 unless ACCORD_GPU_PROFILE_PRECISION says otherwise), with the
 #    convolution algorithms the benchmark's runs use (--cudnn-search);
 #    ACCORD_GPU_PROFILE_FLAGS adds trainer flags (--cudnn-fusion, say). Three epochs of
-#    20 steps (60), so that the first step's one-time costs (kernels loaded, buffers
-#    grown), which the profile counts too, weigh little.
+#    20 steps (60); the profile leaves out the first, which pays the one-time costs
+#    (algorithm searches, kernels loaded, buffers grown).
 profile_precision=${ACCORD_GPU_PROFILE_PRECISION:-bf16}
 if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
   if t=$(seconds_for 180 30); then
@@ -267,7 +267,8 @@ if wants profile && [ -x build/examples/resnet/accord-resnet ]; then
     [ $rc -eq 0 ] || status=1
     say "trainer GPU profile (ResNet-50, $profile_precision, batch 256, 60 steps${ACCORD_GPU_PROFILE_FLAGS:+, $ACCORD_GPU_PROFILE_FLAGS}):"
     stopped $rc profile "$t"
-    sed -n '/GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' | tee -a "$summary"
+    sed -n '/profiled (the first step\|GPU time by kind/,$p' "$logs/gpu-profile.log" | sed 's/^/  /' |
+      tee -a "$summary"
   else
     not_run profile "$t"
   fi

@@ -100,9 +100,10 @@ void useDevicePool(Model& m, const float* pixels, int images);
 void deviceInputFromPool(Model& m, const std::int64_t* indices, int N);
 // Times the model's GPU work by kind from here on (nn::cuda::profiledLayers, plus the
 // copies and the optimizer); deviceProfileReport waits for the GPU and returns the
-// table, per step over `steps`.
+// table, per step over `steps`; resetDeviceProfile forgets the times so far.
 void profileDevice(Model& m);
 std::string deviceProfileReport(Model& m, int steps);
+void resetDeviceProfile(Model& m);
 // How deviceTrainStep launches a step's GPU work.
 enum class StepLaunch {
   LayerByLayer,  // each layer's work queued from the host

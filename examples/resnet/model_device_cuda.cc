@@ -342,6 +342,11 @@ std::string deviceProfileReport(Model& m, int steps) {
   return nn::cuda::profileReport(steps);
 }
 
+void resetDeviceProfile(Model& m) {
+  trained(m, "resetDeviceProfile");
+  nn::cuda::profileReset();
+}
+
 int deviceIndex(const Model& m) {
   if (!m.device) throw Error("deviceIndex: the model is not on a GPU (useDevice)");
   return m.device->device;

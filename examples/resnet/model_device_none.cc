@@ -65,6 +65,7 @@ void deviceInputFromPool(Model&, const std::int64_t*, int) {
   throw Error("deviceInputFromPool: no GPU layers in this build");
 }
 void profileDevice(Model&) { throw Error("profileDevice: no GPU layers in this build"); }
+void resetDeviceProfile(Model&) { throw Error("resetDeviceProfile: no GPU layers in this build"); }
 std::string deviceProfileReport(Model&, int) {
   throw Error("deviceProfileReport: no GPU layers in this build");
 }

@@ -264,6 +264,13 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   const std::int64_t skipped_before = train_loader_->skipped();
   while (state_.step_in_epoch < steps) {
     if (capReached()) return false;
+    // The profile leaves out the run's first step, which pays for what is done once
+    // (algorithm searches, buffers, kernels loaded), unless it is the only one.
+    if (opt_.gpu_profile && !first_step_left_out_ && state_.global_step > profiled_from_) {
+      resetDeviceProfile(model_);
+      profiled_from_ = state_.global_step;
+      first_step_left_out_ = true;
+    }
     trainStep(times);
     const double rate = times.seen * world_ / std::max(since(t0), 1e-9);
     metrics_->step(epoch + 1, state_.step_in_epoch - 1, steps,
@@ -283,6 +290,7 @@ std::string Trainer::onDevice() const {
 EvalResult Trainer::run() {
   EvalResult last;
   const std::int64_t first_step = state_.global_step;
+  profiled_from_ = first_step;
   const std::int64_t steps = train_loader_->steps();
   metrics_->message("accord-resnet: " + model_.cfg.describe() + ", " +
                     std::to_string(parameterCount(model_)) + " parameters, " +
@@ -334,8 +342,14 @@ EvalResult Trainer::run() {
   if (opt_.cudnn_fusion && rank_ == 0) metrics_->message(convBatchNormFusionReport(model_));
   if (opt_.gpu_profile) {
     const std::string table =
-        deviceProfileReport(model_, static_cast<int>(state_.global_step - first_step));
-    if (rank_ == 0) metrics_->message(table);
+        deviceProfileReport(model_, static_cast<int>(state_.global_step - profiled_from_));
+    if (rank_ == 0)
+      metrics_->message((first_step_left_out_ ? "steps " + std::to_string(profiled_from_ + 1) +
+                                                    " to " + std::to_string(state_.global_step) +
+                                                    " profiled (the first step left out, "
+                                                    "which pays one-time costs)\n"
+                                              : "") +
+                        table);
   }
   return last;
 }

@@ -100,6 +100,10 @@ class Trainer {
   int nonfinite_in_a_row_ = 0;
   std::unique_ptr<LossScaler> loss_scaler_;  // --precision fp16
   StepLaunch launch_ = StepLaunch::LayerByLayer;  // on a GPU: --cuda-graphs resolved
+  // --gpu-profile: the steps done before those its times cover, and whether the run's
+  // first step was left out of them.
+  std::int64_t profiled_from_ = 0;
+  bool first_step_left_out_ = false;
 };
 
 // "resnet50" -> 50; throws InvalidArgument otherwise.

@@ -96,9 +96,11 @@ std::string conv_bn_fusion_report();
 // The layer table with every call timed on the GPU (timing events around it on the
 // stream), by kind: "conv forward", "batch norm backward", ...; and the host's time
 // in the call, queueing that work. profileReport() reads the times (it waits for the
-// GPU) and returns a table, per step when `steps` > 0.
+// GPU) and returns a table, per step when `steps` > 0; profileReset() waits for the
+// GPU too, and forgets every time so far (a run's first step, say).
 const LayerOps& profiledLayers();
 std::string profileReport(int steps);
+void profileReset();
 // Times the GPU work enqueued during its life as `kind` (a string that outlives it),
 // for work outside the layer table (copies, the optimizer); where `shape` is given, also
 // as that shape of the kind, which does `flop` floating-point operations per call (the

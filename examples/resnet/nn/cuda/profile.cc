@@ -214,6 +214,15 @@ const LayerOps& profiledLayers() {
   return ops;
 }
 
+void profileReset() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.fold();
+  // Zeroed, not dropped: a scope under way holds its kind's and shape's places.
+  for (auto* list : {&p.kinds, &p.shapes})
+    for (Kind& k : *list) k.ms = k.host_ms = 0.0, k.calls = 0;
+}
+
 std::string profileReport(int steps) {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
