@@ -88,8 +88,12 @@ inline void checkClose(const std::vector<float>& got, const std::vector<float>& 
   double worst = 0.0;
   size_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    double d = std::fabs(double(got[i]) - double(want[i]));
-    if (!(d <= worst)) worst = d, at = i;  // a NaN becomes the worst
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (std::isnan(d)) {  // the first NaN is the worst there is, and stays so
+      worst = d, at = i;
+      break;
+    }
+    if (d > worst) worst = d, at = i;
   }
   INFO("worst at " << at << ": GPU " << got[at] << " vs CPU " << want[at]
                    << ", |diff| / max|CPU| = " << worst / scale << " (tolerance " << tol << ")");
