@@ -39,7 +39,10 @@ void DeviceArena::allocate() {
   size_t bytes = (used ? used : kAlignFloats) * sizeof(float);
   const std::string what = key("nn::cuda::DeviceArena::allocate bytes", bytes);
   ACCORD_NN_CUDA_CHECK(what, cudaMalloc(reinterpret_cast<void**>(&base), bytes));
-  ACCORD_NN_CUDA_CHECK(what, cudaMemset(base, 0, bytes));
+  // On the layers' stream, which does not wait for the legacy one cudaMemset uses: the
+  // zeros must land before the uploads that follow there.
+  ACCORD_NN_CUDA_CHECK(what, cudaMemsetAsync(base, 0, bytes, stream()));
+  ACCORD_NN_CUDA_CHECK(what, cudaStreamSynchronize(stream()));
   capacity = used;
   used = 0;
   planning = false;
