@@ -99,6 +99,7 @@ TEST_CASE("16-bit: training batch norm without cuDNN's Ex call matches the CPU",
         nn::cuda::batchnorm2d_forward(gpu, gx.get(), gy.get(), k.N, k.H, k.W, true);
         CHECK(nn::cuda::batchnorm2d_forward_path(gpu) == "plain");
         nn::cuda::batchnorm2d_backward(gpu, gx.get(), gdy.get(), gdy.get(), k.N, k.H, k.W, true);
+        CHECK(nn::cuda::batchnorm2d_backward_path(gpu) == "ours");
         checkClose(gy.host(), y, 1e-2, "y");
         checkClose(gdy.host(), dx, 2e-2, "dx (in place of dy)");
         checkClose(st.d_dgamma.host(), st.dgamma, 1e-2, "dgamma");

@@ -24,6 +24,7 @@ namespace accord::nn::cuda::detail {
 struct BnForward {
   int ex = 0;
   const void* y = nullptr;
+  const char* backward = "none";  // the call the last training backward took
 };
 
 struct Backend {

@@ -238,7 +238,7 @@ void batchnorm2d_forward(BatchNorm2d& bn, const float* x, float* y, int N, int H
             bn.save_var);
       });
     }
-    b.bn_forward[bn.save_mean] = {s == CUDNN_STATUS_SUCCESS ? int(took) : 0, y};
+    b.bn_forward[bn.save_mean] = {s == CUDNN_STATUS_SUCCESS ? int(took) : 0, y, "none"};
     ACCORD_NN_CUDA_CHECK(what, s);
   } else if (!bn.relu && x != y) {
     ACCORD_NN_CUDA_CHECK(
@@ -260,6 +260,11 @@ std::string batchnorm2d_forward_path(const BatchNorm2d& bn) {
   const auto found = backend().bn_forward.find(bn.save_mean);
   const Ex e = found == backend().bn_forward.end() ? Ex::None : Ex(found->second.ex);
   return e == Ex::BnRelu ? "Ex with the ReLU" : e == Ex::Bn ? "Ex" : "plain";
+}
+
+std::string batchnorm2d_backward_path(const BatchNorm2d& bn) {
+  const auto found = backend().bn_forward.find(bn.save_mean);
+  return found == backend().bn_forward.end() ? "none" : found->second.backward;
 }
 
 void detail::bnForwardWithoutEx(const BatchNorm2d& bn) { backend().bn_forward[bn.save_mean] = {}; }
@@ -315,6 +320,7 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
         c.backward_workspace, reserve, c.reserve);
     if (!refused(s, what + nameOf(e), "a simpler call for this shape")) {
       ACCORD_NN_CUDA_CHECK(what, s);
+      b.bn_forward[bn.save_mean].backward = "Ex";
       return;
     }
     c.ok = false;
@@ -326,6 +332,7 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
       launchBnBackwardTraining(x, dy, dx, bn.dgamma, bn.dbeta, affineOf(bn, true), bn.relu, N, bn.C,
                                HW)) {
     checkLaunch(what);
+    b.bn_forward[bn.save_mean].backward = "ours";
     return;
   }
   // Forward fused the ReLU, which cuDNN has since refused for this shape (here, or in
@@ -339,6 +346,7 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
                              p.stats, bn.gamma, bn.dgamma, bn.dbeta, double(bn.eps), bn.save_mean,
                              bn.save_var);
                        }));
+  b.bn_forward[bn.save_mean].backward = "plain";
 }
 
 }  // namespace accord::nn::cuda

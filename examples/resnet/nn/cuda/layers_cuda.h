@@ -206,6 +206,9 @@ void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, floa
 // Which cuDNN call `bn`'s last training forward took: "plain" (or none yet), "Ex" or "Ex
 // with the ReLU" (batchnorm2d.cc), for the tests and the curious.
 std::string batchnorm2d_forward_path(const BatchNorm2d& bn);
+// Which call `bn`'s last training backward took: "none" (none yet), "Ex" (cuDNN's, after
+// forward's), "ours" (the layers' kernels, bn_backward.cu) or "plain" (cuDNN's plain one).
+std::string batchnorm2d_backward_path(const BatchNorm2d& bn);
 
 void relu_forward(const float* x, float* y, size_t n);
 void relu_backward(const float* y, const float* dy, float* dx, size_t n);
