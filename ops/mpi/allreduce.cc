@@ -82,11 +82,13 @@ class MpiAllreduce final : public Op {
     const std::size_t count = bytes / dtype_size(response.dtype);
     if (count == 0) return;  // same on every rank: nothing to exchange
     void* data = nullptr;
-    mpi::Scaling pre, post;
+    mpi::Scaling pre;
+    // Every rank scales the result, a joined one too: the ring and the shared-memory
+    // allreduce leave each rank to scale its own block of it for everyone.
+    const mpi::Scaling post = mpi::postScaling(response, ctx.size());
     if (entry && mpi::prepareLocal(*entry, [&] { mpi::checkInput(response, i, *entry, bytes); })) {
       data = entry->tensor.data;
       pre = mpi::preScaling(response);
-      post = mpi::postScaling(response, ctx.size());
     } else {
       data = ctx.fusion.reserve(bytes);
       cpu::fillNeutral(data, count, response.dtype, response.op);

@@ -31,12 +31,13 @@ struct Step {
   DType dtype;
   ReduceOp op;
 };
-// Join's neutral elements: zeros for Sum, and for Min/Max/Product whatever leaves the
-// others' result unchanged.
-constexpr Step kSteps[] = {{DType::Float32, ReduceOp::Sum},
-                           {DType::Int32, ReduceOp::Sum},
-                           {DType::Float64, ReduceOp::Min},
-                           {DType::Int64, ReduceOp::Max},
+// Join's neutral elements: zeros for Sum and Average, and for Min/Max/Product whatever
+// leaves the others' result unchanged. Average divides by every rank, the joined ones
+// too, as a sum of zeros from them would. A step's tensors differ in dtype or op, so
+// none is fused with another: each is reduced on its own.
+constexpr Step kSteps[] = {{DType::Float32, ReduceOp::Sum},     {DType::Float32, ReduceOp::Average},
+                           {DType::Float64, ReduceOp::Average}, {DType::Int32, ReduceOp::Sum},
+                           {DType::Float64, ReduceOp::Min},     {DType::Int64, ReduceOp::Max},
                            {DType::Int8, ReduceOp::Product}};
 
 // Rank r runs steps(r) steps, then joins; returns what its join handle said.
@@ -65,9 +66,13 @@ void runUnevenSteps(const std::function<int(int)>& steps, const std::string& tag
       INFO("step " << s << ": " << error);
       CHECK(error.empty());
       const Step kind = kSteps[k];
-      const auto diff = compareElements(kind.dtype, buffers[k]->data(), 33, [&](std::int64_t i) {
-        return reducedValue(kind.dtype, kind.op, active, i + s);
-      });
+      const auto diff = compareElements(
+          kind.dtype, buffers[k]->data(), 33,
+          [&](std::int64_t i) {
+            const double value = reducedValue(kind.dtype, kind.op, active, i + s);
+            return kind.op == ReduceOp::Average ? value * double(active.size()) / n : value;
+          },
+          toleranceFor(kind.dtype, kind.op));
       INFO(names[k] << " at step " << s << " with " << active.size() << " active rank(s): " << diff);
       CHECK(diff.empty());
     }

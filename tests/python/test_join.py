@@ -12,6 +12,11 @@ def test_join_with_uneven_batches(hvd):
         # Ranks with fewer than step + 1 batches have joined and add zeros.
         expected = sum(r + 1 for r in range(n) if r + 1 > step)
         assert torch.all(out == expected), f"step {step}: {out.tolist()} != {expected}"
+        # Average divides by every rank, the joined ones too, in every element.
+        out = hvd.allreduce(torch.full((7,), float(me + 1)), op=hvd.Average,
+                            name=f"join.average.{step}")
+        assert torch.allclose(out, torch.full((7,), expected / n)), \
+            f"step {step}: {out.tolist()} != {expected / n}"
     assert hvd.join() == n - 1
 
 
