@@ -47,7 +47,12 @@ void preferPassiveOpenMp(char** argv) {
 }
 
 int train(const TrainOptions& opt) {
-  accord::init();
+  try {
+    accord::init();
+  } catch (const std::exception& e) {  // a bad ACCORD_* variable: the same on every rank
+    std::fprintf(stderr, "accord-resnet: error: %s\n", e.what());
+    return 1;
+  }
   int rc = 0;
   try {
     Trainer trainer(opt);

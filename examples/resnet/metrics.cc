@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace accord::resnet {
 namespace {
@@ -99,14 +101,54 @@ bool progressBarWanted() {
   return !launched && ::isatty(STDOUT_FILENO);
 }
 
-Metrics::Metrics(bool enabled, const std::string& jsonl_path, bool progress)
+namespace {
+std::FILE* openForWriting(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f)
+    throw std::runtime_error("cannot open --metrics file " + path + ": " + std::strerror(errno));
+  return f;
+}
+
+// The epoch of a line toJson wrote ({"epoch":3,...}); 0 for anything else.
+std::int64_t epochOf(const std::string& line) {
+  constexpr char kHead[] = "{\"epoch\":";
+  if (line.compare(0, sizeof(kHead) - 1, kHead) != 0) return 0;
+  return std::strtoll(line.c_str() + sizeof(kHead) - 1, nullptr, 10);
+}
+}  // namespace
+
+Metrics::Metrics(bool enabled, const std::string& jsonl_path, bool progress, bool resuming)
     : enabled_(enabled), bar_(enabled && progress && progressBarWanted()) {
-  if (enabled_ && !jsonl_path.empty()) {
-    jsonl_ = std::fopen(jsonl_path.c_str(), "w");
-    if (!jsonl_)
-      throw std::runtime_error("cannot open --metrics file " + jsonl_path + ": " +
-                               std::strerror(errno));
+  if (!enabled_ || jsonl_path.empty()) return;
+  path_ = jsonl_path;
+  if (!resuming) jsonl_ = openForWriting(path_);
+}
+
+int Metrics::resumed(std::int64_t epochs_done) {
+  if (path_.empty() || jsonl_) return 0;
+  std::vector<std::string> kept;
+  std::ifstream in(path_);
+  for (std::string line; std::getline(in, line);) {
+    const std::int64_t e = epochOf(line);
+    if (e >= 1 && e <= epochs_done) kept.push_back(line);
   }
+  in.close();
+  // Into a file beside it, renamed over it once whole: a failed write loses nothing.
+  const std::string tmp = path_ + ".tmp";
+  std::FILE* f = openForWriting(tmp);
+  for (const std::string& line : kept) std::fprintf(f, "%s\n", line.c_str());
+  const bool written = std::fflush(f) == 0 && !std::ferror(f);
+  const int error = errno;
+  std::fclose(f);
+  if (!written || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(written ? errno : error);
+    std::remove(tmp.c_str());
+    throw std::runtime_error("--metrics file " + path_ + ": write failed: " + why);
+  }
+  jsonl_ = std::fopen(path_.c_str(), "a");
+  if (!jsonl_)
+    throw std::runtime_error("cannot open --metrics file " + path_ + ": " + std::strerror(errno));
+  return static_cast<int>(kept.size());
 }
 
 Metrics::~Metrics() {
@@ -140,10 +182,8 @@ void Metrics::epoch(const EpochReport& r) {
   clearBar();
   std::printf("%s\n", toLine(r).c_str());
   std::fflush(stdout);
-  if (jsonl_) {
-    std::fprintf(jsonl_, "%s\n", toJson(r).c_str());
-    std::fflush(jsonl_);
-  }
+  if (jsonl_ && (std::fprintf(jsonl_, "%s\n", toJson(r).c_str()) < 0 || std::fflush(jsonl_) != 0))
+    throw std::runtime_error("--metrics file " + path_ + ": write failed: " + std::strerror(errno));
 }
 
 void Metrics::message(const std::string& line) {

@@ -25,12 +25,12 @@ struct RunInfo {
 };
 
 struct EpochReport {
-  int epoch = 0;                 // 1-based, as printed
-  std::int64_t steps = 0;        // optimizer steps in this epoch
-  std::int64_t skipped_steps = 0;  // of those, skipped for a non-finite loss
+  int epoch = 0;                     // 1-based, as printed
+  std::int64_t steps = 0;            // optimizer steps in this epoch
+  std::int64_t skipped_steps = 0;    // of those, skipped for a non-finite loss
   std::int64_t skipped_samples = 0;  // bad images or records left out, training and test
-  std::int64_t global_step = 0;  // after the epoch
-  double lr = 0;                 // at the epoch's last step
+  std::int64_t global_step = 0;      // after the epoch
+  double lr = 0;                     // at the epoch's last step
   double train_loss = 0, train_acc = 0;
   bool has_val = false;
   double val_top1 = 0, val_top5 = 0;
@@ -56,11 +56,16 @@ bool progressBarWanted();
 
 class Metrics {
  public:
-  // enabled: this rank reports; progress: draw a bar where progressBarWanted().
-  Metrics(bool enabled, const std::string& jsonl_path, bool progress);
+  // enabled: this rank reports; progress: draw a bar where progressBarWanted(). A run
+  // that resumes opens its --metrics file in resumed(), once it knows where it resumes.
+  Metrics(bool enabled, const std::string& jsonl_path, bool progress, bool resuming);
   ~Metrics();
 
+  // Keeps the --metrics file's lines of epochs 1 to `epochs_done` (those the resumed
+  // run does not train again) and returns how many there were; the rest are dropped.
+  int resumed(std::int64_t epochs_done);
   void step(int epoch, std::int64_t step, std::int64_t steps, double loss, double img_per_s);
+  // Throws where the --metrics file cannot be written (a full disk, say).
   void epoch(const EpochReport& r);
   void message(const std::string& line);  // a plain line on stdout (clears the bar)
 
@@ -70,6 +75,7 @@ class Metrics {
   bool enabled_;
   bool bar_;
   bool bar_drawn_ = false;
+  std::string path_;
   std::FILE* jsonl_ = nullptr;
   std::chrono::steady_clock::time_point last_draw_{};
 };

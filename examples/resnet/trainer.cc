@@ -33,8 +33,9 @@ int parseDepth(const std::string& model) {
 Trainer::Trainer(const TrainOptions& options)
     : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
   setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
-  metrics_ = std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress);
   checkOutputPaths();
+  metrics_ =
+      std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress, !opt_.resume.empty());
   buildData();
   buildModel();
   // Before the resume, which restores the fp16 loss scale into it.
@@ -251,9 +252,20 @@ void Trainer::startFromRankZero() {
       loss_scaler_->restore(static_cast<double>(s[3]), s[4]);
       metrics_->message("loss scale " + std::to_string(s[3]) + " restored");
     }
+    std::string kept;
+    try {
+      const int lines = metrics_->resumed(state_.epoch);
+      if (!opt_.metrics.empty())
+        kept = "; " + opt_.metrics + " keeps its " + std::to_string(lines) + " earlier epoch" +
+               (lines == 1 ? "" : "s");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    error = broadcastError(error);
+    if (!error.empty()) throw Error(error);
     metrics_->message("resumed from " + opt_.resume + " at epoch " +
                       std::to_string(state_.epoch + 1) + ", step " +
-                      std::to_string(state_.global_step));
+                      std::to_string(state_.global_step) + kept);
   }
 }
 

@@ -4,9 +4,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <iterator>
 #include <utility>
 
 namespace accord::resnet {
+namespace {
+// The same file once links and "." are resolved, whether or not it exists yet.
+bool sameFile(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code ea, eb;
+  const auto ca = std::filesystem::weakly_canonical(a, ea);
+  const auto cb = std::filesystem::weakly_canonical(b, eb);
+  return ea || eb ? a == b : ca == cb;
+}
+}  // namespace
 
 // Each rank's running statistics come from its own shard. Averaging them makes every
 // rank evaluate (and rank 0 checkpoint) the same model; with BN in inference mode
@@ -71,7 +83,14 @@ void Trainer::report(int epoch, std::int64_t steps, double seconds, StepTimes t,
   r.images_per_sec_rank = r.images_per_sec / world_;
   r.run = {model_.cfg.describe(), opt_.dataset,  train_src_->imageSize(),
            opt_.device,           opt_.schedule, opt_.batch_size};
-  metrics_->epoch(r);
+  std::string error;
+  try {
+    metrics_->epoch(r);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  error = broadcastError(error);  // only rank 0 writes: stop every rank with its error
+  if (!error.empty()) throw Error(error);
 }
 
 // The loaders' producers stop first: on a GPU they hand batches to the model's copy
@@ -88,13 +107,19 @@ std::string Trainer::stepName() const {
          " of " + std::to_string(train_loader_->steps()) + ")";
 }
 
-// Rank 0 writes --checkpoint and --dump-params, at the end or every few epochs: a path
-// it cannot write to fails every rank now, before the data is loaded or a step taken.
+// Rank 0 writes --checkpoint, --dump-params and --metrics during or after the run: a
+// path it cannot write to, or two of them in one file, fails every rank now, before the
+// data is loaded or a step taken.
 void Trainer::checkOutputPaths() {
-  if (opt_.checkpoint.empty() && opt_.dump_params.empty()) return;  // alike on every rank
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--checkpoint", &opt_.checkpoint},
+      {"--dump-params", &opt_.dump_params},
+      {"--metrics", &opt_.metrics}};
+  if (std::all_of(std::begin(outputs), std::end(outputs),
+                  [](const auto& o) { return o.second->empty(); }))
+    return;  // alike on every rank
   std::string error;
-  for (const auto& [flag, path] : {std::pair{"--checkpoint", &opt_.checkpoint},
-                                   std::pair{"--dump-params", &opt_.dump_params}}) {
+  for (const auto& [flag, path] : outputs) {
     if (rank_ != 0 || path->empty() || !error.empty()) continue;
     try {
       checkWritable(*path);
@@ -102,6 +127,14 @@ void Trainer::checkOutputPaths() {
       error = std::string(flag) + " " + *path + " cannot be written: " + e.what();
     }
   }
+  // Two outputs in one file: the later write would replace the earlier.
+  for (std::size_t i = 0; i < std::size(outputs) && rank_ == 0 && error.empty(); ++i)
+    for (std::size_t j = i + 1; j < std::size(outputs) && error.empty(); ++j)
+      if (!outputs[i].second->empty() && sameFile(*outputs[i].second, *outputs[j].second))
+        error = std::string(outputs[i].first) + " and " + outputs[j].first + " both name " +
+                *outputs[j].second + "; give each its own file";
+  if (rank_ == 0 && error.empty() && sameFile(opt_.metrics, opt_.resume))
+    error = "--metrics and --resume both name " + opt_.metrics + "; give each its own file";
   error = broadcastError(error);
   if (!error.empty()) throw InvalidArgument(error);
 }

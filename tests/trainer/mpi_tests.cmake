@@ -1,13 +1,15 @@
 # Trainer tests under mpirun (label `trainer-mpi`), each a short accord-resnet run or
 # two driven by trainer_mpi_check.cmake:
 #   equivalence  2 ranks x batch B == 1 rank x batch 2B after K steps (BN inference mode)
-#   resume       a run interrupted mid-epoch and resumed == the uninterrupted run
+#   resume       a run interrupted mid-epoch and resumed == the uninterrupted run, and
+#                its --metrics file holds each epoch once
 #   resume-batch a checkpoint resumed at another global batch is refused on every rank;
 #                the same global batch on other ranks resumes at the same sample
 #   nonfinite    a NaN loss stops every rank naming the step, or with
 #                --skip-nonfinite-steps leaves the model as it was
 #   bad-resume   a truncated checkpoint stops every rank with a clear error, and a
-#                --checkpoint or --dump-params that cannot be written does so before training
+#                --checkpoint or --dump-params that cannot be written, or two outputs in
+#                one file, do so before training; a bad ACCORD_* setting is an error line
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   device-resume  CPU checkpoint -> GPU -> CPU ends where the CPU alone does
 #   device-equivalence  2 ranks x B on one GPU == 1 rank x 2B on the CPU, with the

@@ -2,11 +2,14 @@
 // there are more than 5 classes, and null where a value is not a number.
 #include "metrics.h"
 
+#include "scratch_dir.h"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -143,4 +146,52 @@ TEST_CASE("progress bar: ACCORD_PROGRESS decides, and a launcher's pseudo-termin
   CHECK_FALSE(progressBarWanted());
   env.set("OMPI_COMM_WORLD_SIZE", nullptr);
   CHECK(progressBarWanted() == static_cast<bool>(::isatty(STDOUT_FILENO)));
+}
+
+namespace {
+std::vector<std::string> linesOf(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+}  // namespace
+
+TEST_CASE("a resumed run keeps the metrics of the epochs it does not train again", "[metrics]") {
+  const std::string path = (accord_test::scratchDir("metrics_resume") / "run.jsonl").string();
+  {
+    Metrics first(true, path, false, false);
+    for (int e = 1; e <= 3; ++e) {
+      EpochReport r;
+      r.epoch = e;
+      first.epoch(r);
+    }
+  }
+  REQUIRE(linesOf(path).size() == 3);
+  // The checkpoint holds 2 whole epochs: epoch 3's line goes, the run writes it again.
+  Metrics resumed(true, path, false, true);
+  CHECK(linesOf(path).size() == 3);  // untouched until resumed() knows the epoch
+  CHECK(resumed.resumed(2) == 2);
+  EpochReport r;
+  r.epoch = 3;
+  r.steps = 7;
+  resumed.epoch(r);
+  const std::vector<std::string> lines = linesOf(path);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].rfind("{\"epoch\":1,", 0) == 0);
+  CHECK(lines[1].rfind("{\"epoch\":2,", 0) == 0);
+  CHECK(lines[2].rfind("{\"epoch\":3,\"steps\":7,", 0) == 0);
+  // Resumed before any file was written: an empty one, and nothing kept.
+  const std::string fresh = (accord_test::scratchDir("metrics_fresh") / "new.jsonl").string();
+  Metrics none(true, fresh, false, true);
+  CHECK(none.resumed(5) == 0);
+  CHECK(linesOf(fresh).empty());
+}
+
+TEST_CASE("a metrics line that cannot be written is an error naming the file", "[metrics]") {
+  Metrics full(true, "/dev/full", false, false);
+  EpochReport r;
+  r.epoch = 1;
+  CHECK_THROWS_WITH(full.epoch(r),
+                    Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
 }

@@ -85,9 +85,16 @@ elseif(MODE STREQUAL "resume")
   # 512 images / (2 x 16) = 16 steps an epoch; stop at step 20, i.e. inside epoch 2.
   set(args ${SMALL} --epochs 2 --batch-size 16 --warmup-epochs 1)
   run(2 full ${args} --dump-params ${WORK}/full.params)
-  run(2 first ${args} --steps 20 --checkpoint ${WORK}/ckpt)
-  run(2 resumed ${args} --resume ${WORK}/ckpt --dump-params ${WORK}/resumed.params)
+  run(2 first ${args} --steps 20 --checkpoint ${WORK}/ckpt --metrics ${WORK}/run.jsonl)
+  run(2 resumed ${args} --resume ${WORK}/ckpt --dump-params ${WORK}/resumed.params
+      --metrics ${WORK}/run.jsonl)
   compare(${WORK}/full.params ${WORK}/resumed.params --atol 0 --rtol 0)
+  # The same --metrics file: epoch 1's line from the first run, epoch 2's from the resumed.
+  file(STRINGS ${WORK}/run.jsonl epochs)
+  list(LENGTH epochs count)
+  if(NOT count EQUAL 2 OR NOT epochs MATCHES "^{\"epoch\":1,[^;]*;{\"epoch\":2,")
+    message(FATAL_ERROR "the resumed run's metrics are not epochs 1 and 2: ${epochs}")
+  endif()
 elseif(MODE STREQUAL "resume-batch")
   # 512 images / (2 x 16) = 16 steps an epoch; stop at step 12. A global batch of 64
   # would have 8 steps an epoch and count step 12 past its end: refused on every rank.
@@ -164,6 +171,24 @@ elseif(MODE STREQUAL "bad-resume")
       message(FATAL_ERROR "${flag} into a missing folder was not refused on both ranks before training")
     endif()
   endforeach()
+  # A bad ACCORD_* setting: an error line on every rank, not an abort.
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ACCORD_CYCLE_TIME=abc
+                          ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR err MATCHES "terminate called"
+     OR NOT err MATCHES "accord-resnet: error: ACCORD_CYCLE_TIME='abc': expected")
+    message(FATAL_ERROR "a bad ACCORD_CYCLE_TIME was not an error line")
+  endif()
+  # Two outputs in one file would overwrite each other: refused before training too.
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                          --checkpoint ${WORK}/same --metrics ${WORK}/./same
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
+     OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name [^\n]*same; give each")
+    message(FATAL_ERROR "--checkpoint and --metrics in one file were not refused before training")
+  endif()
 elseif(MODE STREQUAL "device-equivalence")
   # 2 ranks x 16 on the GPU (sharing it: gradients averaged as CUDA tensors through
   # MPI, ACCORD_NCCL=0 from the test) train as 1 rank x 32 on the CPU does, as in
