@@ -271,9 +271,10 @@ void Trainer::startFromRankZero() {
 
 bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   const std::int64_t steps = train_loader_->steps();
+  // Before the producer starts: a bad sample it meets at once counts in this epoch.
+  const std::int64_t skipped_before = train_loader_->skipped();
   train_loader_->startEpoch(epoch, state_.step_in_epoch);
   const auto t0 = Clock::now();
-  const std::int64_t skipped_before = train_loader_->skipped();
   while (state_.step_in_epoch < steps) {
     if (capReached()) return false;
     // The profile leaves out the run's first step, which pays for what is done once

@@ -31,8 +31,8 @@ void Trainer::syncBatchNormStats() {
 // counts gives the global result, so no rank waits per batch.
 EvalResult Trainer::evaluate() {
   model_.bn_training = opt_.eval_bn_mode == "batch";
+  const std::int64_t skipped_before = test_loader_->skipped();  // before its producer starts
   test_loader_->startEpoch(0);
-  const std::int64_t skipped_before = test_loader_->skipped();
   std::vector<double> sums(5, 0.0);  // loss * n, top-1 hits, top-5 hits, n, skipped
   int n;
   while ((n = test_loader_->borrow(&model_.input, labels_.data())) > 0) {
