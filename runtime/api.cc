@@ -214,6 +214,10 @@ void init() {
 }
 
 void shutdown() {
+  if (onBackgroundThread())
+    throw InvalidArgument(
+        "accord::shutdown: called on Accord's background thread (from an Allocator), "
+        "which would wait for itself to end; an Allocator must only allocate");
   std::lock_guard<std::mutex> lock(g_lifetime_mu);
   if (!g_runtime) return;
   auto& rt = *g_runtime;

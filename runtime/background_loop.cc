@@ -272,9 +272,14 @@ void BackgroundLoop::run() noexcept {
   }
 }
 
+thread_local bool t_background = false;
+
 }  // namespace
 
+bool onBackgroundThread() { return t_background; }
+
 void runBackgroundLoop(Runtime& rt) noexcept {
+  t_background = true;
   // MPI's TCP transport writes to its sockets on this thread. A write to a peer that has
   // died raises SIGPIPE, whose default action ends the process without a word, before
   // the wait's deadline could report the dead peer as a CommError. Blocked here, the

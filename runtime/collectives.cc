@@ -84,6 +84,11 @@ class NameGuard {
 // tensor is checked by the backend, which also marks where on `stream` it is ready.
 Submission start(Runtime& rt, RequestType type, const std::string& name, ProcessSetId set,
                  const TensorView* tensor, void* stream = nullptr) {
+  // Before a name is drawn: an unnamed collective refused here leaves the count alone.
+  if (onBackgroundThread())
+    throw InvalidArgument(std::string("accord::") + requestTypeName(type) +
+                          ": called on Accord's background thread (from an Allocator), which "
+                          "would wait on itself; an Allocator must only allocate");
   rt.sets.member(set, requestTypeName(type));
   Submission s;
   s.request.type = type;

@@ -43,5 +43,7 @@ Runtime& runtime(const char* what);
 
 // The background thread's body.
 void runBackgroundLoop(Runtime& rt) noexcept;
+// True on that thread (where Allocators run).
+bool onBackgroundThread();
 
 }  // namespace accord

@@ -88,6 +88,45 @@ TEST_CASE("allgather: a rank whose output allocator fails still takes part") {
   }
 }
 
+// An Allocator runs on Accord's thread: a collective or shutdown() from it would wait on
+// that thread itself. Refused there, it fails that rank's handle like any allocator
+// error, and an unnamed collective refused so leaves the next unnamed names in step.
+TEST_CASE("allgather: an allocator that calls back into Accord fails, never hangs") {
+  const int n = accord::size(), me = accord::rank();
+  const int victim = n - 1;
+  for (const std::string call : {"allreduce", "shutdown"}) {
+    Buffer in(DType::Int32, {2});
+    in.fill([&](std::int64_t i) { return static_cast<double>(me * 2 + i); });
+    Output out(DType::Int32);
+    auto good = out.allocator();
+    accord::Allocator reentrant = [&](const Shape& shape) {
+      if (me == victim) {
+        if (call == "shutdown") accord::shutdown();
+        std::vector<float> x(2, 1.0f);
+        accord::allreduce({x.data(), DType::Float32, {2}, {}});  // unnamed
+      }
+      return good(shape);
+    };
+    accord::AllgatherOptions o;
+    o.name = "local.reentrant." + call;
+    const Outcome outcome = finish(accord::allgather_async(in.view(), reentrant, o), o.name);
+    INFO("rank " << me << ": " << outcome.kind << ": " << outcome.message);
+    if (me == victim) {
+      CHECK(outcome.kind == "InvalidArgument");
+      CHECK(contains(outcome.message, "accord::" + call));
+      CHECK(contains(outcome.message, "background thread (from an Allocator)"));
+    } else {
+      CHECK(outcome.ok());
+      REQUIRE(out.numel() == 2 * n);
+      for (std::int64_t i = 0; i < 2 * n; ++i) CHECK(out.get(i) == i);
+    }
+    allreduceStillWorks(o.name + ".after");
+    std::vector<float> x(3, 1.0f);
+    CHECK_NOTHROW(accord::allreduce({x.data(), DType::Float32, {3}, {}}));  // unnamed: in step
+    CHECK(x[2] == static_cast<float>(n));
+  }
+}
+
 TEST_CASE("allgather: a failing rank in a fused group fails only its own tensor") {
   const int n = accord::size(), me = accord::rank();
   const int victim = n - 1;

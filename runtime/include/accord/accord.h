@@ -126,7 +126,9 @@ class Handle {
 };
 
 // Returns the output view for a collective whose output shape is known only after
-// negotiation (allgather, alltoall, reducescatter). Called on the background thread.
+// negotiation (allgather, alltoall, reducescatter). Called on the background thread,
+// which it must not call back into Accord from: a collective or shutdown() there
+// throws InvalidArgument (it would wait on the thread that is to run it).
 using Allocator = std::function<TensorView(const Shape& shape)>;
 
 // ---- collectives ------------------------------------------------------------------
