@@ -30,6 +30,7 @@ namespace {
 
 std::mutex g_lifetime_mu;  // serializes init() and shutdown()
 std::unique_ptr<Runtime> g_runtime;
+bool g_initialized_mpi = false;  // Accord called MPI_Init_thread
 bool g_finalized_mpi = false;
 std::string g_broken;  // why a failed runtime could not be torn down: no restart
 
@@ -48,10 +49,12 @@ void initMpi(Runtime& rt) {
   int provided = 0;
   if (!initialized) {
     ACCORD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
-    rt.finalize_mpi = true;
+    g_initialized_mpi = true;
   } else {
     ACCORD_MPI_CHECK(MPI_Query_thread(&provided));
   }
+  // Also where an init() that failed (a bad setting) initialized it: this one owns it.
+  rt.finalize_mpi = g_initialized_mpi;
   ACCORD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &rt.world));
   // Failures become exceptions with MPI's message instead of aborting the job.
   ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(rt.world, MPI_ERRORS_RETURN));
@@ -92,6 +95,18 @@ void initTopology(Runtime& rt) {
 
 // Fusion planning and the cache's bit vectors are computed locally on every rank, so
 // the settings that shape them must agree.
+// A bad ACCORD_* value on some ranks fails init() on every rank, rather than leaving the
+// others waiting in init()'s collectives for ranks that never reach them.
+void checkConfigParsed(const Runtime& rt, const std::string& error) {
+  int first_bad = error.empty() ? rt.size : rt.rank;
+  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, rt.world));
+  if (!error.empty()) throw InvalidArgument(error);
+  if (first_bad < rt.size)
+    throw InvalidArgument("accord::init: rank " + std::to_string(first_bad) +
+                          " has an invalid ACCORD_* setting (its own error says which); the "
+                          "settings must be valid, and the same, on every rank");
+}
+
 void checkConfigAgrees(const Runtime& rt) {
   const std::pair<const char*, std::uint64_t> values[] = {
       {"ACCORD_FUSION_THRESHOLD", rt.config.fusion_threshold},
@@ -107,6 +122,16 @@ void checkConfigAgrees(const Runtime& rt) {
        rt.config.hierarchical_allreduce + rt.config.hierarchical_everywhere},
       // Every rank must take the same path for device tensors (NCCL or MPI).
       {"ACCORD_NCCL", rt.config.nccl + rt.config.nccl_alone},
+      // Every rank must end its trials in the same cycle and tune the same settings: the
+      // tuned values go out from rank 0 in a collective that every tuning rank joins.
+      {"ACCORD_AUTOTUNE", rt.config.autotune},
+      {"ACCORD_AUTOTUNE_STEPS", rt.config.autotune ? rt.config.autotune_steps : 0},
+      {"ACCORD_CYCLE_TIME (set, or left to ACCORD_AUTOTUNE)",
+       rt.config.autotune && rt.config.given.cycle_time},
+      {"ACCORD_FUSION_THRESHOLD (set, or left to ACCORD_AUTOTUNE)",
+       rt.config.autotune && rt.config.given.fusion_threshold},
+      {"ACCORD_CHUNK_BYTES (set, or left to ACCORD_AUTOTUNE)",
+       rt.config.autotune && rt.config.given.chunk_bytes},
   };
   for (const auto& [name, value] : values) {
     std::uint64_t lo = value, hi = value;
@@ -182,8 +207,14 @@ void init() {
         g_broken + "); start a new process");
   }
   auto rt = std::make_unique<Runtime>();
-  rt->config = Config::fromEnvironment();  // a bad value fails before MPI is touched
+  std::string bad_setting;
+  try {
+    rt->config = Config::fromEnvironment();
+  } catch (const InvalidArgument& e) {
+    bad_setting = e.what();
+  }
   initMpi(*rt);
+  checkConfigParsed(*rt, bad_setting);
   configureLogging(rt->rank, rt->config.log_level);
   warnUnknownVariables(rt->rank);
   initTopology(*rt);

@@ -9,12 +9,17 @@
 //                          main returns with the runtime running; rank 0 leaves first
 //                          while the others wait on a collective it never submits: they
 //                          get ShutDown, and every process exits 0 (no std::terminate).
+//   --mode settings-differ ACCORD_* settings set on the last rank only (a bad value, an
+//                          autotuning that the others do not do): init() fails on every
+//                          rank at once, naming the setting; the first failed init
+//                          initialized MPI, and the init that then works finalizes it.
 // Exit status 0 means the mode's checks held; each failure prints a line.
 #include <accord/accord.h>
 
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -94,6 +99,58 @@ int exitWithoutShutdown() {
 
 }  // namespace
 
+// Sets `name` to `value` on the last rank only, then expects init() to fail on every
+// rank with InvalidArgument: the last rank's message holding `mine`, the others' `theirs`.
+void initFailsWith(const char* name, const char* value, const std::string& mine,
+                   const std::string& theirs, int rank, int size) {
+  const bool last = rank == size - 1;
+  if (last) setenv(name, value, 1);
+  std::string kind = "none", message;
+  try {
+    accord::init();
+  } catch (const accord::InvalidArgument& e) {
+    kind = "InvalidArgument";
+    message = e.what();
+  } catch (const std::exception& e) {
+    kind = "other";
+    message = e.what();
+  }
+  if (last) unsetenv(name);
+  const std::string what = std::string(name) + "=" + value + " on rank " +
+                           std::to_string(size - 1) + ": " + kind + ": " + message;
+  check(kind == "InvalidArgument", what);
+  check(message.find(last || size == 1 ? mine : theirs) != std::string::npos, what);
+  check(!accord::is_initialized(), "is_initialized after " + what);
+}
+
+int settingsDiffer() {
+  // Neither Accord nor the application has initialized MPI yet: the failed init does.
+  int rank = 0, size = 1;
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) rank = std::atoi(r);
+  if (const char* s = std::getenv("OMPI_COMM_WORLD_SIZE")) size = std::atoi(s);
+  initFailsWith("ACCORD_CYCLE_TIME", "abc", "ACCORD_CYCLE_TIME='abc'",
+                "rank " + std::to_string(size - 1) + " has an invalid ACCORD_* setting", rank,
+                size);
+  if (size > 1) {
+    const std::string autotune = "ACCORD_AUTOTUNE differs between ranks";
+    initFailsWith("ACCORD_AUTOTUNE", "1", autotune, autotune, rank, size);
+    setenv("ACCORD_AUTOTUNE", "1", 1);
+    const std::string steps = "ACCORD_AUTOTUNE_STEPS differs between ranks";
+    initFailsWith("ACCORD_AUTOTUNE_STEPS", "3", steps, steps, rank, size);
+    // The cycle time may differ between ranks, but not whether the tuner tunes it.
+    const std::string given = "ACCORD_CYCLE_TIME (set, or left to ACCORD_AUTOTUNE) differs";
+    initFailsWith("ACCORD_CYCLE_TIME", "1", given, given, rank, size);
+    unsetenv("ACCORD_AUTOTUNE");
+  }
+  accord::init();
+  check(allreduceWorks("settings.fixed"), "allreduce once the settings agree");
+  accord::shutdown();  // finalizes MPI, which the first init initialized
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  check(finalized == 1, "MPI finalized by the shutdown");
+  return g_failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode;
   for (int i = 1; i + 1 < argc; ++i)
@@ -101,7 +158,9 @@ int main(int argc, char** argv) {
   if (mode == "restart-owned") return restartOwned();
   if (mode == "restart-app") return restartApp(argc, argv);
   if (mode == "exit-without-shutdown") return exitWithoutShutdown();
-  std::fprintf(stderr, "usage: %s --mode restart-owned|restart-app|exit-without-shutdown\n",
+  if (mode == "settings-differ") return settingsDiffer();
+  std::fprintf(stderr,
+               "usage: %s --mode restart-owned|restart-app|exit-without-shutdown|settings-differ\n",
                argv[0]);
   return 2;
 }
