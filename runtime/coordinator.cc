@@ -33,6 +33,10 @@ std::string formatStallReport(const std::vector<StallReport>& stalls, int set_si
     out +=
         s.missing_ranks.empty() ? "the other tensors of its group" : ranksPhrase(s.missing_ranks);
     if (!submitted.empty()) out += " (submitted by " + ranksPhrase(submitted) + ")";
+    // A barrier or a change of process sets, which a joined rank cannot stand in for.
+    if (!s.joined_ranks.empty())
+      out += "; " + ranksPhrase(s.joined_ranks) + (s.joined_ranks.size() == 1 ? " has" : " have") +
+             " joined, and a " + requestTypeName(s.type) + " needs every rank, joined or not";
   }
   return out;
 }
@@ -260,8 +264,11 @@ std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::dura
   std::vector<StallReport> out;
   for (const auto& [name, entry] : table_) {
     Clock::duration waited = now - entry.first_seen;
-    if (waited >= age)
-      out.push_back({name, missingRanks(entry), waited, entry.requests.front().type});
+    if (waited < age) continue;
+    StallReport report{name, missingRanks(entry), {}, waited, entry.requests.front().type};
+    for (int r : report.missing_ranks)
+      if (joined_[r]) report.joined_ranks.push_back(r);
+    out.push_back(std::move(report));
   }
   return out;
 }

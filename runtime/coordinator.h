@@ -28,6 +28,7 @@ Response buildResponse(const std::vector<Request>& requests, int set_size,
 struct StallReport {
   std::string name;
   std::vector<int> missing_ranks;  // ranks that have not submitted `name`
+  std::vector<int> joined_ranks;   // of those, the ones that have joined
   Clock::duration waiting;         // since the first rank submitted it
   RequestType type = RequestType::Allreduce;  // for the report's wording
 };

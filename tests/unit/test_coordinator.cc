@@ -164,6 +164,18 @@ TEST_CASE("barrier waits for every rank, even joined ones", "[coordinator]") {
   CHECK(c.stalled(t0, 0s).empty());
 }
 
+TEST_CASE("a barrier stalled on a joined rank says that it has joined", "[coordinator]") {
+  Coordinator c(3);
+  c.add({req(2, "join", 0, RequestType::Join), req(0, "barrier", 0, RequestType::Barrier)}, t0);
+  const auto stalls = c.stalled(t0 + 61s, 60s);
+  REQUIRE(stalls.size() == 1);
+  CHECK(stalls[0].missing_ranks == std::vector<int>{1, 2});
+  CHECK(stalls[0].joined_ranks == std::vector<int>{2});
+  CHECK(formatStallReport(stalls, 3) ==
+        "barrier 'barrier' waited 61.0 s for ranks 1,2 (submitted by rank 0); rank 2 has "
+        "joined, and a barrier needs every rank, joined or not");
+}
+
 TEST_CASE("a grouped allreduce comes out once, whole, ordered by member index", "[coordinator]") {
   Coordinator c(2);
   std::vector<Request> all;
@@ -269,7 +281,7 @@ TEST_CASE("stall reports name the tensor, the missing ranks and the wait", "[coo
   CHECK(formatStallReport(stalls, 4) ==
         "allreduce 'w1' waited 100.0 s for ranks 2,3 (submitted by ranks 0,1)\n"
         "allreduce 'w2' waited 70.0 s for ranks 0,2 (submitted by ranks 1,3)");
-  CHECK(formatStallReport({{"b", {1}, 5s, RequestType::Broadcast}}, 2) ==
+  CHECK(formatStallReport({{"b", {1}, {}, 5s, RequestType::Broadcast}}, 2) ==
         "broadcast 'b' waited 5.0 s for rank 1 (submitted by rank 0)");
   CHECK(formatStallReport({}, 2).empty());
 }
