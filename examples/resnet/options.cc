@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -29,8 +30,11 @@ CLI::Validator integerIn(long long lo, long long hi) {
       "[" + std::to_string(lo) + ", " + (hi == kNoLimit ? "inf)" : std::to_string(hi) + "]");
   return CLI::Validator(
       [lo, hi, range](std::string& input) -> std::string {
+        // from_chars refuses what does not fit, where a lexical_cast may saturate.
         long long v = 0;
-        if (!CLI::detail::lexical_cast(input, v) || v < lo || v > hi)
+        const char* end = input.data() + input.size();
+        const auto [stop, error] = std::from_chars(input.data(), end, v);
+        if (error != std::errc() || stop != end || v < lo || v > hi)
           return input + " is not an integer in " + range;
         return {};
       },
@@ -58,6 +62,18 @@ CLI::Validator realIn(double lo, bool lo_included, double hi, bool hi_included) 
 }
 
 CLI::Validator nonNegative() { return realIn(0, true, kInf, false); }
+
+// A path, not the next flag: `--checkpoint --no-eval` (the value left out) would
+// otherwise name a file "--no-eval" and drop the flag.
+CLI::Validator path() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        if (input.size() < 2 || input[0] != '-') return {};
+        return "'" + input + "' looks like a flag, not a path (for a file of that name: ./" +
+               input + ")";
+      },
+      "PATH");
+}
 
 void addModelOptions(CLI::App& app, TrainOptions& o) {
   app.add_option("--model", o.model, "resnet18, resnet34, resnet50, resnet101 or resnet152")
@@ -87,7 +103,8 @@ void addDataOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir,
                  "Fashion-MNIST folder (default: /usr/share/datasets/fashion-mnist); for folder "
-                 "and packed, the folder holding train/ and val/");
+                 "and packed, the folder holding train/ and val/")
+      ->check(path());
   app.add_option("--image-size", o.image_size,
                  "image height = width (0: 28 for Fashion-MNIST, 224 otherwise)")
       ->check(integerIn(0, 2048))  // one 3 x 2048 x 2048 image is 48 MiB of floats
@@ -132,7 +149,8 @@ void addScheduleOptions(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"step", "cosine", "exponential", "constant"}))
       ->capture_default_str();
   app.add_option("--milestones", o.milestones,
-                 "step schedule: epochs where LR is multiplied by 0.1")
+                 "step schedule: epochs where LR is multiplied by 0.1 (the LR steps at an "
+                 "epoch's start: a fraction takes effect at the next whole epoch)")
       ->delimiter(',')
       ->check(nonNegative())
       ->capture_default_str();
@@ -182,6 +200,7 @@ void addOptimOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--seed", o.seed,
                  "seed for init, shuffling and augmentation (shared by all ranks)")
+      ->check(integerIn(0, kNoLimit))
       ->capture_default_str();
 }
 
@@ -254,14 +273,17 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag_callback(
       "--no-eval", [&o] { o.eval = false; }, "skip the test-set evaluation after each epoch");
-  app.add_option("--checkpoint", o.checkpoint, "checkpoint file written by rank 0");
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint file written by rank 0")->check(path());
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "write a checkpoint every N epochs and at the end (0: only at the end)")
       ->check(integerIn(0, kNoLimit))
       ->capture_default_str();
-  app.add_option("--resume", o.resume, "checkpoint to resume from (read on rank 0, broadcast)");
-  app.add_option("--metrics", o.metrics, "JSON-lines file with one object per epoch");
-  app.add_option("--dump-params", o.dump_params, "write the final parameters here (for `compare`)");
+  app.add_option("--resume", o.resume, "checkpoint to resume from (read on rank 0, broadcast)")
+      ->check(path());
+  app.add_option("--metrics", o.metrics, "JSON-lines file with one object per epoch")
+      ->check(path());
+  app.add_option("--dump-params", o.dump_params, "write the final parameters here (for `compare`)")
+      ->check(path());
   app.add_flag_callback(
       "--no-progress", [&o] { o.progress = false; },
       "no progress bar (else drawn on rank 0 when ACCORD_PROGRESS=1, or when run without a "
