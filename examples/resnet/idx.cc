@@ -138,6 +138,10 @@ ImageSet loadFashionMnist(const std::string& dir, bool train) {
   if (images.dims[0] != labels.dims[0])
     fail(label_path, std::to_string(labels.dims[0]) + " labels for " +
                          std::to_string(images.dims[0]) + " images in " + image_path);
+  // The model's input and the padding for --image-size assume the dataset's own size.
+  if (images.dims[1] != 28 || images.dims[2] != 28)
+    fail(image_path, "images of " + std::to_string(images.dims[1]) + "x" +
+                         std::to_string(images.dims[2]) + "; Fashion-MNIST's are 28x28");
   ImageSet set;
   set.n = static_cast<int>(images.dims[0]);
   set.H = static_cast<int>(images.dims[1]);

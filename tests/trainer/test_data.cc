@@ -122,6 +122,13 @@ TEST_CASE("missing and corrupt dataset files are errors naming the file", "[data
   e = errorOf([&] { loadFashionMnist(mismatch.string(), true); });
   CHECK(e.find("4 labels for 5 images") != std::string::npos);
 
+  fs::path other = tempDir("14x14");  // another size would train on padded, mismatched images
+  writeGz(other / "t10k-images-idx3-ubyte.gz", idxBytes({3, 14, 14}, 3 * 196));
+  writeGz(other / "t10k-labels-idx1-ubyte.gz", idxBytes({3}, 3, 1));
+  e = errorOf([&] { loadFashionMnist(other.string(), false); });
+  CHECK(e.find("t10k-images-idx3-ubyte.gz") != std::string::npos);
+  CHECK(e.find("images of 14x14; Fashion-MNIST's are 28x28") != std::string::npos);
+
   fs::path badlabel = writeTinyFashion("badlabel", 3, 3, 12);
   e = errorOf([&] { loadFashionMnist(badlabel.string(), false); });
   CHECK(e.find("label 12") != std::string::npos);
