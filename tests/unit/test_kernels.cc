@@ -234,6 +234,15 @@ TEST_CASE("scale: integers round half away from zero and saturate", "[kernels]")
   std::vector<std::int64_t> w = {7, 8, -8, 9, 3};
   scale(w.data(), w.size(), DType::Int64, 1.0, 3.0);
   CHECK(w == std::vector<std::int64_t>{2, 3, -3, 3, 1});
+  // ... and exact beyond 2^53, where a double holds only every other integer.
+  constexpr std::int64_t kBig = (std::int64_t{1} << 53) + 1;
+  std::vector<std::int64_t> exact = {2 * kBig, -2 * kBig, 3 * kBig,
+                                     std::numeric_limits<std::int64_t>::min(),
+                                     std::numeric_limits<std::int64_t>::max()};
+  scale(exact.data(), exact.size(), DType::Int64, 1.0, 2.0);
+  CHECK(exact == std::vector<std::int64_t>{kBig, -kBig, 3 * kBig / 2 + 1,
+                                           std::numeric_limits<std::int64_t>::min() / 2,
+                                           std::numeric_limits<std::int64_t>::max() / 2 + 1});
   std::vector<std::int8_t> s = {100, -100, 3};
   scale(s.data(), s.size(), DType::Int8, 2.0);
   CHECK(s == std::vector<std::int8_t>{127, -128, 6});
