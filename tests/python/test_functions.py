@@ -81,6 +81,84 @@ def test_broadcast_optimizer_state_of_sgd_with_momentum_into_a_distributed_optim
     assert len(mine[0]) == len(list(model.parameters()))  # a momentum buffer each
 
 
+def scheduled_sgd(lr, momentum):
+    """A model, SGD with momentum, and a StepLR made for that SGD (before any wrapping)."""
+    torch.manual_seed(11)
+    model = torch.nn.Linear(4, 1).double()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    return model, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+
+
+def scheduled_steps(model, opt, scheduler, steps):
+    x = torch.ones(2, 4, dtype=torch.float64)  # the same rows on every rank
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        scheduler.step()
+
+
+def step_with_gradient(model, opt, value):
+    for p in model.parameters():
+        p.grad = torch.full_like(p, value)
+    opt.step()
+
+
+def test_broadcast_optimizer_state_keeps_the_objects_a_scheduler_drives(hvd):
+    """The scheduler is made for the optimizer before it is wrapped, and the ranks
+    start with other hyperparameters and momentum buffers: after the broadcast every
+    rank holds root's values in the objects it had (the scheduler's among them), so
+    the scheduled steps equal root's without Accord."""
+    me = hvd.rank()
+    model, base, scheduler = scheduled_sgd(lr=1.0 if me == 0 else 5.0,
+                                           momentum=0.9 if me == 0 else 0.5)
+    step_with_gradient(model, base, me + 1.0)  # momentum buffers that differ by rank
+    base.state[model.bias]["visits"] = 3 + me  # a value that is not a tensor
+    if me != 0:
+        base.state[model.bias]["stale"] = True  # not in root's state: must go
+    group, buffer = base.param_groups[0], base.state[model.weight]["momentum_buffer"]
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    # Checked after the steps: a rank that failed here would leave the others' allreduces
+    # without a partner.
+    kept = [opt.param_groups is base.param_groups, opt.param_groups[0] is group,
+            opt.state is base.state, opt.state[model.weight]["momentum_buffer"] is buffer]
+    hyperparameters = (group["lr"], group["momentum"])
+    bias_state = {k: v for k, v in opt.state[model.bias].items() if k != "momentum_buffer"}
+    scheduled_steps(model, opt, scheduler, 3)
+    assert kept == [True] * 4
+    assert hyperparameters == (1.0, 0.9)
+    assert bias_state == {"visits": 3}
+
+    ref_model, ref_opt, ref_scheduler = scheduled_sgd(lr=1.0, momentum=0.9)
+    step_with_gradient(ref_model, ref_opt, 1.0)
+    scheduled_steps(ref_model, ref_opt, ref_scheduler, 3)
+    assert group["lr"] == ref_opt.param_groups[0]["lr"]  # 1 -> 0.1 -> 0.01 -> 0.001
+    for p, e in zip(model.parameters(), ref_model.parameters()):
+        assert torch.allclose(p, e, rtol=0, atol=1e-12), f"{p.tolist()} instead of {e.tolist()}"
+
+
+def test_broadcast_optimizer_state_before_the_first_step(hvd):
+    """No rank has state yet (Adam makes it in its first step): root's hyperparameters
+    arrive, and training goes on as root's alone would."""
+    def fresh(lr):
+        model = model_for(0)
+        return model, torch.optim.Adam(model.parameters(), lr=lr)
+    model, opt = fresh(0.01 if hvd.rank() == 0 else 0.5)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert len(opt.state) == 0 and opt.param_groups[0]["lr"] == 0.01
+    ref_model, ref_opt = fresh(0.01)
+    for m, o in ((model, opt), (ref_model, ref_opt)):
+        for _ in range(2):
+            o.zero_grad()
+            m(torch.ones(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+            o.step()
+    for p, e in zip(model.parameters(), ref_model.parameters()):
+        assert torch.allclose(p, e, rtol=0, atol=1e-12)
+
+
 def nested(rank):
     return {"rank": rank, "list": [1, (2, "three"), {"four": [rank] * rank}],
             "tensor": torch.arange(rank + 1), "none": None, "text": "x" * (1000 * rank)}

@@ -248,3 +248,103 @@ def test_wrapped_optimizer_keeps_its_class_and_state(hvd):
         scheduler.step()
     assert opt.param_groups[0]["lr"] == 0.25 and base.param_groups[0]["lr"] == 0.25
     assert len(opt.state) == 4  # momentum buffers, in the state both objects share
+
+
+def scheduled_training(hvd, wrap, steps=3):
+    """SGD with a StepLR made for it before it is wrapped (if ``wrap``), stepped in the
+    right order: optimizer, then scheduler. Returns the parameters and the last lr."""
+    ranks, me = (hvd.size(), hvd.rank()) if wrap else (1, 0)
+    model = make_model()
+    base = make_optimizer("sgd", model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(base, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters()) \
+        if wrap else base
+    for step in range(steps):
+        x, y = global_batch(step, hvd.size())
+        opt.zero_grad()
+        loss_fn(model, my_rows(x, me, wrap), my_rows(y, me, wrap)).backward()
+        opt.step()
+        scheduler.step()
+    return [p.detach().clone() for p in model.parameters()], base.param_groups[0]["lr"]
+
+
+def test_scheduler_made_before_wrapping_counts_the_wrapped_steps(hvd):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "lr_scheduler.step() before optimizer.step()"
+        params, lr = scheduled_training(hvd, wrap=True)
+    assert lr == 0.1 * 0.5 ** 3
+    assert_same_on_every_rank(hvd, params)
+    expected, _ = scheduled_training(hvd, wrap=False)  # one process, the whole batch
+    assert_close(params, expected, 1e-10)
+
+
+def test_scheduler_stepped_before_the_optimizer_still_warns(hvd):
+    model = make_model()
+    base = make_optimizer("sgd", model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(base, step_size=1, gamma=0.5)
+    hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    with pytest.warns(UserWarning, match=r"lr_scheduler.step\(\)` before `optimizer.step\(\)"):
+        scheduler.step()
+
+
+def step_raises_for_an_unreduced_gradient(opt, loss, match):
+    loss.backward()
+    before = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+    with pytest.raises(ValueError, match=match):
+        opt.step()
+    after = [p.detach() for g in opt.param_groups for p in g["params"]]
+    assert all(torch.equal(b, a) for b, a in zip(before, after)), "stepped anyway"
+
+
+def test_parameter_group_added_after_wrapping_raises(hvd):
+    """Its parameters have no hook: their gradients would stay local, and the ranks
+    drift apart (each rank's rows differ here)."""
+    model, extra = make_model(), torch.nn.Linear(3, 2).double()
+    opt = hvd.DistributedOptimizer(make_optimizer("sgd", model.parameters()),
+                                   named_parameters=model.named_parameters())
+    opt.add_param_group({"params": list(extra.parameters())})
+    x, y = global_batch(0, hvd.size())
+    rows = my_rows(x, hvd.rank(), hvd.size())
+    loss = extra(model(rows)).pow(2).mean()
+    if hvd.size() > 1:
+        step_raises_for_an_unreduced_gradient(
+            opt, loss, r"parameter param_groups\[1\]\['params'\]\[0\] \(shape \[2, 3\]\) has a "
+                       r"gradient but no allreduce hook")
+    else:
+        loss.backward()
+        opt.step()  # one rank: nothing to reduce, nothing to check
+
+
+def test_requires_grad_switched_on_after_wrapping_raises(hvd):
+    model = make_model()
+    model[2].bias.requires_grad_(False)
+    opt = hvd.DistributedOptimizer(make_optimizer("sgd", model.parameters()),
+                                   named_parameters=model.named_parameters())
+    x, y = global_batch(0, hvd.size())
+    x, y = my_rows(x, hvd.rank(), hvd.size()), my_rows(y, hvd.rank(), hvd.size())
+    opt.zero_grad()
+    loss_fn(model, x, y).backward()
+    opt.step()  # frozen, without a gradient: fine
+    model[2].bias.requires_grad_(True)
+    opt.zero_grad()
+    if hvd.size() > 1:
+        step_raises_for_an_unreduced_gradient(
+            opt, loss_fn(model, x, y),
+            r"parameter '2.bias' \(param_groups\[0\]\['params'\]\[3\]; shape \[3\]\)")
+
+
+def test_load_state_dict_keeps_the_objects_the_original_shares(hvd):
+    """A checkpoint loaded into the wrapped optimizer reaches the original's param
+    groups and state too, which a scheduler made for the original drives."""
+    model = make_model()
+    saved = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.5)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 2.0)
+    saved.step()  # momentum buffers: 2.0 everywhere
+    base = make_optimizer("sgd", model.parameters())
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    opt.load_state_dict(saved.state_dict())
+    assert opt.param_groups is base.param_groups and opt.state is base.state
+    assert (base.param_groups[0]["lr"], base.param_groups[0]["momentum"]) == (0.3, 0.5)
+    buffers = [base.state[p]["momentum_buffer"] for p in model.parameters()]
+    assert all(torch.equal(b, torch.full_like(b, 2.0)) for b in buffers)

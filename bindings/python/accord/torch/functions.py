@@ -1,5 +1,5 @@
-"""Broadcasting a model's and an optimizer's state, and moving Python objects between
-ranks (pickled into uint8 tensors)."""
+"""Broadcasting a model's and an optimizer's state (loaded into the optimizer's own
+objects), and moving Python objects between ranks (pickled into uint8 tensors)."""
 
 import pickle
 
@@ -63,9 +63,10 @@ def _join(value, tensors):
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state and hyperparameters)
-    identical to root's. Works whether or not the other ranks' optimizers have state
-    yet (a checkpoint resumed on root only, say); tensors go as tensors, the rest of the
-    structure pickled. ``model`` is accepted for Horovod's signature and not needed."""
+    identical to root's, in the objects the optimizer already has. Works whether or not
+    the other ranks' optimizers have state yet (a checkpoint resumed on root only, say);
+    tensors go as tensors, the rest of the structure pickled. ``model`` is accepted for
+    Horovod's signature and not needed."""
     tensors = []
     skeleton = _split(optimizer.state_dict(), tensors) if rank() == root_rank else None
     skeleton = broadcast_object(skeleton, root_rank, process_set=process_set)
@@ -75,7 +76,48 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     for handle in handles:
         synchronize(handle)
     if rank() != root_rank:
-        optimizer.load_state_dict(_join(skeleton, tensors))
+        # In place: an LR scheduler, or the optimizer a DistributedOptimizer wraps, holds
+        # the param groups and state, and must see root's values in them. (A
+        # DistributedOptimizer's own load_state_dict keeps them already.)
+        load_state_dict_in_place(optimizer, _join(skeleton, tensors))
+
+
+def load_state_dict_in_place(optimizer, state_dict, load=None):
+    """``optimizer.load_state_dict(state_dict)`` (or ``load(state_dict)``) that keeps
+    the optimizer's objects, as Horovod's broadcast_optimizer_state does: its
+    param_groups list and dicts, its state dict, each parameter's state dict and the
+    tensors in it are updated rather than replaced, so whatever holds them (an LR
+    scheduler, the optimizer a DistributedOptimizer wraps) sees the loaded values."""
+    groups, state = optimizer.param_groups, optimizer.state
+    # torch checks the groups against the state dict and casts the values (dtype and
+    # device of each parameter), into new objects; their contents go into the old ones.
+    (load or optimizer.load_state_dict)(state_dict)
+    loaded_groups, loaded_state = optimizer.param_groups, optimizer.state
+    optimizer.param_groups, optimizer.state = groups, state
+    for group, loaded in zip(groups, loaded_groups):
+        _update_dict(group, {k: v for k, v in loaded.items() if k != "params"}, keep=("params",))
+    for p in [p for p in state if p not in loaded_state]:
+        del state[p]
+    for p, values in loaded_state.items():
+        _update_dict(state.setdefault(p, {}), values)
+
+
+def _update_dict(target, source, keep=()):
+    """Makes ``target`` hold ``source``'s items (and its ``keep`` keys), copying into a
+    tensor already there when it has the same shape, dtype, device and layout."""
+    for key in [k for k in target if k not in source and k not in keep]:
+        del target[key]
+    for key, value in source.items():
+        old = target.get(key)
+        if old is value:
+            continue
+        if isinstance(old, torch.Tensor) and isinstance(value, torch.Tensor) \
+                and (old.shape, old.dtype, old.device, old.layout) \
+                == (value.shape, value.dtype, value.device, value.layout):
+            with torch.no_grad():
+                old.copy_(value)
+        else:
+            target[key] = value
 
 
 def _slots(value):

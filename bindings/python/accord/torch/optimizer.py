@@ -5,7 +5,8 @@ A hook on each parameter starts that parameter's asynchronous allreduce the mome
 gradient is final, so communication overlaps the rest of backward; step() first waits
 for them all. The wrapped object is an instance of a subclass of the optimizer's own
 class (same name, same behaviour) sharing the optimizer's state, param groups and
-hyperparameters.
+hyperparameters: the objects themselves, which loading a state dict updates in place
+rather than replaces, so that an LR scheduler made for either object drives both.
 """
 
 import warnings
@@ -17,13 +18,15 @@ from accord.basics import Adasum, Average, global_process_set, resolve_op, synch
 from accord.torch.allreduce import (allreduce_async_, grouped_allreduce_async_,
                                     sparse_allreduce_async)
 from accord.torch.compression import Compression
+from accord.torch.functions import load_state_dict_in_place
 
 
 class _DistributedMixin:
     """Placed before the optimizer's class in the wrapped object's MRO."""
 
-    def _accord_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                      gradient_predivide_factor, groups, sparse_as_dense, process_set):
+    def _accord_setup(self, original, named_parameters, compression, backward_passes_per_step,
+                      op, gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        self._original = original
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -40,11 +43,17 @@ class _DistributedMixin:
         self._group_ready = {}
         self._synchronized = False
         self._should_synchronize = True
-        if process_set.included() and process_set.size() > 1:
+        self._distributed = bool(process_set.included()) and process_set.size() > 1
+        if self._distributed:
             self._requires_update = [p for p in params if p.requires_grad]
             self._make_groups(groups)
             for p in self._requires_update:
                 self._grad_hooks.append(_on_grad_ready(p, self._make_hook(p)))
+        # Parameters without a hook: frozen ones, and any added to param_groups later
+        # (listed again when the groups' sizes change, as add_param_group does).
+        self._hooked = set(self._requires_update)
+        self._group_sizes = [len(g["params"]) for g in self.param_groups]
+        self._unhooked = [p for p in params if p not in self._hooked]
 
     # ---- groups: parameters whose gradients go as one grouped allreduce ---------------
     def _make_groups(self, groups):
@@ -143,7 +152,7 @@ class _DistributedMixin:
         """Waits for every gradient's allreduce, starting those that have not started
         (parameters without a gradient on this rank get zeros), and writes the averaged
         gradients into ``p.grad``."""
-        if not self._requires_update:
+        if not self._distributed:
             self._synchronized = True
             return
         for key in self._unsubmitted():
@@ -163,7 +172,35 @@ class _DistributedMixin:
             self._delay[p] = self.backward_passes_per_step
         if error is not None:
             raise error
+        self._check_no_unreduced_gradient()
         self._synchronized = True
+
+    def _check_no_unreduced_gradient(self):
+        """Raises if a parameter has a gradient that no hook reduced (it was added with
+        add_param_group, or got requires_grad, after wrapping): stepping with it would
+        make the ranks drift apart. Per step: the groups' sizes, and the gradient of
+        each parameter that has no hook (none in most models)."""
+        sizes = [len(g["params"]) for g in self.param_groups]
+        if sizes != self._group_sizes:
+            self._group_sizes = sizes
+            self._unhooked = [p for g in self.param_groups for p in g["params"]
+                              if p not in self._hooked]
+        for p in self._unhooked:
+            if p.grad is not None:
+                raise ValueError(
+                    f"DistributedOptimizer: {self._describe(p)} has a gradient but no allreduce "
+                    "hook (it was added with add_param_group, or got requires_grad=True, after "
+                    "the optimizer was wrapped), so its gradient differs between ranks. Wrap "
+                    "the optimizer once its parameter groups and requires_grad are final")
+
+    def _describe(self, p):
+        where = next(f"param_groups[{i}]['params'][{j}]"
+                     for i, g in enumerate(self.param_groups) for j, q in enumerate(g["params"])
+                     if q is p)
+        name = self._names.get(p)
+        if name is None:
+            return f"parameter {where} (shape {list(p.shape)})"
+        return f"parameter '{name}' ({where}; shape {list(p.shape)})"
 
     def _unsubmitted(self):
         keys, seen = [], set()  # by id: tensors compare element-wise, not as keys
@@ -206,6 +243,13 @@ class _DistributedMixin:
                               "after optimizer.synchronize(): the gradients are reduced twice")
             self.synchronize()
         self._synchronized = False
+        counting = vars(self._original).get("step")
+        if counting is not None:
+            # An LR scheduler made for the original optimizer replaced its step with one
+            # that counts the steps (torch warns about the call order from that count):
+            # stepping through it counts this one. It steps the original, which holds the
+            # same param groups and state as this object.
+            return counting(closure)
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -216,13 +260,14 @@ class _DistributedMixin:
                 "write into the gradients")
         return super().zero_grad(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
+    def load_state_dict(self, state_dict):
+        """Loads as torch does, into the objects the original optimizer shares."""
         self._handles.clear()
         self._synchronized = False
         self._should_synchronize = True
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
-        return super().load_state_dict(*args, **kwargs)
+        load_state_dict_in_place(self, state_dict, super().load_state_dict)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -306,9 +351,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     wrapped = cls.__new__(cls)
     # The same state, param groups and hyperparameters: a scheduler made for the
     # original optimizer still drives the wrapped one. A step patched onto the instance
-    # (by an early LR scheduler) would bypass synchronize(): leave it behind.
+    # (by an early LR scheduler) would bypass synchronize(): leave it behind (step()
+    # calls it after synchronizing).
     wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
                              if k not in ("step", "zero_grad")})
-    wrapped._accord_setup(named_parameters, compression, backward_passes_per_step, op,
-                          gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    wrapped._accord_setup(optimizer, named_parameters, compression, backward_passes_per_step,
+                          op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped
