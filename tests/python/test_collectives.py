@@ -1,6 +1,8 @@
 """allgather, broadcast, alltoall and reducescatter in their forms, for every dtype,
 on the global set and on process sets; barrier and poll."""
 
+import re
+
 import pytest
 import torch
 
@@ -159,17 +161,28 @@ def test_process_set_queries(hvd, process_sets):
     assert hvd.global_process_set.ranks == list(range(hvd.size()))
 
 
-def test_add_and_remove_process_set(hvd):
-    ps = hvd.add_process_set(hvd.ProcessSet([0]))
-    assert ps.process_set_id not in (None, 0) and ps.ranks == [0]
-    if hvd.rank() == 0:
-        assert hvd.allreduce(torch.tensor([5.0]), op=hvd.Sum, process_set=ps).item() == 5.0
+def test_add_and_remove_process_set(hvd, process_sets):
+    """On the even ranks' set ([0] with 2 ranks, where every other set is taken too):
+    removed, then registered again, under a new id."""
+    ps = process_sets[0]
+    ranks, old_id = list(ps.ranks), ps.process_set_id
+    with pytest.raises(ValueError, match=re.escape(f"ranks {ranks} are already process set "
+                                                   f"{old_id};")):
+        hvd.add_process_set(ranks)
+    everyone = list(range(hvd.size()))
+    with pytest.raises(ValueError, match=re.escape(f"ranks {everyone} are already process set 0;")):
+        hvd.add_process_set(hvd.ProcessSet(everyone))
     assert hvd.remove_process_set(ps)
     assert ps.process_set_id is None
     assert not hvd.remove_process_set(ps)
     assert not hvd.remove_process_set(hvd.global_process_set)
     with pytest.raises(ValueError, match="not registered"):
         hvd.allreduce(torch.ones(1), process_set=ps)
+    assert hvd.add_process_set(ps) is ps  # the same ranks again, now that they are free
+    assert ps.process_set_id not in (None, 0) and ps.ranks == ranks
+    if ps.included():
+        total = hvd.allreduce(torch.tensor([5.0]), op=hvd.Sum, process_set=ps).item()
+        assert total == 5.0 * len(ranks)
 
 
 @pytest.mark.parametrize("contiguous", [True, False])

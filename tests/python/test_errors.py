@@ -2,6 +2,8 @@
 flight twice and bad arguments raise ValueError at once, on the calling rank only."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -140,3 +142,39 @@ def test_build_and_topology_queries(hvd):
 def test_elastic_says_it_is_not_part_of_accord(hvd):
     with pytest.raises(NotImplementedError, match="elastic training is not part of Accord"):
         hvd.elastic.run
+    with pytest.raises(NotImplementedError, match=r"accord\.torch\.elastic\.TorchState: elastic"):
+        from accord.torch.elastic import TorchState  # noqa: F401
+    with pytest.raises(NotImplementedError, match=r"elastic\.run: elastic"):
+        hasattr(hvd.elastic, "run")
+    # Python's own probes get a plain missing attribute.
+    assert not hasattr(hvd.elastic, "__path__")
+    with pytest.raises(AttributeError, match="__wrapped__"):
+        hvd.elastic.__wrapped__
+
+
+BEFORE_INIT = """
+import accord.{module} as acc
+from accord.errors import NotInitializedError
+try:
+    acc.{call}
+except NotInitializedError as e:
+    print(e)
+"""
+
+
+TORCH_INIT = "call hvd.init() (accord.torch.init()) first"
+
+
+@pytest.mark.parametrize("module,call,init", [
+    ("torch", "allreduce(__import__('torch').ones(2))", TORCH_INIT),
+    ("torch", "rank()", TORCH_INIT),
+    ("torch", "mpi_threads_supported()", TORCH_INIT),  # a message of the bindings' own
+    ("numpy", "size()", "call accord.numpy.init() first")])
+def test_calls_before_init_name_the_python_init(hvd, module, call, init):
+    """In a process of its own, which never calls init()."""
+    if hvd.rank() != 0:
+        return
+    p = subprocess.run([sys.executable, "-c", BEFORE_INIT.format(module=module, call=call)],
+                       capture_output=True, text=True, timeout=60)
+    name = call.split("(")[0]
+    assert p.stdout.strip() == f"{name}: Accord is not initialized; {init}", p.stdout + p.stderr

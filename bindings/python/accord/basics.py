@@ -257,11 +257,19 @@ _registered_sets = []
 
 def add_process_set(process_set):
     """Registers a process set on every rank (collective over all ranks, in the same
-    order everywhere) and returns it; a list of ranks makes a new ProcessSet."""
+    order everywhere) and returns it; a list of ranks makes a new ProcessSet. The ranks
+    of a set already registered (the global set's included) are refused: ValueError."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"add_process_set: {process_set} is already registered")
+    if _core.is_initialized():  # before init(), the runtime says so below
+        for existing in [global_process_set, *_registered_sets]:
+            if existing.ranks == process_set.ranks:
+                # As Horovod: two ids for one set of ranks would be two names for it.
+                raise ValueError(f"add_process_set: ranks {process_set.ranks} are already process "
+                                 f"set {existing.process_set_id}; use that one (or remove it "
+                                 "first)")
     process_set._set_id(_core.add_process_set(process_set.ranks))
     _registered_sets.append(process_set)
     return process_set

@@ -9,6 +9,9 @@ is already in flight, raise ``ValueError``. Calls before ``init()`` raise
 This module imports nothing from Accord's extension: the extension imports it.
 """
 
+import re
+import sys
+
 
 class HorovodInternalError(RuntimeError):
     """A collective failed on every rank that took part in it."""
@@ -33,3 +36,20 @@ class ShutDownError(HorovodInternalError):
 
 class NotInitializedError(ValueError):
     """Called before init(), or after shutdown()."""
+
+    def __init__(self, *args):
+        # The runtime's message names its C++ API ("accord::rank: ... call accord::init()
+        # first"); a Python caller needs the names it calls.
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (_python_names(args[0]),)
+        super().__init__(*args)
+
+
+def _python_names(message):
+    """``message`` with the C++ API's names replaced by those of the Python modules
+    this process imported (which module's init() the caller means)."""
+    inits = [call for module, call in (("accord.torch", "hvd.init() (accord.torch.init())"),
+                                       ("accord.numpy", "accord.numpy.init()"))
+             if module in sys.modules] or ["accord.torch.init()"]
+    message = re.sub(r"call (accord::)?init\(\) first", f"call {' or '.join(inits)} first", message)
+    return message[len("accord::"):] if message.startswith("accord::") else message
