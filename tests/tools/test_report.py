@@ -11,9 +11,11 @@ separate tests.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 REPORT = os.path.abspath(sys.argv[1])
@@ -42,8 +44,47 @@ def write(path, text, mode="w"):
         f.write(text)
 
 
-def report(*args):
-    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True, timeout=600)
+def report(*args, env=None):
+    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+# A made-up sweep's launcher (for --mpirun) starts the command as its child, as mpirun
+# starts ranks; its trainer writes its pid and its parent's, then sleeps (FAKE_MODE
+# sleep) or copies $FAKE_DIR/metrics to its --metrics file.
+FAKE_LAUNCHER = """#!/bin/sh
+shift 2  # -np N
+"$@" &
+wait
+"""
+FAKE_TRAINER = """#!{python}
+import os, shutil, sys, time
+d = os.environ["FAKE_DIR"]
+with open(os.path.join(d, "pids.tmp"), "w") as f:
+    f.write(f"{{os.getpid()}} {{os.getppid()}}")
+os.rename(os.path.join(d, "pids.tmp"), os.path.join(d, "pids"))
+if os.environ["FAKE_MODE"] == "sleep":
+    time.sleep(60)
+shutil.copy(os.path.join(d, "metrics"), sys.argv[sys.argv.index("--metrics") + 1])
+"""
+
+
+def alive(pid):
+    """Whether pid runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class MadeUpRuns(unittest.TestCase):
@@ -112,8 +153,69 @@ class MadeUpRuns(unittest.TestCase):
         write(png, bytes(data), "wb")
         self.assertTrue(any(p.startswith("efficiency.png: chunk") for p in check_report.check(out, paths)))
 
+    def fake_sweep(self, mode, pythonpath=None):
+        """accord-report's command and environment for a 1-run sweep of a made-up trainer."""
+        fake = os.path.join(self.dir, "fake")
+        os.makedirs(fake)
+        for name, text in (("launcher", FAKE_LAUNCHER), ("trainer", FAKE_TRAINER.format(python=sys.executable)),
+                           ("metrics", line(1, 32, "step") + "\n")):
+            write(os.path.join(fake, name), text)
+            os.chmod(os.path.join(fake, name), 0o755)
+        env = dict(os.environ, FAKE_DIR=fake, FAKE_MODE=mode)
+        if pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+        args = ["--out", os.path.join(self.dir, "out"), "--sweep-ranks", "1", "--batch-size", "32",
+                "--schedules", "step", "--trainer", os.path.join(fake, "trainer"),
+                "--mpirun", os.path.join(fake, "launcher"), "--timeout", "60"]
+        return args, env, os.path.join(fake, "pids")
+
+    def test_made_up_sweep(self):
+        args, env, pids = self.fake_sweep("metrics")
+        p = report(*args, env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("[1/1] 1 rank(s) x batch 32, step schedule", p.stdout)
+        self.assertTrue(os.path.exists(pids))
+        summary = json.loads(check_report.read(os.path.join(self.dir, "out", "summary.json")))
+        self.assertAlmostEqual(summary["runs"][0]["images_per_sec"], 320.0)
+
+    def test_missing_matplotlib_is_said_before_the_first_run(self):
+        no_matplotlib = os.path.join(self.dir, "no-matplotlib")
+        os.makedirs(os.path.join(no_matplotlib, "matplotlib"))
+        write(os.path.join(no_matplotlib, "matplotlib", "__init__.py"), "raise ImportError('made up')\n")
+        args, env, pids = self.fake_sweep("metrics", pythonpath=no_matplotlib)
+        p = report(*args, env=env)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("the plots need matplotlib, which " + sys.executable + " cannot import", p.stderr)
+        self.assertFalse(os.path.exists(pids), "a run was started")
+        self.assertNotIn("[1/1]", p.stdout)
+
+    def test_a_signal_stops_the_sweep_and_its_run(self):
+        """SIGINT (Ctrl-C) and SIGTERM end the running launcher and trainer too (they
+        have a session of their own), with one line and status 128 + the signal."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(signal=sig.name):
+                shutil.rmtree(os.path.join(self.dir, "fake"), ignore_errors=True)
+                args, env, pids = self.fake_sweep("sleep")
+                proc = subprocess.Popen([sys.executable, REPORT, *args], env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                self.addCleanup(proc.kill)
+                self.assertTrue(wait_for(lambda: os.path.exists(pids), 30), "the trainer never started")
+                trainer, launcher = (int(pid) for pid in check_report.read(pids).split())
+                for pid in (trainer, launcher):
+                    self.addCleanup(lambda pid=pid: alive(pid) and os.kill(pid, signal.SIGKILL))
+                proc.send_signal(sig)
+                out, err = proc.communicate(timeout=30)
+                self.assertTrue(wait_for(lambda: not alive(trainer) and not alive(launcher), 5),
+                                "the run's processes survived")
+                self.assertEqual(err, f"accord-report: stopped by {sig.name} during run r1_b32_step, whose "
+                                      "processes it ended\n")
+                self.assertEqual(proc.returncode, 128 + sig)
+                self.assertTrue(out.endswith(" stopped\n"), out)
+
     def test_errors_name_the_file_and_value(self):
         good = self.write("good.jsonl", line(1, 32, "step"))
+        binary = os.path.join(self.dir, "binary.jsonl")
+        write(binary, b"\x89PNG\r\n\x1a\n\x00\xff", "wb")
         bad_json = self.write("bad.jsonl", line(1, 32, "step"), "{\"epoch\": 2,")
         old = self.write("old.jsonl", json.dumps({"epoch": 1, "seconds": 1.0}))
         other = self.write("other.jsonl", line(2, 32, "step", model="resnet50 classes=10 in=1 stem=cifar width=1"))
@@ -133,12 +235,18 @@ class MadeUpRuns(unittest.TestCase):
                  (["--sweep-ranks", "1", "--schedules", "step,linear"], "unknown schedule 'linear'"),
                  (["--sweep-ranks", "1", "--", "--batch-size", "8"], "trainer argument --batch-size"),
                  (["--sweep-ranks", "1", "--trainer", self.dir], "--trainer " + self.dir + ": not an executable"),
+                 ([binary], f"metrics file {binary} is not text (byte 0 is 0x89, not UTF-8)"),
+                 (["--out", "/proc/x", good], "--out /proc/x: cannot create /proc/x: "),
+                 (["--out", "/proc/x", "--sweep-ranks", "1", "--trainer", sys.executable],
+                  "--out /proc/x: cannot create /proc/x: "),
+                 (["--out", good, good], f"--out {good}: {good} exists and is not a directory"),
                  ([], "nothing to report")]
         for args, message in cases:
             with self.subTest(args=args):
                 p = report("--out", os.path.join(self.dir, "out"), *args)
                 self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
                 self.assertIn(message, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
 
 
 @unittest.skipUnless(TRAINER, "no accord-resnet given")
