@@ -58,7 +58,7 @@ def totals(path):
     t["compute_share"] = t["compute_s"] / t["seconds"]
     t["comm_share"] = t["comm_wait_s"] / t["seconds"]
     t["data_share"] = t["data_wait_s"] / t["seconds"]
-    t["other_share"] = 1 - t["compute_share"] - t["comm_share"] - t["data_share"]
+    t["other_share"] = max(0.0, 1 - t["compute_share"] - t["comm_share"] - t["data_share"])
     return t
 
 

@@ -121,6 +121,9 @@ class MadeUpRuns(unittest.TestCase):
         self.assertAlmostEqual(by_ranks[4]["efficiency"], 800 / (6400 / 20.5) / 4)
         run2 = next(r for r in summary["runs"] if r["name"] == "r2_b32_step")
         self.assertAlmostEqual(run2["comm_share"], 0.1)
+        # 4 ranks: the three timers sum to 105% of the wall time; no negative "other".
+        run4 = next(r for r in summary["runs"] if r["name"] == "r4_b32_step")
+        self.assertEqual(run4["other_share"], 0.0)
         self.assertAlmostEqual(run2["val_top1"], 0.775)  # the last epoch's
         self.assertEqual(check_report.check(out, paths), [])
 
