@@ -9,14 +9,16 @@
 #include "data.h"
 #include "idx.h"
 #include "jpeg.h"
+#include "progress.h"
 
 #include <tbb/parallel_for.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -56,15 +58,16 @@ RgbImage render(const Pattern& grey, int w, int h, std::mt19937_64& rng) {
   return img;
 }
 
-// Bilinear lookup in a 28x28 Fashion-MNIST image.
-Pattern fashion(const std::uint8_t* px) {
-  return [px](double u, double v) {
-    const double x = std::clamp(u * 28 - 0.5, 0.0, 27.0), y = std::clamp(v * 28 - 0.5, 0.0, 27.0);
+// Bilinear lookup in a w x h grey image, of the size its IDX file gives.
+Pattern fashion(const std::uint8_t* px, int w, int h) {
+  return [=](double u, double v) {
+    const double x = std::clamp(u * w - 0.5, 0.0, w - 1.0);
+    const double y = std::clamp(v * h - 0.5, 0.0, h - 1.0);
     const int x0 = static_cast<int>(x), y0 = static_cast<int>(y);
-    const int x1 = std::min(x0 + 1, 27), y1 = std::min(y0 + 1, 27);
+    const int x1 = std::min(x0 + 1, w - 1), y1 = std::min(y0 + 1, h - 1);
     const double fx = x - x0, fy = y - y0;
-    const double top = px[y0 * 28 + x0] * (1 - fx) + px[y0 * 28 + x1] * fx;
-    const double bottom = px[y1 * 28 + x0] * (1 - fx) + px[y1 * 28 + x1] * fx;
+    const double top = px[y0 * w + x0] * (1 - fx) + px[y0 * w + x1] * fx;
+    const double bottom = px[y1 * w + x0] * (1 - fx) + px[y1 * w + x1] * fx;
     return static_cast<float>(top * (1 - fy) + bottom * fy);
   };
 }
@@ -79,8 +82,34 @@ Pattern stripes(int label, int classes, std::mt19937_64& rng) {
   };
 }
 
+void writeFile(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw DataError(path.string() + ": write failed: " + std::strerror(errno));
+}
+
+// Images mixed into a folder that already holds some would be counted as ours.
+void checkOutputFolder(const std::string& out) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec)) throw DataError(out + ": exists and is not a folder");
+  const bool empty = fs::is_empty(out, ec);
+  if (ec) throw DataError(out + ": " + ec.message());
+  if (!empty)
+    throw DataError(out + ": folder is not empty; name a new or empty one (or remove it first)");
+}
+
+// After a failure: the images are of no use, and a second try needs an empty folder.
+void removeOutput(const std::string& out, bool created) {
+  std::error_code ignored;  // the failure being reported is the one that matters
+  for (const char* split : {"train", "val"}) fs::remove_all(fs::path(out) / split, ignored);
+  if (created) fs::remove(out, ignored);
+}
+
 void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,
-               std::atomic<int>& done, int total) {
+               accord_tools::Progress& progress) {
   const int classes = set ? 10 : o.classes;
   // Only the classes that get an image: an empty class folder is an error to some
   // readers (torchvision's ImageFolder).
@@ -102,7 +131,8 @@ void makeSplit(const Options& o, const std::string& split, int count, const Imag
       // Fashion-MNIST's own split: training images for train/, test images for val/.
       const int j = i % set->n;
       label = set->labels[j];
-      p = fashion(set->pixels.data() + static_cast<std::size_t>(j) * 784);
+      const std::size_t image_bytes = static_cast<std::size_t>(set->H) * set->W;
+      p = fashion(set->pixels.data() + j * image_bytes, set->W, set->H);
     } else {
       label = i % classes;
       p = stripes(label, classes, rng);
@@ -112,12 +142,8 @@ void makeSplit(const Options& o, const std::string& split, int count, const Imag
     std::snprintf(name, sizeof(name), "%06d.jpg", i);
     const fs::path path = fs::path(o.out) / split /
                           (set ? kFashionClasses[label] : "class-" + std::to_string(label)) / name;
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()));
-    const int d = ++done;
-    if (d % std::max(1, total / 20) == 0 || d == total)
-      std::fprintf(stderr, "\raccord-make-jpegs: %d / %d images", d, total);
+    writeFile(path, bytes);
+    progress.advance();
   });
 }
 
@@ -158,22 +184,26 @@ int main(int argc, char** argv) {
                  o.max_size, o.min_size);
     return 2;
   }
+  accord_tools::Progress progress("accord-make-jpegs", o.train + o.val);
+  bool checked = false, created = false;  // the output folder was empty, or made here
   try {
+    checkOutputFolder(o.out);
+    checked = true;
+    created = !fs::exists(o.out);
     ImageSet train_set, test_set;
     const bool fashion = o.source == "fashion-mnist";
     if (fashion) {
       train_set = loadFashionMnist(o.fashion_dir, true);
-      test_set = loadFashionMnist(o.fashion_dir, false);
+      if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false);
     }
-    std::atomic<int> done{0};
-    const int total = o.train + o.val;
-    makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, done, total);
-    if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, done, total);
-    std::fprintf(stderr, "\n");
+    makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, progress);
+    if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, progress);
     std::printf("accord-make-jpegs: %d training and %d validation images in %s\n", o.train, o.val,
                 o.out.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\naccord-make-jpegs: error: %s\n", e.what());
+    progress.interrupt();
+    std::fprintf(stderr, "accord-make-jpegs: error: %s\n", e.what());
+    if (checked) removeOutput(o.out, created);
     return 1;
   }
   return 0;
