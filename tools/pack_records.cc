@@ -8,13 +8,29 @@
 
 #include <CLI/CLI.hpp>
 
+#include "progress.h"
+
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
-
-#include <unistd.h>
+#include <memory>
 
 using namespace accord::resnet;
+
+namespace {
+// A whole number that fits: CLI11 would wrap -5 into a 64-bit seed, or saturate 2^64.
+CLI::Validator nonNegativeInteger() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = input.data() + input.size();
+        const auto [stop, error] = std::from_chars(input.data(), end, v);
+        return error == std::errc() && stop == end ? "" : input + " is not an integer in [0, 2^64)";
+      },
+      "[0, 2^64)");
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -31,27 +47,32 @@ int main(int argc, char** argv) {
                  "so that each rank reads its own)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  app.add_option("--seed", opt.seed, "seed of the records' order")->capture_default_str();
+  app.add_option("--seed", opt.seed, "seed of the records' order")
+      ->check(nonNegativeInteger())
+      ->capture_default_str();
+  std::string corrupt = "reject";
+  app.add_option("--corrupt", corrupt,
+                 "a file that is no JPEG the trainer can decode: reject (the pack fails, naming "
+                 "them all) or skip (left out, each named)")
+      ->check(CLI::IsMember({"reject", "skip"}))
+      ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress on stderr");
   CLI11_PARSE(app, argc, argv);
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  auto last = t0;
-  // On a terminal one line rewritten in place; into a log (a pipe, a file) a line each
-  // time, less often, so that no carriage returns pile up there.
-  const bool terminal = isatty(STDERR_FILENO) != 0;
-  const auto every = std::chrono::milliseconds(terminal ? 500 : 5000);
-  if (!quiet)
-    opt.progress = [&](std::int64_t done, std::int64_t total) {
-      const auto now = Clock::now();
-      if (done < total && now - last < every) return;
-      last = now;
-      std::fprintf(stderr, "%saccord-pack: %lld / %lld images (%.0f%%)%s", terminal ? "\r" : "",
-                   static_cast<long long>(done), static_cast<long long>(total),
-                   100.0 * static_cast<double>(done) / static_cast<double>(total),
-                   terminal && done < total ? "" : "\n");
-    };
+  std::unique_ptr<accord_tools::Progress> progress;
+  opt.progress = [&](std::int64_t, std::int64_t total) {
+    if (!progress) progress = std::make_unique<accord_tools::Progress>("accord-pack", total, quiet);
+    progress->advance();
+  };
+  opt.skip_bad = corrupt == "skip";
+  std::int64_t skipped = 0;
+  opt.skipped = [&](const std::string& why) {
+    if (progress) progress->interrupt();
+    std::fprintf(stderr, "accord-pack: left out %s\n", why.c_str());
+    ++skipped;
+  };
   try {
     const RecordIndex index = packFolder(src, out, opt);
     std::uint64_t bytes = 0;
@@ -59,7 +80,11 @@ int main(int argc, char** argv) {
     std::printf("accord-pack: %zu images of %zu classes, %.1f MiB in %zu shards -> %s (%.1f s)\n",
                 index.records.size(), index.classes.size(), bytes / 1048576.0, index.shards.size(),
                 out.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+    if (skipped > 0)
+      std::printf("accord-pack: %lld file(s) left out: no JPEG the trainer can decode\n",
+                  static_cast<long long>(skipped));
   } catch (const std::exception& e) {
+    if (progress) progress->interrupt();
     std::fprintf(stderr, "accord-pack: error: %s\n", e.what());
     return 1;
   }

@@ -3,7 +3,9 @@
 
 #include "data.h"
 #include "idx.h"
+#include "jpeg.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -32,15 +34,39 @@ std::vector<std::uint8_t> readFile(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+std::string shardName(int s) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "shard-%05d.rec", s);
+  return name;
+}
+
+// Every file the trainer could not decode, so that one pass finds them all; the first
+// few named, since a folder of wrong files needs no list of thousands.
+std::string listBad(const std::string& src, std::vector<std::string> bad) {
+  std::sort(bad.begin(), bad.end());
+  constexpr std::size_t kNamed = 10;
+  std::string text = src + ": " + std::to_string(bad.size()) +
+                     (bad.size() == 1 ? " file is" : " files are") +
+                     " not a JPEG the trainer can decode (remove or convert them, or leave "
+                     "them out with --corrupt skip); nothing was packed:";
+  for (std::size_t i = 0; i < std::min(bad.size(), kNamed); ++i) text += "\n  " + bad[i];
+  if (bad.size() > kNamed) text += "\n  and " + std::to_string(bad.size() - kNamed) + " more";
+  return text;
+}
+
 // One line of the index, split on tabs, with its number for messages.
 class IndexReader {
  public:
   explicit IndexReader(const std::string& path) : path_(path), in_(path) {
     if (!in_) throw DataError(path + ": cannot open: " + std::strerror(errno));
   }
-  std::vector<std::string> next(std::size_t fields) {
+  // what: the line expected, for the message if the file ends before it.
+  std::vector<std::string> next(std::size_t fields, const std::string& what = "") {
     std::string line;
-    if (!std::getline(in_, line)) fail("ends early (truncated index?)");
+    if (!std::getline(in_, line)) {
+      if (line_ == 0) throw DataError(path_ + ": empty file, not an accord-records index");
+      fail("ends early" + (what.empty() ? "" : ", before " + what) + " (truncated index?)");
+    }
     ++line_;
     std::vector<std::string> out;
     std::size_t start = 0;
@@ -77,6 +103,110 @@ class IndexReader {
 
 constexpr std::uint64_t kMaxCount = 1ull << 32;  // classes, shards or records
 
+// "record 78 of the 20000000 announced": the line the index ended before.
+std::string nth(const std::string& what, std::uint64_t i, std::uint64_t count) {
+  return what + " " + std::to_string(i + 1) + " of the " + std::to_string(count) + " announced";
+}
+
+// A shard longer than the index says is not the file the index was written with
+// (bytes appended, or a shard of another pack), so no offset in it can be trusted. A
+// shorter one is a cut copy: the records before the cut are still whole, and each
+// record past it is reported when read, where the trainer can skip it.
+void checkShardSizes(const std::string& dir, const RecordIndex& index) {
+  for (std::size_t s = 0; s < index.shards.size(); ++s) {
+    const fs::path path = fs::path(dir) / index.shards[s];
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(path, ec);
+    if (!ec && size > index.shard_bytes[s])
+      throw DataError(path.string() + ": " + std::to_string(size) + " bytes, but " + kIndexFile +
+                      " says " + std::to_string(index.shard_bytes[s]) +
+                      ": not the shard this index was written with");
+  }
+}
+
+// A pack replaces the one already in its folder only once it is whole: each file is
+// written under a temporary name beside its own and renamed into place at the end,
+// the index last, so that a pack failing part way (a full disk, an unreadable image)
+// leaves the previous pack readable and no temporary behind.
+class PendingFiles {
+ public:
+  explicit PendingFiles(fs::path dir) : dir_(std::move(dir)) {}
+  PendingFiles(const PendingFiles&) = delete;
+  PendingFiles& operator=(const PendingFiles&) = delete;
+  ~PendingFiles() {
+    std::error_code ignored;  // unwinding from the error worth reporting
+    for (const std::string& name : names_) fs::remove(temp(name), ignored);
+  }
+  std::ofstream create(const std::string& name) {
+    const fs::path path = temp(name);
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw DataError(path.string() + ": cannot create: " + std::strerror(errno));
+    names_.push_back(name);
+    return out;
+  }
+  fs::path temp(const std::string& name) const {
+    return dir_ / (name + ".tmp." + std::to_string(::getpid()));
+  }
+  void commit() {
+    for (const std::string& name : names_) {
+      std::error_code ec;
+      fs::rename(temp(name), dir_ / name, ec);
+      if (ec)
+        throw DataError("cannot rename " + temp(name).string() + " to " + name + ": " +
+                        ec.message());
+    }
+    names_.clear();
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<std::string> names_;  // in the order to rename them
+};
+
+void writeBytes(std::ofstream& out, const void* data, std::size_t size, const fs::path& path) {
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) throw DataError(path.string() + ": write failed: " + std::strerror(errno));
+}
+
+void finish(std::ofstream& out, const fs::path& path) {
+  out.close();
+  if (!out) throw DataError(path.string() + ": write failed: " + std::strerror(errno));
+}
+
+void writeIndexTo(std::ofstream& out, const fs::path& path, const RecordIndex& index) {
+  std::ostringstream text;
+  text << "accord-records\t1\nclasses\t" << index.classes.size() << "\n";
+  for (const std::string& c : index.classes) text << c << "\n";
+  text << "shards\t" << index.shards.size() << "\n";
+  for (std::size_t i = 0; i < index.shards.size(); ++i)
+    text << index.shards[i] << "\t" << index.shard_bytes[i] << "\n";
+  text << "records\t" << index.records.size() << "\n";
+  char crc[16];
+  for (const RecordEntry& e : index.records) {
+    std::snprintf(crc, sizeof(crc), "%08x", e.crc);
+    text << e.shard << "\t" << e.offset << "\t" << e.length << "\t" << e.label << "\t" << crc
+         << "\t" << e.source << "\n";
+  }
+  const std::string bytes = text.str();
+  writeBytes(out, bytes.data(), bytes.size(), path);
+  finish(out, path);
+}
+
+// Why bytes are no JPEG the trainer can decode ("" if they are): the header and the
+// first rows of one column of blocks at 1/8 scale, little next to reading the file.
+// That finds files that are no JPEG at all (a PNG named .jpg) or have a broken
+// header; damage further in is left to the record's CRC and the trainer.
+std::string jpegProblem(const std::vector<std::uint8_t>& bytes) {
+  try {
+    decodeJpeg(bytes.data(), bytes.size(), [](int, int) {
+      return DecodePlan{8, CropBox{0, 0, 1, 1}};
+    });
+  } catch (const JpegError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 RecordIndex readIndex(const std::string& dir) {
@@ -84,21 +214,25 @@ RecordIndex readIndex(const std::string& dir) {
   RecordIndex index;
   if (auto f = r.next(2); f[0] != "accord-records" || f[1] != "1")
     r.fail("not an accord-records version 1 index");
-  index.classes.resize(r.section("classes", kMaxCount));
-  for (std::string& c : index.classes) c = r.next(1)[0];
+  // The counts are not trusted to size anything: the vectors grow as lines are read,
+  // so a header claiming more than the file holds costs no more than the file.
+  const std::uint64_t classes = r.section("classes", kMaxCount);
+  for (std::uint64_t i = 0; i < classes; ++i)
+    index.classes.push_back(r.next(1, nth("class", i, classes))[0]);
   const std::uint64_t shards = r.section("shards", kMaxCount);
   for (std::uint64_t i = 0; i < shards; ++i) {
-    auto f = r.next(2);
+    auto f = r.next(2, nth("shard", i, shards));
     if (f[0].empty() || f[0].find('/') != std::string::npos)
       r.fail("bad shard name '" + f[0] + "'");
     index.shards.push_back(f[0]);
     index.shard_bytes.push_back(r.number(f[1], UINT64_MAX));
   }
-  index.records.resize(r.section("records", kMaxCount));
+  const std::uint64_t records = r.section("records", kMaxCount);
   std::uint64_t end_of_last = 0;
   int last_shard = 0;
-  for (RecordEntry& e : index.records) {
-    auto f = r.next(6);
+  for (std::uint64_t i = 0; i < records; ++i) {
+    auto f = r.next(6, nth("record", i, records));
+    RecordEntry& e = index.records.emplace_back();
     e.shard = static_cast<int>(r.number(f[0], shards == 0 ? 0 : shards - 1));
     e.offset = r.number(f[1], UINT64_MAX);
     e.length = r.number(f[2], UINT64_MAX - e.offset);
@@ -108,29 +242,21 @@ RecordIndex readIndex(const std::string& dir) {
     if (shards == 0 || index.classes.empty()) r.fail("a record, but no shards or classes");
     if (e.shard < last_shard || (e.shard == last_shard && e.offset < end_of_last))
       r.fail("records out of file order (shard " + f[0] + ", offset " + f[1] + ")");
+    if (e.offset + e.length > index.shard_bytes[e.shard])
+      r.fail("record ends at byte " + std::to_string(e.offset + e.length) + ", past the " +
+             std::to_string(index.shard_bytes[e.shard]) + " bytes of shard " + f[0]);
     last_shard = e.shard;
     end_of_last = e.offset + e.length;
   }
+  checkShardSizes(dir, index);
   return index;
 }
 
 void writeIndex(const std::string& dir, const RecordIndex& index) {
-  const fs::path path = fs::path(dir) / kIndexFile;
-  std::ofstream out(path);
-  out << "accord-records\t1\nclasses\t" << index.classes.size() << "\n";
-  for (const std::string& c : index.classes) out << c << "\n";
-  out << "shards\t" << index.shards.size() << "\n";
-  for (std::size_t i = 0; i < index.shards.size(); ++i)
-    out << index.shards[i] << "\t" << index.shard_bytes[i] << "\n";
-  out << "records\t" << index.records.size() << "\n";
-  char crc[16];
-  for (const RecordEntry& e : index.records) {
-    std::snprintf(crc, sizeof(crc), "%08x", e.crc);
-    out << e.shard << "\t" << e.offset << "\t" << e.length << "\t" << e.label << "\t" << crc << "\t"
-        << e.source << "\n";
-  }
-  out.close();
-  if (!out) throw DataError(path.string() + ": write failed: " + std::strerror(errno));
+  PendingFiles pending(dir);
+  std::ofstream out = pending.create(kIndexFile);
+  writeIndexTo(out, pending.temp(kIndexFile), index);
+  pending.commit();
 }
 
 ImageFolder scanImageFolder(const std::string& dir) {
@@ -178,23 +304,29 @@ RecordIndex packFolder(const std::string& src, const std::string& out_dir,
     throw DataError("cannot pack " + std::to_string(n) + " images into " + std::to_string(shards) +
                     " shards: a shard needs at least one image");
   fs::create_directories(out_dir);
+  PendingFiles pending(out_dir);
   RecordIndex index;
   index.classes = folder.classes;
   const std::vector<std::int64_t> order = epochOrder(n, options.seed, 0);
   std::int64_t done = 0;
+  std::vector<std::string> bad;  // "file: why"
   for (int s = 0; s < shards; ++s) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "shard-%05d.rec", s);
-    const fs::path path = fs::path(out_dir) / name;
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw DataError(path.string() + ": cannot create: " + std::strerror(errno));
+    const std::string name = shardName(s);
+    const fs::path path = pending.temp(name);
+    std::ofstream out = pending.create(name);
     std::uint64_t offset = 0;
     // Shard s holds records [n*s/shards, n*(s+1)/shards) of the shuffled order.
     for (std::int64_t i = n * s / shards; i < n * (s + 1) / shards; ++i) {
       const std::size_t f = static_cast<std::size_t>(order[i]);
       const std::vector<std::uint8_t> bytes = readFile(fs::path(src) / folder.files[f]);
-      out.write(reinterpret_cast<const char*>(bytes.data()),
-                static_cast<std::streamsize>(bytes.size()));
+      const std::string why = jpegProblem(bytes);
+      if (!why.empty() && options.skip_bad) {
+        if (options.skipped) options.skipped(folder.files[f] + ": " + why);
+        if (options.progress) options.progress(++done, n);
+        continue;
+      }
+      if (!why.empty()) bad.push_back(folder.files[f] + ": " + why);
+      writeBytes(out, bytes.data(), bytes.size(), path);
       RecordEntry e;
       e.shard = s;
       e.offset = offset;
@@ -206,12 +338,19 @@ RecordIndex packFolder(const std::string& src, const std::string& out_dir,
       offset += bytes.size();
       if (options.progress) options.progress(++done, n);
     }
-    out.close();
-    if (!out) throw DataError(path.string() + ": write failed: " + std::strerror(errno));
+    finish(out, path);
     index.shards.push_back(name);
     index.shard_bytes.push_back(offset);
   }
-  writeIndex(out_dir, index);
+  if (!bad.empty()) throw DataError(listBad(src, bad));
+  std::ofstream out = pending.create(kIndexFile);
+  writeIndexTo(out, pending.temp(kIndexFile), index);
+  pending.commit();
+  // Shards of an earlier, larger pack: nothing refers to them any more. The pack is
+  // made, so one that cannot go is left rather than reported as a failed pack.
+  std::error_code ignored;
+  for (int s = shards; fs::remove(fs::path(out_dir) / shardName(s), ignored); ++s) {
+  }
   return index;
 }
 

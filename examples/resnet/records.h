@@ -41,8 +41,10 @@ struct RecordIndex {
 };
 
 // Reads and checks <dir>/index.tsv: every field parsed, shards and labels in range,
-// records in file order without overlaps. Throws DataError naming the file and line.
+// records in file order without overlaps and inside their shard, and no shard file
+// longer than the index says. Throws DataError naming the file and line.
 RecordIndex readIndex(const std::string& dir);
+// Replaces <dir>/index.tsv whole (a temporary file renamed over it).
 void writeIndex(const std::string& dir, const RecordIndex& index);
 
 // An ImageNet-style folder: sorted class subfolders, sorted .jpg/.jpeg files in each.
@@ -59,10 +61,17 @@ struct PackOptions {
   std::uint64_t seed = 0;
   // Called after each record with (records done, records in all).
   std::function<void(std::int64_t, std::int64_t)> progress;
+  // A file that is no JPEG the trainer can decode is left out ("file: why" passed here)
+  // rather than failing the pack.
+  bool skip_bad = false;
+  std::function<void(const std::string&)> skipped;
 };
 inline constexpr std::uint64_t kDefaultShardBytes = 256ull << 20;
 
-// Packs folder src into out_dir (created if missing). Returns the index it wrote.
+// Packs folder src into out_dir (created if missing). Returns the index it wrote. A
+// pack already there is replaced only once the new one is complete: on any error
+// (an unwritable shard, a file that is no JPEG the trainer can decode, which are all
+// named) it is left as it was. Throws DataError.
 RecordIndex packFolder(const std::string& src, const std::string& out_dir,
                        const PackOptions& options);
 

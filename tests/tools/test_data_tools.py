@@ -1,0 +1,192 @@
+"""accord-make-jpegs and accord-pack from the command line, where they meet the world:
+a write that fails, Fashion-MNIST files of another image size, an output folder that
+already holds files, progress into a log, a re-pack that fails, files that are no JPEG.
+
+  python3 test_data_tools.py <accord-make-jpegs> <accord-pack>
+
+A full disk is stood in for by a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored so
+that the write fails instead of the process dying): it needs no root and no mount.
+"""
+import gzip
+import hashlib
+import os
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+MAKE_JPEGS = os.path.abspath(sys.argv[1])
+PACK = os.path.abspath(sys.argv[2])
+
+
+def run(cmd, fsize_limit=None):
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
+
+    # Bytes, decoded here: text mode would turn the '\r' looked for into '\n'.
+    r = subprocess.run(cmd, capture_output=True, timeout=120, preexec_fn=limit if fsize_limit else None)
+    r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
+    return r
+
+
+def files_under(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder)
+                  for d, _, names in os.walk(folder) for f in names)
+
+
+def digests(folder):
+    def sha(f):
+        with open(os.path.join(folder, f), "rb") as data:
+            return hashlib.sha256(data.read()).hexdigest()
+    return {f: sha(f) for f in files_under(folder)}
+
+
+def write_idx(path, dims, data):
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">BBBB", 0, 0, 8, len(dims)))
+        f.write(struct.pack(">" + "I" * len(dims), *dims))
+        f.write(data)
+
+
+class MakeJpegs(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def synthetic(self, out, train=20, val=4, **kw):
+        return run([MAKE_JPEGS, out, "--source", "synthetic", "--train", str(train), "--val", str(val),
+                    "--min-size", "64", "--max-size", "64"], **kw)
+
+    def test_a_failed_write_is_an_error_naming_the_file(self):
+        out = os.path.join(self.dir, "j")
+        # Each 64x64 image is several KiB: the first write already fails.
+        r = self.synthetic(out, fsize_limit=1024)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"accord-make-jpegs: error: " + out +
+                         r"/(train|val)/class-\d+/\d{6}\.jpg: write failed: File too large\n")
+        self.assertNotIn("training and", r.stdout)
+        self.assertFalse(os.path.exists(out))  # nothing half made left behind
+
+    def fashion(self, test_dims, test_pixels, val):
+        """A Fashion-MNIST folder (2 training images) and accord-make-jpegs run on it."""
+        fm = os.path.join(self.dir, "fm")
+        os.makedirs(fm, exist_ok=True)
+        n = test_dims[0]
+        write_idx(os.path.join(fm, "t10k-images-idx3-ubyte.gz"), test_dims, test_pixels)
+        write_idx(os.path.join(fm, "t10k-labels-idx1-ubyte.gz"), [n], bytes(i % 10 for i in range(n)))
+        write_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"), [2, 28, 28], bytes(2 * 784))
+        write_idx(os.path.join(fm, "train-labels-idx1-ubyte.gz"), [2], bytes([3, 4]))
+        out = os.path.join(self.dir, "j")
+        return fm, out, run([MAKE_JPEGS, out, "--fashion-dir", fm, "--train", "2", "--val", str(val),
+                             "--min-size", "16", "--max-size", "16"])
+
+    def test_fashion_images_are_drawn_from_their_own_pixels(self):
+        # Image j: black but for a white column at x = 9 * j (j < 3), so each output
+        # image is bright where its own source image is, at a third of the width apart.
+        images = b"".join(bytes((255 if x == 9 * j else 0) for y in range(28) for x in range(28))
+                          for j in range(3))
+        _, out, r = self.fashion([3, 28, 28], images, 3)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"accord-make-jpegs: 2 training and 3 validation images in {out}\n")
+        self.assertEqual(files_under(os.path.join(out, "train")), ["coat/000001.jpg", "dress/000000.jpg"])
+        self.assertEqual(files_under(os.path.join(out, "val")),
+                         ["pullover/000002.jpg", "t-shirt/000000.jpg", "trouser/000001.jpg"])
+        try:
+            from PIL import Image
+        except ImportError:
+            return
+        for j, name in enumerate(["t-shirt/000000.jpg", "trouser/000001.jpg", "pullover/000002.jpg"]):
+            img = Image.open(os.path.join(out, "val", name)).convert("L")
+            column = [sum(img.getpixel((x, y)) for y in range(16)) for x in range(16)]
+            self.assertEqual(column.index(max(column)) * 3 // 16, j, column)
+
+    def test_fashion_images_of_another_size_are_refused_by_file(self):
+        fm, out, r = self.fashion([4000, 14, 14], bytes(4000 * 196), 4000)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, f"accord-make-jpegs: error: {fm}/t10k-images-idx3-ubyte.gz: "
+                                   "images of 14x14; Fashion-MNIST's are 28x28\n")
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_folder_with_files_in_it_is_refused(self):
+        out = os.path.join(self.dir, "j")
+        self.assertEqual(self.synthetic(out).returncode, 0)
+        before = digests(out)
+        r = self.synthetic(out, 5, 1)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, f"accord-make-jpegs: error: {out}: folder is not empty; "
+                                   "name a new or empty one (or remove it first)\n")
+        self.assertEqual(digests(out), before)
+        empty = os.path.join(self.dir, "empty")
+        os.mkdir(empty)
+        self.assertEqual(self.synthetic(empty).returncode, 0)
+        self.assertEqual(len(files_under(empty)), 24)
+
+    def test_progress_into_a_log_is_whole_lines(self):
+        r = self.synthetic(os.path.join(self.dir, "j"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("\r", r.stderr)
+        self.assertTrue(r.stderr.endswith("accord-make-jpegs: 24 / 24 images (100%)\n"), r.stderr)
+
+
+class Pack(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.src = os.path.join(self.dir, "j")
+        r = run([MAKE_JPEGS, self.src, "--source", "synthetic", "--train", "12", "--val", "0",
+                 "--min-size", "64", "--max-size", "96"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.train = os.path.join(self.src, "train")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_a_failed_repack_leaves_the_pack_there(self):
+        out = os.path.join(self.dir, "packed")
+        r = run([PACK, self.train, out, "--shards", "2", "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        before = digests(out)
+        # Another seed, so that every shard would change; no shard fits the limit.
+        r = run([PACK, self.train, out, "--shards", "2", "--seed", "5", "--quiet"], fsize_limit=4096)
+        self.assertEqual(digests(out), before)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r"^accord-pack: error: " + out +
+                         r"/shard-00000\.rec\.tmp\.\d+: write failed: File too large\n$")
+
+    def test_files_that_are_no_jpeg_are_refused_by_name(self):
+        with open(os.path.join(self.train, "class-1", "png.jpg"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + bytes(64))
+        out = os.path.join(self.dir, "packed")
+        r = run([PACK, self.train, out, "--quiet"])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, f"accord-pack: error: {self.train}: 1 file is not a JPEG the "
+                                   "trainer can decode (remove or convert them, or leave them out "
+                                   "with --corrupt skip); nothing was packed:\n"
+                                   "  class-1/png.jpg: Not a JPEG file: starts with 0x89 0x50\n")
+        self.assertEqual(files_under(out), [])
+        # --corrupt skip: left out, named, and the other 12 packed.
+        r = run([PACK, self.train, out, "--quiet", "--corrupt", "skip"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "accord-pack: left out class-1/png.jpg: Not a JPEG file: starts "
+                                   "with 0x89 0x50\n")
+        self.assertRegex(r.stdout, r"^accord-pack: 12 images of \d+ classes, .*\n"
+                                   r"accord-pack: 1 file\(s\) left out: no JPEG the trainer can decode\n$")
+        with open(os.path.join(out, "index.tsv")) as f:
+            self.assertNotIn("png.jpg", f.read())
+
+    def test_a_seed_out_of_range_is_refused(self):
+        for seed in ("-5", "18446744073709551616"):
+            r = run([PACK, self.train, os.path.join(self.dir, "p"), "--seed", seed, "--quiet"])
+            self.assertEqual(r.returncode, 105, r.stderr)  # CLI11's validation failure
+            self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
