@@ -59,6 +59,12 @@ int train(const TrainOptions& opt) {
     const EvalResult result = trainer.run();
     if (accord::rank() == 0 && opt.eval)
       std::printf("final test accuracy: %.2f%% (top-1)\n", 100.0 * result.top1);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "accord-resnet (rank %d): error: out of memory (std::bad_alloc); a smaller "
+                 "--batch-size, --prefetch, --image-size or model needs less\n",
+                 accord::rank());
+    rc = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-resnet (rank %d): error: %s\n", accord::rank(), e.what());
     rc = 1;

@@ -100,6 +100,17 @@ Trainer::~Trainer() {
   test_loader_->stop();
 }
 
+// "after step 6 (epoch 2, step 2 of 4)" or "after step 4 (epoch 1 done)": where a
+// checkpoint was taken, counted as the epoch lines count, from 1.
+std::string Trainer::positionOf(const TrainState& state) const {
+  const std::string where = state.step_in_epoch == 0
+                                ? "epoch " + std::to_string(state.epoch) + " done"
+                                : "epoch " + std::to_string(state.epoch + 1) + ", step " +
+                                      std::to_string(state.step_in_epoch) + " of " +
+                                      std::to_string(train_loader_->steps());
+  return "after step " + std::to_string(state.global_step) + " (" + where + ")";
+}
+
 // "step 3 (epoch 1, step 3 of 16)" for the step being taken, 1-based as --steps counts.
 std::string Trainer::stepName() const {
   return "step " + std::to_string(state_.global_step + 1) + " (epoch " +
@@ -158,9 +169,7 @@ void Trainer::saveCheckpoint(const TrainState& at) {
   // Keep the ranks in step: a failed write stops every rank, not just rank 0.
   error = broadcastError(error);
   if (!error.empty()) throw Error("checkpoint failed on rank 0: " + error);
-  metrics_->message("checkpoint written to " + opt_.checkpoint + " (epoch " +
-                    std::to_string(state.epoch) + ", step " + std::to_string(state.global_step) +
-                    ")");
+  metrics_->message("checkpoint written to " + opt_.checkpoint + " " + positionOf(state));
 }
 
 // The final parameters alone, in the checkpoint format (CRC and all), for the

@@ -88,6 +88,10 @@ elseif(MODE STREQUAL "resume")
   run(2 first ${args} --steps 20 --checkpoint ${WORK}/ckpt --metrics ${WORK}/run.jsonl)
   run(2 resumed ${args} --resume ${WORK}/ckpt --dump-params ${WORK}/resumed.params
       --metrics ${WORK}/run.jsonl)
+  # Counted as the epoch lines count: step 20 is the 4th of 16 in epoch 2.
+  if(NOT LAST_OUT MATCHES "resumed from [^\n]*ckpt after step 20 \\(epoch 2, step 4 of 16\\)")
+    message(FATAL_ERROR "the resume did not say where it resumed, as the epochs count")
+  endif()
   compare(${WORK}/full.params ${WORK}/resumed.params --atol 0 --rtol 0)
   # The same --metrics file: epoch 1's line from the first run, epoch 2's from the resumed.
   file(STRINGS ${WORK}/run.jsonl epochs)
@@ -179,6 +183,14 @@ elseif(MODE STREQUAL "bad-resume")
   if(rc EQUAL 0 OR err MATCHES "terminate called"
      OR NOT err MATCHES "accord-resnet: error: ACCORD_CYCLE_TIME='abc': expected")
     message(FATAL_ERROR "a bad ACCORD_CYCLE_TIME was not an error line")
+  endif()
+  # Batches that cannot fit in memory: refused with the sizes, before they are allocated.
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} --dataset synthetic --batch-size 65536
+                          --prefetch 64 --epochs 1
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR NOT err MATCHES "rank 1[^\n]*the data loaders need [0-9.]+ GiB \\(2 x 65 batches of 65536 images of 3x224x224 floats\\), more than this machine's")
+    message(FATAL_ERROR "batches larger than the memory were not refused with their sizes")
   endif()
   # Two outputs in one file would overwrite each other: refused before training too.
   execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
