@@ -1,7 +1,8 @@
 // Checkpoints: a round trip restores every value; truncated, corrupted and
 // other-model files are rejected with a message naming the file; a symlink planted at
-// the temporary name redirects nothing; a path that cannot be written is refused
-// before any training, leaving nothing behind; a checkpoint resumes only with the global batch
+// the temporary name redirects nothing; a signal during the write leaves no temporary
+// file; a path that cannot be written is refused before any training, leaving nothing
+// behind; a checkpoint resumes only with the global batch
 // and training set it was written with; `compare` never calls a NaN equal.
 #include "checkpoint.h"
 #include "scratch_dir.h"
