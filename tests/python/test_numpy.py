@@ -1,5 +1,8 @@
 """accord.numpy: the same collectives on NumPy arrays, through the same runtime."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -63,3 +66,14 @@ def test_numpy_non_contiguous_and_grouped_and_errors(hvd):
         acc.allreduce_(frozen)
     with pytest.raises(NotImplementedError, match="Adasum"):
         acc.allreduce(np.ones(2), op=acc.Adasum)
+
+
+def test_torch_imports_after_accord_numpy(hvd):
+    """PyTorch's wheels bring their own libnccl.so.2; Accord's extension, loaded first,
+    must not take its place. In a process of its own (this one imported torch first)."""
+    if hvd.rank() != 0:
+        return
+    p = subprocess.run([sys.executable, "-c",
+                        "import accord.numpy, torch; print(torch.ones(2).sum().item())"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "2.0", p.stderr[-2000:]

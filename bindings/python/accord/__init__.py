@@ -6,3 +6,31 @@ process, started by either one's ``init()``.
 """
 
 __version__ = "0.1.0"
+
+
+def _load_pytorchs_nccl_first():
+    """PyTorch's wheels bring their own libnccl.so.2, which may be newer than the one
+    Accord's extension is linked with. One soname serves the whole process, and the
+    first loaded wins: if Accord's came first (``import accord.numpy``, then ``import
+    torch``), PyTorch would fail to load for the symbols only its own has. Loading
+    PyTorch's first, as ``import torch`` before Accord does, serves both."""
+    import ctypes
+    import importlib.util
+    import os
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        library = os.path.join(folder, "lib", "libnccl.so.2")
+        if os.path.exists(library):
+            try:
+                ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass  # then the system's serves, as without PyTorch
+            return
+
+
+_load_pytorchs_nccl_first()
