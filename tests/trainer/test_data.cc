@@ -1,6 +1,7 @@
 // Data: IDX parsing and its errors, the sharding rule (disjoint shards, equal step
 // counts, 2 x B equals 1 x 2B), and the prefetching loader.
 #include "data.h"
+#include "error_of.h"
 #include "jpeg_source.h"
 #include "loader.h"
 #include "scratch_dir.h"
@@ -22,6 +23,7 @@
 
 using namespace accord::resnet;
 namespace fs = std::filesystem;
+using accord_test::errorOf;
 
 namespace {
 
@@ -66,15 +68,6 @@ fs::path writeTinyFashion(const std::string& name, int n, int labels_n, unsigned
             idxBytes({static_cast<std::uint32_t>(labels_n)}, labels_n, label));
   }
   return dir;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

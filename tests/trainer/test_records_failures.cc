@@ -3,6 +3,7 @@
 // refused at pack time, all of them named; an index whose counts claim more than the
 // file holds, an empty one, and a shard longer than its index says are refused with
 // the file (and line) named, never with a huge allocation.
+#include "error_of.h"
 #include "jpeg.h"
 #include "jpeg_source.h"
 #include "records.h"
@@ -18,6 +19,7 @@
 
 using namespace accord::resnet;
 namespace fs = std::filesystem;
+using accord_test::errorOf;
 
 namespace {
 
@@ -58,16 +60,6 @@ void checkReadable(const fs::path& dir) {
   std::vector<float> out(3 * 8 * 8);
   for (std::int64_t i = 0; i < packed->size(); ++i)
     CHECK_NOTHROW(packed->fill(i, false, 0, out.data()));
-}
-
-template <class F>
-std::string errorOf(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
