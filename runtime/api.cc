@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -145,6 +146,18 @@ void checkConfigAgrees(const Runtime& rt) {
   }
 }
 
+// Rank 0 writes ACCORD_AUTOTUNE_LOG from the background thread, where a file it cannot
+// open could only be logged: tried here, it fails init() on every rank, naming it.
+void checkAutotuneLog(const Runtime& rt) {
+  if (!rt.config.autotune || rt.config.autotune_log.empty()) return;  // alike on every rank
+  int opened = 1;
+  if (rt.rank == 0) opened = std::ofstream(rt.config.autotune_log, std::ios::app) ? 1 : 0;
+  ACCORD_MPI_CHECK(MPI_Bcast(&opened, 1, MPI_INT, 0, rt.world));
+  if (!opened)
+    throw InvalidArgument("ACCORD_AUTOTUNE_LOG='" + rt.config.autotune_log +
+                          "': rank 0 cannot open it for writing");
+}
+
 // A misspelt variable would otherwise be ignored without a word.
 void warnUnknownVariables(int rank) {
   if (rank != 0) return;  // every rank normally has the same environment: say it once
@@ -219,6 +232,7 @@ void init() {
   warnUnknownVariables(rt->rank);
   initTopology(*rt);
   checkConfigAgrees(*rt);
+  checkAutotuneLog(*rt);
   rt->backend = makeBackend(rt->config, rt->local_size);
   std::vector<int> all(rt->size);
   std::iota(all.begin(), all.end(), 0);

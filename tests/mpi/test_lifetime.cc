@@ -10,9 +10,10 @@
 //                          while the others wait on a collective it never submits: they
 //                          get ShutDown, and every process exits 0 (no std::terminate).
 //   --mode settings-differ ACCORD_* settings set on the last rank only (a bad value, an
-//                          autotuning that the others do not do): init() fails on every
-//                          rank at once, naming the setting; the first failed init
-//                          initialized MPI, and the init that then works finalizes it.
+//                          autotuning that the others do not do), or an autotune log that
+//                          cannot be written: init() fails on every rank at once, naming
+//                          the setting; the first failed init initialized MPI, and the
+//                          init that then works finalizes it.
 // Exit status 0 means the mode's checks held; each failure prints a line.
 #include <accord/accord.h>
 
@@ -142,6 +143,21 @@ int settingsDiffer() {
     initFailsWith("ACCORD_CYCLE_TIME", "1", given, given, rank, size);
     unsetenv("ACCORD_AUTOTUNE");
   }
+  // A log that rank 0 cannot write: every rank's init() fails naming it (rank 0 writes
+  // it from Accord's thread, where the error could only end the process).
+  setenv("ACCORD_AUTOTUNE", "1", 1);
+  setenv("ACCORD_AUTOTUNE_LOG", "/nonexistent/folder/autotune.csv", 1);
+  std::string message;
+  try {
+    accord::init();
+  } catch (const accord::InvalidArgument& e) {
+    message = e.what();
+  }
+  unsetenv("ACCORD_AUTOTUNE");
+  unsetenv("ACCORD_AUTOTUNE_LOG");
+  check(message.find("ACCORD_AUTOTUNE_LOG='/nonexistent/folder/autotune.csv': rank 0 cannot open "
+                     "it for writing") != std::string::npos,
+        "an unwritable ACCORD_AUTOTUNE_LOG: " + message);
   accord::init();
   check(allreduceWorks("settings.fixed"), "allreduce once the settings agree");
   accord::shutdown();  // finalizes MPI, which the first init initialized

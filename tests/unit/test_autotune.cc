@@ -200,6 +200,6 @@ TEST_CASE("autotune rejects a choice that is not one and writes its log", "[auto
   Config bad = c;
   bad.autotune_log = "/nonexistent-dir/log.csv";
   bad.given.chunk_bytes = false;
-  CHECK_THROWS_WITH(Autotuner(bad, true),
-                    "ACCORD_AUTOTUNE_LOG='/nonexistent-dir/log.csv': cannot open it for writing");
+  // init() refuses such a log (mpi.lifetime); here, on Accord's thread, it must not throw.
+  CHECK_NOTHROW(Autotuner(bad, true));
 }
