@@ -56,8 +56,9 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
   std::string name = op.request.name;
   Timeline& timeline = Timeline::instance();
   if (timeline.active() && op.request.type != RequestType::Join) {
-    timeline.tensorSpan(name, "queue", op.enqueued, now);
-    timeline.tensorsPhase({name}, "negotiate", now);
+    const std::vector<std::string> track = Timeline::tracksOf(set.id, {name});
+    timeline.tensorSpan(track.front(), "queue", op.enqueued, now);
+    timeline.tensorsPhase(track, "negotiate", now);
   }
   set.pending.emplace(std::move(name),
                       PendingTensor{std::move(op.request), std::move(op.entry), now, false});

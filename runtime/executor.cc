@@ -65,8 +65,9 @@ void Executor::completeCarried(ProcessSet& set, const std::vector<Response>& car
       // The data moved inside the negotiation phase, which this ends.
       const std::string args =
           fmt::format("{{\"tensors\":1,\"bytes\":{},\"carried\":true}}", response.totalBytes());
-      timeline.tensorsPhase(response.names, responseTypeName(response.type), now, args);
-      timeline.tensorsDone(response.names, now);
+      const std::vector<std::string> tracks = Timeline::tracksOf(set.id, response.names);
+      timeline.tensorsPhase(tracks, responseTypeName(response.type), now, args);
+      timeline.tensorsDone(tracks, now);
     }
     for (auto& t : tensors) {
       if (t) t->entry.handle->completePart();
@@ -96,18 +97,20 @@ void Executor::runData(ProcessSet& set, const Response& response) {
   };
   Timeline& timeline = Timeline::instance();
   const bool traced = timeline.active();
+  const std::vector<std::string> tracks =
+      traced ? Timeline::tracksOf(set.id, response.names) : std::vector<std::string>{};
   if (traced) {
     const std::string args =
         fmt::format("{{\"tensors\":{},\"bytes\":{},\"group\":{}}}", response.names.size(),
                     response.totalBytes(), Timeline::quote(response.names.front()));
-    timeline.tensorsPhase(response.names, responseTypeName(response.type), Clock::now(), args);
+    timeline.tensorsPhase(tracks, responseTypeName(response.type), Clock::now(), args);
   }
   auto traceDone = [&] {
     if (!traced) return;
-    timeline.tensorsDone(response.names, Clock::now());
+    timeline.tensorsDone(tracks, Clock::now());
   };
   try {
-    TimelineScope scope(traced ? &response.names : nullptr);
+    TimelineScope scope(traced ? &tracks : nullptr);
     backend_.execute(*set.transport, response, entries);
   } catch (const CommError&) {
     traceDone();
@@ -135,7 +138,8 @@ void Executor::runData(ProcessSet& set, const Response& response) {
 void Executor::runControl(ProcessSet& set, const Response& response,
                           std::vector<SetChange>& changes) {
   auto tensors = take(set, response);
-  if (Timeline::instance().active()) Timeline::instance().tensorsDone(response.names, Clock::now());
+  if (Timeline::instance().active())
+    Timeline::instance().tensorsDone(Timeline::tracksOf(set.id, response.names), Clock::now());
   std::shared_ptr<detail::HandleState> handle;
   if (!tensors.empty() && tensors[0]) handle = tensors[0]->entry.handle;
   switch (response.type) {

@@ -62,6 +62,14 @@ void Timeline::stop() {
   fd_ = -1;
 }
 
+std::vector<std::string> Timeline::tracksOf(int set, const std::vector<std::string>& names) {
+  if (set == 0) return names;  // the global process set
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const std::string& name : names) out.push_back(name + " [set " + std::to_string(set) + "]");
+  return out;
+}
+
 double Timeline::micros(Clock::time_point t) const {
   return std::chrono::duration<double, std::micro>(t - origin_).count();
 }
@@ -210,9 +218,14 @@ void Timeline::writeLocked() {
     const ssize_t n = ::pwrite(fd_, p, left, at);
     if (n < 0) {
       if (errno == EINTR) continue;
-      // A full disk must not stop training: stop the timeline and say so once.
+      // A full disk must not stop training: stop the timeline and say so once. What
+      // this write got in goes; the closing bracket goes back where it was, in space
+      // the file held before, so the file stays the complete JSON it was.
+      const int error = errno;
+      if (::ftruncate(fd_, closing_at_) == 0)
+        (void)!::pwrite(fd_, kClosing, std::strlen(kClosing), closing_at_);
       std::fprintf(stderr, "[accord] timeline: writing '%s' failed (%s); timeline stopped\n",
-                   path_.c_str(), std::strerror(errno));
+                   path_.c_str(), std::strerror(error));
       active_.store(false, std::memory_order_relaxed);
       ::close(fd_);
       fd_ = -1;

@@ -1,12 +1,13 @@
 // The timeline: a Chrome trace (chrome://tracing, Perfetto) of what rank 0's runtime
 // does with each tensor, and of the application's own activities.
 //
-// One track per tensor name: QUEUE (submitted until the background thread took it),
-// NEGOTIATE (until every rank agreed), then the collective (ALLREDUCE, ...; its
-// arguments name the fused group and its bytes) with the backend's steps nested in it
-// (COPY_IN, REDUCE, COPY_OUT, ...). Cycles that ran collectives are instant events.
-// The application adds tracks of its own (the trainer: compute, communication wait,
-// data wait) through accord::timeline_begin / timeline_end.
+// One track per tensor name ("name [set 2]" in a process set other than the global
+// one): QUEUE (submitted until the background thread took it), NEGOTIATE (until every
+// rank agreed), then the collective (ALLREDUCE, ...; its arguments name the fused group
+// and its bytes) with the backend's steps nested in it (COPY_IN, REDUCE, COPY_OUT, ...).
+// Cycles that ran collectives are instant events. The application adds tracks of its
+// own (the trainer: compute, communication wait, data wait) through
+// accord::timeline_begin / timeline_end.
 //
 // The file is valid JSON after every write: events are appended in front of the
 // closing bracket, which is rewritten each time. The background thread writes what a
@@ -64,6 +65,11 @@ class Timeline {
 
   // `text` as a JSON string literal, escaped by the JSON library.
   static std::string quote(const std::string& text);
+
+  // The tracks of `names` submitted in process set `set`: the names themselves in the
+  // global set, "name [set 2]" in another, so that one name in two sets (negotiated
+  // apart, at other times) gets two tracks rather than interleaved phases on one.
+  static std::vector<std::string> tracksOf(int set, const std::vector<std::string>& names);
 
   // Appends the buffered events to the file when kWriteEvery has passed since the last
   // write, or `now`. Background thread, once per cycle.

@@ -195,6 +195,58 @@ TEST_CASE("a cached allreduce that rides on the negotiation is marked carried") 
   }
 }
 
+// One name in two process sets is two tensors, negotiated apart: a track each, whose
+// phases begin and end in order, rather than one track with both interleaved.
+TEST_CASE("one name in two process sets gets a track in each") {
+  if (std::getenv("ACCORD_TIMELINE")) return;  // the .env variant records the whole run
+  const int n = accord::size();
+  const accord::ProcessSetId pair = accord::add_process_set({0, 1});
+  const std::string path = tempPath("sets");
+  accord::start_timeline(path);
+  for (int step = 0; step < 3; ++step) {
+    Buffer global(DType::Float32, {64}), in_pair(DType::Float32, {64});
+    global.fill([&](std::int64_t) { return 1.0; });
+    in_pair.fill([&](std::int64_t) { return 1.0; });
+    accord::AllreduceOptions o;
+    o.name = "shared";
+    o.op = accord::ReduceOp::Sum;
+    accord::Handle h = accord::allreduce_async(global.view(), o);
+    if (accord::rank() < 2) {
+      o.process_set = pair;
+      accord::allreduce_async(in_pair.view(), o).wait();
+      CHECK(in_pair.get(5) == 2);
+    }
+    h.wait();
+    CHECK(global.get(5) == n);
+  }
+  accord::stop_timeline();
+  accord::remove_process_set(pair);
+  if (accord::rank() != 0) return;
+  const json events = parseFile(path);
+  std::remove(path.c_str());
+  std::map<int, std::string> names;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
+  const std::string in_set = "shared [set " + std::to_string(pair) + "]";
+  std::map<std::string, int> allreduces;
+  std::map<int, double> last;
+  std::map<int, int> depth;
+  for (const auto& e : events) {
+    if (e["ph"] == "M" || !e.contains("ts")) continue;
+    const int tid = e.value("tid", 0);
+    const double ts = e["ts"];
+    INFO(names[tid] << " at " << ts);
+    CHECK(ts >= last[tid]);  // in order on its track
+    last[tid] = ts;
+    if (e["ph"] == "B") ++depth[tid];
+    if (e["ph"] == "E") CHECK(--depth[tid] >= 0);
+    if (e["ph"] == "B" && e["name"] == "allreduce") ++allreduces[names[tid]];
+  }
+  CHECK(allreduces["shared"] == 3);
+  CHECK(allreduces[in_set] == 3);
+  for (const auto& [tid, d] : depth) CHECK(d == 0);
+}
+
 int main(int argc, char** argv) {
   MainOptions options;
   // With ACCORD_TIMELINE set, the whole run is in that file once shutdown() returns.

@@ -1,5 +1,6 @@
-// The timeline writer on its own: valid JSON after every write and after a kill, names
-// escaped, phases balanced, and a path it cannot create refused with the path.
+// The timeline writer on its own: valid JSON after every write, after a kill and after a
+// failed write; names escaped, phases balanced, and a path it cannot create refused
+// with the path.
 #include "runtime/timeline.h"
 
 #include <accord/error.h>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +132,37 @@ TEST_CASE("timeline: a killed process leaves a file that parses", "[timeline]") 
   const auto tracks = tracksByName(events);
   CHECK(tracks.count("written") == 1);
   CHECK(tracks.count("never written") == 0);
+  std::remove(path.c_str());
+}
+
+// A write that fails part way (a full disk; here the file-size limit) stops the
+// timeline, and the file is the complete JSON of the writes before it.
+TEST_CASE("timeline: a failed write leaves the file as it was, complete", "[timeline]") {
+  const std::string path = tempPath("full");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    const rlimit limit{16384, 16384};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    Timeline& t = Timeline::instance();
+    t.start(path);
+    t.tensorsPhase({"first"}, "negotiate", Clock::now());
+    t.tensorsDone({"first"}, Clock::now());
+    t.flush(true);
+    for (int i = 0; i < 2000 && t.active(); ++i) {  // each write larger than what is left
+      t.tensorsPhase({"later." + std::to_string(i)}, "negotiate", Clock::now());
+      if (i % 300 == 299) t.flush(true);  // 300 tracks: more than the 16 KiB allowed
+    }
+    ::_exit(t.active() ? 1 : 0);  // stopped by the failed write
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const json events = parseFile(path);  // complete JSON
+  CHECK(tracksByName(events).count("first") == 1);
+  CHECK(tracksByName(events).count("later.0") == 0);  // the failed write left nothing
   std::remove(path.c_str());
 }
 
