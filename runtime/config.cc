@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -166,64 +167,98 @@ const char* horovodName(const char* var) {
   return nullptr;
 }
 
-// A setting's trimmed value and the variable it came from (an ACCORD_ name or its
-// Horovod alias), so that a rejection names what the user wrote.
-struct Setting {
-  const char* var;
-  std::string value;
-};
-
 class Reader {
  public:
   explicit Reader(const Config::Getenv& getenv) : getenv_(getenv) {}
 
-  // The trimmed value of var, else of its Horovod alias; nullopt when both are unset or
-  // empty. Both set to different values is an error naming both.
-  std::optional<Setting> get(const char* var) const {
-    auto own = raw(var);
+  // var's value, else its Horovod alias's, each trimmed and parsed by
+  // parse(name, text), which rejects a bad one naming the variable; nullopt when both are
+  // unset or empty. Both set to different values (as parsed: 64K and 65536 agree) is an
+  // error naming both.
+  template <class T, class Parse>
+  std::optional<T> read(const char* var, Parse parse) const {
+    const auto own = raw(var);
     const char* alias = horovodName(var);
-    auto other = alias ? raw(alias) : std::nullopt;
-    if (own && other && *own != *other) {
+    const auto other = alias ? raw(alias) : std::nullopt;
+    std::optional<T> a, b;
+    if (own) a = parse(var, *own);
+    if (other) b = parse(alias, *other);
+    if (a && b && !(*a == *b)) {
       throw InvalidArgument(std::string(var) + "='" + *own + "' and " + alias + "='" + *other +
                             "' are the same setting with different values: unset one of them");
     }
-    if (own) return Setting{var, *own};
-    if (other) return Setting{alias, *other};
-    return std::nullopt;
+    return a ? a : b;
   }
 
   // Bytes in [min, max]; `note` (may be empty) says what special values mean.
   std::size_t bytes(const char* var, std::size_t fallback, std::size_t min, std::size_t max,
                     const std::string& note) const {
-    auto setting = get(var);
-    if (!setting) return fallback;
-    const auto& [name, s] = *setting;
-    std::size_t v = 0;
-    if (!parseBytes(s, v) || v < min || v > max) {
-      reject(name, s,
-             "bytes between " + withUnit(min) + " and " + withUnit(max) + ", suffixes K, M, G" +
-                 (note.empty() ? "" : "; " + note));
-    }
-    return v;
+    return read<std::size_t>(var,
+                             [&](const char* name, const std::string& s) {
+                               std::size_t v = 0;
+                               if (!parseBytes(s, v) || v < min || v > max) {
+                                 reject(name, s,
+                                        "bytes between " + withUnit(min) + " and " + withUnit(max) +
+                                            ", suffixes K, M, G" +
+                                            (note.empty() ? "" : "; " + note));
+                               }
+                               return v;
+                             })
+        .value_or(fallback);
   }
 
   std::size_t count(const char* var, std::size_t fallback, std::size_t max,
                     const char* note) const {
-    auto setting = get(var);
-    if (!setting) return fallback;
-    const auto& [name, s] = *setting;
-    std::uint64_t v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size() || v > max)
-      reject(name, s, "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
-    return static_cast<std::size_t>(v);
+    return read<std::size_t>(
+               var,
+               [&](const char* name, const std::string& s) {
+                 std::uint64_t v = 0;
+                 auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+                 if (ec != std::errc() || end != s.data() + s.size() || v > max)
+                   reject(name, s,
+                          "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
+                 return static_cast<std::size_t>(v);
+               })
+        .value_or(fallback);
   }
 
   // A fractional time: 0 when `time.zero` allows it, else in [time.resolution, time.max].
   double time(const char* var, double fallback, const TimeSetting& t) const {
-    auto setting = get(var);
-    if (!setting) return fallback;
-    const auto& [name, s] = *setting;
+    return read<double>(
+               var, [&](const char* name, const std::string& s) { return parseTime(name, s, t); })
+        .value_or(fallback);
+  }
+
+  std::string level(const char* var, const char* fallback) const {
+    return read<std::string>(
+               var, [&](const char* name, const std::string& s) { return parseLevel(name, s); })
+        .value_or(fallback);
+  }
+
+  // Text as given; a path (ACCORD_TIMELINE) compares with its alias as the file it
+  // names, so a relative and an absolute spelling of one file agree.
+  std::string text(const char* var, bool path = false) const {
+    struct Text {
+      std::string value, key;
+      bool operator==(const Text& o) const { return key == o.key; }
+    };
+    return read<Text>(var,
+                      [&](const char*, const std::string& s) {
+                        std::error_code ec;
+                        const auto absolute = std::filesystem::absolute(s, ec).lexically_normal();
+                        return Text{s, path && !ec ? absolute.string() : s};
+                      })
+        .value_or(Text{})
+        .value;
+  }
+
+  bool given(const char* var) const {
+    const char* alias = horovodName(var);
+    return raw(var) || (alias && raw(alias));
+  }
+
+ private:
+  static double parseTime(const char* name, const std::string& s, const TimeSetting& t) {
     std::string expected = std::string(t.unit) + " between " + formatNumber(t.resolution) +
                            " and " + formatNumber(t.max) + " (fractional allowed" + t.example +
                            ")" + (t.zero ? std::string(", or 0 = ") + t.zero : "");
@@ -238,10 +273,7 @@ class Reader {
     return v;
   }
 
-  std::string level(const char* var, const char* fallback) const {
-    auto setting = get(var);
-    if (!setting) return fallback;
-    const auto& [name, s] = *setting;
+  static std::string parseLevel(const char* name, const std::string& s) {
     std::string v = s;
     for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (v == "warning") v = "warn";  // Horovod's spellings
@@ -251,14 +283,6 @@ class Reader {
     reject(name, s, "one of trace, debug, info, warn, error, off");
   }
 
-  std::string text(const char* var) const {
-    auto s = get(var);
-    return s ? s->value : std::string();
-  }
-
-  bool given(const char* var) const { return get(var).has_value(); }
-
- private:
   std::optional<std::string> raw(const char* var) const {
     const char* value = getenv_(var);
     if (value == nullptr) return std::nullopt;
@@ -372,12 +396,12 @@ Config Config::parse(const Getenv& getenv) {
   c.stall_shutdown_time = secondsToMs(
       env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
-  c.timeline = env.text("ACCORD_TIMELINE");
+  c.timeline = env.text("ACCORD_TIMELINE", true);
   c.autotune = env.count("ACCORD_AUTOTUNE", 0, 1,
                          "1: tune the cycle time, fusion threshold and piece size online") == 1;
   c.autotune_steps = env.count("ACCORD_AUTOTUNE_STEPS", 5, kMaxAutotuneSteps,
                                "measured training steps per autotune trial; 0 means 1");
-  c.autotune_log = env.text("ACCORD_AUTOTUNE_LOG");
+  c.autotune_log = env.text("ACCORD_AUTOTUNE_LOG", true);
   c.given.cycle_time = env.given("ACCORD_CYCLE_TIME");
   c.given.fusion_threshold = env.given("ACCORD_FUSION_THRESHOLD");
   c.given.chunk_bytes = env.given("ACCORD_CHUNK_BYTES");

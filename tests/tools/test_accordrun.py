@@ -44,10 +44,13 @@ def command(argv, environ=None):
 class HostLists(unittest.TestCase):
     def test_hosts_and_slots(self):
         self.assertEqual(ar.parse_hosts("a:2,b.example.org:4,c"), [("a", 2), ("b.example.org", 4), ("c", 1)])
+        # As Open MPI: a host named again adds its slots ('a,a' is a:2).
+        self.assertEqual(ar.parse_hosts("localhost,localhost"), [("localhost", 2)])
+        self.assertEqual(ar.parse_hosts("a:1,b,a:2"), [("a", 3), ("b", 1)])
 
     def test_bad_hosts_name_the_item(self):
         for text, part in [("a:2,b:", "bad host 'b:'"), ("a:0", "has 0 slots"), ("a:x", "bad host 'a:x'"),
-                           ("a:1,a:2", "a listed twice"), ("", "bad host ''")]:
+                           ("", "bad host ''")]:
             with self.subTest(text=text):
                 with self.assertRaises(ar.UsageError) as e:
                     ar.parse_hosts(text)
@@ -55,13 +58,16 @@ class HostLists(unittest.TestCase):
 
     def test_hostfile(self):
         with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
-            f.write("# cluster\nnode1 slots=4\n\nnode2 slots=2 max_slots=8\nnode3\n")
-        self.assertEqual(ar.parse_hostfile(f.name), [("node1", 4), ("node2", 2), ("node3", 1)])
-        with open(f.name, "w") as g:
-            g.write("node1 slots=4\nnode2 slots=zero\n")
-        with self.assertRaises(ar.UsageError) as e:
-            ar.parse_hostfile(f.name)
-        self.assertIn(f"{f.name}:2:", str(e.exception))
+            f.write("# cluster\nnode1 slots=4\n\nnode2 slots=2 max_slots=8\nnode3 max_slots=8 slots=3\nnode4\n")
+        # A line without slots=: Open MPI counts the host's cores (None here).
+        self.assertEqual(ar.parse_hostfile(f.name), [("node1", 4), ("node2", 2), ("node3", 3), ("node4", None)])
+        for text, part in [("node1 slots=4\nnode2 slots=zero\n", ":2: expected"),
+                           ("node1 slots=2\nnode1 slots=2\n", ":2: host 'node1' is listed again")]:
+            with open(f.name, "w") as g:
+                g.write(text)
+            with self.assertRaises(ar.UsageError) as e:
+                ar.parse_hostfile(f.name)
+            self.assertIn(f"{f.name}{part}", str(e.exception))
         os.unlink(f.name)
         with self.assertRaises(ar.UsageError) as e:
             ar.parse_hostfile(f.name)
@@ -105,6 +111,31 @@ class CommandLines(unittest.TestCase):
             self.assertIn(var, cmd)
         rc, _, _ = command(["-np", "2", "--autotune-log", "a.csv", "prog"], {})
         self.assertEqual(rc, 2)
+        # ... unless the environment turns autotune on.
+        for var in ("ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE"):
+            rc, _, env = command(["-np", "2", "--autotune-log", "a.csv", "prog"], {var: "1"})
+            self.assertEqual(rc, 0)
+            self.assertEqual(env["ACCORD_AUTOTUNE_LOG"], os.path.abspath("a.csv"))
+
+    def test_a_flag_replaces_horovods_name_of_its_setting(self):
+        rc, cmd, env = command(["-np", "2", "--cycle-time", "1", "--timeline", "t.json", "prog"],
+                               {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_TIMELINE": "other.json",
+                                "HOROVOD_FUSION_THRESHOLD": "1M"})
+        self.assertEqual(rc, 0)
+        self.assertEqual(env["ACCORD_CYCLE_TIME"], "1")
+        self.assertNotIn("HOROVOD_CYCLE_TIME", env)
+        self.assertNotIn("HOROVOD_TIMELINE", env)
+        self.assertEqual(env["HOROVOD_FUSION_THRESHOLD"], "1M")  # no flag given for it
+        self.assertNotIn("HOROVOD_CYCLE_TIME", cmd)
+
+    def test_a_hostfile_without_slots_goes_to_mpirun_as_it_is(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write("localhost\n")
+        self.addCleanup(os.unlink, f.name)
+        rc, cmd, _ = command(["-np", "2", "--hostfile", f.name, "prog"], {})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[cmd.index("--hostfile") + 1], os.path.abspath(f.name))
+        self.assertNotIn("-H", cmd)
 
     def test_srun_inside_slurm(self):
         rc, cmd, _ = command(["-np", "8", "prog"], {"SLURM_JOB_ID": "42"})
@@ -116,6 +147,8 @@ class CommandLines(unittest.TestCase):
         cases = [(["-np", "5", "-H", "a:2,b:2", "prog"], "more than the 4 slots"),
                  (["-np", "0", "prog"], "-np 0"),
                  (["--launcher", "srun", "-H", "a:2", "prog"], "drop -H"),
+                 (["--launcher", "srun", "--mpi-args", "--mca btl tcp", "prog"], "--mpi-args is for mpirun"),
+                 (["--launcher", "srun", "--oversubscribe", "prog"], "--oversubscribe is for mpirun"),
                  (["-H", "a:2,,b", "prog"], "bad host ''")]
         for argv, part in cases:
             with self.subTest(argv=argv):

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "parse_env.h"
 
 #include <map>
@@ -197,6 +199,17 @@ TEST_CASE("Horovod's names of the same settings apply where the ACCORD_ name is 
             .fusion_threshold == 1u << 20);
   CHECK(parse({{"ACCORD_FUSION_THRESHOLD", ""}, {"HOROVOD_FUSION_THRESHOLD", "2M"}})
             .fusion_threshold == 2u << 20);
+  // The same value in other spellings agrees: as parsed, and as the file a path names.
+  CHECK(parse({{"ACCORD_FUSION_THRESHOLD", "64K"}, {"HOROVOD_FUSION_THRESHOLD", "65536"}})
+            .fusion_threshold == 64u << 10);
+  CHECK(parse({{"ACCORD_CYCLE_TIME", "5"}, {"HOROVOD_CYCLE_TIME", "5.0"}}).cycle_time == 5000us);
+  CHECK(parse({{"ACCORD_LOG_LEVEL", "warn"}, {"HOROVOD_LOG_LEVEL", "WARNING"}}).log_level ==
+        "warn");
+  const std::string here = std::filesystem::current_path().string();
+  CHECK(parse({{"ACCORD_TIMELINE", here + "/t.json"}, {"HOROVOD_TIMELINE", "./t.json"}}).timeline ==
+        here + "/t.json");
+  CHECK_THROWS_AS(parse({{"ACCORD_TIMELINE", "/tmp/a.json"}, {"HOROVOD_TIMELINE", "/tmp/b.json"}}),
+                  InvalidArgument);
 
   // Different values: an error naming both. A bad value: the name the user wrote.
   try {
