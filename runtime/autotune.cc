@@ -171,6 +171,18 @@ bool Autotuner::observe(const std::vector<Response>& responses, Clock::time_poin
   return boundaries_ >= steps_ + 2;
 }
 
+void Autotuner::finish() {
+  if (!decides_ || settled_ || dims_.empty()) return;
+  const auto cycle_ms = static_cast<double>(current_.cycle_time.count()) / 1000.0;
+  log().info("autotune: the job ended before it settled, after {} trials; {} were in force",
+             trials_.size(), current_.describe());
+  if (log_file_) {
+    log_file_ << fmt::format("unsettled,{},{},{:g},,\n", current_.fusion_threshold,
+                             current_.chunk_bytes, cycle_ms);
+    log_file_.flush();
+  }
+}
+
 bool Autotuner::nextCandidate() {
   while (dim_ < dims_.size()) {
     const auto& dim = dims_[dim_];

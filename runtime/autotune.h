@@ -56,6 +56,9 @@ class Autotuner {
 
   // `decides`: this rank times the steps and chooses (the global set's rank 0).
   Autotuner(const Config& config, bool decides);
+  // The loop ends (shutdown). A job that ended before the tuner settled ran on the
+  // trial's settings: says which, in the log and as an "unsettled" line of the CSV.
+  void finish();
 
   bool settled() const { return settled_; }
   const TunedSettings& current() const { return current_; }

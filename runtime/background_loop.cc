@@ -258,6 +258,7 @@ void BackgroundLoop::run() noexcept {
     while (runOnce()) {
     }
     log().debug("background loop finished: shutdown negotiated");
+    if (tuner_) tuner_->finish();
     // Every rank leaves the loop in this same cycle, so the collective frees line up.
     for (auto* set : rt_.sets.memberSets()) set->transport.reset();
     failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);

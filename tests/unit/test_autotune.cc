@@ -174,6 +174,34 @@ TEST_CASE("autotune counts steps by the first name that recurs", "[autotune]") {
   CHECK(next.fusion_threshold == 64u << 10);
 }
 
+// A job that stops before the search settles ran its last part on a trial's settings:
+// the log's last line says which.
+TEST_CASE("autotune cut short says which settings were in force", "[autotune]") {
+  const std::string path = "autotune_unsettled_log.csv";
+  std::remove(path.c_str());
+  Config c = parse(
+      {{"ACCORD_AUTOTUNE", "1"}, {"ACCORD_AUTOTUNE_STEPS", "1"}, {"ACCORD_AUTOTUNE_LOG", path}});
+  {
+    Autotuner tuner(c, true);
+    auto t = Autotuner::Clock::time_point{};
+    for (int trial = 0; trial < 2; ++trial) {  // the start, then the first candidate
+      bool ended = false;
+      for (int i = 0; i < 10 && !ended; ++i) ended = tuner.observe({allreduce({"a"})}, t += 10ms);
+      REQUIRE(ended);
+      tuner.accept(tuner.decide());
+    }
+    tuner.observe({allreduce({"a"})}, t += 10ms);  // the third trial has begun; then the end
+    tuner.finish();
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 1 + 2 + 1);
+  CHECK(lines[2].rfind("2,", 0) == 0);
+  CHECK(lines.back() == "unsettled,65536,1048576,2,,");  // the third trial's cycle time
+  std::remove(path.c_str());
+}
+
 TEST_CASE("autotune rejects a choice that is not one and writes its log", "[autotune]") {
   const std::string path = "autotune_test_log.csv";
   std::remove(path.c_str());
