@@ -129,9 +129,14 @@ fi
 
 # mpirun itself stays in this namespace and reaches the daemons over the bridge. Every
 # transport but TCP on the bridge is switched off between hosts; vader (shared memory)
-# stays for ranks of one simulated host, as on real hosts.
+# stays for ranks of one simulated host, as on real hosts. It runs in the background so
+# that a SIGTERM to this script alone (not its process group) ends the job at once: bash
+# runs a trap only once a foreground command has finished.
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -H "$hostlist" \
   --mca plm_rsh_agent "$state/agent.sh" \
   --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
   --mca oob_tcp_if_include "$subnet.0/24" --mca pml ob1 \
-  "${mpi_opts[@]}" "$@"
+  "${mpi_opts[@]}" "$@" &
+mpirun_pid=$!
+trap 'kill -TERM "$mpirun_pid" 2>/dev/null; wait "$mpirun_pid"; exit 143' TERM INT
+wait "$mpirun_pid"
