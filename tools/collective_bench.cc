@@ -315,8 +315,9 @@ int main(int argc, char** argv) {
   app.add_option("--resnet-steps", opt.resnet_steps, "Timed steps of the ResNet-50 gradient set")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--resnet-warmup", opt.resnet_warmup,
-                 "Untimed steps of the ResNet-50 gradient set before those (default 2; with "
-                 "ACCORD_AUTOTUNE, enough for the search to settle)")
+                 "Untimed steps of the ResNet-50 gradient set before those (default 2, 1 with "
+                 "--quick; 0 with --resnet-accord-only; with ACCORD_AUTOTUNE, give enough for "
+                 "the search to settle)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--resnet-only", opt.resnet_only, "Run the ResNet-50 gradient set only");
   app.add_flag("--resnet-accord-only", opt.resnet_accord_only,

@@ -73,7 +73,7 @@ def parse_args():
     p.add_argument("--budget", type=float, default=0,
                    help="seconds for the whole run (0: no limit): measurements go in order "
                         "of importance (PyTorch eager and the trainer's default for every "
-                        "pair, then its other modes, then torch.compile), and one that "
+                        "pair, then torch.compile, then the trainer's other modes), and one that "
                         "would not finish in what is left is skipped and listed")
     args = p.parse_args()
     runs = []

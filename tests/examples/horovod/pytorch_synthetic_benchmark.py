@@ -1,5 +1,5 @@
 # Horovod's example script examples/pytorch/pytorch_synthetic_benchmark.py, a test input of Accord:
-# tests/examples/run_horovod_example.py runs it against accord.torch with only its
+# tests/examples/run_example.py --horovod runs it against accord.torch with only its
 # import lines rewritten. Origin: https://github.com/horovod/horovod at commit
 # 2626dc87a3a8eb8fb7d2216198ce45bce0f9e65a (the file last changed in 19f2f2119db3).
 # Copyright 2018 Uber Technologies, Inc. Licensed under the Apache License, Version 2.0;
