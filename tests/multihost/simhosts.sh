@@ -56,8 +56,15 @@ skip() { echo "skipped: $*"; exit 77; }
 command -v ip > /dev/null || skip "no 'ip' command (iproute2)"
 command -v nsenter > /dev/null && command -v unshare > /dev/null || skip "no nsenter/unshare (util-linux)"
 
-# Names are fixed (tests using this script hold a CTest resource lock); a run killed
-# before its clean-up is cleaned up by the next one.
+# Names are fixed; a run killed before its clean-up is cleaned up by the next one. Two
+# runs at once would tear down each other's hosts: a second one waits for the first
+# (the tests that use this script also hold a CTest resource lock).
+mkdir -p /run
+exec 9> /run/accord-simhosts.lock
+if command -v flock > /dev/null && ! flock -n 9; then
+  echo "simhosts.sh: waiting for another run's simulated hosts to be removed" >&2
+  flock 9
+fi
 prefix=accsim
 bridge=${prefix}br
 subnet=10.213.77
@@ -136,7 +143,7 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -H "$hostlis
   --mca plm_rsh_agent "$state/agent.sh" \
   --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
   --mca oob_tcp_if_include "$subnet.0/24" --mca pml ob1 \
-  "${mpi_opts[@]}" "$@" &
+  "${mpi_opts[@]}" "$@" 9>&- &
 mpirun_pid=$!
 trap 'kill -TERM "$mpirun_pid" 2>/dev/null; wait "$mpirun_pid"; exit 143' TERM INT
 wait "$mpirun_pid"
