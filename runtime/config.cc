@@ -6,6 +6,8 @@
 // what `ACCORD_X= mpirun ...` means to most users.
 #include "runtime/config.h"
 
+#include "runtime/config_reader.h"
+
 #include <accord/error.h>
 
 #include <algorithm>
@@ -22,6 +24,8 @@ namespace accord {
 
 namespace {
 
+using namespace config_reader;
+
 // Defaults; the accord-bench measurements behind them are in the README ("Why the
 // defaults").
 // - Chunk: 1 MiB pieces keep a piece and what arrives for it in L2 between arriving and
@@ -36,8 +40,8 @@ namespace {
 // Stall times follow Horovod: report after a minute, give up after five.
 constexpr double kDefaultCycleTimeMs = 0.0;
 constexpr std::size_t kDefaultFusionThreshold = 64u << 10;  // 64 KiB
-constexpr std::size_t kDefaultChunkBytes = 1u << 20;       // 1 MiB
-constexpr std::size_t kDefaultCarryBytes = 64u << 10;      // 64 KiB
+constexpr std::size_t kDefaultChunkBytes = 1u << 20;        // 1 MiB
+constexpr std::size_t kDefaultCarryBytes = 64u << 10;       // 64 KiB
 constexpr std::size_t kDefaultCacheCapacity = 1024;
 constexpr double kDefaultStallCheckSeconds = 60.0;
 constexpr double kDefaultStallShutdownSeconds = 300.0;
@@ -68,231 +72,11 @@ constexpr double kMaxCycleTimeMs = 10'000.0;
 constexpr double kMaxSeconds = 1e9;  // keeps the milliseconds well inside int64
 // Autotune: more steps per trial only lengthen the search; a thousand is already hours.
 constexpr std::size_t kMaxAutotuneSteps = 1000;
-const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
-
-std::string trim(const char* raw) {
-  std::string s = raw;
-  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (!s.empty() && space(s.back())) s.pop_back();
-  std::size_t start = 0;
-  while (start < s.size() && space(s[start])) ++start;
-  return s.substr(start);
-}
-
-[[noreturn]] void reject(const char* var, const std::string& value, const std::string& expected) {
-  throw InvalidArgument(std::string(var) + "='" + value + "': expected " + expected);
-}
-
-// Plain bytes or a K/M/G suffix (KiB multiples), optionally followed by "B" or "iB".
-bool parseBytes(const std::string& s, std::size_t& out) {
-  std::uint64_t n = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (ec != std::errc() || end == s.data()) return false;
-  std::string unit(end, s.data() + s.size());
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (!unit.empty()) {
-    shift = unit[0] == 'K' ? 10 : unit[0] == 'M' ? 20 : unit[0] == 'G' ? 30 : -1;
-    std::string rest = unit.substr(1);
-    if (shift < 0 || (!rest.empty() && rest != "B" && rest != "IB")) return false;
-  }
-  if (n > (SIZE_MAX >> shift)) return false;
-  out = static_cast<std::size_t>(n) << shift;
-  return true;
-}
-
-// Whole numbers in full ("1000000000", not "1e+09"), so that messages read as written.
-std::string formatNumber(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(std::llround(v));
-  char buf[32];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
-
-// "4K": bytes with the largest suffix that writes them whole.
-std::string suffixed(std::size_t bytes) {
-  for (auto [shift, suffix] : {std::pair{30, 'G'}, {20, 'M'}, {10, 'K'}}) {
-    if (bytes != 0 && bytes % (std::size_t{1} << shift) == 0)
-      return std::to_string(bytes >> shift) + suffix;
-  }
-  return std::to_string(bytes);
-}
-
-// "4096 (4K)": the exact count, and the short form where there is one.
-std::string withUnit(std::size_t bytes) {
-  std::string exact = std::to_string(bytes), short_form = suffixed(bytes);
-  return short_form == exact ? exact : exact + " (" + short_form + ")";
-}
-
-bool parseNumber(const std::string& s, double& out) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && end == s.data() + s.size() && std::isfinite(out);
-}
-
-// How a time setting is written and what the runtime can represent of it.
-struct TimeSetting {
-  const char* unit;             // as the user writes it: "milliseconds", "seconds"
-  double resolution;            // the smallest nonzero value, in `unit`
-  const char* resolution_name;  // that resolution in words: "microsecond"
-  double max;
-  const char* zero;     // what 0 means, or nullptr where 0 is not accepted
-  const char* example;  // appended to "(fractional allowed"
-};
 
 constexpr TimeSetting kCycleTime{"milliseconds",  0.001,     "microsecond",
                                  kMaxCycleTimeMs, "no wait", ", e.g. 0.5"};
 constexpr TimeSetting kStallCheckTime{"seconds", 0.001, "millisecond", kMaxSeconds, nullptr, ""};
 constexpr TimeSetting kStallShutdownTime{"seconds", 0.001, "millisecond", kMaxSeconds, "never", ""};
-
-// Horovod's names of the same settings, honoured when the ACCORD_ name is unset so that
-// a Horovod job script keeps its tuning. Units agree (Horovod's cycle time is in
-// milliseconds and its threshold in bytes too); Horovod's log levels "warning" and
-// "fatal" are read as warn and error.
-constexpr std::pair<const char*, const char*> kHorovodNames[] = {
-    {"ACCORD_CYCLE_TIME", "HOROVOD_CYCLE_TIME"},
-    {"ACCORD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"},
-    {"ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"},
-    {"ACCORD_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS"},
-    {"ACCORD_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
-    {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
-    {"ACCORD_TIMELINE", "HOROVOD_TIMELINE"},
-    {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"},
-    {"ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE"},
-    {"ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"},
-};
-
-const char* horovodName(const char* var) {
-  for (auto [accord_name, horovod_name] : kHorovodNames)
-    if (std::string_view(var) == accord_name) return horovod_name;
-  return nullptr;
-}
-
-class Reader {
- public:
-  explicit Reader(const Config::Getenv& getenv) : getenv_(getenv) {}
-
-  // var's value, else its Horovod alias's, each trimmed and parsed by
-  // parse(name, text), which rejects a bad one naming the variable; nullopt when both are
-  // unset or empty. Both set to different values (as parsed: 64K and 65536 agree) is an
-  // error naming both.
-  template <class T, class Parse>
-  std::optional<T> read(const char* var, Parse parse) const {
-    const auto own = raw(var);
-    const char* alias = horovodName(var);
-    const auto other = alias ? raw(alias) : std::nullopt;
-    std::optional<T> a, b;
-    if (own) a = parse(var, *own);
-    if (other) b = parse(alias, *other);
-    if (a && b && !(*a == *b)) {
-      throw InvalidArgument(std::string(var) + "='" + *own + "' and " + alias + "='" + *other +
-                            "' are the same setting with different values: unset one of them");
-    }
-    return a ? a : b;
-  }
-
-  // Bytes in [min, max]; `note` (may be empty) says what special values mean.
-  std::size_t bytes(const char* var, std::size_t fallback, std::size_t min, std::size_t max,
-                    const std::string& note) const {
-    return read<std::size_t>(var,
-                             [&](const char* name, const std::string& s) {
-                               std::size_t v = 0;
-                               if (!parseBytes(s, v) || v < min || v > max) {
-                                 reject(name, s,
-                                        "bytes between " + withUnit(min) + " and " + withUnit(max) +
-                                            ", suffixes K, M, G" +
-                                            (note.empty() ? "" : "; " + note));
-                               }
-                               return v;
-                             })
-        .value_or(fallback);
-  }
-
-  std::size_t count(const char* var, std::size_t fallback, std::size_t max,
-                    const char* note) const {
-    return read<std::size_t>(
-               var,
-               [&](const char* name, const std::string& s) {
-                 std::uint64_t v = 0;
-                 auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-                 if (ec != std::errc() || end != s.data() + s.size() || v > max)
-                   reject(name, s,
-                          "an integer between 0 and " + std::to_string(max) + " (" + note + ")");
-                 return static_cast<std::size_t>(v);
-               })
-        .value_or(fallback);
-  }
-
-  // A fractional time: 0 when `time.zero` allows it, else in [time.resolution, time.max].
-  double time(const char* var, double fallback, const TimeSetting& t) const {
-    return read<double>(
-               var, [&](const char* name, const std::string& s) { return parseTime(name, s, t); })
-        .value_or(fallback);
-  }
-
-  std::string level(const char* var, const char* fallback) const {
-    return read<std::string>(
-               var, [&](const char* name, const std::string& s) { return parseLevel(name, s); })
-        .value_or(fallback);
-  }
-
-  // Text as given; a path (ACCORD_TIMELINE) compares with its alias as the file it
-  // names, so a relative and an absolute spelling of one file agree.
-  std::string text(const char* var, bool path = false) const {
-    struct Text {
-      std::string value, key;
-      bool operator==(const Text& o) const { return key == o.key; }
-    };
-    return read<Text>(var,
-                      [&](const char*, const std::string& s) {
-                        std::error_code ec;
-                        const auto absolute = std::filesystem::absolute(s, ec).lexically_normal();
-                        return Text{s, path && !ec ? absolute.string() : s};
-                      })
-        .value_or(Text{})
-        .value;
-  }
-
-  bool given(const char* var) const {
-    const char* alias = horovodName(var);
-    return raw(var) || (alias && raw(alias));
-  }
-
- private:
-  static double parseTime(const char* name, const std::string& s, const TimeSetting& t) {
-    std::string expected = std::string(t.unit) + " between " + formatNumber(t.resolution) +
-                           " and " + formatNumber(t.max) + " (fractional allowed" + t.example +
-                           ")" + (t.zero ? std::string(", or 0 = ") + t.zero : "");
-    double v = 0;
-    if (!parseNumber(s, v) || v < 0 || v > t.max || (v == 0 && !t.zero)) reject(name, s, expected);
-    if (v > 0 && v < t.resolution) {
-      throw InvalidArgument(std::string(name) + "='" + s + "': below the resolution of 1 " +
-                            t.resolution_name + ", where it would round to 0" +
-                            (t.zero ? std::string(" (") + t.zero + ")" : "") + "; expected " +
-                            expected);
-    }
-    return v;
-  }
-
-  static std::string parseLevel(const char* name, const std::string& s) {
-    std::string v = s;
-    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (v == "warning") v = "warn";  // Horovod's spellings
-    if (v == "fatal") v = "error";
-    for (const char* known : kLogLevels)
-      if (v == known) return v;
-    reject(name, s, "one of trace, debug, info, warn, error, off");
-  }
-
-  std::optional<std::string> raw(const char* var) const {
-    const char* value = getenv_(var);
-    if (value == nullptr) return std::nullopt;
-    std::string s = trim(value);
-    if (s.empty()) return std::nullopt;
-    return s;
-  }
-
-  const Config::Getenv& getenv_;
-};
 
 std::chrono::milliseconds secondsToMs(double s) {
   return std::chrono::milliseconds(std::llround(s * 1000.0));
