@@ -19,6 +19,10 @@ def test_shutdown_fails_pending_and_later_calls(hvd):
             hvd.synchronize(handle)
     with pytest.raises(ValueError, match="shut down"):
         hvd.allreduce(torch.ones(2))
-    with pytest.raises(hvd.NotInitializedError, match="not initialized"):
+    with pytest.raises(hvd.NotInitializedError, match="not initialized") as e:
         hvd.rank()
+    # Not "call hvd.init() first": here that init() would fail (Accord finalized MPI).
+    assert "call hvd.init()" not in str(e.value), str(e.value)
+    assert "shut down in this process by shutdown(), and init() starts it again only where " \
+           "the application initialized MPI itself" in str(e.value), str(e.value)
     hvd.shutdown()  # again: harmless

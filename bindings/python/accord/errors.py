@@ -51,5 +51,12 @@ def _python_names(message):
     inits = [call for module, call in (("accord.torch", "hvd.init() (accord.torch.init())"),
                                        ("accord.numpy", "accord.numpy.init()"))
              if module in sys.modules] or ["accord.torch.init()"]
+    shut = " (it was shut down in this process by shutdown())"
+    if message.endswith(shut) and "call " in message:
+        # After shutdown() an init() starts Accord again only where the application
+        # initialized MPI itself: the usual hint would send the caller into that error.
+        message = re.sub(r"; call (accord::)?init\(\) first", "", message[:-len(shut)])
+        message += ("; it was shut down in this process by shutdown(), and init() starts it "
+                    "again only where the application initialized MPI itself (mpi4py)")
     message = re.sub(r"call (accord::)?init\(\) first", f"call {' or '.join(inits)} first", message)
     return message[len("accord::"):] if message.startswith("accord::") else message
