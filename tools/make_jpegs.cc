@@ -6,6 +6,7 @@
 //
 // Sizes are drawn per image in [--min-size, --max-size] for width and height apart,
 // so crops and scaled decoding meet varied shapes. Everything follows from --seed.
+#include "cli_checks.h"
 #include "data.h"
 #include "idx.h"
 #include "jpeg.h"
@@ -177,7 +178,9 @@ int main(int argc, char** argv) {
   app.add_option("--quality", o.quality, "JPEG quality")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of sizes, tints and grain")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of sizes, tints and grain")
+      ->check(accord_tools::nonNegativeInteger())
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.max_size < o.min_size) {
     std::fprintf(stderr, "accord-make-jpegs: error: --max-size %d is below --min-size %d\n",

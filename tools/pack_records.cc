@@ -4,33 +4,18 @@
 //
 //   accord-pack data/train packed/train --shards 8
 //   accord-pack data/val packed/val
+#include "cli_checks.h"
+#include "progress.h"
 #include "records.h"
 
 #include <CLI/CLI.hpp>
 
-#include "progress.h"
-
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
 
 using namespace accord::resnet;
-
-namespace {
-// A whole number that fits: CLI11 would wrap -5 into a 64-bit seed, or saturate 2^64.
-CLI::Validator nonNegativeInteger() {
-  return CLI::Validator(
-      [](std::string& input) -> std::string {
-        std::uint64_t v = 0;
-        const char* end = input.data() + input.size();
-        const auto [stop, error] = std::from_chars(input.data(), end, v);
-        return error == std::errc() && stop == end ? "" : input + " is not an integer in [0, 2^64)";
-      },
-      "[0, 2^64)");
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -48,7 +33,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--seed", opt.seed, "seed of the records' order")
-      ->check(nonNegativeInteger())
+      ->check(accord_tools::nonNegativeInteger())
       ->capture_default_str();
   std::string corrupt = "reject";
   app.add_option("--corrupt", corrupt,

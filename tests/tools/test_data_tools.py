@@ -183,9 +183,11 @@ class Pack(unittest.TestCase):
 
     def test_a_seed_out_of_range_is_refused(self):
         for seed in ("-5", "18446744073709551616"):
-            r = run([PACK, self.train, os.path.join(self.dir, "p"), "--seed", seed, "--quiet"])
-            self.assertEqual(r.returncode, 105, r.stderr)  # CLI11's validation failure
-            self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
+            for cmd in ([PACK, self.train, os.path.join(self.dir, "p")],
+                        [MAKE_JPEGS, os.path.join(self.dir, "m")]):
+                r = run(cmd + ["--seed", seed, "--quiet"] if cmd[0] == PACK else cmd + ["--seed", seed])
+                self.assertEqual(r.returncode, 105, r.stderr)  # CLI11's validation failure
+                self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
 
 
 if __name__ == "__main__":
