@@ -94,8 +94,6 @@ void initTopology(Runtime& rt) {
   MPI_Comm_free(&local);
 }
 
-// Fusion planning and the cache's bit vectors are computed locally on every rank, so
-// the settings that shape them must agree.
 // A bad ACCORD_* value on some ranks fails init() on every rank, rather than leaving the
 // others waiting in init()'s collectives for ranks that never reach them.
 void checkConfigParsed(const Runtime& rt, const std::string& error) {
@@ -108,6 +106,8 @@ void checkConfigParsed(const Runtime& rt, const std::string& error) {
                           "settings must be valid, and the same, on every rank");
 }
 
+// Fusion planning and the cache's bit vectors are computed locally on every rank, so
+// the settings that shape them must agree.
 void checkConfigAgrees(const Runtime& rt) {
   const std::pair<const char*, std::uint64_t> values[] = {
       {"ACCORD_FUSION_THRESHOLD", rt.config.fusion_threshold},
