@@ -66,6 +66,19 @@ def test_numpy_non_contiguous_and_grouped_and_errors(hvd):
         acc.allreduce_(frozen)
     with pytest.raises(NotImplementedError, match="Adasum"):
         acc.allreduce(np.ones(2), op=acc.Adasum)
+    # The in-place forms take arrays only; a list or a scalar says so.
+    for bad in ([1.0, 2.0], 3.0, np.float32(2)):
+        with pytest.raises(ValueError, match="expected a numpy.ndarray"):
+            acc.allreduce_(bad)
+        with pytest.raises(ValueError, match="expected a numpy.ndarray"):
+            acc.broadcast_(bad, 0)
+    # A 0-d array or a scalar has no rows to gather, scatter or exchange: refused as the
+    # runtime refuses it, not made a row of one.
+    for call in (lambda x: acc.allgather(x), lambda x: acc.reducescatter(x, op=acc.Sum),
+                 lambda x: acc.alltoall(x)):
+        for scalar in (np.array(1.0, dtype=np.float32), 5):
+            with pytest.raises(ValueError, match="at least one dimension"):
+                call(scalar)
 
 
 def test_torch_imports_after_accord_numpy(hvd):

@@ -39,7 +39,8 @@ def _view(array, what, name):
     return array.ctypes.data, _code(array, what, name), array.shape
 
 
-def _in_place(array, what):
+def _in_place(array, what, name):
+    _code(array, what, name)  # an ndarray of a dtype Accord takes, before its flags are read
     if not array.flags.writeable:
         raise ValueError(f"{what}: the array is read-only")
     if array.flags.c_contiguous:
@@ -61,7 +62,7 @@ def _output(op):
 def allreduce_async_(array, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     op = resolve_op(op, None, "allreduce")
-    work, finish = _in_place(array, "allreduce")
+    work, finish = _in_place(array, "allreduce", name)
     data, code, shape = _view(work, "allreduce", name)
     core = _core.allreduce_async(data, code, shape, -1, name or "", op, float(prescale_factor),
                                  float(postscale_factor), process_set._id("allreduce"))
@@ -108,7 +109,7 @@ def grouped_allreduce(arrays, op=None, name=None, prescale_factor=1.0, postscale
 
 # ---- broadcast -----------------------------------------------------------------------
 def broadcast_async_(array, root_rank, name=None, process_set=global_process_set):
-    work, finish = _in_place(array, "broadcast")
+    work, finish = _in_place(array, "broadcast", name)
     data, code, shape = _view(work, "broadcast", name)
     root = process_set.set_rank_of(root_rank, "broadcast")
     core = _core.broadcast_async(data, code, shape, -1, name or "", root,
@@ -131,7 +132,7 @@ def broadcast_(array, root_rank, name=None, process_set=global_process_set):
 
 # ---- collectives with outputs Accord allocates -----------------------------------------
 def allgather_async(array, name=None, process_set=global_process_set):
-    work = np.ascontiguousarray(array)
+    work = np.asarray(array, order="C")  # a 0-d array stays 0-d, and is refused
     data, code, shape = _view(work, "allgather", name)
     core = _core.allgather_async(data, code, shape, -1, name or "", process_set._id("allgather"))
     return register([core], work, lambda: _output(core))
@@ -143,7 +144,7 @@ def allgather(array, name=None, process_set=global_process_set):
 
 
 def alltoall_async(array, splits=None, name=None, process_set=global_process_set):
-    work = np.ascontiguousarray(array)
+    work = np.asarray(array, order="C")  # a 0-d array stays 0-d, and is refused
     data, code, shape = _view(work, "alltoall", name)
     splits = [] if splits is None else [int(s) for s in splits]
     core = _core.alltoall_async(data, code, shape, -1, splits, name or "",
@@ -162,7 +163,7 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(array, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     op = resolve_op(op, None, "reducescatter")
-    work = np.ascontiguousarray(array)
+    work = np.asarray(array, order="C")  # a 0-d array stays 0-d, and is refused
     data, code, shape = _view(work, "reducescatter", name)
     core = _core.reducescatter_async(data, code, shape, -1, name or "", op,
                                      float(prescale_factor), float(postscale_factor),
