@@ -120,9 +120,10 @@ class Reader {
     };
     return read<Text>(var,
                       [&](const char*, const std::string& s) {
+                        if (!path) return Text{s, s};
                         std::error_code ec;
                         const auto absolute = std::filesystem::absolute(s, ec).lexically_normal();
-                        return Text{s, path && !ec ? absolute.string() : s};
+                        return Text{s, ec ? s : absolute.string()};
                       })
         .value_or(Text{})
         .value;

@@ -56,7 +56,9 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
   std::string name = op.request.name;
   Timeline& timeline = Timeline::instance();
   if (timeline.active() && op.request.type != RequestType::Join) {
-    const std::vector<std::string> track = Timeline::tracksOf(set.id, {name});
+    const std::vector<std::string> names{name};
+    std::vector<std::string> renamed;
+    const auto& track = Timeline::tracksOf(set.id, names, renamed);
     timeline.tensorSpan(track.front(), "queue", op.enqueued, now);
     timeline.tensorsPhase(track, "negotiate", now);
   }
@@ -70,8 +72,8 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
 std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
                                           std::vector<std::uint64_t>& bits, std::size_t& hits,
                                           Clock::time_point now, Carriage* carriage) {
-  const auto demote_after = std::min<Clock::duration>(std::chrono::seconds(1),
-                                                      config_.stall_check_time / 2);
+  const auto demote_after =
+      std::min<Clock::duration>(std::chrono::seconds(1), config_.stall_check_time / 2);
   std::vector<Request> to_send;
   for (auto& [name, p] : set.pending) {
     if (p.sent) continue;
@@ -213,8 +215,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   // hits (their AND equals their OR) and had nothing else pending or to send.
   bool same_hits = true;
   for (std::size_t i = 0; i < w && same_hits; ++i) same_hits = bits[1 + i] == ~bits[1 + 2 * w + i];
-  out.anyone_pending =
-      !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
+  out.anyone_pending = !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
   applyCacheVerdict(set, w, bits, carrying, out);
   if (!(bits[0] & kNothingToSend)) {
     auto fresh = gatherAndDecide(set, to_send, now);
@@ -268,8 +269,8 @@ void Controller::reportStalls(ProcessSet& set, Clock::time_point now) {
   auto stalls = set.coordinator->stalled(now, config_.stall_check_time);
   if (stalls.empty()) return;
   set.last_stall_report = now;
-  log().warn("process set {}: tensors waiting for other ranks{}:\n{}", set.id,
-             setRanksNote(set), formatStallReport(stalls, set.size));
+  log().warn("process set {}: tensors waiting for other ranks{}:\n{}", set.id, setRanksNote(set),
+             formatStallReport(stalls, set.size));
 }
 
 }  // namespace accord

@@ -65,7 +65,8 @@ void Executor::completeCarried(ProcessSet& set, const std::vector<Response>& car
       // The data moved inside the negotiation phase, which this ends.
       const std::string args =
           fmt::format("{{\"tensors\":1,\"bytes\":{},\"carried\":true}}", response.totalBytes());
-      const std::vector<std::string> tracks = Timeline::tracksOf(set.id, response.names);
+      std::vector<std::string> renamed;
+      const auto& tracks = Timeline::tracksOf(set.id, response.names, renamed);
       timeline.tensorsPhase(tracks, responseTypeName(response.type), now, args);
       timeline.tensorsDone(tracks, now);
     }
@@ -97,8 +98,8 @@ void Executor::runData(ProcessSet& set, const Response& response) {
   };
   Timeline& timeline = Timeline::instance();
   const bool traced = timeline.active();
-  const std::vector<std::string> tracks =
-      traced ? Timeline::tracksOf(set.id, response.names) : std::vector<std::string>{};
+  std::vector<std::string> renamed;  // the tracks where the set is not the global one
+  const auto& tracks = traced ? Timeline::tracksOf(set.id, response.names, renamed) : renamed;
   if (traced) {
     const std::string args =
         fmt::format("{{\"tensors\":{},\"bytes\":{},\"group\":{}}}", response.names.size(),
@@ -138,8 +139,11 @@ void Executor::runData(ProcessSet& set, const Response& response) {
 void Executor::runControl(ProcessSet& set, const Response& response,
                           std::vector<SetChange>& changes) {
   auto tensors = take(set, response);
-  if (Timeline::instance().active())
-    Timeline::instance().tensorsDone(Timeline::tracksOf(set.id, response.names), Clock::now());
+  if (Timeline::instance().active()) {
+    std::vector<std::string> renamed;
+    Timeline::instance().tensorsDone(Timeline::tracksOf(set.id, response.names, renamed),
+                                     Clock::now());
+  }
   std::shared_ptr<detail::HandleState> handle;
   if (!tensors.empty() && tensors[0]) handle = tensors[0]->entry.handle;
   switch (response.type) {
@@ -173,8 +177,8 @@ void Executor::runControl(ProcessSet& set, const Response& response,
       return;
     }
     case ResponseType::RemoveProcessSet:
-      changes.push_back({response.type, {}, static_cast<ProcessSetId>(response.rank_rows.at(0)),
-                         handle});
+      changes.push_back(
+          {response.type, {}, static_cast<ProcessSetId>(response.rank_rows.at(0)), handle});
       return;
     default:  // Barrier: agreement was the whole point
       if (handle) handle->completePart();

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -43,7 +43,10 @@ void Timeline::start(const std::string& path) {
   app_tracks_.clear();
   next_tid_ = 1;
   buffer_ = "[\n";
-  buffer_ += nlohmann::json({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0},
+  buffer_ += nlohmann::json({{"name", "process_name"},
+                             {"ph", "M"},
+                             {"pid", 0},
+                             {"tid", 0},
                              {"args", {{"name", "Accord (rank 0)"}}}})
                  .dump();
   writeLocked();
@@ -62,12 +65,14 @@ void Timeline::stop() {
   fd_ = -1;
 }
 
-std::vector<std::string> Timeline::tracksOf(int set, const std::vector<std::string>& names) {
+const std::vector<std::string>& Timeline::tracksOf(int set, const std::vector<std::string>& names,
+                                                   std::vector<std::string>& renamed) {
   if (set == 0) return names;  // the global process set
-  std::vector<std::string> out;
-  out.reserve(names.size());
-  for (const std::string& name : names) out.push_back(name + " [set " + std::to_string(set) + "]");
-  return out;
+  renamed.clear();
+  renamed.reserve(names.size());
+  for (const std::string& name : names)
+    renamed.push_back(name + " [set " + std::to_string(set) + "]");
+  return renamed;
 }
 
 double Timeline::micros(Clock::time_point t) const {
@@ -82,20 +87,26 @@ Timeline::Track& Timeline::track(const std::string& name, bool tensor) {
     // The track's name, from the application, goes through the JSON library once here;
     // its events refer to it by number. Application tracks sort above the tensors.
     buffer_ += ",\n";
-    buffer_ += nlohmann::json({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+    buffer_ += nlohmann::json({{"name", "thread_name"},
+                               {"ph", "M"},
+                               {"pid", 0},
+                               {"tid", tid},
                                {"args", {{"name", name}}}})
                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     buffer_ += ",\n";
-    buffer_ += nlohmann::json({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0},
-                               {"tid", tid}, {"args", {{"sort_index", tensor ? tid + 100000 : tid}}}})
+    buffer_ += nlohmann::json({{"name", "thread_sort_index"},
+                               {"ph", "M"},
+                               {"pid", 0},
+                               {"tid", tid},
+                               {"args", {{"sort_index", tensor ? tid + 100000 : tid}}}})
                    .dump();
   }
   return it->second;
 }
 
 void Timeline::event(char ph, int tid, double ts, const char* name, const std::string& args) {
-  fmt::format_to(std::back_inserter(buffer_), ",\n{{\"ph\":\"{}\",\"pid\":0,\"tid\":{},\"ts\":{:.3f}",
-                 ph, tid, ts);
+  fmt::format_to(std::back_inserter(buffer_),
+                 ",\n{{\"ph\":\"{}\",\"pid\":0,\"tid\":{},\"ts\":{:.3f}", ph, tid, ts);
   if (name) fmt::format_to(std::back_inserter(buffer_), ",\"name\":\"{}\"", name);
   if (!args.empty()) {
     buffer_ += ",\"args\":";

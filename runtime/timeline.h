@@ -23,9 +23,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <unordered_map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace accord {
@@ -51,8 +51,7 @@ class Timeline {
   void tensorSpan(const std::string& tensor, const char* phase, Clock::time_point begin,
                   Clock::time_point end);
   // A step nested in each tensor's current phase, ending the previous step.
-  void tensorsStep(const std::vector<std::string>& tensors, const char* step,
-                   Clock::time_point at);
+  void tensorsStep(const std::vector<std::string>& tensors, const char* step, Clock::time_point at);
   // Ends each tensor's step and phase.
   void tensorsDone(const std::vector<std::string>& tensors, Clock::time_point at);
 
@@ -69,7 +68,9 @@ class Timeline {
   // The tracks of `names` submitted in process set `set`: the names themselves in the
   // global set, "name [set 2]" in another, so that one name in two sets (negotiated
   // apart, at other times) gets two tracks rather than interleaved phases on one.
-  static std::vector<std::string> tracksOf(int set, const std::vector<std::string>& names);
+  // In the global set, `names` itself (no copy per traced response); else `renamed`, filled.
+  static const std::vector<std::string>& tracksOf(int set, const std::vector<std::string>& names,
+                                                  std::vector<std::string>& renamed);
 
   // Appends the buffered events to the file when kWriteEvery has passed since the last
   // write, or `now`. Background thread, once per cycle.
@@ -89,7 +90,7 @@ class Timeline {
   // unescaped, everything from outside goes through nlohmann::json.
   void event(char ph, int tid, double ts, const char* name = nullptr,
              const std::string& args = {});  // mu_ held
-  void closeTrack(Track& t, double ts);         // mu_ held
+  void closeTrack(Track& t, double ts);      // mu_ held
   double micros(Clock::time_point t) const;
   void writeLocked();
 
