@@ -7,6 +7,8 @@
 #include <accord/accord.h>
 #include <accord/error.h>
 
+#include "ops/cpu/integer_average.h"
+
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -101,16 +103,9 @@ template <class T>
       for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] * fd);
     }
   } else {
-    // Average's division alone, in integers: through double, a 64-bit value above 2^53
-    // would lose its low bits. Rounded as below: half away from zero.
-    if (sizeof(T) == 8 && factor == 1.0 && divisor >= 1.0 && divisor <= 0x1p53 &&
-        divisor == std::floor(divisor)) {
+    if (dividesAsIntegers(sizeof(T), factor, divisor)) {
       const T d = static_cast<T>(divisor);
-      for (std::size_t i = 0; i < n; ++i) {
-        const T q = data[i] / d, r = data[i] % d;
-        const T twice = r < 0 ? -2 * r : 2 * r;
-        data[i] = twice >= d ? (data[i] < 0 ? q - 1 : q + 1) : q;
-      }
+      for (std::size_t i = 0; i < n; ++i) data[i] = divideRounded(data[i], d);
       return;
     }
     for (std::size_t i = 0; i < n; ++i)

@@ -7,6 +7,8 @@
 // then correctly rounded, which is what makes the results equal the host kernels'.
 #include "ops/cuda/kernels.h"
 
+#include "ops/cpu/integer_average.h"
+
 #include <accord/error.h>
 
 #include <cuda_bf16.h>
@@ -96,8 +98,21 @@ void launchScaleFloat(void* data, std::size_t n, double factor, double divisor,
 }
 
 template <class T>
+__global__ void divideInt(T* data, std::size_t n, T divisor) {
+  for (std::size_t i = firstIndex(); i < n; i += gridStride())
+    data[i] = cpu::divideRounded(data[i], divisor);
+}
+
+template <class T>
 void launchScaleInt(void* data, std::size_t n, double factor, double divisor,
                     cudaStream_t stream) {
+  if constexpr (sizeof(T) == 8) {  // int64
+    if (cpu::dividesAsIntegers(sizeof(T), factor, divisor)) {
+      divideInt<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n,
+                                                          static_cast<T>(divisor));
+      return;
+    }
+  }
   scaleInt<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, factor, divisor);
 }
 
