@@ -65,6 +65,7 @@ enum ScratchSlot {
   kSlotFusionSums = 8,   // ... and that output's sums
   kSlotBnBackward = 9,   // launchBnBackwardTraining's partial sums and coefficients
   kSlotInputSlots = 10,  // 16-bit math: gather_input_async's pool indices
+  kSlotBnStatistics = 11,  // launchBnStatistics's partial sums
 };
 
 // Whether activations are stored in 16 bits (Math::Bf16: bfloat16, Math::Fp16: IEEE
@@ -195,6 +196,11 @@ struct BnAffine {
   float eps;
 };
 void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C, size_t HW);
+// The end of a residual block in one pass: y = max(a * scale + shift + t, 0), with
+// t = s * scale' + shift' of `g` where `g` (the shortcut's batch norm) is given, else s.
+// Nothing is rounded between the maps and the sum. y may be a or s.
+void launchBnAddRelu(const float* a, BnAffine f, const float* s, const BnAffine* g, float* y,
+                     int N, int C, size_t HW);
 void launchBnReluMask(const float* x, const float* dy, float* g, BnAffine f, int N, int C,
                       size_t HW);
 // Inference-mode backward (mean and variance fixed): dbeta = sum g, dgamma = sum g * xhat,
@@ -216,6 +222,13 @@ bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float*
 void launchBnFinalize(const float* sum, const float* sqsum, double count, int C, float momentum,
                       float eps, float* save_mean, float* save_invstd, float* running_mean,
                       float* running_var);
+// A training batch norm's statistics of 16-bit NHWC x, (N, C, HW), summed here in a fixed
+// order (bn_stats.cu): save_mean and save_invstd, and the running statistics moved, as
+// launchBnFinalize leaves them. False, with nothing launched, unless C is a multiple of
+// 8 and x starts on 16 bytes.
+bool launchBnStatistics(const float* x, int N, int C, size_t HW, float momentum, float eps,
+                        float* save_mean, float* save_invstd, float* running_mean,
+                        float* running_var);
 // 16-bit (rows, C) x: each channel's sum and sum of squares; and out[0] = max |x - y|,
 // out[1] = max |y| (as float bits; out zeroed first).
 void launchChannelSums(const void* x, size_t rows, int C, float* sum, float* sqsum);

@@ -1,6 +1,8 @@
 // Batch norm's own kernels: the affine map from given statistics with the ReLU after it
 // (after a fused convolution summed them, where cuDNN did not fuse the ReLU, and in
-// inference), its gradient mask, and the inference-mode backward; see backend_cuda.h.
+// inference), the same map ending a residual block (with the shortcut's own map, the
+// sum and the ReLU in the one pass), its gradient mask, and the inference-mode
+// backward; see backend_cuda.h.
 //
 // The map and the mask read each channel's scale and shift from shared memory, made
 // once per block, rather than from its four parameters per value; in 16 bits (NHWC,
@@ -129,6 +131,39 @@ __global__ void bnReluMaskKernel(const A* x, const A* dy, A* g, BnAffine f, size
   }
 }
 
+// y = max(a * scale + shift + t, 0), t = s mapped by g's (scale, shift) (kDual) or s;
+// with the channels of g after f's in shared memory.
+template <class A, bool kShared, bool kDual>
+__global__ void bnAddReluKernel(const A* a, const A* s, A* y, BnAffine f, BnAffine g,
+                                size_t total, int C, size_t HW, size_t packs) {
+  extern __shared__ float2 channels[];
+  loadChannels<kShared>(f, C, channels);
+  if constexpr (kDual) loadChannels<kShared>(g, C, channels + C);
+  constexpr int K = Pack<A>::kCount;
+  PackChannels<A, kShared> cf(C), cg(C);
+  // Explicitly rounded, as the maps are (bn_channel.cuh): one evaluation everywhere.
+  const auto sum = [](float v, float t) { return fmaxf(__fadd_rn(v, t), 0.0f); };
+  for (size_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Pack<A> in = reinterpret_cast<const Pack<A>*>(a)[i];
+    const Pack<A> sh = reinterpret_cast<const Pack<A>*>(s)[i];
+    cf.advance(f, channels, C);
+    if constexpr (kDual) cg.advance(g, channels + C, C);
+    Pack<A> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float t = kDual ? normalised(toFloat(sh.v[k]), cg.k[k]) : toFloat(sh.v[k]);
+      out.v[k] = fromFloat<A>(sum(normalised(toFloat(in.v[k]), cf.k[k]), t));
+    }
+    reinterpret_cast<Pack<A>*>(y)[i] = out;
+  }
+  for (size_t i = packs * K + firstIndex(); i < total; i += gridStride()) {
+    const int c = channelAt<A>(i, C, HW);
+    const float t =
+        kDual ? normalised(load(s, i), affineAt<kShared>(g, channels + C, c)) : load(s, i);
+    store(y, i, sum(normalised(load(a, i), affineAt<kShared>(f, channels, c)), t));
+  }
+}
+
 // Sum of v over the block, returned to every thread (blockDim.x == kThreads).
 __device__ double blockSum(double v, double* shared) {
   shared[threadIdx.x] = v;
@@ -209,6 +244,31 @@ void launchBnApply(const float* x, float* y, BnAffine f, bool relu, int N, int C
           bnApplyKernel<A, decltype(shared)::value><<<blocks, kThreads, bytes, backend().stream>>>(
               as<A>(x), as<A>(y), f, relu, total, C, HW, packs);
         });
+  });
+}
+
+void launchBnAddRelu(const float* a, BnAffine f, const float* s, const BnAffine* g, float* y,
+                     int N, int C, size_t HW) {
+  const size_t total = size_t(N) * C * HW;
+  if (!total) return;
+  dispatch([&](auto t) {
+    using A = decltype(t);
+    const size_t packs = packsOf<A>(total, C, {a, s, y});
+    const auto run = [&](auto dual) {
+      constexpr bool kDual = decltype(dual)::value;
+      launchWithChannels(packs ? packs : total, total, kDual ? 2 * C : C,
+                         [&](auto shared, unsigned blocks, size_t bytes) {
+                           bnAddReluKernel<A, decltype(shared)::value, kDual>
+                               <<<blocks, kThreads, bytes, backend().stream>>>(
+                                   as<A>(a), as<A>(s), as<A>(y), f, g ? *g : f, total, C, HW,
+                                   packs);
+                         });
+    };
+    if (g) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
+    }
   });
 }
 

@@ -2,7 +2,19 @@
 // own pass), and the two checks conv_bn.cc makes once per shape before it trusts such
 // sums: per-channel sums of a tensor computed here, and the largest difference between
 // two tensors. 16-bit NHWC activations only (the fused path's layout).
+//
+// Also a training batch norm's statistics alone, summed here (launchBnStatistics), for
+// the layers that apply them in a pass of their own (residual.cc): two launches, the
+// first summing tiles of channels over slices of the rows into rows of partials as
+// bn_backward.cu's first pass does, the second adding each channel's partials in order
+// and finishing as bnFinalizeKernel. No atomics, so the same input gives the same bits.
+// The values are summed less each channel's running mean, which a trained network's
+// batch means stay near, so that the sum of squares does not lose the variance to a
+// large mean.
+#include "nn/cuda/bn_channel.cuh"
 #include "nn/cuda/kernel_util.cuh"
+
+#include <algorithm>
 
 namespace accord::nn::cuda::detail {
 
@@ -14,18 +26,110 @@ namespace {
 // inverse standard deviation 1 / sqrt(var + eps) of the biased variance, as cuDNN's
 // forward training saves them, and the running statistics moved as it moves them
 // (the variance unbiased).
-__global__ void bnFinalizeKernel(const float* sum, const float* sqsum, double count, int C,
-                                 float momentum, float eps, float* save_mean, float* save_invstd,
-                                 float* running_mean, float* running_var) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const double mean = double(sum[c]) / count;
-  const double var = fmax(double(sqsum[c]) / count - mean * mean, 0.0);
+// Channel c from the sums of its `count` values less `shift` (0, or the running mean
+// the sums were taken against).
+__device__ void finalizeChannel(int c, double sum, double sqsum, double shift, double count,
+                                float momentum, float eps, float* save_mean, float* save_invstd,
+                                float* running_mean, float* running_var) {
+  const double centred = sum / count;
+  const double var = fmax(sqsum / count - centred * centred, 0.0);
+  const double mean = shift + centred;
   save_mean[c] = float(mean);
   save_invstd[c] = float(1.0 / sqrt(var + double(eps)));
   const double unbiased = count > 1 ? var * count / (count - 1) : var;
   running_mean[c] = float((1.0 - momentum) * running_mean[c] + momentum * mean);
   running_var[c] = float((1.0 - momentum) * running_var[c] + momentum * unbiased);
+}
+
+__global__ void bnFinalizeKernel(const float* sum, const float* sqsum, double count, int C,
+                                 float momentum, float eps, float* save_mean, float* save_invstd,
+                                 float* running_mean, float* running_var) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  finalizeChannel(c, sum[c], sqsum[c], 0.0, count, momentum, eps, save_mean, save_invstd,
+                  running_mean, running_var);
+}
+
+// Rows each thread sums at least, where the rows allow (as bn_backward.cu).
+constexpr size_t kStatRowsPerThread = 32;
+
+// Pass 1 of launchBnStatistics. Thread t of a block takes channel Pack q = blockIdx.x Qt +
+// t % Qt and the rows r = blockIdx.y R + t / Qt, stepping by gridDim.y R; the block adds
+// its R row slices in order into row blockIdx.y of the partials. `rows` rows of Q Packs.
+template <class A, class I>
+__global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, int Q, int Qt,
+                                       int R, float* part_sum, float* part_sq) {
+  constexpr int P = Pack<A>::kCount;
+  __shared__ float shared[2][kThreads * P];
+  const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
+  const int q = int(blockIdx.x) * Qt + tx;
+  float sum[P], sq[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) sum[j] = 0.0f, sq[j] = 0.0f;
+  if (ty < R && q < Q) {
+    float s[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) s[j] = shift[q * P + j];
+    const auto* xv = reinterpret_cast<const Pack<A>*>(x);
+    for (I r = I(blockIdx.y) * R + ty; r < rows; r += I(gridDim.y) * R) {
+      const Pack<A> a = xv[r * Q + q];
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const float d = toFloat(a.v[j]) - s[j];
+        sum[j] += d;
+        sq[j] += d * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    shared[0][threadIdx.x * P + j] = sum[j];
+    shared[1][threadIdx.x * P + j] = sq[j];
+  }
+  __syncthreads();
+  if (ty != 0 || q >= Q) return;
+  const int C = Q * P;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    float a = 0.0f, b = 0.0f;
+    for (int l = 0; l < R; ++l) {
+      a += shared[0][(l * Qt + tx) * P + j];
+      b += shared[1][(l * Qt + tx) * P + j];
+    }
+    part_sum[size_t(blockIdx.y) * C + q * P + j] = a;
+    part_sq[size_t(blockIdx.y) * C + q * P + j] = b;
+  }
+}
+
+constexpr int kStatSlices = kThreads / 32;
+
+// Pass 2: a block takes 32 channels; its warps add every kStatSlices-th row of partials,
+// the first warp the slices in order, and finishes each channel. The running mean is
+// read (as the shift pass 1 took) before it is moved.
+__global__ void bnStatisticsFinalizeKernel(const float* part_sum, const float* part_sq, int parts,
+                                           int C, double count, float momentum, float eps,
+                                           float* save_mean, float* save_invstd,
+                                           float* running_mean, float* running_var) {
+  __shared__ double shared[2][kThreads];
+  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
+  const int c = int(blockIdx.x) * 32 + lane;
+  double a = 0.0, b = 0.0;
+  if (c < C) {
+    for (int p = slice; p < parts; p += kStatSlices) {
+      a += part_sum[size_t(p) * C + c];
+      b += part_sq[size_t(p) * C + c];
+    }
+  }
+  shared[0][threadIdx.x] = a;
+  shared[1][threadIdx.x] = b;
+  __syncthreads();
+  if (slice != 0 || c >= C) return;
+  for (int s = 1; s < kStatSlices; ++s) {
+    a += shared[0][s * 32 + lane];
+    b += shared[1][s * 32 + lane];
+  }
+  finalizeChannel(c, a, b, running_mean[c], count, momentum, eps, save_mean, save_invstd,
+                  running_mean, running_var);
 }
 
 // One block per channel of an (rows, C) tensor: the channel's sum and sum of squares.
@@ -77,6 +181,39 @@ void launchBnFinalize(const float* sum, const float* sqsum, double count, int C,
                       float* running_var) {
   bnFinalizeKernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, backend().stream>>>(
       sum, sqsum, count, C, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+}
+
+bool launchBnStatistics(const float* x, int N, int C, size_t HW, float momentum, float eps,
+                        float* save_mean, float* save_invstd, float* running_mean,
+                        float* running_var) {
+  if (!halfActivations() || N <= 0 || C <= 0 || HW == 0) return false;
+  bool launched = false;
+  dispatchHalf([&](auto h) {
+    using A = decltype(h);
+    constexpr int P = Pack<A>::kCount;
+    if (!wholePacks(C, P, {x})) return;
+    const size_t rows = size_t(N) * HW;
+    const int Q = C / P, Qt = std::min(Q, kThreads), R = kThreads / Qt;
+    const size_t tiles = (size_t(Q) + Qt - 1) / Qt;
+    const size_t want = (rows + R * kStatRowsPerThread - 1) / (R * kStatRowsPerThread);
+    const size_t most = std::max<size_t>(1, 4 * multiprocessors() / tiles);
+    const int parts = int(std::clamp<size_t>(want, 1, std::min<size_t>(most, 65535)));
+    auto* part_sum =
+        static_cast<float*>(scratch(kSlotBnStatistics, 2 * size_t(parts) * C * sizeof(float)));
+    float* part_sq = part_sum + size_t(parts) * C;
+    cudaStream_t stream = backend().stream;
+    withIndex(rows * C, [&](auto index) {
+      using I = decltype(index);
+      bnStatisticsSumsKernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, stream>>>(
+          static_cast<const A*>(static_cast<const void*>(x)), running_mean, I(rows), Q, Qt, R,
+          part_sum, part_sq);
+    });
+    bnStatisticsFinalizeKernel<<<unsigned((C + 31) / 32), kThreads, 0, stream>>>(
+        part_sum, part_sq, parts, C, double(rows), momentum, eps, save_mean, save_invstd,
+        running_mean, running_var);
+    launched = true;
+  });
+  return launched;
 }
 
 void launchChannelSums(const void* x, size_t rows, int C, float* sum, float* sqsum) {
