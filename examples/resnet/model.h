@@ -87,6 +87,11 @@ struct Model {
   float* scratch[3] = {};    // (max activation) gradient ping-pong buffers
   float* bn_dx = nullptr;    // (max activation) a batch norm's input gradient in backward
   bool bn_training = true;   // false: BN uses running statistics (inference mode)
+  // Each block's last batch norm, its shortcut's batch norm, the residual add and the ReLU
+  // as one pass in training, where the layers offer it (ops->bn_add_relu_forward: the
+  // GPU's, --fuse-residual); the blocks' b buffers of those batch norms are then not
+  // written.
+  bool fuse_residual = false;
   // Loss scaling (fp16 on a GPU): the loss's gradient is multiplied by this before
   // backward, so every gradient comes out scaled by it (the device's deviceSgdStep
   // divides it out again). 1 on the CPU.

@@ -85,6 +85,10 @@ void deterministicLayers(Model& m, bool on);
 // 16-bit activations only (other shapes and precisions run unfused). The report says,
 // per shape, what was decided and why. Both need useDevice(m, "cuda") first.
 void fuseConvBatchNorm(Model& m, bool on);
+// Each residual block's last batch norm, its shortcut's batch norm, the add and the ReLU
+// in one pass in training (Model::fuse_residual, nn::cuda::bn_add_relu_forward):
+// --fuse-residual. Needs useDevice(m, "cuda") first.
+void fuseResidual(Model& m, bool on);
 // A graphed training step (deviceTrainStep) is captured as several graphs, one ending
 // after each `bytes` of gradients backward handed on, and each one's gradients go to
 // the sink right after its launch, so that their allreduces overlap the graphs after

@@ -206,6 +206,11 @@ void fuseConvBatchNorm(Model& m, bool on) {
   nn::cuda::set_conv_bn_fusion(on ? nn::cuda::Fusion::WherePays : nn::cuda::Fusion::Off);
 }
 
+void fuseResidual(Model& m, bool on) {
+  if (!m.device) throw Error("fuseResidual: the model is not on a GPU (useDevice)");
+  m.device->mirror.fuse_residual = on;
+}
+
 void graphSegments(Model& m, std::size_t bytes) {
   if (!m.device) throw Error("graphSegments: the model is not on a GPU (useDevice)");
   m.device->graph_segment_bytes = bytes;

@@ -52,6 +52,7 @@ void deterministicLayers(Model&, bool) {
 void fuseConvBatchNorm(Model&, bool) {
   throw Error("fuseConvBatchNorm: no GPU layers in this build");
 }
+void fuseResidual(Model&, bool) { throw Error("fuseResidual: no GPU layers in this build"); }
 void graphSegments(Model&, std::size_t) {
   throw Error("graphSegments: no GPU layers in this build");
 }

@@ -37,10 +37,28 @@ void convBnForward(Model& m, ConvBn& c, const float* x, int N, bool relu) {
   m.ops->batchnorm2d_forward(c.bn, c.a, c.b, N, c.H, c.W, m.bn_training);  // b (N, C, H, W)
 }
 
+// The block's last conv and its shortcut's, then their batch norms, the add and the
+// ReLU in one call (Model::fuse_residual).
+void blockTailForward(Model& m, Block& b, const float* h, int N) {
+  ConvBn& c = b.convs.back();
+  m.ops->conv2d_forward(c.conv, h, c.a, N, c.H_in, c.W_in);  // a (N, C_out, H, W)
+  nn::BatchNorm2d* shortcut_bn = nullptr;
+  const float* shortcut = b.x;
+  if (b.has_down) {
+    m.ops->conv2d_forward(b.down.conv, b.x, b.down.a, N, b.down.H_in, b.down.W_in);
+    shortcut_bn = &b.down.bn;
+    shortcut = b.down.a;
+  }
+  // y (N, C_out, H, W) = relu(bn(a) + shortcut)
+  m.ops->bn_add_relu_forward(c.bn, c.a, shortcut_bn, shortcut, b.down.b, b.y, N, c.H, c.W);
+}
+
 void blockForward(Model& m, Block& b, const float* x, int N) {
   b.x = x;
   const float* h = x;
+  const bool fused = m.fuse_residual && m.bn_training && m.ops->bn_add_relu_forward;
   for (std::size_t i = 0; i < b.convs.size(); ++i) {
+    if (fused && i + 1 == b.convs.size()) return blockTailForward(m, b, h, N);
     convBnForward(m, b.convs[i], h, N, i + 1 < b.convs.size());
     h = b.convs[i].b;
   }

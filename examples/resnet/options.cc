@@ -264,6 +264,10 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                "--device cuda, --precision bf16 or fp16: sum each training batch norm's "
                "statistics in the pass of the convolution before it (cuDNN's graph API), for "
                "the shapes where that checks out and pays; the run ends with what was fused");
+  app.add_flag("--fuse-residual", o.fuse_residual,
+               "--device cuda, --precision bf16 or fp16: end each residual block in training "
+               "with one pass (its last batch norm, the shortcut's batch norm, the add and the "
+               "ReLU) instead of three, the batch norms' statistics summed in a fixed order");
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

@@ -169,6 +169,7 @@ void Trainer::buildModel() {
                                  {opt_.cuda_graphs == "on", "--cuda-graphs"},
                                  {opt_.cuda_graphs == "off", "--no-cuda-graphs"},
                                  {opt_.cudnn_fusion, "--cudnn-fusion"},
+                                 {opt_.fuse_residual, "--fuse-residual"},
                                  {opt_.cuda_graph_segment_given, "--cuda-graph-segment"}})
     if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
   if (opt_.cuda_graphs == "on" && opt_.gpu_profile)
@@ -196,6 +197,11 @@ void Trainer::buildModel() {
         "engines take 16-bit channels-last data), not " +
         opt_.precision);
   if (opt_.cudnn_fusion) fuseConvBatchNorm(model_, true);
+  if (opt_.fuse_residual && opt_.precision != "bf16" && opt_.precision != "fp16")
+    throw InvalidArgument("--fuse-residual needs --precision bf16 or fp16 (its kernels take "
+                          "16-bit channels-last data), not " +
+                          opt_.precision);
+  if (opt_.fuse_residual) fuseResidual(model_, true);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
   if (const auto pool = syntheticPool(*train_src_);

@@ -185,3 +185,12 @@ TEST_CASE("the convolution and batch-norm fusion: off by default, on with its fl
   CHECK(o.cudnn_fusion);
   CHECK(o.cuda_graphs == "auto");
 }
+
+TEST_CASE("the residual fusion: off by default, on with its flag") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK_FALSE(o.fuse_residual);
+  REQUIRE(parseError("--fuse-residual", &o).empty());
+  CHECK(o.fuse_residual);
+  CHECK_FALSE(o.cudnn_fusion);
+}

@@ -23,6 +23,7 @@ const LayerOps& cpuLayers() {
                             &accumulate_relu_backward,
                             &softmax_xent,
                             &topk_correct,
+                            nullptr,
                             nullptr};
   return ops;
 }

@@ -32,6 +32,11 @@ struct LayerOps {
   // A convolution and the batch norm after it in training, fused where the backend can
   // (nn::cuda::conv_bn_forward); nullptr: the two calls above.
   void (*conv_bn_forward)(Conv2d&, BatchNorm2d&, const float*, float*, float*, int, int, int);
+  // The end of a residual block in training, y = relu(bn(a) + shortcut_bn(shortcut) or
+  // shortcut), in one pass where the backend can (nn::cuda::bn_add_relu_forward); nullptr:
+  // batchnorm2d_forward and add_relu_forward.
+  void (*bn_add_relu_forward)(BatchNorm2d&, const float*, BatchNorm2d*, const float*, float*,
+                              float*, int, int, int);
 };
 
 const LayerOps& cpuLayers();

@@ -24,7 +24,8 @@ const LayerOps& layers() {
                             &accumulate_relu_backward,
                             &softmax_xent,
                             &topk_correct,
-                            &conv_bn_forward};
+                            &conv_bn_forward,
+                            &bn_add_relu_forward};
   return ops;
 }
 

@@ -203,6 +203,16 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
                      int W);
 void batchnorm2d_backward(BatchNorm2d& bn, const float* x, const float* dy, float* dx, int N, int H,
                           int W, bool training);
+// The end of a residual block in training, in one pass (residual.cc): y = max(bn(a) + t, 0),
+// t = shortcut_bn(shortcut) where the shortcut has a batch norm, else shortcut; all
+// (N, bn.C, H, W). Each batch norm's statistics are summed (saved and running ones, as
+// batchnorm2d_forward leaves them; its backward then runs the layers' own kernels), and
+// neither batch norm's output is written. Where the kernels cannot take the tensors
+// (float32 activations, channels not a multiple of 8), batchnorm2d_forward into y and
+// into shortcut_out, then add_relu_forward. Both batch norms' relu are set false.
+void bn_add_relu_forward(BatchNorm2d& bn, const float* a, BatchNorm2d* shortcut_bn,
+                         const float* shortcut, float* shortcut_out, float* y, int N, int H,
+                         int W);
 // Which cuDNN call `bn`'s last training forward took: "plain" (or none yet), "Ex" or "Ex
 // with the ReLU" (batchnorm2d.cc), for the tests and the curious.
 std::string batchnorm2d_forward_path(const BatchNorm2d& bn);

@@ -113,6 +113,7 @@ constexpr char kAccumulateRelu[] = "gradient accumulate + relu backward";
 constexpr char kLoss[] = "softmax cross-entropy";
 constexpr char kTopK[] = "top-k";
 constexpr char kConvBnForward[] = "conv + batch norm forward (--cudnn-fusion)";
+constexpr char kBnAddRelu[] = "batch norm + residual add + relu (--fuse-residual)";
 
 // "64x256x56x56 -> 128, 1x1/1": the input (N, C, H, W), the output channels, the filter
 // and its stride.
@@ -210,7 +211,8 @@ const LayerOps& profiledLayers() {
                      &Timed<kAccumulateRelu, &accumulate_relu_backward>::call,
                      &Timed<kLoss, &softmax_xent>::call,
                      &Timed<kTopK, &topk_correct>::call,
-                     &convBnForward};
+                     &convBnForward,
+                     &Timed<kBnAddRelu, &bn_add_relu_forward>::call};
   return ops;
 }
 
