@@ -14,12 +14,11 @@
 // norm's whole statistics pass. Every other shape runs conv2d_forward then
 // batchnorm2d_forward. 16-bit NHWC activations only (Math::Bf16 / Fp16), no bias.
 #include "nn/cuda/backend_cuda.h"
+#include "nn/cuda/cudnn_graph.h"
 
-#include <array>
 #include <cmath>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
 #include <vector>
 
 namespace accord::nn::cuda {
@@ -28,164 +27,36 @@ using namespace detail;
 
 namespace {
 
-// cuDNN has no fused engine here, or this code asked for something it refuses: the
-// shape runs unfused.
-struct NotFused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// A backend descriptor, destroyed with this.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    step(cudnnBackendCreateDescriptor(type, &d_), "creating a descriptor");
-  }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-
-  template <class T>
-  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values,
-            int64_t count = 1) {
-    step(cudnnBackendSetAttribute(d_, name, type, count, values),
-         "setting attribute " + std::to_string(int(name)));
-    return *this;
-  }
-  Desc& set(cudnnBackendAttributeName_t name, const Desc& other) {
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &other.d_);
-  }
-  Desc& finalize() {
-    step(cudnnBackendFinalize(d_), "finalizing");
-    return *this;
-  }
-  cudnnBackendDescriptor_t get() const { return d_; }
-
- private:
-  static void step(cudnnStatus_t s, const std::string& what) {
-    if (s != CUDNN_STATUS_SUCCESS) throw NotFused(what + ": " + cudnnGetErrorString(s));
-  }
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
 enum Uid : int64_t { kX = 1, kW, kY, kSum, kSqSum };
 
-// dims (N, C, H, W), stored channels last: the activations, the filter (K, R, S, C) and,
-// with dims (1, C, 1, 1), the sums.
-std::unique_ptr<Desc> tensor(Uid uid, std::array<int64_t, 4> d, cudnnDataType_t type) {
-  const std::array<int64_t, 4> strides = {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]};
-  const int64_t alignment = 16;
-  auto t = std::make_unique<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const int64_t id = uid;
-  t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
-      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, d.data(), 4)
-      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4)
-      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &id)
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment)
-      .finalize();
-  return t;
-}
-
 struct FusedPlan {
-  // Every descriptor the plan was made from, alive as long as it is (declared first, so
-  // destroyed after it).
-  std::vector<std::unique_ptr<Desc>> keep;
-  std::unique_ptr<Desc> plan;  // null: this shape runs unfused
-  int64_t workspace = 0;
-  std::string why;  // why not, or what it measured
+  std::unique_ptr<graph::Graph> graph;  // what the plan was made from, alive as long as it
+  graph::Plan plan;                     // plan.plan null: this shape runs unfused
+  std::string why;                      // why not, or what it measured
 
   void drop() {  // this shape runs unfused from now on
-    plan.reset();
-    keep.clear();
+    plan = {};
+    graph.reset();
   }
+  bool fused() const { return plan.plan != nullptr; }
 };
 
-// The operation graph and the first execution plan cuDNN's heuristics offer for it.
+// The operation graph (the convolution, then the statistics of its output) and the
+// first execution plan cuDNN's heuristics offer for it.
 void build(FusedPlan& f, const Conv2d& c, int N, int H, int W) {
   const cudnnDataType_t io = activationType(), fp32 = CUDNN_DATA_FLOAT;
   const int64_t K = c.C_out, Ho = c.out_h(H), Wo = c.out_w(W);
-  const auto make = [&f](cudnnBackendDescriptorType_t type) -> Desc& {
-    return *f.keep.emplace_back(std::make_unique<Desc>(type));
-  };
-  const Desc& x = *f.keep.emplace_back(tensor(kX, {N, c.C_in, H, W}, io));
-  const Desc& w = *f.keep.emplace_back(tensor(kW, {K, c.C_in, c.K, c.K}, io));
-  const Desc& y = *f.keep.emplace_back(tensor(kY, {N, K, Ho, Wo}, io));
-  const Desc& sum = *f.keep.emplace_back(tensor(kSum, {1, K, 1, 1}, fp32));
-  const Desc& sqsum = *f.keep.emplace_back(tensor(kSqSum, {1, K, 1, 1}, fp32));
-  const int64_t dims = 2, ones[2] = {1, 1}, stride[2] = {c.stride, c.stride},
-                pad[2] = {c.pad, c.pad};
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  Desc& conv = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  conv.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &fp32)
-      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode)
-      .set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &dims)
-      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, ones, 2)
-      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, stride, 2)
-      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-      .finalize();
-  const float one = 1.0f, zero = 0.0f;
-  Desc& fprop = make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-  fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &one)
-      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &zero)
-      .finalize();
-  const cudnnGenStatsMode_t sums = CUDNN_GENSTATS_SUM_SQSUM;
-  Desc& stats = make(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
-  stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, &sums)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &fp32)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum)
-      .set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum)
-      .finalize();
-  cudnnHandle_t handle = backend().cudnn;
-  const cudnnBackendDescriptor_t ops[2] = {fprop.get(), stats.get()};
-  Desc& graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops, 2)
-      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle)
-      .finalize();
-  const cudnnBackendHeurMode_t heuristics = CUDNN_HEUR_MODE_A;
-  Desc& heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
-      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &heuristics)
-      .finalize();
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0)
-    throw NotFused("cuDNN's heuristics offer no engine");
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) raw.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
-  int64_t got = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                               raw.data()) != CUDNN_STATUS_SUCCESS)
-    throw NotFused("reading cuDNN's heuristics failed");
-  std::string last = "no engine config finalized";
-  for (int64_t i = 0; i < got; ++i) {
-    try {
-      auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
-          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw[i])
-          .finalize();
-      int64_t bytes = 0, n = 0;
-      if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                   CUDNN_TYPE_INT64, 1, &n, &bytes) != CUDNN_STATUS_SUCCESS)
-        continue;
-      f.plan = std::move(plan);
-      f.workspace = bytes;
-      return;
-    } catch (const NotFused& e) {
-      last = e.what();
-      cudaGetLastError();  // nothing sticky from a refused engine
-    }
-  }
-  throw NotFused(last);
+  f.graph = std::make_unique<graph::Graph>(backend().cudnn);
+  graph::Graph& g = *f.graph;
+  const graph::Desc& x = g.tensor(kX, {N, c.C_in, H, W}, io);
+  const graph::Desc& w = g.tensor(kW, {K, c.C_in, c.K, c.K}, io);
+  const graph::Desc& y = g.tensor(kY, {N, K, Ho, Wo}, io);
+  const graph::Desc& sum = g.tensor(kSum, {1, K, 1, 1}, fp32);
+  const graph::Desc& sqsum = g.tensor(kSqSum, {1, K, 1, 1}, fp32);
+  g.convForward(x, w, y, {c.stride, c.pad});
+  g.genStats(y, sum, sqsum);
+  g.finalize();
+  f.plan = graph::firstPlan(g);
 }
 
 // The sums of squares follow the K sums at `sums` from here: a 16-byte boundary, as the
@@ -196,20 +67,14 @@ size_t sqsumAt(int K) { return (size_t(K) + 3) / 4 * 4; }
 // start from zero (nothing says GEN_STATS overwrites rather than adds to them).
 void run(const FusedPlan& f, const void* x, const void* w, void* y, float* sums, int K,
          const std::string& what) {
-  void* ptrs[5] = {const_cast<void*>(x), const_cast<void*>(w), y, sums, sums + sqsumAt(K)};
-  const int64_t uids[5] = {kX, kW, kY, kSum, kSqSum};
-  void* ws = workspace(size_t(f.workspace));
+  void* ws = workspace(size_t(f.plan.workspace));
   ACCORD_NN_CUDA_CHECK(what,
                        cudaMemsetAsync(sums, 0, 2 * sqsumAt(K) * sizeof(float), backend().stream));
   try {
-    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs, 5)
-        .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids, 5)
-        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &ws)
-        .finalize();
-    ACCORD_NN_CUDA_CHECK(what, cudnnBackendExecute(backend().cudnn, f.plan->get(), pack.get()));
-  } catch (const NotFused& e) {
-    throw Error(what + ": the fused convolution's variant pack: " + e.what());
+    graph::execute(*f.graph, f.plan, {kX, kW, kY, kSum, kSqSum},
+                   {const_cast<void*>(x), const_cast<void*>(w), y, sums, sums + sqsumAt(K)}, ws);
+  } catch (const graph::Refused& e) {
+    throw Error(what + ": the fused convolution: " + e.what());
   }
 }
 
@@ -315,7 +180,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
     auto f = std::make_shared<FusedPlan>();
     try {
       build(*f, c, N, H, W);
-    } catch (const NotFused& e) {
+    } catch (const graph::Refused& e) {
       f->drop();
       f->why = e.what();
       cudaGetLastError();
@@ -323,7 +188,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
     slot = f;
   }
   auto& f = *static_cast<FusedPlan*>(slot.get());
-  if (f.plan) {
+  if (f.fused()) {
     const void* w = halfWeights(c.w, size_t(c.C_out) * c.C_in * c.K * c.K, what, &shape);
     if (!first) {
       run(f, x, w, a, sums, K, what);
@@ -338,7 +203,7 @@ void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float
       }
     }
   }
-  if (!f.plan) {  // unfused (from the first call on: the check ran the fused one already)
+  if (!f.fused()) {  // unfused (from the first call on: the check ran the fused one already)
     cuda::conv2d_forward(c, x, a, N, H, W);
     cuda::batchnorm2d_forward(bn, a, b, N, Ho, Wo, true);
     return;
@@ -358,8 +223,8 @@ std::string conv_bn_fusion_report() {
     if (k.rfind("conv_bn fused", 0) != 0) continue;
     const auto& f = *static_cast<const FusedPlan*>(plan.get());
     ++shapes;
-    fused += f.plan != nullptr;
-    lines << "  " << (f.plan ? "fused:   " : "unfused: ") << k.substr(14) << ": " << f.why << "\n";
+    fused += f.fused();
+    lines << "  " << (f.fused() ? "fused:   " : "unfused: ") << k.substr(14) << ": " << f.why << "\n";
   }
   return "convolution + batch-norm statistics fused for " + std::to_string(fused) + " of " +
          std::to_string(shapes) + " shapes\n" + lines.str();
