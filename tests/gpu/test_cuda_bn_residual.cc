@@ -105,6 +105,15 @@ Result runTail(bool fused, const Shape& k, const std::vector<float>& a, const st
   return r;
 }
 
+// Every tensor of the two the same, bit for bit.
+void checkIdentical(const Result& got, const Result& want) {
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (size_t i = 0; i < want.tensors.size(); ++i) {
+    INFO(want.names[i]);
+    CHECK(got.tensors[i] == want.tensors[i]);
+  }
+}
+
 double toleranceOf(const std::string& name) {
   if (name == "y" || name.find("dx") != std::string::npos) return 2e-2;
   if (name.find("dgamma") != std::string::npos || name.find("dbeta") != std::string::npos)
@@ -159,11 +168,7 @@ TEST_CASE("the fused block end repeats forward and backward bit for bit", "[resi
       const auto dy = rounded(randomVector(n, rng), math);
       BnBuffers main = bnBuffers(k.C, rng), shortcut = bnBuffers(k.C, rng);
       const Result first = runTail(true, k, a, s, dy, main, &shortcut);
-      const Result second = runTail(true, k, a, s, dy, main, &shortcut);
-      for (size_t i = 0; i < first.tensors.size(); ++i) {
-        INFO(first.names[i]);
-        CHECK(first.tensors[i] == second.tensors[i]);
-      }
+      checkIdentical(runTail(true, k, a, s, dy, main, &shortcut), first);
     }
   }
 }
@@ -175,12 +180,8 @@ TEST_CASE("in float32 the block end is the unfused calls", "[residual]") {
   const size_t n = size_t(k.N) * k.C * k.H * k.W;
   const auto a = randomVector(n, rng), s = randomVector(n, rng), dy = randomVector(n, rng);
   BnBuffers main = bnBuffers(k.C, rng), shortcut = bnBuffers(k.C, rng);
-  const Result want = runTail(false, k, a, s, dy, main, &shortcut);
-  const Result got = runTail(true, k, a, s, dy, main, &shortcut);
-  for (size_t i = 0; i < want.tensors.size(); ++i) {
-    INFO(want.names[i]);
-    CHECK(got.tensors[i] == want.tensors[i]);
-  }
+  checkIdentical(runTail(true, k, a, s, dy, main, &shortcut),
+                 runTail(false, k, a, s, dy, main, &shortcut));
 }
 
 namespace {

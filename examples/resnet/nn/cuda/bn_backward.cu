@@ -37,7 +37,6 @@ template <class A, class I>
 __global__ void bnBackwardSumsKernel(const A* x, const A* dy, BnAffine f, bool relu, I rows, int Q,
                                      int Qt, int R, float* part_g, float* part_gx) {
   constexpr int P = Pack<A>::kCount;
-  __shared__ float shared[2][kThreads * P];
   const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
   const int q = int(blockIdx.x) * Qt + tx;
   float sum_g[P], sum_gx[P];
@@ -66,24 +65,7 @@ __global__ void bnBackwardSumsKernel(const A* x, const A* dy, BnAffine f, bool r
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    shared[0][threadIdx.x * P + j] = sum_g[j];
-    shared[1][threadIdx.x * P + j] = sum_gx[j];
-  }
-  __syncthreads();
-  if (ty != 0 || q >= Q) return;
-  const int C = Q * P;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    float g = 0.0f, gx = 0.0f;
-    for (int l = 0; l < R; ++l) {
-      g += shared[0][(l * Qt + tx) * P + j];
-      gx += shared[1][(l * Qt + tx) * P + j];
-    }
-    part_g[size_t(blockIdx.y) * C + q * P + j] = g;
-    part_gx[size_t(blockIdx.y) * C + q * P + j] = gx;
-  }
+  blockPartials<P>(sum_g, sum_gx, Q, Qt, R, part_g, part_gx);
 }
 
 // What pass 3 needs of a channel: dx = a g - b (x - mean) - e, and the ReLU's
@@ -93,31 +75,13 @@ struct Coefficients {
   float4 mask;  // (scale, shift, 0, 0)
 };
 
-constexpr int kSlices = kThreads / 32;
-
-// Pass 2. A block takes 32 channels; its kSlices warps sum every kSlices-th row of the
-// `parts` rows of partials, then the first warp adds the slices in order.
+// Pass 2: each channel's totals (bn_channel.cuh's second reduction).
 __global__ void bnBackwardCoefficientsKernel(const float* part_g, const float* part_gx, int parts,
                                              int C, double count, BnAffine f, float* dgamma,
                                              float* dbeta, Coefficients* coef) {
-  __shared__ double shared[2][kThreads];
-  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
-  const int c = int(blockIdx.x) * 32 + lane;
-  double g = 0.0, gx = 0.0;
-  if (c < C) {
-    for (int p = slice; p < parts; p += kSlices) {
-      g += part_g[size_t(p) * C + c];
-      gx += part_gx[size_t(p) * C + c];
-    }
-  }
-  shared[0][threadIdx.x] = g;
-  shared[1][threadIdx.x] = gx;
-  __syncthreads();
-  if (slice != 0 || c >= C) return;
-  for (int s = 1; s < kSlices; ++s) {
-    g += shared[0][s * 32 + lane];
-    gx += shared[1][s * 32 + lane];
-  }
+  int c;
+  double g, gx;
+  if (!channelTotals(part_g, part_gx, parts, C, &c, &g, &gx)) return;
   const Channel ch = channelOf(f, c);
   dbeta[c] = float(g);
   dgamma[c] = float(gx * ch.invstd);

@@ -1,9 +1,11 @@
-// What batch norm's kernels share (bn_apply.cu, bn_backward.cu): a channel's statistics
-// and affine map, computed the same way in every kernel, so that the ReLU mask of a
-// backward is exactly the forward's; and the GPU's size, for their launches.
+// What batch norm's kernels share (bn_apply.cu, bn_backward.cu, bn_stats.cu): a
+// channel's statistics and affine map, computed the same way in every kernel, so that
+// the ReLU mask of a backward is exactly the forward's; the two fixed-order reductions
+// of their per-channel sums; and the GPU's size, for their launches.
 #pragma once
 
 #include "nn/cuda/backend_cuda.h"
+#include "nn/cuda/kernel_util.cuh"
 
 #include <cuda_runtime.h>
 
@@ -28,6 +30,67 @@ __device__ inline Channel channelOf(const BnAffine& f, int c) {
 
 // x * scale + shift for k = (scale, shift).
 __device__ inline float normalised(float x, float2 k) { return __fmaf_rn(x, k.x, k.y); }
+
+// Two per-channel sums over rows, in two launches and a fixed order (no atomics: the
+// same input gives the same bits). Launch 1 runs blocks of kThreads on a grid (tiles of
+// Qt channel Packs of P, slices of rows); thread t of a block takes Pack
+// q = blockIdx.x Qt + t % Qt and every R-th row from blockIdx.y R + t / Qt, sums its
+// values into a[P], b[P], then calls blockPartials: the block's R row slices are added
+// in order into row blockIdx.y of the partials (rows of C = Q P floats).
+template <int P>
+__device__ void blockPartials(const float (&a)[P], const float (&b)[P], int Q, int Qt, int R,
+                              float* part_a, float* part_b) {
+  __shared__ float shared[2][kThreads * P];
+  const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
+  const int q = int(blockIdx.x) * Qt + tx;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    shared[0][threadIdx.x * P + j] = a[j];
+    shared[1][threadIdx.x * P + j] = b[j];
+  }
+  __syncthreads();
+  if (ty != 0 || q >= Q) return;
+  const int C = Q * P;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    float sa = 0.0f, sb = 0.0f;
+    for (int l = 0; l < R; ++l) {
+      sa += shared[0][(l * Qt + tx) * P + j];
+      sb += shared[1][(l * Qt + tx) * P + j];
+    }
+    part_a[size_t(blockIdx.y) * C + q * P + j] = sa;
+    part_b[size_t(blockIdx.y) * C + q * P + j] = sb;
+  }
+}
+
+// Launch 2 runs blocks of kThreads over channels 32 at a time: the block's warps add
+// every (kThreads / 32)-th of the `parts` rows of partials, the first warp the warps'
+// sums in order. True, with channel c's totals in *a and *b, in the one thread that
+// holds them.
+__device__ inline bool channelTotals(const float* part_a, const float* part_b, int parts, int C,
+                                     int* c, double* a, double* b) {
+  constexpr int kSlices = kThreads / 32;
+  __shared__ double shared[2][kThreads];
+  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
+  *c = int(blockIdx.x) * 32 + lane;
+  double sa = 0.0, sb = 0.0;
+  if (*c < C) {
+    for (int p = slice; p < parts; p += kSlices) {
+      sa += part_a[size_t(p) * C + *c];
+      sb += part_b[size_t(p) * C + *c];
+    }
+  }
+  shared[0][threadIdx.x] = sa;
+  shared[1][threadIdx.x] = sb;
+  __syncthreads();
+  if (slice != 0 || *c >= C) return false;
+  for (int s = 1; s < kSlices; ++s) {
+    sa += shared[0][s * 32 + lane];
+    sb += shared[1][s * 32 + lane];
+  }
+  *a = sa, *b = sb;
+  return true;
+}
 
 // The GPU's multiprocessors (asked once).
 inline size_t multiprocessors() {

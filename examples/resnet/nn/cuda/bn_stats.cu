@@ -53,14 +53,12 @@ __global__ void bnFinalizeKernel(const float* sum, const float* sqsum, double co
 // Rows each thread sums at least, where the rows allow (as bn_backward.cu).
 constexpr size_t kStatRowsPerThread = 32;
 
-// Pass 1 of launchBnStatistics. Thread t of a block takes channel Pack q = blockIdx.x Qt +
-// t % Qt and the rows r = blockIdx.y R + t / Qt, stepping by gridDim.y R; the block adds
-// its R row slices in order into row blockIdx.y of the partials. `rows` rows of Q Packs.
+// Pass 1 of launchBnStatistics (bn_channel.cuh's first reduction): the values less
+// their channel's shift, and their squares. `rows` rows of Q Packs.
 template <class A, class I>
 __global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, int Q, int Qt,
                                        int R, float* part_sum, float* part_sq) {
   constexpr int P = Pack<A>::kCount;
-  __shared__ float shared[2][kThreads * P];
   const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
   const int q = int(blockIdx.x) * Qt + tx;
   float sum[P], sq[P];
@@ -81,53 +79,18 @@ __global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, i
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    shared[0][threadIdx.x * P + j] = sum[j];
-    shared[1][threadIdx.x * P + j] = sq[j];
-  }
-  __syncthreads();
-  if (ty != 0 || q >= Q) return;
-  const int C = Q * P;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    float a = 0.0f, b = 0.0f;
-    for (int l = 0; l < R; ++l) {
-      a += shared[0][(l * Qt + tx) * P + j];
-      b += shared[1][(l * Qt + tx) * P + j];
-    }
-    part_sum[size_t(blockIdx.y) * C + q * P + j] = a;
-    part_sq[size_t(blockIdx.y) * C + q * P + j] = b;
-  }
+  blockPartials<P>(sum, sq, Q, Qt, R, part_sum, part_sq);
 }
 
-constexpr int kStatSlices = kThreads / 32;
-
-// Pass 2: a block takes 32 channels; its warps add every kStatSlices-th row of partials,
-// the first warp the slices in order, and finishes each channel. The running mean is
-// read (as the shift pass 1 took) before it is moved.
+// Pass 2: each channel's totals (bn_channel.cuh's second reduction), finished. The
+// running mean is read (as the shift pass 1 took) before it is moved.
 __global__ void bnStatisticsFinalizeKernel(const float* part_sum, const float* part_sq, int parts,
                                            int C, double count, float momentum, float eps,
                                            float* save_mean, float* save_invstd,
                                            float* running_mean, float* running_var) {
-  __shared__ double shared[2][kThreads];
-  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
-  const int c = int(blockIdx.x) * 32 + lane;
-  double a = 0.0, b = 0.0;
-  if (c < C) {
-    for (int p = slice; p < parts; p += kStatSlices) {
-      a += part_sum[size_t(p) * C + c];
-      b += part_sq[size_t(p) * C + c];
-    }
-  }
-  shared[0][threadIdx.x] = a;
-  shared[1][threadIdx.x] = b;
-  __syncthreads();
-  if (slice != 0 || c >= C) return;
-  for (int s = 1; s < kStatSlices; ++s) {
-    a += shared[0][s * 32 + lane];
-    b += shared[1][s * 32 + lane];
-  }
+  int c;
+  double a, b;
+  if (!channelTotals(part_sum, part_sq, parts, C, &c, &a, &b)) return;
   finalizeChannel(c, a, b, running_mean[c], count, momentum, eps, save_mean, save_invstd,
                   running_mean, running_var);
 }

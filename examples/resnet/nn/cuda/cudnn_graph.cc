@@ -94,48 +94,57 @@ const Desc& Graph::convolution(ConvGeometry g) {
       .finalize();
 }
 
-namespace {
-const float kOne = 1.0f, kZero = 0.0f;
+// A convolution operation's descriptor type and attribute names: its two inputs, its
+// output, the convolution, alpha and beta.
+struct Graph::ConvAttrs {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t in0, in1, out, conv, alpha, beta;
+};
+
+void Graph::convOp(const ConvAttrs& k, const Desc& in0, const Desc& in1, const Desc& out,
+                   ConvGeometry g) {
+  const float one = 1.0f, zero = 0.0f;
+  const Desc& conv = convolution(g);
+  ops_.push_back(keep(k.type)
+                     .set(k.in0, in0)
+                     .set(k.in1, in1)
+                     .set(k.out, out)
+                     .set(k.conv, conv)
+                     .set(k.alpha, CUDNN_TYPE_FLOAT, &one)
+                     .set(k.beta, CUDNN_TYPE_FLOAT, &zero)
+                     .finalize()
+                     .get());
 }
 
 void Graph::convForward(const Desc& x, const Desc& w, const Desc& y, ConvGeometry g) {
-  const Desc& conv = convolution(g);
-  ops_.push_back(keep(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &kOne)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &kZero)
-                     .finalize()
-                     .get());
+  convOp({CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+         x, w, y, g);
 }
 
 void Graph::convData(const Desc& dy, const Desc& w, const Desc& dx, ConvGeometry g) {
-  const Desc& conv = convolution(g);
-  ops_.push_back(keep(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, dx)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &kOne)
-                     .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &kZero)
-                     .finalize()
-                     .get());
+  convOp({CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+         dy, w, dx, g);
 }
 
 void Graph::convFilter(const Desc& x, const Desc& dy, const Desc& dw, ConvGeometry g) {
-  const Desc& conv = convolution(g);
-  ops_.push_back(
-      keep(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, dw)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &kOne)
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &kZero)
-          .finalize()
-          .get());
+  convOp({CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+         x, dy, dw, g);
 }
 
 void Graph::genStats(const Desc& y, const Desc& sum, const Desc& sqsum) {

@@ -87,8 +87,11 @@ class Graph {
   const Desc& operations() const;  // after finalize
 
  private:
+  struct ConvAttrs;
   Desc& keep(cudnnBackendDescriptorType_t type);
   const Desc& convolution(ConvGeometry g);
+  void convOp(const ConvAttrs& k, const Desc& in0, const Desc& in1, const Desc& out,
+              ConvGeometry g);
   cudnnHandle_t handle_;
   std::vector<std::unique_ptr<Desc>> kept_;
   std::vector<cudnnBackendDescriptor_t> ops_;
