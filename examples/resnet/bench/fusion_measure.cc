@@ -342,6 +342,16 @@ std::vector<Row> Probe::run(const Unit& u) {
       add(shape, "dual-bn-add-relu (ours)", ours(dual, "--fuse-residual, shortcut with BN"), three);
       add(shape, "bn-add-relu (ours)", ours(single, "--fuse-residual, identity shortcut"), two);
       add(shape, "bn statistics (ours)", ours(stats, "one read; each fused BN pays it"), -1);
+      // With --fuse-residual these two batch norms' backward runs our kernels, not the
+      // cuDNN Ex call their forward made possible.
+      nn::BatchNorm2d bn = bnOf(b, C, false);
+      cuda::batchnorm2d_forward(bn, x, x2, N, s.H, s.H, true);
+      const double ex = timeMs([&] { cuda::batchnorm2d_backward(bn, x, t, y, N, s.H, s.H, true); });
+      const std::string path = cuda::batchnorm2d_backward_path(bn);
+      const double own = timeMs([&] {
+        detail::launchBnBackwardTraining(x, t, y, bn.dgamma, bn.dbeta, affineOf(b), false, N, C, HW);
+      });
+      add(shape, "bn backward (ours)", ours(own, "--fuse-residual's; today: cuDNN's " + path), ex);
       return rows;
     }
     const int Ho = s.out();
@@ -413,7 +423,8 @@ const char* legend() {
          "   dgrad-drelu-dbn: conv dgrad + the trainer's BN backward with its ReLU (the fused\n"
          "     time adds one 2-read 1-write pass for dx from cuDNN's coefficients);\n"
          "   scale-bias-relu-wgrad: conv wgrad reading the stored BN output;\n"
-         "   dual-bn-add-relu, bn-add-relu: the BN applies and add_relu as separate passes.\n"
+         "   dual-bn-add-relu, bn-add-relu: the BN applies and add_relu as separate passes;\n"
+         "   bn backward (ours): the trainer's batch-norm backward after its forward.\n"
          "   Convolutions alone run through the same graph API (single-operation engines).\n";
 }
 
