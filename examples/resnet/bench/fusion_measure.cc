@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -116,12 +117,16 @@ std::string Probe::describe() const {
 }
 
 std::vector<Unit> Probe::units(const std::string& dtype, int batch) const {
+  // Stage by stage, the largest activations (where fusion saves the most) first.
   std::vector<Unit> out;
-  for (int stage = 0; stage < 4; ++stage)
-    out.push_back({Unit::Residual, dtype, batch, {0, 256 << stage, 56 >> stage, 1, 1}});
-  for (const ConvShape& s : shapes_) {
-    out.push_back({Unit::Forward, dtype, batch, s});
-    out.push_back({Unit::Backward, dtype, batch, s});
+  for (int stage = 0; stage < 4; ++stage) {
+    const int width = 64 << stage;
+    for (const ConvShape& s : shapes_) {
+      if (s.C != width) continue;
+      out.push_back({Unit::Forward, dtype, batch, s});
+      out.push_back({Unit::Backward, dtype, batch, s});
+    }
+    out.push_back({Unit::Residual, dtype, batch, {0, 4 * width, 56 >> stage, 1, 1}});
   }
   return out;
 }
@@ -225,13 +230,15 @@ Probe::Measured Probe::bestOf(Pattern p, const ConvShape& s, int N, cudnnDataTyp
     auto configs = offered(CUDNN_HEUR_MODE_A);
     const size_t from_a = configs.size();
     for (auto& c : offered(CUDNN_HEUR_MODE_FALLBACK)) configs.push_back(std::move(c));
-    size_t every = 0;
-    try {
-      every = graph::supportingEngines(g).size();
-    } catch (const graph::Refused&) {
+    std::string every = "-";  // the scan is for the fused patterns only
+    if (p == Pattern::SbrConvStats || p == Pattern::ConvStats || p == Pattern::DgradDreluDbn ||
+        p == Pattern::SbrWgrad || p == Pattern::DualBnAddRelu) {
+      try {
+        every = std::to_string(graph::supportingEngines(g).size());
+      } catch (const graph::Refused&) {
+      }
     }
-    m.engines = std::to_string(from_a) + "/" + std::to_string(configs.size() - from_a) + "/" +
-                std::to_string(every);
+    m.engines = std::to_string(from_a) + "/" + std::to_string(configs.size() - from_a) + "/" + every;
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
     for (const auto& [uid, slot] : built.bindings) {
@@ -247,7 +254,10 @@ Probe::Measured Probe::bestOf(Pattern p, const ConvShape& s, int N, cudnnDataTyp
       const graph::EngineInfo info = graph::engineOf(*config);
       if (!seen.insert(info.index).second) continue;
       try {
+        const auto built_at = std::chrono::steady_clock::now();
         const graph::Plan plan = graph::makePlan(g, std::move(config));
+        const double build_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - built_at).count();
         if (plan.workspace > kMaxWorkspace) {
           why += " engine " + std::to_string(info.index) + " wants too much workspace;";
           continue;
@@ -258,7 +268,8 @@ Probe::Measured Probe::bestOf(Pattern p, const ConvShape& s, int N, cudnnDataTyp
         if (m.ms < 0 || ms < m.ms) {
           m.ms = ms;
           m.note = "engine " + std::to_string(info.index) + (info.runtime_compiled ? " (rt)" : "") +
-                   ", " + per + " parameters";
+                   ", " + per + " parameters" +
+                   (build_s >= 0.1 ? ", plan built in " + fmt("%.1f s", build_s) : "");
         }
       } catch (const std::exception& e) {
         why += std::string(" engine ") + std::to_string(info.index) + ": " + e.what() + ";";

@@ -12,7 +12,7 @@
 namespace accord::resnet::probe {
 
 struct ProbeOptions {
-  int engines = 2;  // plans built and timed per graph, at most
+  int engines = 1;  // plans built and timed per graph, at most (each may compile)
   int iters = 5;    // timed runs per measurement
 };
 
@@ -46,8 +46,8 @@ class Probe {
   Probe& operator=(const Probe&) = delete;
 
   std::string describe() const;  // the GPU, cuDNN's version, the options
-  // Every unit for one precision and batch, in the order they should run: the block's
-  // ends (cheap), then per shape its forward and backward patterns.
+  // Every unit for one precision and batch, in the order they should run: stage by
+  // stage, each shape's forward and backward patterns, then the stage's block end.
   std::vector<Unit> units(const std::string& dtype, int batch) const;
   std::vector<Row> run(const Unit& u);
 

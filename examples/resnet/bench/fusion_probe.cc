@@ -2,11 +2,12 @@
 // and what they cost against the passes the trainer runs today, at ResNet-50's shapes.
 //
 //   accord-fusion-probe [--batch 256,128] [--dtype bf16,fp16] [--shapes short|all]
-//                       [--engines 2] [--iters 5] [--budget 60]
+//                       [--engines 1] [--iters 5] [--budget 60]
 //
 // One table row per (precision, batch, shape, pattern): the engines cuDNN offers
 // (heuristics mode A / fallback / every engine that accepts the graph), the best time
-// of the first few plans that finalize, and the time of what the pattern replaces in
+// of the first plans that finalize (--engines; an engine that compiles at run time may
+// take seconds to build its plan, which the note then says), and the time of what the pattern replaces in
 // the trainer (fusion_measure.cc says which). Where no engine takes a graph, cuDNN's
 // reason. Rows come in order of importance and the probe stops starting rows once
 // --budget seconds have passed, so a cut-short run still answers the main questions.
@@ -75,7 +76,9 @@ int main(int argc, char** argv) {
                  "short: each stage's 3x3 and expanding 1x1; all: also the strided 3x3s")
       ->check(CLI::IsMember({"short", "all"}))
       ->capture_default_str();
-  app.add_option("--engines", opt.engines, "plans built and timed per graph, at most")
+  app.add_option("--engines", opt.engines,
+                 "plans built and timed per graph, at most, in cuDNN's order of preference "
+                 "(heuristics mode A, then fallback); each may compile its kernel first")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--iters", opt.iters, "timed runs per measurement (after one untimed)")
