@@ -11,6 +11,7 @@
 // reports the failure); Accord cannot be started again in that process.
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
+#include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 #include "runtime/runtime.h"
 #include "runtime/timeline.h"
@@ -75,9 +76,8 @@ void initMpi(Runtime& rt) {
 // number hosts only where every host has as many ranks (with 1 + 2 ranks, the second
 // host's local rank 1 would be alone and report host 0 of 1).
 void initTopology(Runtime& rt) {
-  MPI_Comm local, leaders;
-  ACCORD_MPI_CHECK(
-      MPI_Comm_split_type(rt.world, MPI_COMM_TYPE_SHARED, rt.rank, MPI_INFO_NULL, &local));
+  MPI_Comm leaders;
+  MPI_Comm local = splitByHost(rt.world, rt.rank);
   ACCORD_MPI_CHECK(MPI_Comm_rank(local, &rt.local_rank));
   ACCORD_MPI_CHECK(MPI_Comm_size(local, &rt.local_size));
   const bool leader = rt.local_rank == 0;
@@ -230,6 +230,7 @@ void init() {
   checkConfigParsed(*rt, bad_setting);
   configureLogging(rt->rank, rt->config.log_level);
   warnUnknownVariables(rt->rank);
+  setHostName(rt->config.hostname);
   initTopology(*rt);
   checkConfigAgrees(*rt);
   checkAutotuneLog(*rt);

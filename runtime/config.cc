@@ -70,6 +70,9 @@ constexpr std::size_t kMaxCarryBytes = 1u << 20;
 // value below that resolution would round to 0, which means "no wait" or "never".
 constexpr double kMaxCycleTimeMs = 10'000.0;
 constexpr double kMaxSeconds = 1e9;  // keeps the milliseconds well inside int64
+// - Host name: every rank of a machine exchanges its name at each split by host; a
+//   name is a label, and 255 bytes is what hostnames are allowed anyway.
+constexpr std::size_t kMaxHostNameBytes = 255;
 // Autotune: more steps per trial only lengthen the search; a thousand is already hours.
 constexpr std::size_t kMaxAutotuneSteps = 1000;
 
@@ -173,6 +176,10 @@ Config Config::parse(const Getenv& getenv) {
                 "process set of one rank");
   c.nccl = nccl >= 1;
   c.nccl_alone = nccl == 2;
+  c.hostname = env.text("ACCORD_HOSTNAME");
+  if (c.hostname.size() > kMaxHostNameBytes)
+    reject("ACCORD_HOSTNAME", c.hostname,
+           "a name of at most " + std::to_string(kMaxHostNameBytes) + " bytes");
   c.cache_capacity = env.count("ACCORD_CACHE_CAPACITY", kDefaultCacheCapacity, kMaxCacheCapacity,
                                "0 disables the cache");
   c.stall_check_time =
@@ -235,6 +242,8 @@ std::string Config::describe() const {
                          : "0",
               "CUDA tensors through NCCL where built with it (0 = MPI via pinned host "
               "memory, 2 = NCCL also in sets of one rank)");
+  out += line("ACCORD_HOSTNAME", hostname.empty() ? "(the host MPI sees)" : hostname,
+              "this rank's host for Accord: ranks with different names are different hosts");
   out +=
       line("ACCORD_CACHE_CAPACITY", std::to_string(cache_capacity),
            "response cache entries (0.." + std::to_string(kMaxCacheCapacity) + ", 0 = no cache)");
@@ -267,7 +276,7 @@ const std::vector<std::string>& Config::knownVariables() {
       "ACCORD_CACHE_CAPACITY", "ACCORD_STALL_CHECK_TIME", "ACCORD_STALL_SHUTDOWN_TIME",
       "ACCORD_LOG_LEVEL",      "ACCORD_TIMELINE",         "ACCORD_HIERARCHICAL_ALLREDUCE",
       "ACCORD_AUTOTUNE",       "ACCORD_AUTOTUNE_STEPS",   "ACCORD_AUTOTUNE_LOG",
-      "ACCORD_AUTOTUNE_START"};
+      "ACCORD_AUTOTUNE_START", "ACCORD_HOSTNAME"};
   return known;
 }
 

@@ -43,6 +43,10 @@ struct Config {
   // or broadcast is its input and nothing is exchanged (tests of the NCCL path use it
   // on one GPU).
   bool nccl_alone = false;
+  // ACCORD_HOSTNAME: this rank's host as Accord counts hosts (local_rank, shared memory,
+  // the hierarchical allreduces); ranks with different names are different hosts even
+  // where they share a kernel. "" (unset): the hosts MPI sees (runtime/host_split.h).
+  std::string hostname;
   std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off

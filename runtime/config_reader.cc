@@ -82,6 +82,7 @@ constexpr std::pair<const char*, const char*> kHorovodNames[] = {
     {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"},
     {"ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE"},
     {"ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"},
+    {"ACCORD_HOSTNAME", "HOROVOD_HOSTNAME"},
 };
 
 const char* horovodName(const char* var) {

@@ -5,6 +5,7 @@
 #include "ops/mpi/ring.h"
 #include "runtime/autotune.h"
 #include "runtime/config.h"
+#include "runtime/host_split.h"
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 
@@ -31,8 +32,7 @@ std::vector<int> globalRanksOf(MPI_Comm sub, const Link& set) {
 
 HostSplit splitByHost(const Link& set) {
   HostSplit split;
-  ACCORD_MPI_CHECK(MPI_Comm_split_type(set.comm(), MPI_COMM_TYPE_SHARED, set.rank(), MPI_INFO_NULL,
-                                       &split.host));
+  split.host = accord::splitByHost(set.comm(), set.rank());
   ACCORD_MPI_CHECK(MPI_Comm_rank(split.host, &split.local_rank));
   ACCORD_MPI_CHECK(MPI_Comm_size(split.host, &split.local_size));
   int extremes[2] = {split.local_size, -split.local_size};

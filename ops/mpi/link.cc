@@ -1,6 +1,7 @@
 // Link and Requests (see link.h).
 #include "ops/mpi/link.h"
 
+#include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 
 #include <accord/error.h>
@@ -64,8 +65,7 @@ Link::Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::millisecon
     global_ranks_.resize(size_);
     for (int r = 0; r < size_; ++r) global_ranks_[r] = r;
   }
-  MPI_Comm host;
-  ACCORD_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host));
+  MPI_Comm host = splitByHost(comm_, rank_);
   int host_size = 0;
   ACCORD_MPI_CHECK(MPI_Comm_size(host, &host_size));
   MPI_Comm_free(&host);

@@ -30,6 +30,7 @@
 // for every peer's round k + 1 before I start round k + 2.
 #include "ops/mpi/shared_memory.h"
 
+#include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 
 #include <accord/error.h>
@@ -107,8 +108,7 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
   ACCORD_MPI_CHECK(MPI_Comm_size(comm, &size));
   ACCORD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (size < 2) return nullptr;
-  MPI_Comm host;
-  ACCORD_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host));
+  MPI_Comm host = splitByHost(comm, rank);
   ACCORD_MPI_CHECK(MPI_Comm_size(host, &host_size));
   MPI_Comm_free(&host);
   // Every rank sees the same sizes, so all of them take the same branch.

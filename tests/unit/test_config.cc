@@ -235,13 +235,28 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
         "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1", "ACCORD_CACHE_CAPACITY=1024",
         "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
         "ACCORD_TIMELINE=(off)", "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0",
-        "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)"}) {
+        "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)",
+        "ACCORD_HOSTNAME=(the host MPI sees)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 16);
-  CHECK(Config::knownVariables().size() == 16);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 17);
+  CHECK(Config::knownVariables().size() == 17);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
+}
+
+// Ranks that share a kernel but not a host (containers, simulated hosts) name their host;
+// HOROVOD_HOSTNAME is Horovod's name for it.
+TEST_CASE("ACCORD_HOSTNAME names this rank's host, within a hostname's length", "[config]") {
+  CHECK(parse({}).hostname.empty());
+  CHECK(parse({{"ACCORD_HOSTNAME", "node-7"}}).hostname == "node-7");
+  CHECK(parse({{"HOROVOD_HOSTNAME", "sim1"}}).hostname == "sim1");
+  CHECK(parse({{"ACCORD_HOSTNAME", "a"}, {"HOROVOD_HOSTNAME", "a"}}).hostname == "a");
+  CHECK(parse({{"ACCORD_HOSTNAME", "a"}}).describe().find("ACCORD_HOSTNAME=a ") !=
+        std::string::npos);
+  CHECK(parse({{"ACCORD_HOSTNAME", std::string(255, 'h')}}).hostname.size() == 255);
+  CHECK(error("ACCORD_HOSTNAME", std::string(256, 'h'))
+            .find("expected a name of at most 255 bytes") != std::string::npos);
 }
 
 TEST_CASE("unknown ACCORD_ variables are reported, everything else is not", "[config]") {
