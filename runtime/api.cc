@@ -13,6 +13,7 @@
 #include "runtime/logging.h"
 #include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
+#include "runtime/peer_watch.h"
 #include "runtime/runtime.h"
 #include "runtime/timeline.h"
 
@@ -231,6 +232,7 @@ void init() {
   configureLogging(rt->rank, rt->config.log_level);
   warnUnknownVariables(rt->rank);
   setHostName(rt->config.hostname);
+  PeerWatch::instance().reset();  // nothing known of the other ranks of this job yet
   initTopology(*rt);
   checkConfigAgrees(*rt);
   checkAutotuneLog(*rt);

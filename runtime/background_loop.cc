@@ -12,6 +12,7 @@
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
+#include "runtime/peer_watch.h"
 #include "runtime/runtime.h"
 #include "runtime/timeline.h"
 
@@ -62,6 +63,7 @@ class BackgroundLoop {
   bool runOnce();
   void pace();
   void admitNew(Clock::time_point now);
+  void noteAnnounced(const std::vector<std::pair<int, std::string>>& announced);
   void applyChanges(std::vector<SetChange>& changes);
   void addSet(SetChange& change);
   void removeSet(SetChange& change);
@@ -108,6 +110,15 @@ void BackgroundLoop::pace() {
   idle_wait_ = std::min<std::chrono::microseconds>(idle_wait_ * 2, kIdleMax);
 }
 
+// Device collectives that fail name these ranks (PeerWatch::suspects).
+void BackgroundLoop::noteAnnounced(const std::vector<std::pair<int, std::string>>& announced) {
+  for (const auto& [rank, reason] : announced) {
+    if (rank == rt_.rank) continue;
+    log().error("rank {} reported that its GPU failed: {}", rank, reason);
+    PeerWatch::instance().announced(rank, reason);
+  }
+}
+
 void BackgroundLoop::admitNew(Clock::time_point now) {
   for (auto& op : rt_.queue.drain()) {
     ProcessSet* set = rt_.sets.find(op.process_set);
@@ -131,10 +142,14 @@ bool BackgroundLoop::runOnce() {
   std::vector<SetChange> changes;
   bool progress = false;
   for (auto* set : rt_.sets.memberSets()) {
-    auto negotiated = controller_.negotiate(*set, want_shutdown, now);
-    if (set->id == kGlobalProcessSet) {
+    // A failure of this rank's own GPU is told to every rank through the global set.
+    const bool global = set->id == kGlobalProcessSet;
+    auto negotiated = controller_.negotiate(*set, want_shutdown, now,
+                                            global ? PeerWatch::instance().takeOwnFailure() : "");
+    if (global) {
       if (negotiated.shutdown) return false;  // every rank sees this in the same cycle
       anyone_pending_ = negotiated.anyone_pending;
+      noteAnnounced(negotiated.announced);
     }
     progress = progress || !negotiated.responses.empty() || !negotiated.carried.empty();
     bool trial_ended = false;

@@ -17,6 +17,8 @@ constexpr std::uint64_t kNoShutdown = 1u << 1;
 // Everything this rank has pending is offered as a cache hit this cycle: if every rank
 // offers the same hits, nothing is left pending after the cycle.
 constexpr std::uint64_t kOnlyHitsPending = 1u << 2;
+// No rank has a failure of its own GPU to tell (Controller::exchangeFailures).
+constexpr std::uint64_t kNoFailureToTell = 1u << 3;
 
 void setBit(std::vector<std::uint64_t>& v, std::size_t word0, std::uint32_t bit) {
   v[word0 + bit / 64] |= std::uint64_t{1} << (bit % 64);
@@ -173,7 +175,8 @@ void Controller::applyCacheVerdict(ProcessSet& set, std::size_t w,
   });
 }
 
-Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now) {
+Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now,
+                                 const std::string& own_failure) {
   const std::size_t w = set.cache->activeWords();
   NegotiationChannel& channel = set.transport->channel();
   // The same decision on every rank: the settings agree, the caches are identical, and
@@ -201,6 +204,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   if (to_send.empty() && !rank0_must_speak) flags |= kNothingToSend;
   if (!want_shutdown) flags |= kNoShutdown;
   if (hits == set.pending.size()) flags |= kOnlyHitsPending;
+  if (own_failure.empty()) flags |= kNoFailureToTell;
   bits[0] = flags;
 
   if (carrying) {
@@ -217,6 +221,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   for (std::size_t i = 0; i < w && same_hits; ++i) same_hits = bits[1 + i] == ~bits[1 + 2 * w + i];
   out.anyone_pending = !(bits[0] & kOnlyHitsPending) || !(bits[0] & kNothingToSend) || !same_hits;
   applyCacheVerdict(set, w, bits, carrying, out);
+  if (!(bits[0] & kNoFailureToTell)) out.announced = exchangeFailures(set, own_failure);
   if (!(bits[0] & kNothingToSend)) {
     auto fresh = gatherAndDecide(set, to_send, now);
     for (auto& r : fresh) {
@@ -230,6 +235,43 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
     }
   }
   if (set.coordinator) reportStalls(set, now);
+  return out;
+}
+
+// Only in a cycle where some rank has a failure to tell (rare): every rank's text to
+// the set's rank 0, and the non-empty ones, with their global ranks, back to everyone.
+std::vector<std::pair<int, std::string>> Controller::exchangeFailures(
+    ProcessSet& set, const std::string& own_failure) {
+  if (set.size == 1) return {{set.ranks[0], own_failure}};
+  NegotiationChannel& channel = set.transport->channel();
+  const std::vector<std::uint8_t> mine(own_failure.begin(), own_failure.end());
+  // Rank 0 packs (global rank, length, text) for each rank that told one.
+  std::vector<std::uint8_t> told;
+  const auto all = channel.gatherToRoot(mine);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    const auto rank = static_cast<std::uint32_t>(set.ranks[r]);
+    const auto length = static_cast<std::uint32_t>(all[r].size());
+    for (std::uint32_t word : {rank, length})
+      for (int b = 0; b < 4; ++b) told.push_back(static_cast<std::uint8_t>(word >> (8 * b)));
+    told.insert(told.end(), all[r].begin(), all[r].end());
+  }
+  channel.broadcastFromRoot(told);
+  std::vector<std::pair<int, std::string>> out;
+  auto word = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= std::uint32_t{told[at + b]} << (8 * b);
+    return v;
+  };
+  for (std::size_t at = 0; at + 8 <= told.size();) {
+    const std::uint32_t rank = word(at), length = word(at + 4);
+    at += 8;
+    if (length > told.size() - at) break;  // cannot happen: rank 0 wrote it just so
+    out.emplace_back(static_cast<int>(rank),
+                     std::string(told.begin() + static_cast<std::ptrdiff_t>(at),
+                                 told.begin() + static_cast<std::ptrdiff_t>(at + length)));
+    at += length;
+  }
   return out;
 }
 

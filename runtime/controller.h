@@ -25,6 +25,8 @@
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace accord {
@@ -37,6 +39,8 @@ struct Negotiated {
   bool shutdown = false;            // some rank asked to shut down
   bool anyone_pending = false;      // some rank may still wait for a collective after
                                     // this cycle (conservative: true when unsure)
+  // Failures of their own GPUs that ranks told this cycle: global rank, reason.
+  std::vector<std::pair<int, std::string>> announced;
 };
 
 class Controller {
@@ -45,7 +49,11 @@ class Controller {
 
   // Takes a freshly submitted op into the set's pending table.
   void admit(ProcessSet& set, QueuedOp op, Clock::time_point now);
-  Negotiated negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now);
+  // `own_failure`: this rank's own GPU failure to tell the set's ranks ("" if none);
+  // the AND's flags say whether any rank has one, and only then do the ranks exchange
+  // them (Negotiated::announced).
+  Negotiated negotiate(ProcessSet& set, bool want_shutdown, Clock::time_point now,
+                       const std::string& own_failure = {});
 
  private:
   std::vector<Request> classify(ProcessSet& set, std::size_t w, std::vector<std::uint64_t>& bits,
@@ -58,6 +66,8 @@ class Controller {
   std::vector<Response> gatherAndDecide(ProcessSet& set, const std::vector<Request>& to_send,
                                         Clock::time_point now);
   void reportStalls(ProcessSet& set, Clock::time_point now);
+  static std::vector<std::pair<int, std::string>> exchangeFailures(ProcessSet& set,
+                                                                   const std::string& own_failure);
   bool stallsExpired(const ProcessSet& set, Clock::time_point now) const;
 
   const Config& config_;

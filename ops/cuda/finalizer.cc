@@ -4,6 +4,7 @@
 #include "ops/cuda/device.h"
 #include "ops/mpi/mpi_common.h"
 #include "runtime/logging.h"
+#include "runtime/peer_watch.h"
 
 #include <accord/error.h>
 
@@ -27,6 +28,12 @@ constexpr auto kMaxSleep = std::chrono::microseconds(100);
 // How long a failed collective's handles wait for the GPU to finish what was queued
 // with it, at most (and no longer than ACCORD_STALL_SHUTDOWN_TIME).
 constexpr auto kGrace = std::chrono::milliseconds(10000);
+// How long a failed collective's handles wait for the runtime to learn which rank is to
+// blame, at most: past PeerWatch::kSuspectAfter, so that a rank that died when the
+// collective failed is named; well within the second that failures may take past
+// ACCORD_STALL_SHUTDOWN_TIME.
+constexpr auto kAttribution = std::chrono::milliseconds(500);
+static_assert(kAttribution > PeerWatch::kSuspectAfter);
 
 std::string seconds(std::chrono::milliseconds t) {
   char buf[32];
@@ -80,6 +87,8 @@ Finalizer::Outcome Finalizer::poll(Item& item, Clock::time_point now) {
       }
       if (status != cudaErrorNotReady) {
         reason = std::string("the GPU reported an error: ") + cudaGetErrorString(status);
+        item.own = true;
+        noteIfContextLost(status, l.what);
       } else {
         // Not an error, but the runtime may keep it as this thread's last one, which
         // the next kernel launch's check would then report as its own.
@@ -110,7 +119,14 @@ Finalizer::Outcome Finalizer::poll(Item& item, Clock::time_point now) {
     cudaGetLastError();
     if (now - item.failed_at < grace) return Outcome::Pending;
   }
-  finish(item, std::make_exception_ptr(CommError(l.what + ": " + item.failure)));
+  // NCCL does not say which rank broke the collective; what the runtime knows of the
+  // other ranks may (PeerWatch). It may take a moment to know it: a negotiation round
+  // must first have waited long enough for a rank that died, or a rank whose GPU
+  // failed must have told it. Not for this rank's own failure.
+  std::string who = item.own ? std::string() : PeerWatch::instance().suspects(now);
+  if (who.empty() && !item.own && now - item.failed_at < kAttribution) return Outcome::Pending;
+  finish(item, std::make_exception_ptr(
+                   CommError(l.what + ": " + item.failure + (who.empty() ? "" : "; " + who))));
   return Outcome::Failed;
 }
 

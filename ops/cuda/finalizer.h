@@ -11,10 +11,11 @@
 // asynchronous error, and when it reports one, or the collective has not completed
 // ACCORD_STALL_SHUTDOWN_TIME after the one before it on the same device, the
 // finalizer aborts the communicator and fails every pending collective on it with a
-// CommError that names the collective: each once its done event has completed (what
-// was queued with it may still use the caller's tensors; an aborted communicator's
-// kernels return at once), or at most 10 s (ACCORD_STALL_SHUTDOWN_TIME if shorter)
-// after the failure was seen.
+// CommError that names the collective, and the rank to blame where the runtime knows
+// (runtime/peer_watch.h; it waits up to half a second to learn it): each once its done
+// event has completed (what was queued with it may still use the caller's tensors; an
+// aborted communicator's kernels return at once), or at most 10 s
+// (ACCORD_STALL_SHUTDOWN_TIME if shorter) after the failure was seen.
 #pragma once
 
 #include "runtime/handle_state.h"
@@ -84,6 +85,7 @@ class Finalizer {
     // handles wait for the GPU to get through what was queued with it.
     std::string failure;
     std::chrono::steady_clock::time_point failed_at{};
+    bool own = false;  // the failure is this rank's own GPU's, not another rank's
   };
   enum class Outcome { Pending, Completed, Failed };
 

@@ -8,6 +8,7 @@
 #include "ops/cuda/kernels.h"
 
 #include "ops/cpu/integer_average.h"
+#include "runtime/peer_watch.h"
 
 #include <accord/error.h>
 
@@ -191,8 +192,35 @@ void launchFill(void* data, std::size_t n, const void* value, cudaStream_t strea
 }  // namespace
 
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw CommError(std::string(what) + ": " + cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  noteIfContextLost(status, what);
+  throw CommError(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+bool contextLost(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void noteIfContextLost(cudaError_t status, const std::string& what) {
+  if (!contextLost(status)) return;
+  int device = -1;
+  cudaGetDevice(&device);
+  PeerWatch::instance().ownFailure(what + ": " + cudaGetErrorString(status) + " on cuda:" +
+                                   std::to_string(device));
 }
 
 void scale(void* data, std::size_t count, DType dtype, double factor, double divisor,

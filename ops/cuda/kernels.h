@@ -46,6 +46,16 @@ void fill(void* data, std::size_t count, std::size_t elem_bytes, const void* val
           cudaStream_t stream);
 
 // Throws CommError("<what>: <CUDA's error string>") unless `status` is cudaSuccess.
+// An error that means this process's CUDA context is lost is also told to the other
+// ranks (noteIfContextLost).
 void check(cudaError_t status, const char* what);
+
+// Whether `status` is one of the errors after which the CUDA context is lost: a kernel
+// faulted, and every later call in this process fails the same way.
+bool contextLost(cudaError_t status);
+// Where it is, records "<what>: <CUDA's message> on cuda:<device>" as this rank's own
+// GPU failure (runtime/peer_watch.h), which the next negotiation round tells every rank,
+// so that their failed device collectives name this rank.
+void noteIfContextLost(cudaError_t status, const std::string& what);
 
 }  // namespace accord::cuda

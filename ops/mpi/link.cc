@@ -3,6 +3,7 @@
 
 #include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
+#include "runtime/peer_watch.h"
 
 #include <accord/error.h>
 
@@ -143,24 +144,37 @@ void Link::await(Requests& requests, const std::string& what, const char* step,
         std::this_thread::yield();
         continue;
       }
+      // Asleep on peers: say which, for failure messages written on other threads.
+      PeerWatch::instance().waiting(last, silentPeers(requests), step);
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, w.max_sleep);
     }
   } catch (const CommError& e) {
+    // The wait that failed stays published: its ranks remain the ones to blame.
     if (broken_.empty()) broken_ = e.what();
     throw;
   }
+  PeerWatch::instance().waitEnded();
   requests = Requests();
 }
 
-void Link::giveUp(Requests& requests, const std::string& what, const char* step) {
+std::vector<int> Link::silentPeers(const Requests& requests) const {
   std::vector<int> silent;
+  for (std::size_t i = 0; i < requests.requests_.size(); ++i) {
+    if (requests.requests_[i] == MPI_REQUEST_NULL) continue;
+    const int peer = global_ranks_[requests.peers_[i]];
+    if (std::find(silent.begin(), silent.end(), peer) == silent.end()) silent.push_back(peer);
+  }
+  std::sort(silent.begin(), silent.end());
+  return silent;
+}
+
+void Link::giveUp(Requests& requests, const std::string& what, const char* step) {
+  const std::vector<int> silent = silentPeers(requests);
   int writes_pending = 0;
   for (std::size_t i = 0; i < requests.requests_.size(); ++i) {
     MPI_Request& request = requests.requests_[i];
     if (request == MPI_REQUEST_NULL) continue;
-    const int peer = global_ranks_[requests.peers_[i]];
-    if (std::find(silent.begin(), silent.end(), peer) == silent.end()) silent.push_back(peer);
     // Only a receive that no message has matched yet can be cancelled; an unmatched
     // send needs no cancelling once the transport is abandoned.
     int completed = 0;
@@ -168,7 +182,6 @@ void Link::giveUp(Requests& requests, const std::string& what, const char* step)
       MPI_Test(&request, &completed, MPI_STATUS_IGNORE);
     if (requests.receives_[i] && !completed) ++writes_pending;
   }
-  std::sort(silent.begin(), silent.end());
   const bool one = silent.size() == 1;
   std::string message =
       what + ": rank" + (one ? " " : "s ") + joinRanks(silent) + " did not " + step + " within " +

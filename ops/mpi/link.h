@@ -77,6 +77,8 @@ class Link {
 
  private:
   bool progress(Requests& requests, int& remaining);
+  // The global ranks whose messages `requests` still waits for, sorted.
+  std::vector<int> silentPeers(const Requests& requests) const;
   [[noreturn]] void giveUp(Requests& requests, const std::string& what, const char* step);
 
   MPI_Comm comm_;

@@ -31,6 +31,7 @@
 #include "ops/mpi/shared_memory.h"
 
 #include "runtime/host_split.h"
+#include "runtime/peer_watch.h"
 #include "runtime/mpi_check.h"
 
 #include <accord/error.h>
@@ -54,6 +55,9 @@ namespace {
 
 constexpr std::size_t kLine = 64;
 constexpr int kPublished = 0, kReduced = 1, kCollected = 2, kNegotiated = 3;
+// What a peer did not do, by counter, for messages.
+constexpr const char* kSteps[] = {"publish its part", "reduce its block", "collect the result",
+                                  "join a negotiation round"};
 constexpr std::size_t kHeaderBytes = 4 * kLine;
 // Far above any piece size ACCORD_CHUNK_BYTES allows; keeps every offset computation
 // below in range.
@@ -192,6 +196,8 @@ void SharedMemory::waitForPeers(int which, std::uint64_t gen, const Patience& pa
         continue;
       }
       if (options_.timeout.count() > 0 && waited >= options_.timeout) giveUp(which, r);
+      // Asleep on a peer: say so, for failure messages written on other threads.
+      PeerWatch::instance().waiting(start, {options_.global_ranks[r]}, kSteps[which]);
       if (patience.block) {
         // Seq_cst on both sides: either the peer's advance() sees this waiter and wakes
         // it, or the re-read below sees the peer's new count.
@@ -207,6 +213,7 @@ void SharedMemory::waitForPeers(int which, std::uint64_t gen, const Patience& pa
       sleep = std::min(sleep * 2, patience.max_sleep);
     }
   }
+  PeerWatch::instance().waitEnded();
 }
 
 void SharedMemory::advance(int which, std::uint64_t value) {
@@ -216,8 +223,7 @@ void SharedMemory::advance(int which, std::uint64_t value) {
 }
 
 void SharedMemory::giveUp(int which, int rank) {
-  const char* step[] = {"publish its part", "reduce its block", "collect the result",
-                        "join a negotiation round"};
+  const auto& step = kSteps;
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
   broken_ = (which == kNegotiated || !what_ ? std::string("negotiation") : *what_) + ": rank " +

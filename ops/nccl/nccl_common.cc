@@ -184,7 +184,9 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
                            set.watched());
   } catch (const std::exception& e) {
     // This rank cannot do its part: abort, so that the other members' collectives fail
-    // (their finalizers see the error or time out) rather than wait for it.
+    // (their finalizers see the error or time out) rather than wait for it; where its
+    // GPU is lost (NCCL's own error does not say so), the other ranks are told.
+    cuda::noteIfContextLost(cudaPeekAtLastError(), what);
     set.watched()->abort(what + ": " + e.what());
     failLocal(entries, std::current_exception());
     // What was queued before the failure (a prescale in place, a copy out) may still

@@ -246,3 +246,27 @@ TEST_CASE("one rank asking to shut down ends the loop on every rank", "[controll
   onEveryRank(f.ranks, [&](Rank& rank, int r) { rank.negotiateAll(r == 1); });
   for (auto& rank : f.ranks) CHECK(rank->shutdown);
 }
+
+// A rank whose GPU failed tells every rank in the next cycle, with its global rank; a
+// cycle where no rank has one to tell costs no exchange beyond the AND.
+TEST_CASE("a rank's own GPU failure reaches every rank in one cycle", "[controller]") {
+  Fixture f;
+  std::vector<std::vector<std::pair<int, std::string>>> told(kRanks), quiet(kRanks);
+  const int before = f.hub.gathers();
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    quiet[r] = rank.controller.negotiate(*rank.set, false, Clock::now()).announced;
+  });
+  CHECK(f.hub.gathers() == before);
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    const std::string mine = r == 2 ? "cudaEventQuery: an illegal memory access" : "";
+    told[r] = rank.controller.negotiate(*rank.set, false, Clock::now(), mine).announced;
+  });
+  CHECK(f.hub.gathers() == before + 1);
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(quiet[r].empty());
+    REQUIRE(told[r].size() == 1);
+    CHECK(told[r][0].first == 2);
+    CHECK(told[r][0].second == "cudaEventQuery: an illegal memory access");
+  }
+}

@@ -1,0 +1,71 @@
+// What this process knows of other ranks' trouble, for failure messages that name a
+// rank where the failing library cannot.
+//
+// NCCL does not say which rank broke a collective: a peer that died shows as a closed
+// socket, one that hangs as nothing at all, one whose GPU failed as either. But every
+// rank's background thread takes part in a negotiation round every cycle, busy or not,
+// so a rank that died or hangs is also the rank that negotiation has been waiting for;
+// and a rank whose own GPU failed is alive and can say so. This object collects both:
+//   - the negotiation channels and links publish a wait for other ranks once it has
+//     lasted a while (the slow part of their wait loops), and clear it when it ends;
+//   - a rank that sees its own CUDA context fail records it (ownFailure), the next
+//     negotiation round tells every rank (Controller), and each records it (announced).
+// The finalizer reads suspects() when a device collective fails and adds it to the
+// message.
+//
+// Thread boundary: the background thread writes the waits and announcements; the
+// finalizer thread (and the CUDA checks on any thread) read and record under one mutex.
+// The wait loops call waiting() only once they sleep, and waitEnded() costs one atomic
+// load unless something was published.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accord {
+
+class PeerWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A wait shorter than this is normal (an idle peer sleeps up to 20 ms between rounds).
+  static constexpr std::chrono::milliseconds kSuspectAfter{200};
+
+  static PeerWatch& instance();
+
+  // The background thread has waited since `since` for `global_ranks` to `step` ("join
+  // a negotiation round"); the latest call wins.
+  void waiting(Clock::time_point since, const std::vector<int>& global_ranks, const char* step);
+  void waitEnded();
+
+  // This rank's own GPU failed: told to the other ranks at the next negotiation round.
+  // The first reason is kept.
+  void ownFailure(const std::string& reason);
+  // For the negotiation: this rank's failure not yet told ("" if none), once.
+  std::string takeOwnFailure();
+  // Rank `global_rank` told of its own failure.
+  void announced(int global_rank, const std::string& reason);
+
+  // What points at a rank, for a failure message: "rank 2 reported that its GPU failed:
+  // ..." or "rank 2 did not join a negotiation round in the last 3.2 s (it, or a rank it
+  // waits for in turn, has died or hangs)"; "" when nothing does.
+  std::string suspects(Clock::time_point now) const;
+
+  // Tests in one process: forget everything.
+  void reset();
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<bool> published_{false};
+  Clock::time_point since_{};
+  std::vector<int> waited_for_;
+  std::string step_;
+  std::string own_failure_;
+  bool own_told_ = false;
+  std::vector<std::pair<int, std::string>> announced_;
+};
+
+}  // namespace accord
