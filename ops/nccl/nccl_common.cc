@@ -7,6 +7,8 @@
 
 #include <accord/error.h>
 
+#include <bit>
+
 namespace accord::nccl {
 
 namespace {
@@ -120,6 +122,7 @@ ncclDataType_t ncclType(DType dtype) {
 Reduction reductionFor(const Response& response, int set_size) {
   Reduction r;
   r.post = mpi::postScaling(response, set_size);
+  const bool power_of_two = std::has_single_bit(static_cast<unsigned>(set_size));
   switch (response.op) {
     case ReduceOp::Sum:
       r.op = ncclSum;
@@ -135,7 +138,10 @@ Reduction reductionFor(const Response& response, int set_size) {
       break;
     case ReduceOp::Average:
       r.op = ncclSum;
-      if (is_floating_point(response.dtype) && response.prescale == 1.0 &&
+      // ncclAvg multiplies each input by 1/n before the sum. Where n is a power of two
+      // that is exact, and gives the host path's bits (sum, then divide once); else
+      // 1/n and each product round, so the sum is divided afterwards instead.
+      if (is_floating_point(response.dtype) && power_of_two && response.prescale == 1.0 &&
           response.postscale == 1.0) {
         r.op = ncclAvg;
         r.post = mpi::Scaling{};

@@ -22,9 +22,10 @@ namespace accord::nccl {
 ncclDataType_t ncclType(DType dtype);
 
 // How a response reduces on NCCL. Average is ncclAvg for floating-point dtypes when
-// nothing else scales the result; otherwise Sum, with the division by the set size
-// folded into the postscale pass (cuda::scale rounds integers as cpu::scale does, so
-// an integer Average equals the host path's).
+// nothing else scales the result and the set's size is a power of two (then exact: the
+// same bits as the host path's sum divided once); otherwise Sum, with the division by
+// the set size folded into the postscale pass, which rounds as cpu::scale does. So a
+// device Average equals the host path's in every dtype, on any number of ranks.
 struct Reduction {
   ncclRedOp_t op = ncclSum;
   mpi::Scaling post;
