@@ -3,13 +3,14 @@
 //
 // The reference is the host path: each test runs every collective twice, on host
 // buffers and on device copies of the same values, and compares the results bit for
-// bit (floating-point Average, where NCCL's ncclAvg rounds differently, within the
-// dtype's rounding).
+// bit.
 //
-// Which GPU: with NCCL (ACCORD_NCCL unset or 1) every rank needs a GPU of its own, so
-// a run with more ranks than GPUs prints "skipped: needs N GPUs" and exits 77; with
-// ACCORD_NCCL=0 (MPI through pinned memory) every rank uses GPU 0, which is how the
-// multi-rank device tests run on a machine with one GPU.
+// Which GPU: with NCCL (ACCORD_NCCL unset or 1) every rank of a host needs a GPU of its
+// own, unless each rank names a host of its own to NCCL (NCCL_HOSTID, which
+// ci/nccl-one-gpu.sh sets per rank where a host has fewer GPUs than ranks): then ranks
+// share GPUs, local rank l on GPU l % count. Without either, a run with more ranks than
+// GPUs prints "skipped: needs N GPUs" and exits 77. With ACCORD_NCCL=0 (MPI through
+// pinned memory) every rank uses GPU 0.
 #pragma once
 
 #include "../mpi/mpi_test.h"
@@ -79,15 +80,16 @@ class DeviceOutput {
   int calls_ = 0;
 };
 
-// "" when the device result equals the host result: bit for bit, or within the
-// dtype's rounding when `rounding` (floating-point Average through ncclAvg).
+// "" when the device result equals the host result bit for bit; else the elements that
+// differ, as values. Every device collective gives the host path's bits, Average
+// included (ops/nccl/README.md, "Average").
 std::string compareWithHost(DType dtype, const std::vector<std::byte>& device, const void* host,
-                            std::int64_t count, bool rounding);
-// Whether NCCL's Average may round differently from the host path for this response.
-bool averageRounds(DType dtype, ReduceOp op);
+                            std::int64_t count);
 
-// main() of a device test binary: skips without a GPU, or with NCCL and fewer GPUs
-// than ranks; picks this rank's GPU; then accord_test::runMain.
+// Picks this rank's GPU and makes it current: 0; or, having printed why, 77 (skipped:
+// no GPU, or NCCL with fewer GPUs than ranks and no NCCL_HOSTID) or 1 (an error).
+int selectGpu();
+// main() of a device test binary: selectGpu(), then accord_test::runMain.
 int gpuTestMain(int argc, char** argv);
 
 }  // namespace accord_gpu

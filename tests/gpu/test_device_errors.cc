@@ -1,6 +1,6 @@
 // Failures of device collectives, which must fail cleanly on every rank and leave the
-// runtime working: a CPU tensor on some ranks and a CUDA tensor on another (a
-// mismatch), device tensors whose data is not that device's memory (refused at
+// runtime working: a CPU tensor on some ranks and a CUDA tensor on another, or a device
+// tensor whose dtype or shape differs on one rank (mismatches), device tensors whose data is not that device's memory (refused at
 // submission), and an output allocator that returns host memory on one rank (that rank
 // fails, the others complete).
 #include <catch2/catch.hpp>
@@ -57,6 +57,43 @@ TEST_CASE("a CPU tensor on some ranks and a CUDA tensor on another is a mismatch
     CHECK(contains(outcome.message, "device cuda:"));
   }
   expectWorking("err.after.mixed");
+}
+
+// A dtype or a shape that differs on one rank is a MismatchError on every rank, naming
+// the tensor, the ranks and both values, for device tensors as for host ones; the
+// runtime and the set's NCCL communicator then go on.
+TEST_CASE("a device tensor whose dtype or shape differs on one rank is a mismatch everywhere") {
+  const int n = accord::size();
+  struct Case {
+    const char* name;
+    DType dtype, last_dtype;
+    Shape shape, last_shape;
+    const char* mine;    // in the message: this rank's side of the difference
+    const char* theirs;  // and the last rank's
+  };
+  const Case cases[] = {
+      {"err.device.dtype", DType::Float32, DType::Float64, {256}, {256}, "float32", "float64"},
+      {"err.device.shape", DType::Float32, DType::Float32, {64, 4}, {64, 5}, "[64,4]", "[64,5]"},
+  };
+  for (const Case& c : cases) {
+    const bool last = isLast() && n > 1;
+    Buffer host(last ? c.last_dtype : c.dtype, last ? c.last_shape : c.shape);
+    DeviceTensor device(host);
+    accord::AllreduceOptions o;
+    o.name = c.name;
+    const Outcome outcome = finish(accord::allreduce_async(device.view(), o), o.name);
+    INFO("rank " << accord::rank() << ": " << outcome.kind << ": " << outcome.message);
+    if (n == 1) {
+      CHECK(outcome.ok());
+    } else {
+      CHECK(outcome.kind == "MismatchError");
+      CHECK(contains(outcome.message, c.name));
+      CHECK(contains(outcome.message, c.mine));
+      CHECK(contains(outcome.message, c.theirs));
+      CHECK(contains(outcome.message, "rank " + std::to_string(n - 1)));
+    }
+  }
+  expectWorking("err.after.device.mismatch");
 }
 
 TEST_CASE("device tensors whose data is not that device's memory are refused at submission") {

@@ -21,6 +21,8 @@
 #                as bf16 without it
 #   device-graphs  --cuda-graphs == the same steps launched layer by layer (1 and 2
 #                ranks, fp32 and fp16)
+#   device-nccl  2 ranks sharing one GPU through NCCL == the same through MPI, bit for
+#                bit (bf16 and fp32, layer by layer and graphed)
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 if(NOT TARGET accord-resnet)
   return()
@@ -33,6 +35,7 @@ function(accord_trainer_mpi_test mode timeout)
   add_test(NAME trainer.mpi.${mode}
            COMMAND ${CMAKE_COMMAND} -DMODE=${mode} "-DMPIRUN=${ACCORD_TRAINER_MPIRUN}"
                    -DTRAINER=$<TARGET_FILE:accord-resnet> -DWORK=${ACCORD_TRAINER_WORK}/${mode}
+                   -DNCCL_ONE_GPU=${PROJECT_SOURCE_DIR}/ci/nccl-one-gpu.sh
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/trainer_mpi_check.cmake)
   # Ranks waiting in MPI yield the CPU: CI has 2 cores for 2 ranks plus helpers.
   set_tests_properties(trainer.mpi.${mode} PROPERTIES TIMEOUT ${timeout} LABELS "trainer;trainer-mpi"
@@ -52,14 +55,16 @@ accord_trainer_mpi_test(device-equivalence 300)
 accord_trainer_mpi_test(device-half-accuracy 600)
 accord_trainer_mpi_test(device-synthetic 300)
 accord_trainer_mpi_test(device-graphs 300)
+accord_trainer_mpi_test(device-nccl 300)
 set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
                      trainer.mpi.device-half-accuracy trainer.mpi.device-synthetic
-                     trainer.mpi.device-graphs PROPERTIES
+                     trainer.mpi.device-graphs trainer.mpi.device-nccl PROPERTIES
                      LABELS "trainer;gpu" SKIP_REGULAR_EXPRESSION "skipped: no GPU")
 # Where a GPU runs them side by side (ci/gpu-check.sh, ctest -j), the longest start first.
 set_tests_properties(trainer.mpi.device-half-accuracy PROPERTIES COST 600)
 set_tests_properties(trainer.mpi.device-resume trainer.mpi.device-equivalence
-                     trainer.mpi.device-synthetic trainer.mpi.device-graphs PROPERTIES COST 300)
+                     trainer.mpi.device-synthetic trainer.mpi.device-graphs
+                     trainer.mpi.device-nccl PROPERTIES COST 300)
 set_tests_properties(trainer.mpi.device-equivalence trainer.mpi.device-graphs PROPERTIES ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1;ACCORD_NCCL=0")
 

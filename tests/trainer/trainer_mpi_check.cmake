@@ -26,17 +26,20 @@ endfunction()
 
 # run_on_gpu(<np> <log-name> args...): run() with --device cuda, in fp32 unless args
 # name a --precision (the comparisons with the CPU are float32's); where no GPU answers,
-# says "skipped: no GPU" (CTest's skip) and sets NO_GPU for the caller to return.
+# says "skipped: no GPU" (CTest's skip) and sets NO_GPU for the caller to return. The
+# caller's GPU_ENV (NAME=VALUE items) goes into mpirun's environment, and GPU_PREFIX
+# (a command) before the trainer on every rank.
 function(run_on_gpu np name)
   set(precision)
   list(FIND ARGN --precision named)
   if(named EQUAL -1)
     set(precision --precision fp32)
   endif()
-  execute_process(COMMAND ${MPIRUN} -np ${np} ${TRAINER} ${ARGN} --device cuda ${precision}
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${GPU_ENV} ${MPIRUN} -np ${np} ${GPU_PREFIX}
+                          ${TRAINER} ${ARGN} --device cuda ${precision}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   file(WRITE ${WORK}/${name}.log "${out}\n${err}")
-  message("---- ${name} (np ${np}, GPU): ${ARGN}\n${out}${err}")
+  message("---- ${name} (np ${np}, GPU${GPU_ENV}${GPU_PREFIX}): ${ARGN}\n${out}${err}")
   set(LAST_OUT "${out}" PARENT_SCOPE)
   set(NO_GPU FALSE PARENT_SCOPE)
   if(rc EQUAL 0)
@@ -380,6 +383,31 @@ elseif(MODE STREQUAL "device-graphs")
   run_on_gpu(1 fp16-graphs ${args} --batch-size 16 --precision fp16 --cuda-graphs
              --dump-params ${WORK}/fp16-graphs.params)
   compare(${WORK}/fp16-eager.params ${WORK}/fp16-graphs.params --atol 1e-6 --rtol 1e-5)
+elseif(MODE STREQUAL "device-nccl")
+  # 2 ranks sharing the GPU through NCCL (ci/nccl-one-gpu.sh gives each rank a host of
+  # its own for NCCL: its socket transport over loopback) train as the same 2 ranks
+  # through MPI, staged in host memory (ACCORD_NCCL=0), bit for bit: the gradients'
+  # sums of two ranks and their averages (a power of two: ncclAvg is exact) round
+  # alike on both paths. bf16 and fp32, layer by layer and graphed, with the algorithms
+  # that repeat bit for bit.
+  set(args ${SMALL} --steps 6 --warmup-epochs 0 --lr 0.2 --batch-size 8 --cudnn-deterministic)
+  foreach(precision bf16 fp32)
+    foreach(graphs --no-cuda-graphs --cuda-graphs)
+      set(tag ${precision}${graphs})
+      set(GPU_ENV ACCORD_NCCL=0)
+      set(GPU_PREFIX)
+      run_on_gpu(2 staged${tag} ${args} --precision ${precision} ${graphs}
+                 --dump-params ${WORK}/staged${tag}.params)
+      if(NO_GPU)
+        return()
+      endif()
+      set(GPU_ENV ACCORD_NCCL=1)
+      set(GPU_PREFIX bash ${NCCL_ONE_GPU})
+      run_on_gpu(2 nccl${tag} ${args} --precision ${precision} ${graphs}
+                 --dump-params ${WORK}/nccl${tag}.params)
+      compare(${WORK}/staged${tag}.params ${WORK}/nccl${tag}.params --atol 0 --rtol 0)
+    endforeach()
+  endforeach()
 elseif(MODE STREQUAL "device-half-accuracy")
   # The no-flag default on one GPU in bf16 and in fp16 (loss scaling) reaches the
   # accuracy the CPU's run must reach (MODE accuracy); fp16 may skip the few steps whose

@@ -1,0 +1,17 @@
+// Kernels of the device fault test: a fill, and a fault that loses the CUDA context.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace accord_gpu {
+
+// Sets `count` floats at `data` to `value`, on `stream`.
+cudaError_t fill(float* data, std::size_t count, float value, cudaStream_t stream);
+// Launches a kernel that writes to an address that is no memory: once it runs, every
+// CUDA call of this process fails ("an illegal memory access was encountered").
+cudaError_t breakContext(cudaStream_t stream);
+
+}  // namespace accord_gpu
