@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
-gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors
+gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors gpu_test_device_fault
              accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors
              accord_gpu_cudnn_tests accord-resnet accord-make-jpegs accord-pack accord-fusion-probe)
 dir=build  # what the checks below look at

@@ -2,9 +2,9 @@
 # The Python suite on a lent GPU machine, against that machine's own PyTorch (its
 # python3): compiles accord._core there, with its compiler and pybind11, against the
 # carried build's libaccord, assembles the package in a folder of its own, and runs
-# tests/python under mpirun on one rank (the machine has one GPU; NCCL puts one rank
-# per GPU), test_cuda.py included, then on two ranks through MPI. Logs go to $OUT
-# (./device-python-out elsewhere).
+# tests/python under mpirun on one rank, test_cuda.py included, then on two ranks
+# sharing the GPU through NCCL and through MPI. Logs go to $OUT (./device-python-out
+# elsewhere).
 #
 # On the build machine (no GPU needed), then through the device tool:
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
@@ -50,17 +50,19 @@ rm -rf "$objects"
 
 cd tests/python
 set -o pipefail
-# One rank, CUDA tensors through NCCL; then two ranks sharing the GPU, which NCCL does
-# not allow, so through MPI staged in page-locked memory (ACCORD_NCCL=0): the tests
-# that need two ranks run there, the mismatches among them.
+# One rank, CUDA tensors through NCCL; two ranks sharing the GPU through NCCL, each rank
+# a host of its own for NCCL (ci/nccl-one-gpu.sh); and two ranks through MPI staged in
+# page-locked memory (ACCORD_NCCL=0). The tests that need two ranks run in the last two,
+# the mismatches among them.
 status=0
-for ranks in 1 2; do
-  nccl=1
-  [ "$ranks" -eq 1 ] || nccl=0
-  echo "== ci/device-python.sh: $ranks rank(s), ACCORD_NCCL=$nccl"
+for run in 1:1 2:1 2:0; do
+  ranks=${run%:*} nccl=${run#*:}
+  wrapper=()
+  [ "$ranks" -gt 1 ] && [ "$nccl" = 1 ] && wrapper=(bash ../../ci/nccl-one-gpu.sh)
+  echo "== ci/device-python.sh: $ranks rank(s), ACCORD_NCCL=$nccl${wrapper:+, sharing the GPU through NCCL}"
   PYTHONPATH=$site ACCORD_STALL_SHUTDOWN_TIME=30 ACCORD_NCCL=$nccl \
     mpirun -np "$ranks" --allow-run-as-root --oversubscribe --bind-to none \
-    "$py" -m pytest --color=no -q -rs -p no:cacheprovider "$@" 2>&1 |
-    tee "$out/pytest-np$ranks.log" || status=1
+    "${wrapper[@]}" "$py" -m pytest --color=no -q -rs -p no:cacheprovider "$@" 2>&1 |
+    tee "$out/pytest-np$ranks-nccl$nccl.log" || status=1
 done
 exit $status

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, in one command on a machine with a GPU: the GPU build's tests
-# (ctest -L gpu: CUDA kernels, every device collective with NCCL on one rank and staged
-# through MPI on one and two ranks, the error paths, the trainer's cuDNN layers, and
-# whole accord-resnet runs on the GPU), accord.torch on CUDA tensors
-# (ci/device-python.sh), the device benchmarks (accord-bench --device cuda), the trainer
+# (ctest -L gpu: CUDA kernels, every device collective with NCCL on 1-4 ranks (sharing
+# the GPUs where there are fewer, ci/nccl-one-gpu.sh) and staged through MPI, across
+# simulated hosts, the error paths and faults, the trainer's cuDNN layers, and whole
+# accord-resnet runs on the GPU), accord.torch on CUDA tensors (ci/device-python.sh), the
+# device benchmarks (accord-bench --device cuda, and Average on 2-4 ranks), the trainer
 # on the GPU against PyTorch (tools/resnet_gpu_bench.py), the trainer's GPU time by
 # layer kind (--gpu-profile), and the host MPI tests of the same build. Results go to
 # $OUT (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
@@ -216,6 +217,25 @@ if wants bench; then
   else
     not_run bench "$t"
   fi
+  pack
+  # Average on NCCL: raw ncclAvg against Accord's, in time and error, with 2-4 ranks
+  # sharing the GPUs where there are fewer (ci/nccl-one-gpu.sh): 3 ranks is where the
+  # two differ, up to 64 MiB; 2 and 4 (powers of two) to 4 MiB.
+  for run in 3:64M 4:4M 2:4M; do
+    np=${run%:*} max=${run#*:}
+    if t=$(seconds_for 40 20); then
+      timeout -k 10 "$t" mpirun -np "$np" --allow-run-as-root --oversubscribe --bind-to none \
+          bash ci/nccl-one-gpu.sh build/tools/accord-bench --device cuda --average-only \
+          --max-bytes "$max" --iters 5 --warmup 2 > "$logs/bench-average-np$np.log" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || status=1
+      say "average on NCCL, $np ranks:"
+      stopped $rc "average study" "$t"
+      grep -E '^ +(float32|bfloat16) ' "$logs/bench-average-np$np.log" | sed 's/^/  /' | tee -a "$summary"
+    else
+      not_run "average study ($np ranks)" "$t"
+    fi
+  done
   pack
 fi
 

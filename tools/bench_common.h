@@ -24,6 +24,7 @@ struct Options {
   int resnet_warmup = -1;    // untimed ResNet-50 steps first (-1: 2, or 1 with --quick)
   bool resnet_only = false;  // the ResNet-50 gradient set only (no sweep, no latency)
   bool resnet_accord_only = false;  // ... and only Accord's Sum variant
+  bool average_only = false;        // --device cuda: the Average study only
   std::string csv;
   bool quick = false;
   std::string device = "cpu";  // cpu: host memory against MPI; cuda: GPU memory against NCCL

@@ -323,6 +323,9 @@ int main(int argc, char** argv) {
   app.add_flag("--resnet-accord-only", opt.resnet_accord_only,
                "With --resnet-only: time Accord's Sum steps alone, nothing between them (how "
                "tools/autotune_bench.py measures ACCORD_AUTOTUNE)");
+  app.add_flag("--average-only", opt.average_only,
+               "With --device cuda: only Average on NCCL, raw ncclAvg against Accord's, in time "
+               "and error (sizes up to --max-bytes, at most 64M)");
   app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
   app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
   app.add_option("--device", opt.device,
@@ -337,6 +340,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (opt.average_only && opt.device != "cuda") {
+    std::fprintf(stderr, "accord-bench: --average-only measures NCCL: it needs --device cuda\n");
+    return 2;
+  }
   if (opt.hierarchical) {
     if (app.count("--min-bytes") == 0) opt.min_bytes = 64 << 10;
     if (app.count("--max-bytes") == 0) opt.max_bytes = 64 << 20;

@@ -10,7 +10,8 @@
 //  2. latency: a 4 KiB allreduce in steady state (response cache hit), Accord vs NCCL;
 //  3. the ResNet-50 gradient set (161 tensors, 97.5 MiB in float32) in float32 and
 //     bfloat16: 161 named Accord allreduces (Sum, and Average) against 161
-//     ncclAllReduce calls and against one ncclAllReduce of the concatenated buffer.
+//     ncclAllReduce calls and against one ncclAllReduce of the concatenated buffer;
+//  4. Average: raw ncclAvg against Accord's, in time and in error (averageStudy).
 // Then, on rank 0, what each CUDA call that a device tensor's submission makes costs.
 // Every call is timed to its completion as the host sees it: Accord's wait() returns
 // when the runtime's finalizer has seen the collective's event; NCCL's calls are
@@ -27,7 +28,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -72,9 +75,12 @@ struct Gpu {
     MPI_Comm_rank(local, &local_rank);
     MPI_Comm_size(local, &local_size);
     MPI_Comm_free(&local);
-    if (local_size > count)
+    // Ranks share a GPU only where each names a host of its own to NCCL (NCCL_HOSTID, as
+    // ci/nccl-one-gpu.sh sets it): correctness and the average study, not speed.
+    if (local_size > count && !std::getenv("NCCL_HOSTID"))
       fail(bench, std::to_string(local_size) + " ranks share a host with " + std::to_string(count) +
-                      " GPUs; NCCL needs one GPU per rank");
+                      " GPUs; NCCL needs one GPU per rank (or an NCCL_HOSTID per rank: run each "
+                      "rank through ci/nccl-one-gpu.sh)");
     device = local_rank % count;
     cudaOk(bench, cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -285,6 +291,143 @@ void resnet50(const Gpu& gpu, const Options& opt, accord::DType dtype) {
   cudaFree(grads);
 }
 
+// Average on NCCL, decided rather than left to the backend: raw ncclAvg (each input times
+// 1/n, then the sum) against Accord's Average (ncclAvg where n is a power of two, else the
+// sum divided once in Accord's scaling pass), in time beside their Sums and in error
+// against the exactly rounded average, with Accord's host path as the reference for
+// what the host gives. The inputs carry full mantissas (sin of the index), so every
+// rounding shows; the ranks' sums differ in order between paths, which is not what this
+// measures, so the error is against the exact quotient of the exact sum.
+namespace average_study {
+
+double input(int rank, std::int64_t i) {
+  return std::sin(0.6180339887 * static_cast<double>(i) + 1.7 * rank) * 3.0;
+}
+
+// The float32 or bfloat16 bits of `v`, rounded to nearest even, as a 32-bit pattern.
+std::uint32_t roundTo(accord::DType dtype, double v) {
+  const float f = static_cast<float>(v);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &f, 4);
+  if (dtype == accord::DType::Float32) return bits;
+  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+  return rounded >> 16;
+}
+
+double toDouble(accord::DType dtype, std::uint32_t bits) {
+  if (dtype == accord::DType::BFloat16) bits <<= 16;
+  float f = 0;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct Error {
+  double differing = 0;  // share of elements not exactly rounded
+  std::int64_t max_ulps = 0;
+};
+
+// `got` (count elements of dtype) against the exactly rounded average of the ranks'
+// inputs, over the first million elements at most (enough to see every rounding).
+Error measure(accord::DType dtype, const std::vector<std::uint8_t>& got, std::int64_t count,
+              int ranks) {
+  count = std::min<std::int64_t>(count, 1 << 20);
+  Error e;
+  std::int64_t differing = 0;
+  const std::size_t elem = accord::dtype_size(dtype);
+  for (std::int64_t i = 0; i < count; ++i) {
+    double sum = 0;
+    for (int r = 0; r < ranks; ++r) sum += toDouble(dtype, roundTo(dtype, input(r, i)));
+    const auto want = static_cast<std::int64_t>(roundTo(dtype, sum / ranks));
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, got.data() + static_cast<std::size_t>(i) * elem, elem);
+    // Same sign in practice (the error is a few units); ulps as the distance of patterns.
+    const std::int64_t ulps = std::llabs(static_cast<std::int64_t>(bits) - want);
+    if (ulps != 0) ++differing;
+    e.max_ulps = std::max(e.max_ulps, ulps);
+  }
+  e.differing = static_cast<double>(differing) / static_cast<double>(std::max<std::int64_t>(count, 1));
+  return e;
+}
+
+}  // namespace average_study
+
+void averageStudy(const Gpu& gpu, const Options& opt) {
+  using namespace average_study;
+  const Bench& bench = gpu.bench;
+  if (bench.rank == 0)
+    std::printf(
+        "#\n# Average on %d ranks, %s: raw ncclAvg vs Accord's Average (%s), time beside "
+        "each one's Sum (median of %d) and error against the exactly rounded average\n"
+        "#%6s %9s  %9s %9s %9s %9s  %22s %22s %22s\n",
+        bench.size, gpu.name.c_str(),
+        (bench.size & (bench.size - 1)) == 0 ? "ncclAvg: a power of two"
+                                             : "sum, then Accord's scaling pass",
+        opt.iters, "dtype", "bytes", "ncclSum", "ncclAvg", "acc.Sum", "acc.Avg",
+        "ncclAvg: differ, ulps", "Accord GPU: differ,ulps", "Accord host: differ,ulps");
+  for (accord::DType dtype : {accord::DType::Float32, accord::DType::BFloat16}) {
+    const std::size_t elem = accord::dtype_size(dtype);
+    const ncclDataType_t type = dtype == accord::DType::Float32 ? ncclFloat32 : ncclBfloat16;
+    for (std::uint64_t bytes : {std::uint64_t{64} << 10, std::uint64_t{4} << 20,
+                                std::uint64_t{64} << 20}) {
+      if (bytes > opt.max_bytes) break;
+      const auto count = static_cast<std::int64_t>(bytes / elem);
+      std::vector<std::uint8_t> mine(bytes), got(bytes);
+      for (std::int64_t i = 0; i < count; ++i) {
+        const std::uint32_t bits = roundTo(dtype, input(bench.rank, i));
+        std::memcpy(mine.data() + static_cast<std::size_t>(i) * elem, &bits, elem);
+      }
+      void* data = gpu.alloc(bytes);
+      auto load = [&] {
+        cudaOk(bench, cudaMemcpy(data, mine.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+      };
+      auto raw = [&](ncclRedOp_t op) {
+        ncclOk(bench, ncclAllReduce(data, data, count, type, op, gpu.comm, gpu.stream),
+               "ncclAllReduce");
+        cudaOk(bench, cudaStreamSynchronize(gpu.stream), "cudaStreamSynchronize");
+      };
+      const std::string name = "bench.cuda.average." + std::string(accord::dtype_name(dtype)) +
+                               "." + std::to_string(bytes);
+      auto accord = [&](accord::ReduceOp op, const char* tag) {
+        gpu.accordAsync(data, dtype, count, name + tag, op).wait();
+      };
+      const auto [t_sum, t_avg] = timePair(
+          bench, opt.warmup, opt.iters, [&] { raw(ncclSum); }, [&] { raw(ncclAvg); }, load);
+      const auto [a_sum, a_avg] = timePair(
+          bench, opt.warmup, opt.iters, [&] { accord(accord::ReduceOp::Sum, ".sum"); },
+          [&] { accord(accord::ReduceOp::Average, ".avg"); }, load);
+      load();
+      raw(ncclAvg);
+      cudaOk(bench, cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      const Error nccl_error = measure(dtype, got, count, bench.size);
+      load();
+      accord(accord::ReduceOp::Average, ".avg");
+      cudaOk(bench, cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      const Error device_error = measure(dtype, got, count, bench.size);
+      got = mine;
+      accord::AllreduceOptions host;
+      host.name = name + ".host";
+      host.op = accord::ReduceOp::Average;
+      accord::allreduce_async({got.data(), dtype, {count}, {}}, host).wait();
+      const Error host_error = measure(dtype, got, count, bench.size);
+      cudaFree(data);
+      if (bench.rank == 0) {
+        std::printf("  %6s %9llu  %9.1f %9.1f %9.1f %9.1f  %14.2f%% %6lld %14.2f%% %6lld %14.2f%% %6lld\n",
+                    accord::dtype_name(dtype), static_cast<unsigned long long>(bytes), t_sum * 1e6,
+                    t_avg * 1e6, a_sum * 1e6, a_avg * 1e6, 100 * nccl_error.differing,
+                    static_cast<long long>(nccl_error.max_ulps), 100 * device_error.differing,
+                    static_cast<long long>(device_error.max_ulps), 100 * host_error.differing,
+                    static_cast<long long>(host_error.max_ulps));
+        std::fflush(stdout);
+      }
+      const std::string section = std::string("average_cuda_") + accord::dtype_name(dtype);
+      bench.csvRow(section.c_str(), "nccl_sum", static_cast<double>(bytes), count, t_sum);
+      bench.csvRow(section.c_str(), "nccl_avg", static_cast<double>(bytes), count, t_avg);
+      bench.csvRow(section.c_str(), "accord_sum", static_cast<double>(bytes), count, a_sum);
+      bench.csvRow(section.c_str(), "accord_average", static_cast<double>(bytes), count, a_avg);
+    }
+  }
+}
+
 // What each CUDA call that Accord's submission of a device tensor makes costs here
 // (ops/cuda/device_support.cc: the device and pointer checks, the idle-stream test, the
 // ready event; then the executor's event query and stream wait), so that the submission
@@ -367,12 +510,17 @@ int runDeviceBench(const Bench& bench, const Options& opt) {
         "# busbw = bytes / time * 2(n-1)/n; time = max over ranks, median over "
         "iterations\n",
         bench.size, gpu.name.c_str());
+  if (opt.average_only) {
+    averageStudy(gpu, opt);
+    return 0;
+  }
   const std::size_t bytes = std::max<std::uint64_t>(opt.max_bytes, 4096);
   auto* buffer = static_cast<float*>(gpu.alloc(bytes));
   sweep(gpu, opt, buffer);
   latency(gpu, opt, buffer);
   resnet50(gpu, opt, accord::DType::Float32);
   resnet50(gpu, opt, accord::DType::BFloat16);
+  averageStudy(gpu, opt);
   submissionCalls(gpu, buffer);
   cudaFree(buffer);
   return 0;
