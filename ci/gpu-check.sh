@@ -17,7 +17,7 @@
 #                                      (timeout_s 600; carry: build-device, .debs, .data)
 #
 #   bash ci/gpu-check.sh [--budget SECONDS] [tests] [trainer-tests] [python] [bench]
-#                        [trainer] [profile] [mpi]
+#                        [average] [trainer] [profile] [mpi]
 # runs the steps named (all of them when none is), in that order of importance, except
 # that the tests (CTest runs ACCORD_GPU_TEST_JOBS=4 at once) and the Python suite run
 # side by side. With --budget the whole check ends within that many seconds: the tests
@@ -48,14 +48,14 @@ while [ $# -gt 0 ]; do
         echo "ci/gpu-check.sh: --budget '$budget': expected whole seconds, at least 60" >&2
         exit 2
       } ;;
-    tests | trainer-tests | python | bench | trainer | profile | mpi) steps+=("$1") ;;
+    tests | trainer-tests | python | bench | average | trainer | profile | mpi) steps+=("$1") ;;
     *) echo "ci/gpu-check.sh: unknown step '$1' (expected tests, trainer-tests, python," \
-            "bench, trainer, profile, mpi or --budget SECONDS)" >&2
+            "bench, average, trainer, profile, mpi or --budget SECONDS)" >&2
        exit 2 ;;
   esac
   shift
 done
-[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench trainer profile mpi)
+[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench average trainer profile mpi)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 # This script's own settings stay out of the tests' environment, where the runtime
 # would warn that they are not its variables.
@@ -218,13 +218,20 @@ if wants bench; then
     not_run bench "$t"
   fi
   pack
-  # Average on NCCL: raw ncclAvg against Accord's, in time and error, with 2-4 ranks
-  # sharing the GPUs where there are fewer (ci/nccl-one-gpu.sh): 3 ranks is where the
-  # two differ, up to 64 MiB; 2 and 4 (powers of two) to 4 MiB.
-  for run in 3:64M 4:4M 2:4M; do
+fi
+
+# 2b. Average on NCCL: raw ncclAvg against Accord's, in time and error, with 2-4 ranks
+#     sharing the GPUs where there are fewer (ci/nccl-one-gpu.sh): 3 ranks is where the
+#     two differ, up to 64 MiB; 2 and 4 (powers of two) to 4 MiB; and one rank with NCCL
+#     all the same (ACCORD_NCCL=2), where nothing crosses a socket: the cost of the
+#     scaling pass that a sum divided afterwards adds, on the GPU alone.
+if wants average; then
+  for run in 3:64M 4:4M 2:4M 1:64M; do
     np=${run%:*} max=${run#*:}
+    nccl=1
+    [ "$np" -gt 1 ] || nccl=2
     if t=$(seconds_for 40 20); then
-      timeout -k 10 "$t" mpirun -np "$np" --allow-run-as-root --oversubscribe --bind-to none \
+      ACCORD_NCCL=$nccl timeout -k 10 "$t" mpirun -np "$np" --allow-run-as-root --oversubscribe --bind-to none \
           bash ci/nccl-one-gpu.sh build/tools/accord-bench --device cuda --average-only \
           --max-bytes "$max" --iters 5 --warmup 2 > "$logs/bench-average-np$np.log" 2>&1
       rc=$?

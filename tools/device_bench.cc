@@ -322,8 +322,10 @@ double toDouble(accord::DType dtype, std::uint32_t bits) {
 }
 
 struct Error {
-  double differing = 0;  // share of elements not exactly rounded
-  std::int64_t max_ulps = 0;
+  double differing = 0;  // share of elements that are not the exactly rounded average
+  // The largest error in units of the last place of the largest input (|sum| can be far
+  // below the inputs where they cancel, so the result's own last place says little).
+  double max_units = 0;
 };
 
 // `got` (count elements of dtype) against the exactly rounded average of the ranks'
@@ -331,19 +333,23 @@ struct Error {
 Error measure(accord::DType dtype, const std::vector<std::uint8_t>& got, std::int64_t count,
               int ranks) {
   count = std::min<std::int64_t>(count, 1 << 20);
+  const int mantissa = dtype == accord::DType::Float32 ? 24 : 8;
   Error e;
   std::int64_t differing = 0;
   const std::size_t elem = accord::dtype_size(dtype);
   for (std::int64_t i = 0; i < count; ++i) {
-    double sum = 0;
-    for (int r = 0; r < ranks; ++r) sum += toDouble(dtype, roundTo(dtype, input(r, i)));
-    const auto want = static_cast<std::int64_t>(roundTo(dtype, sum / ranks));
+    double sum = 0, largest = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const double x = toDouble(dtype, roundTo(dtype, input(r, i)));
+      sum += x;  // exact: a few values of 24 bits or fewer
+      largest = std::max(largest, std::fabs(x));
+    }
     std::uint32_t bits = 0;
     std::memcpy(&bits, got.data() + static_cast<std::size_t>(i) * elem, elem);
-    // Same sign in practice (the error is a few units); ulps as the distance of patterns.
-    const std::int64_t ulps = std::llabs(static_cast<std::int64_t>(bits) - want);
-    if (ulps != 0) ++differing;
-    e.max_ulps = std::max(e.max_ulps, ulps);
+    if (bits != roundTo(dtype, sum / ranks)) ++differing;
+    if (largest == 0) continue;
+    const double unit = std::ldexp(1.0, std::ilogb(largest) - (mantissa - 1));
+    e.max_units = std::max(e.max_units, std::fabs(toDouble(dtype, bits) - sum / ranks) / unit);
   }
   e.differing = static_cast<double>(differing) / static_cast<double>(std::max<std::int64_t>(count, 1));
   return e;
@@ -356,14 +362,16 @@ void averageStudy(const Gpu& gpu, const Options& opt) {
   const Bench& bench = gpu.bench;
   if (bench.rank == 0)
     std::printf(
-        "#\n# Average on %d ranks, %s: raw ncclAvg vs Accord's Average (%s), time beside "
-        "each one's Sum (median of %d) and error against the exactly rounded average\n"
-        "#%6s %9s  %9s %9s %9s %9s  %22s %22s %22s\n",
+        "#\n# Average on %d ranks, %s: raw ncclAvg vs Accord's Average (%s); us, median of "
+        "%d: each beside its Sum, and Accord's Sum with a postscale (its scaling pass);\n"
+        "# error against the exactly rounded average: share of elements off, and the "
+        "largest error in units of the largest input's last place\n"
+        "#%8s %9s  %9s %9s  %9s %9s %9s  %15s %15s %15s\n",
         bench.size, gpu.name.c_str(),
         (bench.size & (bench.size - 1)) == 0 ? "ncclAvg: a power of two"
                                              : "sum, then Accord's scaling pass",
-        opt.iters, "dtype", "bytes", "ncclSum", "ncclAvg", "acc.Sum", "acc.Avg",
-        "ncclAvg: differ, ulps", "Accord GPU: differ,ulps", "Accord host: differ,ulps");
+        opt.iters, "dtype", "bytes", "ncclSum", "ncclAvg", "acc.Sum", "acc.Avg", "acc.Sum/3",
+        "ncclAvg off,max", "GPU off,max", "host off,max");
   for (accord::DType dtype : {accord::DType::Float32, accord::DType::BFloat16}) {
     const std::size_t elem = accord::dtype_size(dtype);
     const ncclDataType_t type = dtype == accord::DType::Float32 ? ncclFloat32 : ncclBfloat16;
@@ -395,6 +403,18 @@ void averageStudy(const Gpu& gpu, const Options& opt) {
       const auto [a_sum, a_avg] = timePair(
           bench, opt.warmup, opt.iters, [&] { accord(accord::ReduceOp::Sum, ".sum"); },
           [&] { accord(accord::ReduceOp::Average, ".avg"); }, load);
+      // The scaling pass that a sum divided afterwards adds, whatever the number of ranks.
+      const auto [a_sum2, a_scaled] = timePair(
+          bench, opt.warmup, opt.iters, [&] { accord(accord::ReduceOp::Sum, ".sum"); },
+          [&] {
+            accord::AllreduceOptions o;
+            o.name = name + ".third";
+            o.postscale = 1.0 / 3.0;
+            o.stream = gpu.stream;
+            accord::allreduce_async(gpu.view(data, dtype, count), o).wait();
+          },
+          load);
+      (void)a_sum2;
       load();
       raw(ncclAvg);
       cudaOk(bench, cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -411,12 +431,12 @@ void averageStudy(const Gpu& gpu, const Options& opt) {
       const Error host_error = measure(dtype, got, count, bench.size);
       cudaFree(data);
       if (bench.rank == 0) {
-        std::printf("  %6s %9llu  %9.1f %9.1f %9.1f %9.1f  %14.2f%% %6lld %14.2f%% %6lld %14.2f%% %6lld\n",
+        std::printf("  %8s %9llu  %9.1f %9.1f  %9.1f %9.1f %9.1f  "
+                    "%7.2f%% %6.2f %7.2f%% %6.2f %7.2f%% %6.2f\n",
                     accord::dtype_name(dtype), static_cast<unsigned long long>(bytes), t_sum * 1e6,
-                    t_avg * 1e6, a_sum * 1e6, a_avg * 1e6, 100 * nccl_error.differing,
-                    static_cast<long long>(nccl_error.max_ulps), 100 * device_error.differing,
-                    static_cast<long long>(device_error.max_ulps), 100 * host_error.differing,
-                    static_cast<long long>(host_error.max_ulps));
+                    t_avg * 1e6, a_sum * 1e6, a_avg * 1e6, a_scaled * 1e6,
+                    100 * nccl_error.differing, nccl_error.max_units, 100 * device_error.differing,
+                    device_error.max_units, 100 * host_error.differing, host_error.max_units);
         std::fflush(stdout);
       }
       const std::string section = std::string("average_cuda_") + accord::dtype_name(dtype);
@@ -424,6 +444,8 @@ void averageStudy(const Gpu& gpu, const Options& opt) {
       bench.csvRow(section.c_str(), "nccl_avg", static_cast<double>(bytes), count, t_avg);
       bench.csvRow(section.c_str(), "accord_sum", static_cast<double>(bytes), count, a_sum);
       bench.csvRow(section.c_str(), "accord_average", static_cast<double>(bytes), count, a_avg);
+      bench.csvRow(section.c_str(), "accord_sum_postscaled", static_cast<double>(bytes), count,
+                   a_scaled);
     }
   }
 }

@@ -10,8 +10,8 @@ namespace accord_gpu {
 
 // Sets `count` floats at `data` to `value`, on `stream`.
 cudaError_t fill(float* data, std::size_t count, float value, cudaStream_t stream);
-// Launches a kernel that writes to an address that is no memory: once it runs, every
-// CUDA call of this process fails ("an illegal memory access was encountered").
+// Launches a kernel that traps: once it runs, every CUDA call of this process fails
+// ("unspecified launch failure").
 cudaError_t breakContext(cudaStream_t stream);
 
 }  // namespace accord_gpu
