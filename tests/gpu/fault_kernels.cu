@@ -22,6 +22,11 @@ cudaError_t fill(float* data, std::size_t count, float value, cudaStream_t strea
   return cudaGetLastError();
 }
 
+cudaError_t prepareBreak() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, trap);
+}
+
 cudaError_t breakContext(cudaStream_t stream) {
   trap<<<1, 1, 0, stream>>>();
   return cudaGetLastError();

@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   float* tensor = nullptr;
   check(cudaMalloc(reinterpret_cast<void**>(&tensor), count * sizeof(float)), "cudaMalloc");
   check(accord_gpu::fill(tensor, count, 1.0f, nullptr), "fill");
+  check(accord_gpu::prepareBreak(), "prepareBreak");
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const accord::Device device = accord_gpu::accordDevice();
   {  // the communicator is created and connected before the fault
