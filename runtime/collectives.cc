@@ -46,6 +46,21 @@ void checkScale(const Request& r, double factor, const char* which) {
   }
 }
 
+// Bool reduces as logic (Sum and Max: or; Min and Product: and), which has no average
+// and no scale.
+void checkLogical(const Request& r) {
+  const bool reduces = r.type == RequestType::Allreduce || r.type == RequestType::Reducescatter;
+  if (!reduces || r.dtype != DType::Bool) return;
+  if (r.op == ReduceOp::Average)
+    throw InvalidArgument(describe(r) + ": Average is not defined for bool tensors; use Sum or "
+                          "Max (logical or), Min or Product (logical and), or convert to a "
+                          "number type");
+  if (r.prescale != 1.0 || r.postscale != 1.0)
+    throw InvalidArgument(describe(r) + ": bool tensors cannot be scaled (prescale " +
+                          std::to_string(r.prescale) + ", postscale " +
+                          std::to_string(r.postscale) + ")");
+}
+
 std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::string& name) {
   if (!name.empty()) return name;
   std::lock_guard<std::mutex> lock(rt.names_mu);
@@ -113,6 +128,7 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
   for (const auto& s : subs) {
     if (std::string bad = invalidEnum(s.request.op); !bad.empty())
       throw InvalidArgument(describe(s.request) + ": " + bad);
+    checkLogical(s.request);
   }
   auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
   if (subs.empty()) {

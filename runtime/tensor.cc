@@ -42,6 +42,12 @@ constexpr const char* dtypeName(DType dtype) {
       return "float32";
     case DType::Float64:
       return "float64";
+    case DType::Int16:
+      return "int16";
+    case DType::UInt16:
+      return "uint16";
+    case DType::Bool:
+      return "bool";
   }
   return nullptr;
 }
@@ -106,7 +112,10 @@ std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::UInt8:
     case DType::Int8:
+    case DType::Bool:
       return 1;
+    case DType::Int16:
+    case DType::UInt16:
     case DType::Float16:
     case DType::BFloat16:
       return 2;

@@ -21,8 +21,14 @@ DLDataType dlType(DType dtype) {
   const auto bits = static_cast<std::uint8_t>(8 * dtype_size(dtype));
   switch (dtype) {
     case DType::UInt8:
+    case DType::UInt16:
       return {kDLUInt, bits, 1};
+    // DLPack 0.x has no bool (PyTorch 1.13 refuses kDLBool): it goes as uint8, which
+    // accord.torch views as bool again.
+    case DType::Bool:
+      return {kDLUInt, 8, 1};
     case DType::Int8:
+    case DType::Int16:
     case DType::Int32:
     case DType::Int64:
       return {kDLInt, bits, 1};

@@ -54,6 +54,15 @@ py::buffer_info bufferInfo(Buffer& b) {
     case DType::Float64:
       format = "d";
       break;
+    case DType::Int16:
+      format = "h";
+      break;
+    case DType::UInt16:
+      format = "H";
+      break;
+    case DType::Bool:
+      format = "?";
+      break;
   }
   const auto itemsize = static_cast<py::ssize_t>(dtype_size(b.dtype()));
   std::vector<py::ssize_t> shape(b.shape().begin(), b.shape().end());

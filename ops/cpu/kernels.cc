@@ -43,10 +43,16 @@ struct BFloat16Codec {
   static std::uint16_t fromFloat(float f) { return floatToBfloat16(f); }
 };
 
+// Tag for bool, stored as one byte holding 0 or 1 (as PyTorch and NumPy store it).
+struct Logical {};
+
 template <class T>
 constexpr bool kIsHalf = std::is_same_v<T, Float16Codec> || std::is_same_v<T, BFloat16Codec>;
 template <class T>
-using Storage = std::conditional_t<kIsHalf<T>, std::uint16_t, T>;
+constexpr bool kIsLogical = std::is_same_v<T, Logical>;
+template <class T>
+using Storage = std::conditional_t<kIsHalf<T>, std::uint16_t,
+                                   std::conditional_t<kIsLogical<T>, std::uint8_t, T>>;
 
 // Calls fn.operator()<T>() with the C++ type (or 16-bit codec) of dtype.
 template <class Fn>
@@ -60,6 +66,9 @@ void visitDType(DType dtype, Fn&& fn) {
     case DType::BFloat16: return fn.template operator()<BFloat16Codec>();
     case DType::Float32: return fn.template operator()<float>();
     case DType::Float64: return fn.template operator()<double>();
+    case DType::Int16: return fn.template operator()<std::int16_t>();
+    case DType::UInt16: return fn.template operator()<std::uint16_t>();
+    case DType::Bool: return fn.template operator()<Logical>();
   }
   throw InvalidArgument("cpu kernel: unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -147,6 +156,8 @@ void reduceStored(std::conditional_t<kIntoIn, const Storage<T>, Storage<T>>* acc
                   ReduceOp op) {
   if constexpr (kIsHalf<T>)
     reduceHalf<T, kIntoIn>(acc, in, n, op);
+  else if constexpr (kIsLogical<T>)
+    loops::reduceLogicalLoop<kIntoIn>(acc, in, n, op);
   else
     reduceBlock<T, kIntoIn>(acc, in, n, op);
 }
@@ -155,6 +166,8 @@ template <class T>
 void scaleStored(Storage<T>* data, std::size_t n, double factor, double divisor) {
   if constexpr (kIsHalf<T>)
     scaleHalf<T>(data, n, static_cast<float>(factor / divisor));
+  else if constexpr (kIsLogical<T>)
+    throw InvalidArgument("cpu kernel: bool tensors cannot be scaled");  // refused at submission
   else
     scaleBlock(data, n, factor, divisor);
 }
@@ -230,6 +243,8 @@ void fillNeutral(void* data, std::size_t count, DType dtype, ReduceOp op) {
     S value;
     if constexpr (kIsHalf<T>)
       value = T::fromFloat(neutral<float>(op));
+    else if constexpr (kIsLogical<T>)
+      value = op == ReduceOp::Min || op == ReduceOp::Product;  // and: 1; or: 0
     else
       value = neutral<T>(op);
     auto* d = static_cast<S*>(data);

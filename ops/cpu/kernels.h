@@ -20,7 +20,8 @@ namespace accord::cpu {
 void setThreads(int threads);
 
 // acc[i] = op(acc[i], in[i]) for `count` elements of `dtype`. Average reduces like Sum
-// (the caller divides afterwards). Signed integer Sum and Product wrap around (two's
+// (the caller divides afterwards). Bool: Sum, Average and Max are logical or, Min and
+// Product logical and. Signed integer Sum and Product wrap around (two's
 // complement) instead of overflowing, as MPI's built-in operations do in practice.
 // float16/bfloat16 are computed in float and rounded to nearest-even.
 void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op);

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -110,6 +111,24 @@ template <class T>
     }
     for (std::size_t i = 0; i < n; ++i)
       data[i] = saturate<T>(std::round(static_cast<double>(data[i]) * factor / divisor));
+  }
+}
+
+// Bool (one byte, 0 or 1): Sum, Average and Max are logical or; Min and Product
+// logical and. Only 0 and 1 ever come out, whatever the inputs hold besides.
+template <bool kIntoIn = false>
+[[gnu::always_inline]] inline void reduceLogicalLoop(
+    std::conditional_t<kIntoIn, const std::uint8_t, std::uint8_t>* __restrict acc,
+    std::conditional_t<kIntoIn, std::uint8_t, const std::uint8_t>* __restrict in, std::size_t n,
+    ReduceOp op) {
+  const bool any = op == ReduceOp::Sum || op == ReduceOp::Average || op == ReduceOp::Max;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool a = acc[i] != 0, x = in[i] != 0;
+    const std::uint8_t r = any ? (a || x) : (a && x);
+    if constexpr (kIntoIn)
+      in[i] = r;
+    else
+      acc[i] = r;
   }
 }
 

@@ -253,6 +253,14 @@ void scale(void* data, std::size_t count, DType dtype, double factor, double div
     case DType::Float64:
       launchScaleFloat<double>(data, count, factor, divisor, stream);
       break;
+    case DType::Int16:
+      launchScaleInt<std::int16_t>(data, count, factor, divisor, stream);
+      break;
+    case DType::UInt16:
+      launchScaleInt<std::uint16_t>(data, count, factor, divisor, stream);
+      break;
+    case DType::Bool:  // refused at submission, as on the host
+      throw InvalidArgument("cuda::scale: bool tensors cannot be scaled");
     default:
       throw InvalidArgument("cuda::scale: unknown dtype " + std::to_string(static_cast<int>(dtype)));
   }

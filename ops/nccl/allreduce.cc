@@ -191,7 +191,8 @@ class NcclAllreduce final : public Op {
   explicit NcclAllreduce(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
-    return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CUDA;
+    return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CUDA &&
+           reducesOnNccl(response.dtype);
   }
 
   void execute(ExecContext& ctx, const Response& response,

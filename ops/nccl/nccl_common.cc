@@ -13,7 +13,7 @@ namespace accord::nccl {
 
 namespace {
 
-static_assert(kNumDTypes == 8, "map the new dtype to NCCL's below");
+static_assert(kNumDTypes == 11, "map the new dtype to NCCL's below");
 
 // Several communicators watched as one: an error or an abort on any stops them all.
 class WatchedGroup final : public cuda::Watched {
@@ -115,8 +115,16 @@ ncclDataType_t ncclType(DType dtype) {
       return ncclFloat32;
     case DType::Float64:
       return ncclFloat64;
+    case DType::Int16:
+    case DType::UInt16:
+    case DType::Bool:
+      break;  // no NCCL type: reduced through host memory (reducesOnNccl)
   }
-  throw InvalidArgument("NCCL: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  throw InvalidArgument(std::string("NCCL: no NCCL type for dtype ") + dtype_name(dtype));
+}
+
+bool reducesOnNccl(DType dtype) {
+  return dtype != DType::Int16 && dtype != DType::UInt16 && dtype != DType::Bool;
 }
 
 Reduction reductionFor(const Response& response, int set_size) {

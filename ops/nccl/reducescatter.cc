@@ -82,7 +82,8 @@ class NcclReducescatter final : public Op {
       : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
-    return response.type == ResponseType::Reducescatter && response.device.type == DeviceType::CUDA;
+    return response.type == ResponseType::Reducescatter && response.device.type == DeviceType::CUDA &&
+           reducesOnNccl(response.dtype);
   }
 
   void execute(ExecContext& ctx, const Response& response,

@@ -95,6 +95,9 @@ void storeValue(DType dtype, void* base, std::int64_t i, double value) {
       return;
     case DType::Float32: static_cast<float*>(base)[i] = static_cast<float>(value); return;
     case DType::Float64: static_cast<double*>(base)[i] = value; return;
+    case DType::Int16: return storeInt<std::int16_t>(base, i, value);
+    case DType::UInt16: return storeInt<std::uint16_t>(base, i, value);
+    case DType::Bool: return storeInt<std::uint8_t>(base, i, value != 0);
   }
 }
 
@@ -108,11 +111,16 @@ double loadValue(DType dtype, const void* base, std::int64_t i) {
     case DType::BFloat16: return bfloat16ToFloat(static_cast<const std::uint16_t*>(base)[i]);
     case DType::Float32: return static_cast<const float*>(base)[i];
     case DType::Float64: return static_cast<const double*>(base)[i];
+    case DType::Int16: return static_cast<const std::int16_t*>(base)[i];
+    case DType::UInt16: return static_cast<const std::uint16_t*>(base)[i];
+    case DType::Bool: return static_cast<const std::uint8_t*>(base)[i];
   }
   return 0;
 }
 
-bool isSigned(DType dtype) { return dtype != DType::UInt8; }
+bool isSigned(DType dtype) {
+  return dtype != DType::UInt8 && dtype != DType::UInt16 && dtype != DType::Bool;
+}
 
 // ---- test values ------------------------------------------------------------------------
 

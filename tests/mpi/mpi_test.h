@@ -24,9 +24,11 @@ using accord::DType;
 using accord::ReduceOp;
 using accord::Shape;
 
-inline constexpr DType kAllDTypes[] = {DType::UInt8,   DType::Int8,     DType::Int32,
-                                       DType::Int64,   DType::Float16,  DType::BFloat16,
-                                       DType::Float32, DType::Float64};
+// Bool reduces as logic, which these tests' values do not model: tests/python covers it.
+inline constexpr DType kAllDTypes[] = {DType::UInt8,   DType::Int8,    DType::Int16,
+                                       DType::UInt16,  DType::Int32,   DType::Int64,
+                                       DType::Float16, DType::BFloat16, DType::Float32,
+                                       DType::Float64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min,
                                        ReduceOp::Max, ReduceOp::Product};
 inline constexpr DType kFloatDTypes[] = {DType::Float16, DType::BFloat16, DType::Float32,

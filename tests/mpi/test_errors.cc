@@ -305,15 +305,15 @@ TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its
         "reducescatter 'err.bad.rs.op': op 255 is not a ReduceOp "
         "(expected 0..4: sum, average, min, max, product)");
     accord::TensorView bad_dtype = b.view();
-    bad_dtype.dtype = static_cast<DType>(9);
+    bad_dtype.dtype = static_cast<DType>(12);
     accord::AllgatherOptions g;
     g.name = "err.bad.dtype";
     expectRefused(
         attemptSubmit([&] { return accord::allgather_async(bad_dtype, out.allocator(), g); },
                       "dtype"),
-        "dtype 9",
-        "allgather 'err.bad.dtype': dtype 9 is not a DType (expected 0..7: "
-        "uint8, int8, int32, int64, float16, bfloat16, float32, float64)");
+        "dtype 12",
+        "allgather 'err.bad.dtype': dtype 12 is not a DType (expected 0..10: "
+        "uint8, int8, int32, int64, float16, bfloat16, float32, float64, int16, uint16, bool)");
     accord::TensorView bad_device = b.view();
     bad_device.device.type = static_cast<accord::DeviceType>(5);
     accord::BroadcastOptions bc;

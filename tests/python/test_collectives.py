@@ -221,3 +221,48 @@ def test_collectives_really_run_asynchronously(hvd):
     assert all(torch.all(t == n * (n - 1) / 2) for t in tensors)
     with pytest.raises(ValueError, match="unknown"):
         hvd.poll(handles[0])  # synchronized: the handle is gone
+
+
+# ---- bool and uint16, which Horovod's CPU path also takes ---------------------------------
+def test_bool_collectives(hvd):
+    """Bool tensors move as they are; reduced, Sum and Max are logical or, Min and
+    Product logical and; Average and scale factors are refused at once."""
+    me, n = hvd.rank(), hvd.size()
+    pattern = lambda r: torch.tensor([r % 2 == 0, r == 0, True, False, r == n - 1])  # noqa: E731
+    x = pattern(me)
+    every = torch.stack([pattern(r) for r in range(n)])
+    for op, expected in ((hvd.Sum, every.any(0)), (hvd.Max, every.any(0)),
+                         (hvd.Min, every.all(0)), (hvd.Product, every.all(0))):
+        out = hvd.allreduce(x, op=op, name=f"bool.ar.{op}")
+        assert out.dtype == torch.bool and torch.equal(out, expected), (op, out, expected)
+    out = hvd.allgather(x.reshape(1, -1), name="bool.ag")
+    assert out.dtype == torch.bool and torch.equal(out, every)
+    assert torch.equal(hvd.broadcast(x, n - 1, name="bool.bc"), pattern(n - 1))
+    # Every rank sends its pattern to each rank, so each receives every rank's.
+    out = hvd.alltoall(x.reshape(1, -1).expand(n, -1).contiguous(), name="bool.a2a")
+    assert out.dtype == torch.bool and torch.equal(out, every)
+    rs = hvd.reducescatter(x.reshape(1, -1).expand(n, -1).contiguous(), op=hvd.Max,
+                           name="bool.rs")
+    assert torch.equal(rs, every.any(0, keepdim=True))
+    with pytest.raises(ValueError, match="Average is not defined for bool"):
+        hvd.allreduce(x, name="bool.average")
+    with pytest.raises(ValueError, match="bool tensors cannot be scaled"):
+        hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, name="bool.scaled")
+
+
+@pytest.mark.skipif(not hasattr(torch, "uint16"), reason="torch.uint16 is PyTorch >= 2.3")
+def test_uint16_collectives(hvd):
+    me, n = hvd.rank(), hvd.size()
+    values = lambda r: torch.tensor([0, 1, 65535 - r, 300 * r], dtype=torch.int64)  # noqa: E731
+    x = values(me).to(torch.uint16)
+    out = hvd.allgather(x, name="u16.ag")
+    assert out.dtype == torch.uint16
+    assert out.to(torch.int64).tolist() == torch.cat([values(r) for r in range(n)]).tolist()
+    out = hvd.broadcast(x, 0, name="u16.bc")
+    assert out.to(torch.int64).tolist() == values(0).tolist()
+    out = hvd.allreduce(x, op=hvd.Min, name="u16.min")
+    expected = torch.stack([values(r) for r in range(n)]).min(0).values
+    assert out.dtype == torch.uint16 and out.to(torch.int64).tolist() == expected.tolist()
+    out = hvd.allreduce(torch.tensor([7 + me], dtype=torch.uint16), op=hvd.Average,
+                        name="u16.average")
+    assert out.to(torch.int64).item() == (sum(7 + r for r in range(n))) // n

@@ -77,7 +77,7 @@ def test_name_in_flight_twice_is_a_value_error_at_once(hvd):
 
 
 def test_bad_arguments_are_value_errors(hvd):
-    for dtype in (torch.bool, torch.int16, torch.complex64):
+    for dtype in (torch.complex64, torch.complex128):
         with pytest.raises(ValueError, match="not supported"):
             hvd.allreduce(torch.zeros(2, dtype=dtype))
     with pytest.raises(ValueError, match="torch.Tensor"):

@@ -8,7 +8,8 @@ import pytest
 
 import accord.numpy as acc
 
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
+DTYPES = [np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64, np.float16, np.float32,
+          np.float64]
 
 
 def sent(rank, shape, dtype):
@@ -48,6 +49,17 @@ def test_numpy_collectives(hvd, dtype):
     rs = acc.reducescatter(sent(me, (n, 2), dtype), op=acc.Sum, name=f"np.rs.{tag}")
     assert np.array_equal(rs, sum(sent(r, (n, 2), np.float64) for r in range(n))[me:me + 1]
                           .astype(dtype))
+
+
+def test_numpy_bool(hvd):
+    me, n = acc.rank(), acc.size()
+    x = np.array([me == 0, True, False, me % 2 == 1])
+    every = np.stack([np.array([r == 0, True, False, r % 2 == 1]) for r in range(n)])
+    out = acc.allreduce(x, op=acc.Sum, name="np.bool.or")
+    assert out.dtype == np.bool_ and np.array_equal(out, every.any(0))
+    assert np.array_equal(acc.allreduce(x, op=acc.Min, name="np.bool.and"), every.all(0))
+    got = acc.allgather(x.reshape(1, -1), name="np.bool.ag")
+    assert got.dtype == np.bool_ and np.array_equal(got, every)
 
 
 def test_numpy_non_contiguous_and_grouped_and_errors(hvd):

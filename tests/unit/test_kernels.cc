@@ -253,6 +253,32 @@ TEST_CASE("scale: integers round half away from zero and saturate", "[kernels]")
   std::vector<std::int64_t> big = {std::numeric_limits<std::int64_t>::max() / 2};
   scale(big.data(), 1, DType::Int64, 4.0);
   CHECK(big[0] == std::numeric_limits<std::int64_t>::max());
+  std::vector<std::uint8_t> flags = {0, 1};
+  CHECK_THROWS_AS(scale(flags.data(), flags.size(), DType::Bool, 2.0), InvalidArgument);
+}
+
+TEST_CASE("reduce: int16 and uint16 wrap; bool is logic", "[kernels]") {
+  std::vector<std::int16_t> a = {32767, -5, 3}, b = {1, -7, -3};
+  reduce(a.data(), b.data(), a.size(), DType::Int16, ReduceOp::Sum);
+  CHECK(a == std::vector<std::int16_t>{-32768, -12, 0});
+  std::vector<std::uint16_t> c = {65535, 9}, d = {2, 4};
+  reduce(c.data(), d.data(), c.size(), DType::UInt16, ReduceOp::Max);
+  CHECK(c == std::vector<std::uint16_t>{65535, 9});
+  reduce(c.data(), d.data(), c.size(), DType::UInt16, ReduceOp::Min);
+  CHECK(c == std::vector<std::uint16_t>{2, 4});
+  const std::vector<std::uint8_t> x = {0, 0, 1, 1}, y = {0, 1, 0, 1};
+  for (auto [op, expected] : {std::pair{ReduceOp::Sum, std::vector<std::uint8_t>{0, 1, 1, 1}},
+                              {ReduceOp::Max, {0, 1, 1, 1}},
+                              {ReduceOp::Min, {0, 0, 0, 1}},
+                              {ReduceOp::Product, {0, 0, 0, 1}}}) {
+    auto acc = x;
+    reduce(acc.data(), y.data(), acc.size(), DType::Bool, op);
+    INFO(reduce_op_name(op));
+    CHECK(acc == expected);
+    std::uint8_t neutral = 7;
+    fillNeutral(&neutral, 1, DType::Bool, op);
+    CHECK(neutral == (op == ReduceOp::Min || op == ReduceOp::Product ? 1 : 0));
+  }
 }
 
 TEST_CASE("scale: floating point, including the parallel path", "[kernels]") {
@@ -385,6 +411,9 @@ std::vector<unsigned char> randomBytes(DType dtype, std::size_t n, std::mt19937&
       case DType::BFloat16: put(refBf16(x)); break;
       case DType::Float32: put(static_cast<float>(x)); break;
       case DType::Float64: put(x); break;
+      case DType::Int16: put(static_cast<std::int16_t>(x * 1e3)); break;
+      case DType::UInt16: put(static_cast<std::uint16_t>(std::fabs(x) * 1e3)); break;
+      case DType::Bool: put(static_cast<std::uint8_t>(x > 0)); break;
     }
   }
   return out;
@@ -392,8 +421,9 @@ std::vector<unsigned char> randomBytes(DType dtype, std::size_t n, std::mt19937&
 
 TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", "[kernels]") {
   std::mt19937 rng(13);
-  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int32,   DType::Int64,
-                          DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
+                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
+                          DType::Float32, DType::Float64};
   struct Factors {
     double factor, divisor;
   };
@@ -429,8 +459,9 @@ TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", 
 
 TEST_CASE("reduceScaleInto gives reduceScaleMirror's values in the input's place", "[kernels]") {
   std::mt19937 rng(17);
-  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int32,   DType::Int64,
-                          DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
+                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
+                          DType::Float32, DType::Float64};
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
     for (DType dtype : dtypes)
       for (ReduceOp op : kOps)

@@ -20,7 +20,10 @@ TEST_CASE("dtypes have their sizes and names", "[tensor]") {
                  {DType::Float16, 2, "float16", true},
                  {DType::BFloat16, 2, "bfloat16", true},
                  {DType::Float32, 4, "float32", true},
-                 {DType::Float64, 8, "float64", true}}) {
+                 {DType::Float64, 8, "float64", true},
+                 {DType::Int16, 2, "int16", false},
+                 {DType::UInt16, 2, "uint16", false},
+                 {DType::Bool, 1, "bool", false}}) {
     CHECK(dtype_size(e.dtype) == e.size);
     CHECK(std::string(dtype_name(e.dtype)) == e.name);
     CHECK(is_floating_point(e.dtype) == e.floating);
@@ -106,12 +109,12 @@ TEST_CASE("values outside an enum are named with the range the enum derives", "[
   CHECK(invalidEnum(static_cast<ReduceOp>(kNumReduceOps)) ==
         "op 5 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
   CHECK(invalidEnum(static_cast<DType>(kNumDTypes)) ==
-        "dtype 8 is not a DType (expected 0..7: uint8, int8, int32, int64, float16, bfloat16, "
-        "float32, float64)");
+        "dtype 11 is not a DType (expected 0..10: uint8, int8, int32, int64, float16, bfloat16, "
+        "float32, float64, int16, uint16, bool)");
   CHECK(invalidEnum(static_cast<DeviceType>(255)) ==
         "device type 255 is not a DeviceType (expected 0..1: cpu, cuda)");
   // The names printed for such values stay printable.
   CHECK(std::string(reduce_op_name(static_cast<ReduceOp>(17))) == "invalid-op");
-  CHECK(std::string(dtype_name(static_cast<DType>(9))) == "invalid-dtype");
+  CHECK(std::string(dtype_name(static_cast<DType>(kNumDTypes + 1))) == "invalid-dtype");
   CHECK(Device{static_cast<DeviceType>(7), 0}.str() == "invalid device type 7");
 }

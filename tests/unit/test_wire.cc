@@ -210,8 +210,9 @@ TEST_CASE("enum values out of range are rejected", "[wire]") {
   CHECK(at(22, 9) ==
         "corrupt negotiation message: value 9 at byte 22 is out of range (0..8) (request 0 request "
         "type)");
-  CHECK(at(27, 8) ==
-        "corrupt negotiation message: value 8 at byte 27 is out of range (0..7) (request 0 dtype)");
+  CHECK(at(27, 11) ==
+        "corrupt negotiation message: value 11 at byte 27 is out of range (0..10) (request 0 "
+        "dtype)");
   CHECK(at(28, 5) ==
         "corrupt negotiation message: value 5 at byte 28 is out of range (0..4) (request 0 reduce "
         "op)");

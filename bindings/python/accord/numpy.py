@@ -1,8 +1,8 @@
 """Accord's collectives on NumPy arrays: ``import accord.numpy as acc``.
 
 The same runtime as accord.torch (one per process; either module's ``init()`` starts
-it). Arrays cross without a copy when C-contiguous; dtypes uint8, int8, int32, int64,
-float16, float32 and float64 (NumPy has no bfloat16). Results that Accord allocates
+it). Arrays cross without a copy when C-contiguous; dtypes uint8, int8, int16, uint16,
+int32, int64, float16, float32, float64 and bool (NumPy has no bfloat16). Results that Accord allocates
 (allgather, alltoall, reducescatter) are arrays over Accord's memory, again without a
 copy. Every function has an ``_async`` form returning a handle for poll() and
 synchronize(); ``allreduce_`` and ``broadcast_`` work in place.
@@ -18,9 +18,10 @@ from accord.basics import (  # noqa: F401  (re-exported)
 from accord.errors import HorovodInternalError  # noqa: F401
 
 _DTYPES = {np.dtype(np.uint8): _core.uint8, np.dtype(np.int8): _core.int8,
+           np.dtype(np.int16): _core.int16, np.dtype(np.uint16): _core.uint16,
            np.dtype(np.int32): _core.int32, np.dtype(np.int64): _core.int64,
            np.dtype(np.float16): _core.float16, np.dtype(np.float32): _core.float32,
-           np.dtype(np.float64): _core.float64}
+           np.dtype(np.float64): _core.float64, np.dtype(np.bool_): _core.bool}
 
 
 def _code(array, what, name):

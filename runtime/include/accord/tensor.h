@@ -21,10 +21,15 @@ enum class DType : std::uint8_t {
   BFloat16,
   Float32,
   Float64,
+  // Added later, at the end so that the values above (in messages between ranks, and
+  // in the Python module) keep their meaning.
+  Int16,
+  UInt16,
+  Bool,  // one byte, 0 or 1: Sum and Max are logical or, Min and Product logical and
 };
 // One past the last DType: the valid values are 0..kNumDTypes-1 (tensor.cc asserts this
 // against the enumerators, so the two cannot drift apart).
-inline constexpr int kNumDTypes = 8;
+inline constexpr int kNumDTypes = 11;
 
 std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

@@ -1,8 +1,8 @@
 """Horovod's PyTorch API on Accord: ``import accord.torch as hvd`` runs a Horovod
 training script unchanged.
 
-CPU tensors of dtype uint8, int8, int32, int64, float16, bfloat16, float32 and float64
-cross into the runtime without a copy. What differs from Horovod is listed in
+CPU tensors of dtype uint8, int8, int16, uint16 (PyTorch >= 2.3), int32, int64, float16,
+bfloat16, float32, float64 and bool cross into the runtime without a copy. What differs from Horovod is listed in
 bindings/README.md.
 """
 

@@ -17,13 +17,17 @@ from accord import _core
 _DTYPES = {
     torch.uint8: _core.uint8,
     torch.int8: _core.int8,
+    torch.int16: _core.int16,
     torch.int32: _core.int32,
     torch.int64: _core.int64,
     torch.float16: _core.float16,
     torch.bfloat16: _core.bfloat16,
     torch.float32: _core.float32,
     torch.float64: _core.float64,
+    torch.bool: _core.bool,
 }
+if hasattr(torch, "uint16"):  # PyTorch >= 2.3
+    _DTYPES[torch.uint16] = _core.uint16
 _SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
 
 
@@ -160,4 +164,6 @@ def needs_grad(tensor):
 
 def from_buffer(buffer):
     """A tensor over memory Accord allocated, without a copy."""
-    return torch.utils.dlpack.from_dlpack(buffer.dlpack())
+    tensor = torch.utils.dlpack.from_dlpack(buffer.dlpack())
+    # DLPack 0.x has no bool: the bytes come as uint8 (bindings/src/dlpack.cc).
+    return tensor.view(torch.bool) if buffer.dtype == _core.bool else tensor
