@@ -202,6 +202,67 @@ TEST_CASE("device broadcast: every dtype and size, from the last rank") {
   }
 }
 
+TEST_CASE("device broadcast: from each root in turn") {
+  const int n = accord::size();
+  for (int root = 0; root < n; ++root) {
+    for (DType dtype : {DType::UInt8, DType::BFloat16, DType::Float32, DType::Int64}) {
+      Twin t = makeTwin(dtype, {1001}, ReduceOp::Sum,
+                        "bc.root" + std::to_string(root) + "." + str(dtype));
+      accord::BroadcastOptions o;
+      o.root = root;
+      o.name = "host." + t.name;
+      t.on_host = accord::broadcast_async(t.host->view(), o);
+      o.name = "cuda." + t.name;
+      t.on_device = accord::broadcast_async(t.device->view(), o);
+      checkTwin(t);
+    }
+  }
+}
+
+// Rank r runs r + 1 steps of device allreduces, then joins: a joined rank contributes
+// the op's neutral element from device memory (Average divides by every rank, the
+// joined ones too), and every rank's join names the last rank to join. A barrier after.
+TEST_CASE("device join: ranks run different numbers of steps, then a barrier") {
+  const int me = accord::rank(), n = accord::size();
+  const std::pair<DType, ReduceOp> kinds[] = {{DType::Float32, ReduceOp::Sum},
+                                              {DType::BFloat16, ReduceOp::Average},
+                                              {DType::Int64, ReduceOp::Max},
+                                              {DType::Float64, ReduceOp::Min}};
+  for (int step = 0; step <= me; ++step) {
+    std::vector<int> active;  // the ranks that have not joined before this step
+    for (int r = step; r < n; ++r) active.push_back(r);
+    for (const auto& [dtype, op] : kinds) {
+      Buffer b(dtype, {4099});
+      b.fill([&](std::int64_t i) { return fillValue(dtype, op, me, i + step); });
+      DeviceTensor d(b);
+      accord::AllreduceOptions o;
+      o.op = op;
+      o.name = "join." + str(dtype) + "." + str(op);
+      const auto error = describe(finish(accord::allreduce_async(d.view(), o), o.name), o.name);
+      INFO("step " << step << ": " << error);
+      CHECK(error.empty());
+      const auto got = d.download();
+      const auto diff = compareElements(
+          dtype, got.data(), 4099,
+          [&](std::int64_t i) {
+            const double value = reducedValue(dtype, op, active, i + step);
+            return op == ReduceOp::Average ? value * double(active.size()) / n : value;
+          },
+          toleranceFor(dtype, op));
+      INFO(o.name << " at step " << step << " with " << active.size() << " rank(s): " << diff);
+      CHECK(diff.empty());
+    }
+  }
+  accord::Handle joined = accord::join_async();
+  const auto error = describe(finish(joined, "join"), "join");
+  INFO(error);
+  CHECK(error.empty());
+  if (error.empty()) CHECK(joined.last_joined_rank() == n - 1);
+  const auto barrier = describe(finish(accord::barrier_async(), "barrier"), "barrier");
+  INFO(barrier);
+  CHECK(barrier.empty());
+}
+
 TEST_CASE("device reducescatter: every dtype x op, even and uneven rows, scaled, fused") {
   const int n = accord::size();
   struct Case {
