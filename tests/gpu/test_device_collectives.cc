@@ -186,37 +186,29 @@ TEST_CASE("device allgather: every dtype, a different first dimension on each ra
   }
 }
 
+// One broadcast from `root` on the host and on the device.
+void checkBroadcast(DType dtype, std::int64_t n, int root, const std::string& name) {
+  Twin t = makeTwin(dtype, {n}, ReduceOp::Sum, name);
+  accord::BroadcastOptions o;
+  o.root = root;
+  o.name = "host." + t.name;
+  t.on_host = accord::broadcast_async(t.host->view(), o);
+  o.name = "cuda." + t.name;
+  t.on_device = accord::broadcast_async(t.device->view(), o);
+  checkTwin(t);
+}
+
 TEST_CASE("device broadcast: every dtype and size, from the last rank") {
   const int root = accord::size() - 1;
-  for (DType dtype : kAllDTypes) {
-    for (std::int64_t n : testSizes(dtype)) {
-      Twin t = makeTwin(dtype, {n}, ReduceOp::Sum, "bc." + suffix(dtype, ReduceOp::Sum, n));
-      accord::BroadcastOptions o;
-      o.root = root;
-      o.name = "host." + t.name;
-      t.on_host = accord::broadcast_async(t.host->view(), o);
-      o.name = "cuda." + t.name;
-      t.on_device = accord::broadcast_async(t.device->view(), o);
-      checkTwin(t);
-    }
-  }
+  for (DType dtype : kAllDTypes)
+    for (std::int64_t n : testSizes(dtype))
+      checkBroadcast(dtype, n, root, "bc." + suffix(dtype, ReduceOp::Sum, n));
 }
 
 TEST_CASE("device broadcast: from each root in turn") {
-  const int n = accord::size();
-  for (int root = 0; root < n; ++root) {
-    for (DType dtype : {DType::UInt8, DType::BFloat16, DType::Float32, DType::Int64}) {
-      Twin t = makeTwin(dtype, {1001}, ReduceOp::Sum,
-                        "bc.root" + std::to_string(root) + "." + str(dtype));
-      accord::BroadcastOptions o;
-      o.root = root;
-      o.name = "host." + t.name;
-      t.on_host = accord::broadcast_async(t.host->view(), o);
-      o.name = "cuda." + t.name;
-      t.on_device = accord::broadcast_async(t.device->view(), o);
-      checkTwin(t);
-    }
-  }
+  for (int root = 0; root < accord::size(); ++root)
+    for (DType dtype : {DType::UInt8, DType::BFloat16, DType::Float32, DType::Int64})
+      checkBroadcast(dtype, 1001, root, "bc.root" + std::to_string(root) + "." + str(dtype));
 }
 
 // Rank r runs r + 1 steps of device allreduces, then joins: a joined rank contributes

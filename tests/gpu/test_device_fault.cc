@@ -24,6 +24,7 @@
 // reports with a marker line (DEVICE-FAULT-DETECTED by a survivor that saw everything it
 // should, DEVICE-FAULT-VICTIM-OK by a victim of `cuda` whose own handle failed as it
 // should) and exits 1; run_expect_abort.cmake counts the markers.
+#include "../mpi/fault_outcome.h"
 #include "device_test.h"
 #include "fault_kernels.h"
 
@@ -46,6 +47,7 @@
 
 namespace {
 
+using accord_test::outcome;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -73,25 +75,6 @@ bool contains(const std::string& s, const std::string& part) {
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// "ok", "CommError", "other" or "hang" (not done within 60 s), with the message.
-std::string outcome(const accord::Handle& h, std::string& message) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (!h.poll()) {
-    if (Clock::now() > deadline) return "hang";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  try {
-    h.wait();
-    return "ok";
-  } catch (const accord::CommError& e) {
-    message = e.what();
-    return "CommError";
-  } catch (const std::exception& e) {
-    message = e.what();
-    return "other";
-  }
 }
 
 // The message blames `rank`: a wait for it ("rank 2 did not ...", "ranks 0, 2 did not

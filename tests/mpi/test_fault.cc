@@ -15,6 +15,7 @@
 // Plain main, not Catch: after the failure MPI cannot be finalized (see
 // accord::shutdown), so each survivor reports with a marker line and exits 1, and
 // run_expect_abort.cmake counts the markers. Rank 0 then kills a frozen victim.
+#include "fault_outcome.h"
 #include "silent_ranks.h"
 
 #include <accord/accord.h>
@@ -37,6 +38,7 @@
 
 namespace {
 
+using accord_test::outcome;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -138,24 +140,6 @@ accord::Handle run(const std::string& collective, bool victim, std::vector<float
   accord::ReducescatterOptions o;
   o.name = name;
   return accord::reducescatter_async(view, into(out, victim), o);
-}
-
-std::string outcome(const accord::Handle& h, std::string& message) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (!h.poll()) {
-    if (Clock::now() > deadline) return "hang";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  try {
-    h.wait();
-    return "ok";
-  } catch (const accord::CommError& e) {
-    message = e.what();
-    return "CommError";
-  } catch (const std::exception& e) {
-    message = e.what();
-    return "other";
-  }
 }
 
 double since(Clock::time_point t0) {
