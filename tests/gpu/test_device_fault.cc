@@ -24,7 +24,7 @@
 // reports with a marker line (DEVICE-FAULT-DETECTED by a survivor that saw everything it
 // should, DEVICE-FAULT-VICTIM-OK by a victim of `cuda` whose own handle failed as it
 // should) and exits 1; run_expect_abort.cmake counts the markers.
-#include "../mpi/fault_outcome.h"
+#include "../mpi/fault_test.h"
 #include "device_test.h"
 #include "fault_kernels.h"
 
@@ -148,15 +148,10 @@ int main(int argc, char** argv) {
     accord::shutdown();
     return 77;
   }
-  const char* t_env = std::getenv("ACCORD_STALL_SHUTDOWN_TIME");
-  const char* scale_env = std::getenv("ACCORD_TEST_TIME_SCALE");
-  const double scale = scale_env ? std::max(1.0, std::atof(scale_env)) : 1.0;
-  const double limit = (t_env ? std::atof(t_env) : 300.0) + 1.0 * scale;
-  std::vector<int> pids(n);
-  int pid = static_cast<int>(getpid());
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  MPI_Comm survivors;
-  MPI_Comm_split(MPI_COMM_WORLD, me == victim ? 1 : 0, me, &survivors);
+  const accord_test::FaultSetup setup = accord_test::faultSetup(victim);
+  const double scale = setup.scale, limit = setup.limit;
+  const std::vector<int>& pids = setup.pids;
+  MPI_Comm survivors = setup.survivors;
 
   const std::size_t count = args.mib << 18;  // floats
   float* tensor = nullptr;

@@ -15,7 +15,7 @@
 // Plain main, not Catch: after the failure MPI cannot be finalized (see
 // accord::shutdown), so each survivor reports with a marker line and exits 1, and
 // run_expect_abort.cmake counts the markers. Rank 0 then kills a frozen victim.
-#include "fault_outcome.h"
+#include "fault_test.h"
 #include "silent_ranks.h"
 
 #include <accord/accord.h>
@@ -158,17 +158,10 @@ int main(int argc, char** argv) {
   accord::init();
   const int me = accord::rank(), n = accord::size();
   const int victim = n - 1;
-  const char* t_env = std::getenv("ACCORD_STALL_SHUTDOWN_TIME");
-  // The stall time is the runtime's own bound; the slack after it covers noticing and
-  // being scheduled, which sanitizer builds slow down (ci/sanitize.sh sets the scale).
-  const char* scale_env = std::getenv("ACCORD_TEST_TIME_SCALE");
-  const double scale = scale_env ? std::max(1.0, std::atof(scale_env)) : 1.0;
-  const double limit = (t_env ? std::atof(t_env) : 300.0) + 1.0 * scale;
-  std::vector<int> pids(n);
-  int pid = static_cast<int>(getpid());
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  MPI_Comm survivors;
-  MPI_Comm_split(MPI_COMM_WORLD, me == victim ? 1 : 0, me, &survivors);
+  const accord_test::FaultSetup setup = accord_test::faultSetup(victim);
+  const double scale = setup.scale, limit = setup.limit;
+  const std::vector<int>& pids = setup.pids;
+  MPI_Comm survivors = setup.survivors;
   {  // everything is connected before the fault
     std::vector<float> warm(1024, 1.0f);
     accord::allreduce({warm.data(), accord::DType::Float32, {1024}, {}});

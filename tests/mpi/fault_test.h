@@ -1,0 +1,67 @@
+// What the fault tests that run without the MPI test harness share (test_fault.cc,
+// tests/gpu/test_device_fault.cc): after a peer's failure MPI cannot be finalized, so
+// they report with marker lines rather than Catch.
+#pragma once
+
+#include <accord/accord.h>
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace accord_test {
+
+// "ok", "CommError", "other" or "hang" (not done within 60 s), with the message.
+inline std::string outcome(const accord::Handle& h, std::string& message) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!h.poll()) {
+    if (std::chrono::steady_clock::now() > deadline) return "hang";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  try {
+    h.wait();
+    return "ok";
+  } catch (const accord::CommError& e) {
+    message = e.what();
+    return "CommError";
+  } catch (const std::exception& e) {
+    message = e.what();
+    return "other";
+  }
+}
+
+// Every rank's pid, the survivors' communicator, and how long a survivor may wait: the
+// stall time, the runtime's own bound, plus a second for noticing and being scheduled,
+// which sanitizer builds slow down (ci/sanitize.sh sets ACCORD_TEST_TIME_SCALE).
+// Collective over MPI_COMM_WORLD.
+struct FaultSetup {
+  double scale = 1.0;
+  double limit = 0;
+  std::vector<int> pids;
+  MPI_Comm survivors = MPI_COMM_NULL;
+};
+
+inline FaultSetup faultSetup(int victim) {
+  FaultSetup f;
+  const char* t_env = std::getenv("ACCORD_STALL_SHUTDOWN_TIME");
+  const char* scale_env = std::getenv("ACCORD_TEST_TIME_SCALE");
+  f.scale = scale_env ? std::max(1.0, std::atof(scale_env)) : 1.0;
+  f.limit = (t_env ? std::atof(t_env) : 300.0) + 1.0 * f.scale;
+  int size = 1, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  f.pids.resize(static_cast<std::size_t>(size));
+  int pid = static_cast<int>(getpid());
+  MPI_Allgather(&pid, 1, MPI_INT, f.pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Comm_split(MPI_COMM_WORLD, me == victim ? 1 : 0, me, &f.survivors);
+  return f;
+}
+
+}  // namespace accord_test
