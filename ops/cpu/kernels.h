@@ -40,13 +40,14 @@ void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtyp
                      double factor, double divisor);
 
 // data[i] = data[i] * factor / divisor.
-// Floating point: a factor alone multiplies and a divisor alone divides, each correctly
-// rounded; both together are one multiply by factor/divisor in double.
-// float16/bfloat16 go through float with one multiply by factor/divisor.
-// Integers: computed in double, rounded to nearest with halves away from zero
-// (std::round: 5/2 -> 3, -5/2 -> -3) and saturated to the type's range. The division
-// comes last so that an integer Average (divisor = set size) rounds exactly; int64
-// values beyond 2^53 lose low bits through double.
+// Floating point, as Horovod scales: a factor alone is rounded to the type and
+// multiplies in it, and so does factor/divisor where both are given; a divisor alone
+// (an Average) divides, correctly rounded. float16/bfloat16 go through float with one
+// multiply by factor/divisor rounded to float.
+// Integers, as Horovod scales them: computed in double and truncated toward zero
+// (5/2 -> 2, -5/2 -> -2), saturated to the type's range; a division alone by a whole
+// number (an Average) is an exact integer division, truncated alike
+// (integer_average.h). Bool tensors cannot be scaled (InvalidArgument).
 void scale(void* data, std::size_t count, DType dtype, double factor, double divisor = 1.0);
 
 // Fills with op's neutral element: 0 for Sum/Average, the largest value (+inf for

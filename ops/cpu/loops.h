@@ -68,23 +68,13 @@ template <class T, bool kIntoIn = false>
 }
 
 template <class T>
-T saturate(double y) {
-  using L = std::numeric_limits<T>;
-  if (std::isnan(y)) return T{0};
-  if (y <= static_cast<double>(L::lowest())) return L::lowest();
-  // For int64, max() rounds up to 2^63 in double, so ">=" also catches exactly 2^63.
-  if (y >= static_cast<double>(L::max())) return L::max();
-  return static_cast<T>(y);
-}
-
-template <class T>
 [[gnu::always_inline]] inline void scaleLoop(T* data, std::size_t n, double factor,
                                              double divisor) {
   if constexpr (std::is_floating_point_v<T>) {
-    // A lone factor or divisor that T holds exactly is applied in T. That is the same
-    // correctly rounded result as in double (one operation on two values of T, rounded
-    // once, since double has more than 2p + 2 bits), and for float it saves converting
-    // every element to double and back, which costs more than the multiply itself.
+    // As Horovod scales (and so as scripts and Horovod's tests expect): a scale factor
+    // is rounded to T and multiplies in T, and so does factor / divisor where both are
+    // given. A divisor alone (Average) divides in T, correctly rounded, where Horovod
+    // multiplies by 1 / divisor: the exact average of equal values is that value.
     const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
     // Dividing by a power of two and multiplying by its reciprocal both round the same
     // real number once, so they agree bit for bit; the multiply is several times
@@ -92,7 +82,7 @@ template <class T>
     int exponent = 0;
     const bool power_of_two = std::frexp(divisor, &exponent) == 0.5 && divisor > 0;
     const T reciprocal = static_cast<T>(1.0 / divisor);
-    if (divisor == 1.0 && static_cast<double>(f) == factor) {
+    if (divisor == 1.0) {
       for (std::size_t i = 0; i < n; ++i) data[i] *= f;
     } else if (factor == 1.0 && power_of_two && static_cast<double>(reciprocal) == 1.0 / divisor &&
                std::isnormal(reciprocal)) {
@@ -100,17 +90,17 @@ template <class T>
     } else if (factor == 1.0 && static_cast<double>(d) == divisor) {
       for (std::size_t i = 0; i < n; ++i) data[i] /= d;
     } else {
-      const double fd = factor / divisor;
-      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] * fd);
+      const T fd = static_cast<T>(factor / divisor);
+      for (std::size_t i = 0; i < n; ++i) data[i] *= fd;
     }
   } else {
-    if (dividesAsIntegers(sizeof(T), factor, divisor)) {
-      const T d = static_cast<T>(divisor);
-      for (std::size_t i = 0; i < n; ++i) data[i] = divideRounded(data[i], d);
+    // Integers as Horovod scales them, truncated toward zero (integer_average.h).
+    if (dividesAsIntegers(factor, divisor)) {
+      const auto d = static_cast<std::int64_t>(divisor);
+      for (std::size_t i = 0; i < n; ++i) data[i] = divideTruncated(data[i], d);
       return;
     }
-    for (std::size_t i = 0; i < n; ++i)
-      data[i] = saturate<T>(std::round(static_cast<double>(data[i]) * factor / divisor));
+    for (std::size_t i = 0; i < n; ++i) data[i] = scaleTruncated(data[i], factor, divisor);
   }
 }
 

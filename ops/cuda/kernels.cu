@@ -41,11 +41,13 @@ __device__ std::size_t gridStride() { return static_cast<std::size_t>(gridDim.x)
 
 // ---- scaling -----------------------------------------------------------------------
 
-// How a floating-point element is scaled, decided once on the host as cpu::scale does.
-enum class FloatScaling { Multiply, Divide, Both };
+// How a floating-point element is scaled, decided once on the host as cpu::scale does
+// (ops/cpu/loops.h): by the factor rounded to T, by the divisor alone, or by
+// factor / divisor rounded to T.
+enum class FloatScaling { Multiply, Divide };
 
 template <class T>
-__global__ void scaleFloat(T* data, std::size_t n, FloatScaling how, T f, T d, double fd) {
+__global__ void scaleFloat(T* data, std::size_t n, FloatScaling how, T f, T d) {
   for (std::size_t i = firstIndex(); i < n; i += gridStride()) {
     switch (how) {
       case FloatScaling::Multiply:
@@ -54,27 +56,15 @@ __global__ void scaleFloat(T* data, std::size_t n, FloatScaling how, T f, T d, d
       case FloatScaling::Divide:
         data[i] = data[i] / d;
         break;
-      case FloatScaling::Both:
-        data[i] = static_cast<T>(static_cast<double>(data[i]) * fd);
-        break;
     }
   }
 }
 
-template <class T>
-__device__ T saturate(double y) {
-  using L = std::numeric_limits<T>;
-  if (isnan(y)) return T{0};
-  if (y <= static_cast<double>(L::lowest())) return L::lowest();
-  // For int64, max() rounds up to 2^63 in double, so ">=" also catches exactly 2^63.
-  if (y >= static_cast<double>(L::max())) return L::max();
-  return static_cast<T>(y);
-}
-
+// Integers as the host scales them (ops/cpu/integer_average.h): truncated toward zero.
 template <class T>
 __global__ void scaleInt(T* data, std::size_t n, double factor, double divisor) {
   for (std::size_t i = firstIndex(); i < n; i += gridStride())
-    data[i] = saturate<T>(round(static_cast<double>(data[i]) * factor / divisor));
+    data[i] = cpu::scaleTruncated(data[i], factor, divisor);
 }
 
 __global__ void scaleHalf(__half* data, std::size_t n, float f) {
@@ -90,29 +80,31 @@ __global__ void scaleBf16(__nv_bfloat16* data, std::size_t n, float f) {
 template <class T>
 void launchScaleFloat(void* data, std::size_t n, double factor, double divisor,
                       cudaStream_t stream) {
-  const T f = static_cast<T>(factor), d = static_cast<T>(divisor);
-  FloatScaling how = FloatScaling::Both;
-  if (divisor == 1.0 && static_cast<double>(f) == factor) how = FloatScaling::Multiply;
-  else if (factor == 1.0 && static_cast<double>(d) == divisor) how = FloatScaling::Divide;
-  scaleFloat<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, how, f, d,
-                                                       factor / divisor);
+  const T d = static_cast<T>(divisor);
+  FloatScaling how = FloatScaling::Multiply;
+  T f = static_cast<T>(factor);
+  if (divisor != 1.0) {
+    if (factor == 1.0 && static_cast<double>(d) == divisor)
+      how = FloatScaling::Divide;
+    else
+      f = static_cast<T>(factor / divisor);
+  }
+  scaleFloat<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, how, f, d);
 }
 
 template <class T>
-__global__ void divideInt(T* data, std::size_t n, T divisor) {
+__global__ void divideInt(T* data, std::size_t n, std::int64_t divisor) {
   for (std::size_t i = firstIndex(); i < n; i += gridStride())
-    data[i] = cpu::divideRounded(data[i], divisor);
+    data[i] = cpu::divideTruncated(data[i], divisor);
 }
 
 template <class T>
 void launchScaleInt(void* data, std::size_t n, double factor, double divisor,
                     cudaStream_t stream) {
-  if constexpr (sizeof(T) == 8) {  // int64
-    if (cpu::dividesAsIntegers(sizeof(T), factor, divisor)) {
-      divideInt<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n,
-                                                          static_cast<T>(divisor));
-      return;
-    }
+  if (cpu::dividesAsIntegers(factor, divisor)) {
+    divideInt<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n,
+                                                        static_cast<std::int64_t>(divisor));
+    return;
   }
   scaleInt<T><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, factor, divisor);
 }

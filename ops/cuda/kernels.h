@@ -17,9 +17,11 @@
 
 namespace accord::cuda {
 
-// data[i] = data[i] * factor / divisor, with the rounding of cpu::scale: a lone factor
-// or divisor in the element type, float16/bfloat16 through float, integers through
-// double, rounded half away from zero and saturated.
+// data[i] = data[i] * factor / divisor, with the rounding of cpu::scale: a factor (or
+// factor / divisor) rounded to the element type and multiplied in it, a divisor alone
+// divided, float16/bfloat16 through float, integers truncated toward zero as Horovod
+// does (an exact integer division for an Average, else through double) and saturated;
+// bool refused.
 void scale(void* data, std::size_t count, DType dtype, double factor, double divisor,
            cudaStream_t stream);
 

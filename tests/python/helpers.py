@@ -34,26 +34,35 @@ def sent(rank, shape, dtype, op=None):
     return v.reshape(shape).to(dtype)
 
 
+def scaled(values, dtype, factor, divisor=1):
+    """``values`` (float64) times factor / divisor as Accord (and Horovod) scale
+    ``dtype``: in float64, then for integer dtypes truncated toward zero and
+    saturated."""
+    out = values * factor / divisor
+    if dtype.is_floating_point:
+        return out
+    info = torch.iinfo(dtype)
+    return torch.trunc(out).clamp(info.min, info.max)
+
+
 def reduced(ranks, shape, dtype, op, prescale=1.0, postscale=1.0):
-    """The reduction over ``ranks`` of what they sent, as Accord defines it: in float64,
-    then rounded (half away from zero) and saturated for integer dtypes."""
-    values = torch.stack([sent(r, shape, dtype, op).to(torch.float64) * prescale
+    """The reduction over ``ranks`` of what they sent, as Accord defines it (Horovod's
+    definition): each rank's tensor times prescale, reduced, times postscale (and, for
+    Average, divided by the number of ranks); integer dtypes truncated toward zero
+    after each scaling."""
+    values = torch.stack([scaled(sent(r, shape, dtype, op).to(torch.float64), dtype, prescale)
                           for r in ranks])
     if op == hvd.Sum:
         out = values.sum(0)
     elif op == hvd.Average:
-        out = values.sum(0) / len(ranks)
+        out = values.sum(0)
     elif op == hvd.Min:
         out = values.min(0).values
     elif op == hvd.Max:
         out = values.max(0).values
     else:
         out = values.prod(0)
-    out = out * postscale
-    if not dtype.is_floating_point:
-        out = torch.sign(out) * torch.floor(torch.abs(out) + 0.5)
-        info = torch.iinfo(dtype)
-        out = out.clamp(info.min, info.max)
+    out = scaled(out, dtype, postscale, len(ranks) if op == hvd.Average else 1)
     return out.to(dtype)
 
 

@@ -112,3 +112,56 @@ def test_allreduce_on_process_sets(hvd, op_name, process_sets):
                                      process_set=ps)
             hvd.synchronize(h)
             assert_equal(x, reduced(ps.ranks, SHAPE, dtype, op), f"set {ps.ranks} in place")
+
+
+# ---- integers and 16-bit floats are scaled as Horovod scales them ----------------------
+def _horovod_scaled(x, factor):
+    """x * factor as Horovod's CPU kernels compute it: integers in float64 and truncated
+    toward zero, float16 in float32, the others in their own type (the factor rounded
+    to it first)."""
+    if not x.dtype.is_floating_point:
+        return (x.to(torch.float64) * factor).to(x.dtype)  # the conversion truncates
+    compute = torch.float32 if x.dtype == torch.float16 else x.dtype
+    return (x.to(compute) * torch.tensor(factor, dtype=compute)).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64],
+                         ids=dtype_id)
+def test_integer_average_truncates_toward_zero(hvd, dtype):
+    """[1, 2, 3] and [2, 4, 6] average to [1, 3, 4] over two ranks, as in Horovod, and
+    negative averages truncate toward zero too (-4.5 -> -4), for every set size."""
+    me, n = hvd.rank(), hvd.size()
+    # Sums 3n(n + 1)/2 + j for j = -(n - 1) .. n - 1: every fraction of 1 / n.
+    offsets = torch.arange(-(n - 1), n, dtype=torch.int64)
+    x = (offsets if me == 0 else torch.zeros_like(offsets)) + 3 * (me + 1)
+    total = offsets + sum(3 * (r + 1) for r in range(n))
+    expected = torch.div(total, n, rounding_mode="trunc").to(dtype)
+    out = hvd.allreduce(x.to(dtype), op=hvd.Average, name=f"ar.trunc.{dtype_id(dtype)}")
+    assert torch.equal(out, expected), f"{out.tolist()} != {expected.tolist()}"
+    negative = hvd.allreduce(-x.to(dtype), op=hvd.Average, name=f"ar.trunc.neg.{dtype_id(dtype)}")
+    assert torch.equal(negative, -expected), f"{negative.tolist()} != {(-expected).tolist()}"
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float16, torch.float32],
+                         ids=dtype_id)
+def test_scale_factors_are_horovods(hvd, dtype):
+    """Prescale and postscale in float64, truncated toward zero, for integers; in
+    float32 for float16 and float32, the factor rounded to float32 (Horovod's CPU
+    arithmetic, which its tests compare against exactly)."""
+    me, n = hvd.rank(), hvd.size()
+    factor = 0.3710  # its products with these integers are never whole numbers
+    # Integers differ per rank; floats are the same everywhere, so that their sums are
+    # rounded once whatever order the ranks add in.
+    values = lambda r: torch.arange(-40, 41, dtype=torch.float64) * (  # noqa: E731
+        1 if dtype.is_floating_point else r + 1)
+    x = values(me).to(dtype)
+    pre = hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor, name=f"ar.pre.{dtype_id(dtype)}")
+    expected = sum(_horovod_scaled(values(r).to(dtype), factor).to(torch.float64)
+                   for r in range(n)).to(dtype)
+    assert torch.equal(pre, expected), (pre.to(torch.float64) - expected.to(torch.float64)).abs().max()
+    total = sum(values(r) for r in range(n)).to(dtype)  # exact in every dtype here
+    post = hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor, name=f"ar.post.{dtype_id(dtype)}")
+    assert torch.equal(post, _horovod_scaled(total, factor))
+    rs = hvd.reducescatter(x.reshape(1, -1).expand(n, -1).contiguous(), op=hvd.Sum,
+                           postscale_factor=factor, name=f"rs.post.{dtype_id(dtype)}")
+    assert torch.equal(rs[0], _horovod_scaled(total, factor))

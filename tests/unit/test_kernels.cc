@@ -226,23 +226,45 @@ TEST_CASE("reduce: float16 and bfloat16 are correctly rounded for every op", "[k
   CHECK(acc == 0x7C00);  // overflow to +inf
 }
 
-TEST_CASE("scale: integers round half away from zero and saturate", "[kernels]") {
+TEST_CASE("scale: integers truncate toward zero, as Horovod's, and saturate", "[kernels]") {
   std::vector<std::int32_t> v = {5, -5, 7, -7, 1, 0, 2'000'000'000};
   scale(v.data(), v.size(), DType::Int32, 0.5);
-  CHECK(v == std::vector<std::int32_t>{3, -3, 4, -4, 1, 0, 1'000'000'000});
-  // Average of a sum over 3 ranks: divisor applied last, so 7/3 -> 2, 8/3 -> 3 exactly.
+  CHECK(v == std::vector<std::int32_t>{2, -2, 3, -3, 0, 0, 1'000'000'000});
+  // Average of a sum over 3 ranks: an integer division, 8/3 -> 2, -8/3 -> -2.
   std::vector<std::int64_t> w = {7, 8, -8, 9, 3};
   scale(w.data(), w.size(), DType::Int64, 1.0, 3.0);
-  CHECK(w == std::vector<std::int64_t>{2, 3, -3, 3, 1});
+  CHECK(w == std::vector<std::int64_t>{2, 2, -2, 3, 1});
+  // Exact where Horovod's multiply by 1.0 / 49 is not (49 * (1.0 / 49) < 1), for every
+  // integer width, and a divisor wider than the type (300 ranks averaging int8).
+  std::vector<std::int32_t> i32 = {49, -49, 98};
+  scale(i32.data(), i32.size(), DType::Int32, 1.0, 49.0);
+  CHECK(i32 == std::vector<std::int32_t>{1, -1, 2});
+  std::vector<std::int8_t> i8 = {127, -128, 5};
+  scale(i8.data(), i8.size(), DType::Int8, 1.0, 300.0);
+  CHECK(i8 == std::vector<std::int8_t>{0, 0, 0});
+  scale(i8.data(), i8.size(), DType::Int8, 1.0, 1.0);  // factor and divisor 1: unchanged
+  std::vector<std::int16_t> i16 = {-32768, 32767, -7};
+  scale(i16.data(), i16.size(), DType::Int16, 1.0, 2.0);
+  CHECK(i16 == std::vector<std::int16_t>{-16384, 16383, -3});
+  std::vector<std::uint16_t> u16 = {65535, 7};
+  scale(u16.data(), u16.size(), DType::UInt16, 1.0, 2.0);
+  CHECK(u16 == std::vector<std::uint16_t>{32767, 3});
+  scale(u16.data(), u16.size(), DType::UInt16, 3.0);
+  CHECK(u16 == std::vector<std::uint16_t>{65535, 9});
+  // A scale factor with the division: in double, then truncated (Horovod's postscale
+  // of an Average: 0.5 / 2 ranks).
+  std::vector<std::int32_t> post = {7, -7, 9};
+  scale(post.data(), post.size(), DType::Int32, 0.5, 2.0);
+  CHECK(post == std::vector<std::int32_t>{1, -1, 2});
   // ... and exact beyond 2^53, where a double holds only every other integer.
   constexpr std::int64_t kBig = (std::int64_t{1} << 53) + 1;
   std::vector<std::int64_t> exact = {2 * kBig, -2 * kBig, 3 * kBig,
                                      std::numeric_limits<std::int64_t>::min(),
                                      std::numeric_limits<std::int64_t>::max()};
   scale(exact.data(), exact.size(), DType::Int64, 1.0, 2.0);
-  CHECK(exact == std::vector<std::int64_t>{kBig, -kBig, 3 * kBig / 2 + 1,
+  CHECK(exact == std::vector<std::int64_t>{kBig, -kBig, 3 * kBig / 2,
                                            std::numeric_limits<std::int64_t>::min() / 2,
-                                           std::numeric_limits<std::int64_t>::max() / 2 + 1});
+                                           std::numeric_limits<std::int64_t>::max() / 2});
   std::vector<std::int8_t> s = {100, -100, 3};
   scale(s.data(), s.size(), DType::Int8, 2.0);
   CHECK(s == std::vector<std::int8_t>{127, -128, 6});
@@ -288,13 +310,25 @@ TEST_CASE("scale: floating point, including the parallel path", "[kernels]") {
     auto d = randomValues<double>(n, rng, -1e3, 1e3);
     auto ef = f;
     auto ed = d;
-    for (auto& x : ef) x = static_cast<float>(double(x) * 0.1);
+    // As Horovod: the factor rounded to float, the product in float (not in double).
+    for (auto& x : ef) x = x * 0.1f;
     for (auto& x : ed) x = x * (3.0 / 7.0);
     scale(f.data(), n, DType::Float32, 0.1);
     scale(d.data(), n, DType::Float64, 3.0, 7.0);
     CHECK(f == ef);
     CHECK(d == ed);
+    auto both = randomValues<float>(n, rng, -1e3, 1e3);
+    auto eboth = both;
+    for (auto& x : eboth) x = x * static_cast<float>(0.3 / 3.0);
+    scale(both.data(), n, DType::Float32, 0.3, 3.0);
+    CHECK(both == eboth);
   }
+  // 1.37f * 0.1 is 0.13700001f through float and 0.137f through double: Horovod's is
+  // the first.
+  float differs = 1.37f;
+  scale(&differs, 1, DType::Float32, 0.1);
+  CHECK(differs == 1.37f * 0.1f);
+  CHECK(differs != static_cast<float>(double(1.37f) * 0.1));
   // A divisor alone (Average) is a correctly rounded division, the same as in double.
   for (std::size_t n : kSizes) {
     auto f = randomValues<float>(n, rng, -1e3, 1e3);
