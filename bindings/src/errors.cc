@@ -19,6 +19,7 @@ struct ErrorClasses {
   PyObject* stall;
   PyObject* shut_down;
   PyObject* not_initialized;
+  PyObject* invalid_collective;
 };
 ErrorClasses g_errors{};
 bool g_shut_down = false;  // only touched with the GIL held
@@ -39,11 +40,14 @@ void registerErrors(py::module_& m) {
               lookup(errors, "CommError"),
               lookup(errors, "StallError"),
               lookup(errors, "ShutDownError"),
-              lookup(errors, "NotInitializedError")};
+              lookup(errors, "NotInitializedError"),
+              lookup(errors, "InvalidCollectiveError")};
   m.attr("errors") = errors;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const InvalidCollective& e) {
+      PyErr_SetString(g_errors.invalid_collective, e.what());
     } catch (const InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const NotInitialized& e) {

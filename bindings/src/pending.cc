@@ -1,5 +1,7 @@
 #include "pending.h"
 
+#include "errors.h"
+
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -9,6 +11,14 @@ namespace py = pybind11;
 namespace accord::python {
 
 void PendingOp::wait() const {
+  try {
+    waitSliced();
+  } catch (const InvalidArgument& e) {
+    throw InvalidCollective(e.what());
+  }
+}
+
+void PendingOp::waitSliced() const {
   // 100 ms: Ctrl-C answers within a blink, and a wake-up ten times a second costs
   // nothing measurable against collectives that take that long.
   constexpr std::chrono::milliseconds kSlice{100};

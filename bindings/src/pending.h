@@ -36,6 +36,8 @@ class PendingOp {
   bool waitOnStream(std::uintptr_t stream) const;  // Handle::wait_on_stream, GIL released
 
  private:
+  void waitSliced() const;
+
   Handle handle_;
   std::shared_ptr<OutputSlot> output_;
 };

@@ -57,6 +57,17 @@ def test_mismatch_raises_on_every_rank(hvd, kind):
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name=f"after.{kind}").item() == hvd.size()
 
 
+def test_error_classes_are_catchable_as_horovods(hvd):
+    """Every failure of a submitted collective is a HorovodInternalError (a RuntimeError),
+    as Horovod raises it; one the ranks submitted in a form that cannot run is also a
+    ValueError (test_join.py raises it)."""
+    for cls in (hvd.MismatchError, hvd.CommError, hvd.StallError, hvd.ShutDownError,
+                hvd.InvalidCollectiveError):
+        assert issubclass(cls, hvd.HorovodInternalError) and issubclass(cls, RuntimeError)
+    assert issubclass(hvd.InvalidCollectiveError, ValueError)
+    assert issubclass(hvd.NotInitializedError, ValueError)
+
+
 def test_name_in_flight_twice_is_a_value_error_at_once(hvd):
     """Each rank in turn submits a name the others have not submitted yet (so it
     cannot complete), then submits it again: refused at once on that rank only."""

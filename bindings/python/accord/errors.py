@@ -1,10 +1,13 @@
 """Exceptions raised by Accord's Python API.
 
-Mismatches between ranks, communication failures, stalls and collectives cut short by
-shutdown raise :class:`HorovodInternalError` subclasses (a ``RuntimeError``; Horovod's
-name, so existing ``except`` clauses keep working). Bad arguments, including a name that
-is already in flight, raise ``ValueError``. Calls before ``init()`` raise
-:class:`NotInitializedError`, a ``ValueError`` as in Horovod.
+Every failure of a submitted collective (what ``synchronize()`` raises) is a
+:class:`HorovodInternalError` (a ``RuntimeError``; Horovod's name, so existing ``except``
+clauses keep working): mismatches between ranks, communication failures, stalls,
+collectives cut short by shutdown, and collectives the ranks submitted that cannot run
+as submitted (:class:`InvalidCollectiveError`, also a ``ValueError``). Bad arguments
+refused before anything is submitted, including a name that is already in flight, raise
+``ValueError``. Calls before ``init()`` raise :class:`NotInitializedError`, a
+``ValueError`` as in Horovod.
 
 This module imports nothing from Accord's extension: the extension imports it.
 """
@@ -32,6 +35,13 @@ class StallError(HorovodInternalError):
 
 class ShutDownError(HorovodInternalError):
     """The runtime shut down while the collective was pending."""
+
+
+class InvalidCollectiveError(HorovodInternalError, ValueError):
+    """The collective cannot run as the ranks submitted it (an allgather or broadcast
+    while a rank has joined, a root outside the set, splits that do not add up, ...),
+    raised on every rank that submitted it. A HorovodInternalError as Horovod reports
+    it, and a ValueError as Accord reported it before."""
 
 
 class NotInitializedError(ValueError):

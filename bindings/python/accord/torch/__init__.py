@@ -15,5 +15,5 @@ from accord.torch.functions import (  # noqa: F401
 from accord.torch.optimizer import DistributedOptimizer  # noqa: F401
 from accord.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from accord.errors import (  # noqa: F401
-    CommError, HorovodInternalError, MismatchError, NotInitializedError, ShutDownError,
-    StallError)
+    CommError, HorovodInternalError, InvalidCollectiveError, MismatchError, NotInitializedError,
+    ShutDownError, StallError)
