@@ -243,22 +243,22 @@ std::string checkProcessSet(const Request& r, int set_size) {
   return "";
 }
 
-// Joined ranks contribute zeros, which only reductions and gathers can absorb.
+// A joined rank stands in only for an allreduce, contributing the op's neutral element.
+// Every other collective fails on the ranks that submitted it, at once, as in Horovod:
+// scripts written for it catch that error and join in turn, and would wait forever if
+// an allgather went ahead without the joined rank's rows (or a broadcast without it).
 std::string checkJoined(const Request& ref, const std::vector<bool>& joined) {
   std::vector<int> ranks;
   for (std::size_t r = 0; r < joined.size(); ++r)
     if (joined[r]) ranks.push_back(static_cast<int>(r));
-  if (ranks.empty()) return "";
+  if (ranks.empty() || ref.type == RequestType::Allreduce) return "";
   std::string what = requestTypeName(ref.type);
-  if (ref.type == RequestType::Broadcast) {
-    if (ref.root >= 0 && static_cast<std::size_t>(ref.root) < joined.size() && joined[ref.root])
-      return prefix(ref) + "root rank " + std::to_string(ref.root) +
-             " has joined; broadcast is not supported while its root has joined";
-    return "";
-  }
-  if (ref.type != RequestType::Alltoall && ref.type != RequestType::Reducescatter) return "";
+  if (ref.type == RequestType::Broadcast && ref.root >= 0 &&
+      static_cast<std::size_t>(ref.root) < joined.size() && joined[ref.root])
+    return prefix(ref) + "root rank " + std::to_string(ref.root) +
+           " has joined; broadcast is not supported while a rank has joined";
   return prefix(ref) + ranksPhrase(ranks) + (ranks.size() == 1 ? " has" : " have") + " joined; " +
-         what + " is not supported while a rank has joined";
+         what + " is not supported while a rank has joined (only allreduce is)";
 }
 
 // Every rank either sent a request or has joined (where joining can stand in for it).

@@ -1,6 +1,10 @@
 """join: ranks with fewer batches join early, and the others' allreduces go on with
-the joined ranks contributing zeros."""
+the joined ranks contributing zeros; every other collective fails at once while a rank
+has joined, as in Horovod."""
 
+import time
+
+import pytest
 import torch
 
 
@@ -37,3 +41,48 @@ def test_join_in_training_then_broadcast_from_the_last_rank(hvd):
     hvd.broadcast_parameters(model.state_dict(), root_rank=last)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert all(torch.equal(row, flat) for row in hvd.allgather(flat.unsqueeze(0)))
+
+
+def test_other_collectives_fail_at_once_while_a_rank_has_joined(hvd):
+    """Horovod's scripts (and tests) catch the error as RuntimeError and join in turn: it
+    must come at once, on every rank that submitted the collective, and the join must
+    then complete and leave no joined state behind."""
+    me, n = hvd.rank(), hvd.size()
+    if n == 1:
+        pytest.skip("needs a rank that has not joined")
+    problems = []  # checked once every rank has joined, so that none is left waiting
+    for first in range(n):
+        if me == first:
+            last = hvd.join()
+        else:
+            root = (first + 1) % n  # a rank that has not joined
+            calls = {
+                "allgather": lambda: hvd.allgather(torch.ones(2, 3), name=f"joined.ag.{first}"),
+                "broadcast": lambda: hvd.broadcast(torch.ones(3), root, name=f"joined.bc.{first}"),
+                "alltoall": lambda: hvd.alltoall(torch.ones(n, 2), name=f"joined.a2a.{first}"),
+                "reducescatter": lambda: hvd.reducescatter(torch.ones(n, 2),
+                                                           name=f"joined.rs.{first}"),
+            }
+            for what, call in calls.items():
+                started = time.monotonic()
+                try:
+                    call()
+                    problems.append(f"{what} with rank {first} joined did not fail")
+                except RuntimeError as e:
+                    if not (isinstance(e, hvd.HorovodInternalError) and isinstance(e, ValueError)
+                            and f"rank {first} has joined" in str(e)):
+                        problems.append(f"{what}: {type(e).__name__}: {e}")
+                except Exception as e:  # noqa: BLE001  (what Horovod's scripts do not catch)
+                    problems.append(f"{what} raised {type(e).__name__}, not a RuntimeError: {e}")
+                if time.monotonic() - started > 10:
+                    problems.append(f"{what} took {time.monotonic() - started:.0f} s to fail")
+            last = hvd.join()
+        if last == first:
+            problems.append(f"join() returned {last}, the rank that joined first")
+        if hvd.allgather_object(last) != [last] * n:
+            problems.append("join() returned different ranks")
+    # Nothing joined is left behind: every collective works again.
+    gathered = hvd.allgather(torch.full((1,), me), name="joined.after")
+    assert not problems, problems
+    assert gathered.tolist() == list(range(n))
+
