@@ -53,7 +53,10 @@ constexpr auto kYieldAfterProgress = std::chrono::microseconds(50);
 class BackgroundLoop {
  public:
   explicit BackgroundLoop(Runtime& rt)
-      : rt_(rt), controller_(rt.config), executor_(rt.config, rt.queue, *rt.backend) {
+      : rt_(rt),
+        controller_(rt.config),
+        executor_(rt.config, rt.queue, *rt.backend,
+                  [&rt](ProcessSetId set) { restartGeneratedNames(rt, set); }) {
     if (rt.config.autotune) tuner_.emplace(rt.config, rt.rank == 0);
   }
 

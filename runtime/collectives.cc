@@ -68,6 +68,16 @@ std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::
   return std::string(requestTypeName(type)) + "." + std::to_string(n);
 }
 
+}  // namespace
+
+void restartGeneratedNames(Runtime& rt, ProcessSetId set) {
+  std::lock_guard<std::mutex> lock(rt.names_mu);
+  for (auto& [key, next] : rt.name_counters)
+    if (key.first == set) next = 0;
+}
+
+namespace {
+
 // A refused submission must not use up a generated name: the ranks that did not refuse
 // it would name their next unnamed collective differently, and the two would never
 // pair. Gives the number back when the scope ends by an exception, unless another

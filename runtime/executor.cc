@@ -165,6 +165,7 @@ void Executor::runControl(ProcessSet& set, const Response& response,
         queue_.release(set.id, it->first);
         it = set.pending.erase(it);
       }
+      if (joined_) joined_(set.id);
       if (set.join_handle) {
         set.join_handle->last_joined_rank = response.root;
         set.join_handle->completePart();

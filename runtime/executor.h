@@ -10,6 +10,7 @@
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -24,8 +25,10 @@ struct SetChange {
 
 class Executor {
  public:
-  Executor(const Config& config, TensorQueue& queue, Backend& backend)
-      : config_(config), queue_(queue), backend_(backend) {}
+  // `joined`: called when a join completes on a set, before its handle does.
+  Executor(const Config& config, TensorQueue& queue, Backend& backend,
+           std::function<void(ProcessSetId)> joined)
+      : config_(config), queue_(queue), backend_(backend), joined_(std::move(joined)) {}
 
   // Takes the responses by value: fusion planning merges them in place. Throws
   // CommError when the set's transport failed: its pending handles of the failed
@@ -45,6 +48,7 @@ class Executor {
   const Config& config_;
   TensorQueue& queue_;
   Backend& backend_;
+  std::function<void(ProcessSetId)> joined_;
 };
 
 // The exception a failed handle raises for an error response.

@@ -38,6 +38,12 @@ struct Runtime {
   std::map<std::pair<ProcessSetId, RequestType>, std::uint64_t> name_counters;
 };
 
+// A completed join restarts the counts of generated names in its set, on every rank
+// at the same point: while a rank had joined, the others issued collectives it did not
+// (allreduces it stood in for, others that failed), and their next unnamed
+// collectives would otherwise never pair. Called on the background thread.
+void restartGeneratedNames(Runtime& rt, ProcessSetId set);
+
 // Throws NotInitialized before init() and after shutdown().
 Runtime& runtime(const char* what);
 

@@ -86,3 +86,15 @@ def test_other_collectives_fail_at_once_while_a_rank_has_joined(hvd):
     assert not problems, problems
     assert gathered.tolist() == list(range(n))
 
+
+def test_unnamed_collectives_pair_again_after_a_join(hvd):
+    """While a rank had joined, the others issued unnamed allreduces it did not; once
+    every rank has joined, the next unnamed collectives still pair up (the generated
+    names restart together), rather than stalling."""
+    me, n = hvd.rank(), hvd.size()
+    for _ in range(me):  # rank r issues r of them
+        hvd.allreduce(torch.ones(2), op=hvd.Sum)
+    hvd.join()
+    out = hvd.allreduce(torch.full((1,), float(me)), op=hvd.Sum)
+    assert out.item() == n * (n - 1) / 2
+    assert hvd.allgather(torch.full((1,), me)).tolist() == list(range(n))
