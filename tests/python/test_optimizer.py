@@ -233,6 +233,34 @@ def test_argument_checks(hvd):
         hvd.DistributedOptimizer(opt, named_parameters=named[:2])
 
 
+def test_horovods_attributes(hvd):
+    """What Horovod's wrapper exposes and scripts (and Horovod's tests) read."""
+    model = make_model()
+    params = list(model.parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[2].parameters()}],
+                        lr=0.1),
+        backward_passes_per_step=2, gradient_predivide_factor=2.0)
+    names = opt._parameter_names  # parameter -> name, as Horovod's
+    assert sorted(id(p) for p in names) == sorted(id(p) for p in params)
+    assert len(set(names.values())) == len(params)
+    assert hvd.allgather_object(sorted(names.values())) == [sorted(names.values())] * hvd.size()
+    assert opt.backward_passes_per_step == 2
+    assert [opt._allreduce_delay[p] for p in params] == [2] * len(params)
+    assert opt.op == hvd.Average and opt.gradient_predivide_factor == 2.0
+    assert opt.sparse_as_dense is False and opt.process_set is hvd.global_process_set
+    assert opt._synchronized is False and opt._should_synchronize is True
+    assert opt._handles == {} and opt._groups is None
+    assert opt._p_to_group == {} and opt._group_counts == {}
+    assert isinstance(opt._grad_accs, list) and isinstance(opt._compression, type)
+    if hvd.size() > 1:
+        assert sorted(id(p) for p in opt._requires_update) == sorted(id(p) for p in params)
+    named = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                     named_parameters=model.named_parameters())
+    assert {name: id(p) for p, name in named._parameter_names.items()} == \
+        {name: id(p) for name, p in model.named_parameters()}
+
+
 def test_wrapped_optimizer_keeps_its_class_and_state(hvd):
     model = make_model()
     base = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)

@@ -26,21 +26,28 @@ class _DistributedMixin:
 
     def _accord_setup(self, original, named_parameters, compression, backward_passes_per_step,
                       op, gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        # Attributes under the names Horovod's wrapper gives them, which scripts (and
+        # Horovod's own tests) read: op, gradient_predivide_factor, sparse_as_dense,
+        # process_set, backward_passes_per_step, _parameter_names (parameter -> name),
+        # _allreduce_delay (parameter -> backward passes left before its allreduce),
+        # _handles, _grad_accs, _requires_update, _synchronized, _should_synchronize,
+        # _groups, _p_to_group and _group_counts.
         self._original = original
         self._compression = compression
-        self._op = op
-        self._predivide = gradient_predivide_factor
-        self._sparse_as_dense = sparse_as_dense
-        self._process_set = process_set
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
         self.backward_passes_per_step = backward_passes_per_step
         params = [p for group in self.param_groups for p in group["params"]]
-        self._names = _parameter_names(named_parameters, self.param_groups, params)
-        self._delay = {p: backward_passes_per_step for p in params}
+        self._parameter_names = _names_of(named_parameters, self.param_groups, params)
+        self._allreduce_delay = {p: backward_passes_per_step for p in params}
         self._handles = {}  # parameter, or tuple of a group's parameters -> (handle, ctx)
-        self._grad_hooks = []
+        self._grad_accs = []
         self._requires_update = []
-        self._group_of = {}
-        self._group_ready = {}
+        self._groups = groups
+        self._p_to_group = {}  # parameter -> the tuple of its group's parameters
+        self._group_counts = {}  # group -> parameters whose gradient is ready
         self._synchronized = False
         self._should_synchronize = True
         self._distributed = bool(process_set.included()) and process_set.size() > 1
@@ -48,7 +55,7 @@ class _DistributedMixin:
             self._requires_update = [p for p in params if p.requires_grad]
             self._make_groups(groups)
             for p in self._requires_update:
-                self._grad_hooks.append(_on_grad_ready(p, self._make_hook(p)))
+                self._grad_accs.append(_on_grad_ready(p, self._make_hook(p)))
         # Parameters without a hook: frozen ones, and any added to param_groups later
         # (listed again when the groups' sizes change, as add_param_group does).
         self._hooked = set(self._requires_update)
@@ -89,14 +96,14 @@ class _DistributedMixin:
             if chunk:
                 group = tuple(chunk)
                 for p in group:
-                    self._group_of[p] = group
-                self._group_ready[group] = 0
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
 
     # ---- submission -------------------------------------------------------------------
     def _scale_factors(self):
-        if self._op == Average:
+        if self.op == Average:
             # The runtime divides by the set size after the sum; predividing splits it.
-            return 1.0 / self._predivide, self._predivide
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
     def _allreduce_grad_async(self, p):
@@ -104,16 +111,16 @@ class _DistributedMixin:
             # No gradient on this rank (an unused branch): the others may have one, and
             # every rank must submit the same names.
             p.grad = torch.zeros_like(p)
-        name = self._names[p]
+        name = self._parameter_names[p]
         grad = p.grad
         if grad.is_sparse:
-            if not self._sparse_as_dense:
-                return sparse_allreduce_async(grad, name, self._op, self._process_set), None
+            if not self.sparse_as_dense:
+                return sparse_allreduce_async(grad, name, self.op, self.process_set), None
             grad = grad.to_dense()
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scale_factors()
-        handle = allreduce_async_(compressed, name=name, op=self._op, prescale_factor=pre,
-                                  postscale_factor=post, process_set=self._process_set)
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                  postscale_factor=post, process_set=self.process_set)
         return handle, (compressed, ctx)
 
     def _grouped_allreduce_grad_async(self, group):
@@ -122,28 +129,29 @@ class _DistributedMixin:
                 p.grad = torch.zeros_like(p)
         compressed = [self._compression.compress(p.grad) for p in group]
         pre, post = self._scale_factors()
-        handle = grouped_allreduce_async_([c for c, _ in compressed], name=self._names[group[0]],
-                                          op=self._op, prescale_factor=pre,
-                                          postscale_factor=post, process_set=self._process_set)
+        handle = grouped_allreduce_async_([c for c, _ in compressed],
+                                          name=self._parameter_names[group[0]],
+                                          op=self.op, prescale_factor=pre,
+                                          postscale_factor=post, process_set=self.process_set)
         return handle, compressed
 
     def _make_hook(self, p):
         def hook(*_):
-            if self._delay[p] <= 0:
+            if self._allreduce_delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before "
                     "step(): increase backward_passes_per_step to accumulate them locally")
-            self._delay[p] -= 1
-            if self._delay[p] > 0:
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
                 self._handles[p] = (None, None)  # accumulating locally
                 return
-            group = self._group_of.get(p)
+            group = self._p_to_group.get(p)
             if group is None:
                 self._handles[p] = self._allreduce_grad_async(p)
                 return
             self._handles.pop(p, None)
-            self._group_ready[group] += 1
-            if self._group_ready[group] == len(group):
+            self._group_counts[group] += 1
+            if self._group_counts[group] == len(group):
                 self._handles[group] = self._grouped_allreduce_grad_async(group)
         return hook
 
@@ -166,10 +174,10 @@ class _DistributedMixin:
             except Exception as e:  # the other handles must still complete
                 error = error or e
         self._handles.clear()
-        for group in self._group_ready:
-            self._group_ready[group] = 0
-        for p in self._delay:
-            self._delay[p] = self.backward_passes_per_step
+        for group in self._group_counts:
+            self._group_counts[group] = 0
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
         if error is not None:
             raise error
         self._check_no_unreduced_gradient()
@@ -197,7 +205,7 @@ class _DistributedMixin:
         where = next(f"param_groups[{i}]['params'][{j}]"
                      for i, g in enumerate(self.param_groups) for j, q in enumerate(g["params"])
                      if q is p)
-        name = self._names.get(p)
+        name = self._parameter_names.get(p)
         if name is None:
             return f"parameter {where} (shape {list(p.shape)})"
         return f"parameter '{name}' ({where}; shape {list(p.shape)})"
@@ -205,7 +213,7 @@ class _DistributedMixin:
     def _unsubmitted(self):
         keys, seen = [], set()  # by id: tensors compare element-wise, not as keys
         for p in self._requires_update:
-            group = self._group_of.get(p)
+            group = self._p_to_group.get(p)
             key = p if group is None else group
             if id(key) in seen:
                 continue
@@ -224,7 +232,7 @@ class _DistributedMixin:
             p = key
             p.grad = output.coalesce()
             return
-        _write_grad(key, self._compression.decompress(output, ctx[1]), self._sparse_as_dense)
+        _write_grad(key, self._compression.decompress(output, ctx[1]), self.sparse_as_dense)
 
     @contextmanager
     def skip_synchronize(self):
@@ -265,14 +273,14 @@ class _DistributedMixin:
         self._handles.clear()
         self._synchronized = False
         self._should_synchronize = True
-        for p in self._delay:
-            self._delay[p] = self.backward_passes_per_step
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
         load_state_dict_in_place(self, state_dict, super().load_state_dict)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
 
 
 def _write_grad(p, reduced, to_sparse=False):
@@ -293,7 +301,7 @@ def _on_grad_ready(p, hook):
     return accumulator
 
 
-def _parameter_names(named_parameters, param_groups, params):
+def _names_of(named_parameters, param_groups, params):
     if named_parameters is None:
         return {p: f"allreduce.noname.{i}.{j}"
                 for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
