@@ -159,6 +159,40 @@ def test_broadcast_optimizer_state_before_the_first_step(hvd):
         assert torch.allclose(p, e, rtol=0, atol=1e-12)
 
 
+def test_broadcast_optimizer_state_with_a_frozen_parameter_leaves_zero_gradients(hvd):
+    """Horovod's test_broadcast_state_no_grad: a frozen integer parameter is no trouble,
+    and where the optimizer had no state yet every parameter that requires a gradient
+    has a zero one afterwards, as Horovod leaves them (scripts read them), the frozen
+    one none. Unlike Horovod, nothing is stepped: weight decay has not moved a thing."""
+    class Indexed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.index = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32),
+                                            requires_grad=False)
+            self.weight = torch.nn.Parameter(torch.arange(4.0) + hvd.rank())
+
+        def forward(self, x):
+            return torch.index_select(self.weight, 0, self.index.long()) * x
+
+    model = Indexed()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.5, momentum=0.9,
+                        nesterov=True),
+        named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert model.index.grad is None
+    assert model.weight.grad is not None and torch.equal(model.weight.grad, torch.zeros(4))
+    assert torch.equal(model.weight.detach(), torch.arange(4.0))
+    assert torch.equal(hvd.broadcast(model.weight.grad, root_rank=0, name="no_grad.bc"),
+                       model.weight.grad)
+    opt.zero_grad()
+    model(torch.ones(2)).sum().backward()
+    opt.step()  # and training goes on
+    assert torch.equal(model.weight.detach(),
+                       hvd.broadcast(model.weight.detach(), root_rank=0, name="no_grad.after"))
+
+
 def nested(rank):
     return {"rank": rank, "list": [1, (2, "three"), {"four": [rank] * rank}],
             "tensor": torch.arange(rank + 1), "none": None, "text": "x" * (1000 * rank)}

@@ -65,8 +65,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     """Makes every rank's optimizer state (per-parameter state and hyperparameters)
     identical to root's, in the objects the optimizer already has. Works whether or not
     the other ranks' optimizers have state yet (a checkpoint resumed on root only, say);
-    tensors go as tensors, the rest of the structure pickled. ``model`` is accepted for
-    Horovod's signature and not needed."""
+    tensors go as tensors, the rest of the structure pickled. On a rank whose optimizer
+    has no state yet, parameters that require a gradient and have none get a zero one,
+    as Horovod leaves them. ``model`` is accepted for Horovod's signature and not
+    needed."""
+    if not optimizer.state:
+        _zero_missing_grads(optimizer)
     tensors = []
     skeleton = _split(optimizer.state_dict(), tensors) if rank() == root_rank else None
     skeleton = broadcast_object(skeleton, root_rank, process_set=process_set)
@@ -80,6 +84,17 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         # the param groups and state, and must see root's values in them. (A
         # DistributedOptimizer's own load_state_dict keeps them already.)
         load_state_dict_in_place(optimizer, _join(skeleton, tensors))
+
+
+def _zero_missing_grads(optimizer):
+    """Gives every parameter that requires a gradient and has none a zero gradient, as
+    Horovod's broadcast_optimizer_state leaves them on a rank whose optimizer has no
+    state yet (it creates them to step once; Accord does not step). Scripts read
+    ``p.grad`` right after it; frozen parameters keep None."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
 
 
 def load_state_dict_in_place(optimizer, state_dict, load=None):
