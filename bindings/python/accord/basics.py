@@ -117,7 +117,29 @@ def mpi_threads_supported():
 
 
 def nccl_built():
-    return _core.built["nccl"]
+    """As Horovod's: NCCL's version code (21805 for 2.18.5) where this build has NCCL,
+    else 0. Scripts compare it with versions (Horovod's tests skip alltoall below 2700)."""
+    if not _core.built["nccl"]:
+        return 0
+    return _nccl_version()
+
+
+def _nccl_version():
+    global _nccl_version_code
+    if _nccl_version_code is None:
+        import ctypes
+        _nccl_version_code = 1  # built with NCCL: true even where the version is unknown
+        try:
+            # The library Accord loaded (found by its soname), asked for its version.
+            version = ctypes.c_int()
+            if ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(version)) == 0:
+                _nccl_version_code = version.value
+        except (OSError, AttributeError):
+            pass
+    return _nccl_version_code
+
+
+_nccl_version_code = None
 
 
 def cuda_built():
