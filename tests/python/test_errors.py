@@ -97,6 +97,11 @@ def test_bad_arguments_are_value_errors(hvd):
         hvd.broadcast(torch.ones(2), root_rank=hvd.size())
     with pytest.raises(ValueError, match="splits"):
         hvd.alltoall(torch.ones(3, 2), splits=[4] + [0] * (hvd.size() - 1))
+    # Splits that are not integers, as in Horovod's test_horovod_alltoall_splits_type_error
+    # (whose float32 splits are uninitialized memory, any value at all).
+    for splits in (torch.full((hvd.size(),), -1.5e38), torch.ones(hvd.size()), [1.5] * hvd.size()):
+        with pytest.raises(ValueError, match="splits must be integers"):
+            hvd.alltoall(torch.ones(hvd.size()), splits=splits)
     with pytest.raises(ValueError, match="at least one dimension"):
         hvd.allgather(torch.tensor(1.0))
     with pytest.raises(ValueError, match="not both"):

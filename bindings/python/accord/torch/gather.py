@@ -8,6 +8,8 @@ at submission: reducescatter works it out locally; allgather and alltoall first
 exchange the row counts among the ranks (a small host collective, waited for at
 submission), then start the collective itself into that output."""
 
+import operator
+
 import torch
 
 from accord import _core
@@ -124,11 +126,20 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ---- alltoall ------------------------------------------------------------------------
 def _split_list(splits):
+    """The rows for each rank as ints; ValueError (as Horovod raises) for splits that
+    are not integers, such as a float tensor."""
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError(f"alltoall: splits must be integers (an int32 tensor or a list of "
+                             f"ints), got a tensor of {splits.dtype}")
         return [int(s) for s in splits.tolist()]
-    return [int(s) for s in splits]
+    try:
+        return [operator.index(s) for s in splits]
+    except TypeError:
+        raise ValueError(f"alltoall: splits must be integers (an int32 tensor or a list of ints), "
+                         f"got {list(splits)!r}") from None
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
