@@ -188,6 +188,9 @@ Config Config::parse(const Getenv& getenv) {
       env.time("ACCORD_STALL_SHUTDOWN_TIME", kDefaultStallShutdownSeconds, kStallShutdownTime));
   c.log_level = env.level("ACCORD_LOG_LEVEL", kDefaultLogLevel);
   c.timeline = env.text("ACCORD_TIMELINE", true);
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC: nothing recorded from init(); start_timeline()
+  // records later, which Accord always allows. Not a file named DYNAMIC.
+  if (c.timeline == "DYNAMIC") c.timeline.clear();
   c.autotune = env.count("ACCORD_AUTOTUNE", 0, 1,
                          "1: tune the cycle time, fusion threshold and piece size online") == 1;
   c.autotune_steps = env.count("ACCORD_AUTOTUNE_STEPS", 5, kMaxAutotuneSteps,
