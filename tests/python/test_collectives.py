@@ -75,7 +75,13 @@ def test_alltoall(hvd, dtype):
     assert received.tolist() == [splits(s)[me] for s in range(n)]
     out, received = hvd.synchronize(hvd.alltoall_async(x, splits(me), name=f"a2a.{dtype_id(dtype)}.async"))
     assert_equal(out, expected, "alltoall_async")
+    assert received.dtype == torch.int32
     assert received.tolist() == [splits(s)[me] for s in range(n)]
+    # As in Horovod, received splits take the dtype (and device) of the splits tensor.
+    out, received = hvd.alltoall(x, splits=torch.tensor(splits(me), dtype=torch.int64),
+                                 name=f"a2a.{dtype_id(dtype)}.int64")
+    assert_equal(out, expected, "alltoall, int64 splits")
+    assert received.dtype == torch.int64 and received.tolist() == [splits(s)[me] for s in range(n)]
 
 
 def test_alltoall_equal_splits_returns_only_the_tensor(hvd):

@@ -152,3 +152,43 @@ def test_a_cpu_tensor_against_a_gpu_one_is_a_mismatch_on_every_rank(hvd, device)
     assert "device cuda:" in message, message
     after = hvd.allreduce(torch.ones(1, device=device), op=hvd.Sum, name="cuda.after.mixed")
     assert after.device == device and after.item() == hvd.size()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8, torch.bool])
+def test_integers_and_bool_on_the_gpu_equal_the_cpu(hvd, device, dtype):
+    """Host and device scale integers alike (truncated toward zero, as Horovod does):
+    the same values on both paths. int16 and bool, which NCCL lacks, reduce through
+    host memory and move as bytes."""
+    me = hvd.rank()
+    if dtype == torch.bool:
+        x = torch.tensor([me % 2 == 0, True, False, me == 0])
+        cases = [("sum", hvd.Sum, {}), ("min", hvd.Min, {})]
+    else:
+        x = (torch.arange(-50, 50) * (me + 1) + me).to(dtype)
+        cases = [("average", hvd.Average, {}), ("max", hvd.Max, {}),
+                 ("pre", hvd.Sum, {"prescale_factor": 0.371}),
+                 ("post", hvd.Sum, {"postscale_factor": 0.371})]
+    for tag, op, scale in cases:
+        on_gpu = hvd.allreduce(x.to(device), op=op, name=f"cuda.int.{dtype}.{tag}", **scale)
+        on_cpu = hvd.allreduce(x, op=op, name=f"cpu.int.{dtype}.{tag}", **scale)
+        assert on_gpu.device == device and on_gpu.dtype == dtype
+        assert torch.equal(on_gpu.cpu(), on_cpu), (tag, on_gpu.cpu(), on_cpu)
+    rows = x.reshape(1, -1)
+    on_gpu = hvd.allgather(rows.to(device), name=f"cuda.int.{dtype}.ag")
+    assert on_gpu.device == device
+    assert torch.equal(on_gpu.cpu(), hvd.allgather(rows, name=f"cpu.int.{dtype}.ag"))
+    assert torch.equal(hvd.broadcast(x.to(device), 0, name=f"cuda.int.{dtype}.bc").cpu(),
+                       hvd.broadcast(x, 0, name=f"cpu.int.{dtype}.bc"))
+
+
+def test_alltoall_received_splits_follow_the_splits(hvd, device):
+    """As in Horovod: received splits take the splits tensor's dtype and device."""
+    n = hvd.size()
+    for tensor_device in (device, torch.device("cpu")):
+        for dtype in (torch.int32, torch.int64):
+            splits = torch.ones(n, dtype=dtype, device=device)
+            out, received = hvd.alltoall(torch.arange(n, dtype=torch.float32, device=tensor_device),
+                                         splits=splits, name=f"cuda.a2a.{tensor_device.type}.{dtype}")
+            assert out.device == tensor_device
+            assert received.device == device and received.dtype == dtype
+            assert received.tolist() == [1] * n

@@ -145,7 +145,8 @@ def _split_list(splits):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending ``splits[r]`` rows of ``tensor`` to rank r (equal parts if None).
     synchronize() gives (output, received_splits), received_splits[r] being the rows
-    that came from rank r (an int32 tensor). A CUDA tensor's splits are exchanged before
+    that came from rank r: a tensor of the dtype and on the device of ``splits`` where
+    that is a tensor, as in Horovod, else an int32 tensor. A CUDA tensor's splits are exchanged before
     this returns: every rank must start its CUDA allgathers and alltoalls in the same
     order."""
     work, code = contiguous_input(tensor, "alltoall", name)
@@ -166,6 +167,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
     def finish():
         received = torch.tensor(core.received_splits(), dtype=torch.int32)
+        if isinstance(splits, torch.Tensor):  # as Horovod: splits' dtype and device
+            received = received.to(device=splits.device, dtype=splits.dtype)
         return (from_buffer(core.output()) if out is None else out), received
 
     return register([core], (work, out), finish)
