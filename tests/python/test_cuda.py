@@ -192,3 +192,13 @@ def test_alltoall_received_splits_follow_the_splits(hvd, device):
             assert out.device == tensor_device
             assert received.device == device and received.dtype == dtype
             assert received.tolist() == [1] * n
+
+
+def test_a_group_over_cpu_and_gpu_tensors_is_refused_as_horovod_refuses_it(hvd, device):
+    """Horovod's test_horovod_grouped_allreduce_cpu_gpu_error catches RuntimeError."""
+    tensors = [torch.ones(10) if i % 2 else torch.ones(10, device=device) for i in range(5)]
+    for call in (hvd.grouped_allreduce, hvd.grouped_allreduce_, hvd.grouped_allreduce_async):
+        with pytest.raises(RuntimeError, match="a group is reduced as one buffer on one device"):
+            call(tensors, op=hvd.Sum)
+    with pytest.raises(ValueError):
+        hvd.grouped_allreduce(tensors)

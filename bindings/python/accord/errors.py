@@ -40,8 +40,10 @@ class ShutDownError(HorovodInternalError):
 class InvalidCollectiveError(HorovodInternalError, ValueError):
     """The collective cannot run as the ranks submitted it (an allgather or broadcast
     while a rank has joined, a root outside the set, splits that do not add up, ...),
-    raised on every rank that submitted it. A HorovodInternalError as Horovod reports
-    it, and a ValueError as Accord reported it before."""
+    raised on every rank that submitted it; or, at once on the calling rank, as
+    given (a grouped allreduce over tensors on different devices). A
+    HorovodInternalError (a RuntimeError) as Horovod reports these, and a ValueError
+    as Accord reported them before."""
 
 
 class NotInitializedError(ValueError):

@@ -7,6 +7,7 @@ import torch
 
 from accord import _core
 from accord.basics import Average, global_process_set, register, resolve_op, synchronize
+from accord.errors import InvalidCollectiveError
 from accord.torch._tensor import (
     contiguous_copy, copies_back, in_place_target, needs_grad, placement)
 from accord.torch.compression import Compression
@@ -76,6 +77,16 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 
 # ---- grouped: negotiated, fused and completed as one unit ---------------------------
+def _one_device(tensors, name):
+    """Refuses a group spread over several devices as Horovod does, with an error its
+    scripts catch as RuntimeError (and Accord's as ValueError)."""
+    devices = sorted({str(t.device) for t in tensors if isinstance(t, torch.Tensor)})
+    if len(devices) > 1:
+        raise InvalidCollectiveError(
+            f"grouped_allreduce{f' {name!r}' if name else ''}: tensors on {', '.join(devices)}; "
+            "a group is reduced as one buffer on one device")
+
+
 def _submit_group(works, codes, name, op, prescale_factor, postscale_factor, process_set):
     places = [placement(w) for w in works]
     args = [(w.data_ptr(), code, w.shape, device)
@@ -92,6 +103,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing a list of tensors as one unit into new tensors."""
     op = resolve_op(op, average, "grouped_allreduce")
+    _one_device(tensors, name)
     copies = [contiguous_copy(t, "grouped_allreduce", name) for t in tensors]
     outputs = [c for c, _ in copies]
     core = _submit_group(outputs, [code for _, code in copies], name, op, prescale_factor,
@@ -103,6 +115,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     """As grouped_allreduce_async, in place."""
     op = resolve_op(op, average, "grouped_allreduce")
+    _one_device(tensors, name)
     targets = [in_place_target(t, "grouped_allreduce", name) for t in tensors]
     works = [w for w, _, _ in targets]
     core = _submit_group(works, [code for _, code, _ in targets], name, op, prescale_factor,
