@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Horovod's own PyTorch tests against accord.torch: the drop-in's acceptance check.
+#
+# Runs Horovod's test/parallel/test_torch.py, unchanged, through an import shim that
+# makes `import horovod.torch` load accord.torch, under mpirun with pytest, and prints
+# each rank's passed / failed / skipped counts and the tests that failed. The test file
+# is Horovod's and stays outside this repository (fetch it from Horovod's repository,
+# tag v0.28.1, e.g. into the ignored folder .horovod/); the shim is written into a
+# temporary folder on every run.
+#
+#   bash ci/horovod-acceptance.sh TEST_FILE [--np N] [--python PY] [--pythonpath DIR]
+#        [--cuda] [--prefix 'CMD ARGS'] [--timeout SECONDS] [--total SECONDS]
+#        [--out DIR] [-- PYTEST ARGS...]
+#
+#   --np N            ranks (default 2)
+#   --python PY       interpreter with PyTorch (default /usr/bin/python3, Debian's 1.13)
+#   --pythonpath DIR  folder holding the accord package (default <build>/python, the
+#                     build folder being $ACCORD_BUILD_DIR or build)
+#   --cuda            keep the GPU visible and run the CUDA tests too; without it the
+#                     GPU is hidden and the tests named *gpu* are deselected
+#                     (-k "not gpu"), as for Horovod's own CPU count
+#   --prefix CMD      put CMD in front of python on every rank, e.g.
+#                     --prefix 'bash ci/nccl-one-gpu.sh' for ranks sharing one GPU
+#   --timeout S       per-test limit, through pytest-timeout where installed (default 300)
+#   --total S         limit for the whole run (default 3000)
+#   --out DIR         logs and per-rank JUnit files (default $OUT, else a new folder in /tmp)
+#   after --           further pytest arguments (a later -k replaces the default one)
+#
+# Exit status: 0 when no rank had a failure or error, 1 otherwise, 2 for bad usage.
+#
+# Examples (CPU, this machine; the counts Horovod 0.28.1 itself gets are 103 passed,
+# 6 skipped):
+#   bash ci/horovod-acceptance.sh .horovod/test_torch.py --np 2
+#   bash ci/horovod-acceptance.sh .horovod/test_torch.py --np 3 \
+#        --python ~/.cache/accord/torch2-venv/bin/python
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+usage() { sed -n '11,14p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+test_file=$1
+shift
+[ -f "$test_file" ] || { echo "ci/horovod-acceptance.sh: no test file '$test_file'" >&2; exit 2; }
+test_file=$(cd "$(dirname "$test_file")" && pwd)/$(basename "$test_file")
+np=2
+python=/usr/bin/python3
+pythonpath=$root/${ACCORD_BUILD_DIR:-build}/python
+cuda=0
+prefix=""
+per_test=300
+total=3000
+out=${OUT:-}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --np) np=$2; shift ;;
+    --python) python=$2; shift ;;
+    --pythonpath) pythonpath=$2; shift ;;
+    --cuda) cuda=1 ;;
+    --prefix) prefix=$2; shift ;;
+    --timeout) per_test=$2; shift ;;
+    --total) total=$2; shift ;;
+    --out) out=$2; shift ;;
+    --) shift; break ;;
+    *) echo "ci/horovod-acceptance.sh: unknown option '$1'" >&2; usage ;;
+  esac
+  shift
+done
+[[ "$np" =~ ^[1-9][0-9]*$ ]] || { echo "ci/horovod-acceptance.sh: --np '$np'" >&2; exit 2; }
+pythonpath=$(cd "$pythonpath" 2>/dev/null && pwd) || {
+  echo "ci/horovod-acceptance.sh: no accord package folder (--pythonpath); build it with" \
+       "bash ci/build.sh" >&2
+  exit 2
+}
+[ -d "$pythonpath/accord" ] || { echo "ci/horovod-acceptance.sh: no accord/ in $pythonpath" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[ -n "$out" ] || out=$(mktemp -d /tmp/horovod-acceptance.XXXXXX)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+rm -f "$out"/junit-rank*.xml "$out"/rank*.log
+
+# ---- the shim: horovod.torch is accord.torch ------------------------------------------
+shim=$work/shim
+mkdir -p "$shim/horovod/torch"
+cat > "$shim/horovod/__init__.py" <<'EOF'
+"""Horovod's import path served by Accord (written by ci/horovod-acceptance.sh)."""
+EOF
+cat > "$shim/horovod/torch/__init__.py" <<'EOF'
+import sys
+
+import accord.torch
+
+sys.modules[__name__] = accord.torch
+EOF
+# The three helpers the test file imports from Horovod's test/utils/common.py, as the
+# test uses them.
+cat > "$shim/common.py" <<'EOF'
+import contextlib
+import os
+import tempfile
+
+
+def mpi_env_rank_and_size():
+    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if rank in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
+
+def skip_or_fail_gpu_test(test, message):
+    if int(os.environ.get("HOROVOD_TEST_GPU", 0)):
+        test.fail(message)
+    test.skipTest(message)
+
+
+@contextlib.contextmanager
+def temppath():
+    with tempfile.TemporaryDirectory() as folder:
+        yield os.path.join(folder, "temp_test_file")
+EOF
+
+# ---- pytest settings of this run -----------------------------------------------------
+timeout_opts=()
+if "$python" -c 'import pytest_timeout' 2>/dev/null; then
+  timeout_opts=(-o "timeout=$per_test" -o timeout_method=signal)
+else
+  echo "ci/horovod-acceptance.sh: $python has no pytest-timeout: no per-test limit" >&2
+fi
+printf '[pytest]\n' > "$work/pytest.ini"
+select=()
+[ $cuda = 1 ] || select=(-k "not gpu")
+
+# Each rank: its own log and JUnit file; rank 0's output also on the terminal.
+cat > "$work/rank.sh" <<'EOF'
+#!/usr/bin/env bash
+set -o pipefail
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+if [ "$rank" = 0 ]; then
+  "$@" --junitxml="$ACCEPTANCE_OUT/junit-rank$rank.xml" 2>&1 | tee "$ACCEPTANCE_OUT/rank$rank.log"
+else
+  "$@" --junitxml="$ACCEPTANCE_OUT/junit-rank$rank.xml" > "$ACCEPTANCE_OUT/rank$rank.log" 2>&1
+fi
+EOF
+
+env_vars=(
+  "PYTHONPATH=$shim:$pythonpath${PYTHONPATH:+:$PYTHONPATH}"
+  "ACCEPTANCE_OUT=$out"
+  # A collective some rank never submits fails after a minute rather than five, so a
+  # failing test cannot hold up the ones after it for long.
+  "ACCORD_STALL_SHUTDOWN_TIME=${ACCORD_STALL_SHUTDOWN_TIME:-60}"
+  "OMPI_MCA_mpi_yield_when_idle=1"
+)
+[ $cuda = 1 ] || env_vars+=("CUDA_VISIBLE_DEVICES=")
+mpi_env=()
+for v in "${env_vars[@]}"; do mpi_env+=(-x "$v"); done
+read -r -a prefix_words <<< "$prefix"
+# Files the prefix names (a wrapper script) are found from here, before the cd below.
+for i in "${!prefix_words[@]}"; do
+  [ -f "${prefix_words[i]}" ] && prefix_words[i]=$(realpath "${prefix_words[i]}")
+done
+
+echo "ci/horovod-acceptance.sh: $np rank(s), $("$python" -c 'import sys, torch; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'), accord from $pythonpath, cuda=$cuda"
+cd "$work" || exit 2
+started=$(date +%s)
+timeout --signal=TERM --kill-after=30 "$total" \
+  "${MPIRUN:-mpirun}" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "${mpi_env[@]}" \
+  "${prefix_words[@]}" bash "$work/rank.sh" "$python" -m pytest -c "$work/pytest.ini" \
+  --rootdir "$work" -p no:cacheprovider --color=no -q -rfEs "${timeout_opts[@]}" \
+  "${select[@]}" "$@" "$test_file"
+status=$?
+echo "ci/horovod-acceptance.sh: mpirun exited $status after $(( $(date +%s) - started )) s"
+[ $status -eq 124 ] && echo "ci/horovod-acceptance.sh: the run passed --total $total s and was stopped"
+
+# ---- per-rank counts from the JUnit files --------------------------------------------
+"$python" - "$out" "$np" <<'EOF'
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+out, np_ = sys.argv[1], int(sys.argv[2])
+bad = False
+failed_by_test = {}
+for rank in range(np_):
+    path = os.path.join(out, f"junit-rank{rank}.xml")
+    if not os.path.exists(path):
+        print(f"rank {rank}: no results (the rank did not finish: see {out}/rank{rank}.log)")
+        bad = True
+        continue
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        name = case.get("name")
+        if "failure" in kinds or "error" in kinds:
+            counts["failed" if "failure" in kinds else "errors"] += 1
+            failed_by_test.setdefault(name, []).append(rank)
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    bad = bad or counts["failed"] or counts["errors"]
+    print(f"rank {rank}: {counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['errors']} errors, {counts['skipped']} skipped")
+for name, ranks in sorted(failed_by_test.items()):
+    print(f"  FAILED {name} (rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))})")
+print(f"logs and JUnit files: {out}")
+sys.exit(1 if bad else 0)
+EOF
+summary=$?
+[ $status -eq 0 ] || [ $summary -ne 0 ] || summary=1
+exit $summary
