@@ -200,9 +200,11 @@ Handle barrier_async(ProcessSetId process_set = kGlobalProcessSet);
 void barrier(ProcessSetId process_set = kGlobalProcessSet);
 
 // A rank that has run out of data joins: until every rank has joined, the other
-// ranks' collectives go on and the joined rank contributes zeros (the neutral
-// element for Min, Max and Product). Completes when all ranks have joined; the handle
-// gives the last rank to join.
+// ranks' allreduces go on and the joined rank contributes zeros (the neutral element
+// for Min, Max and Product); their other collectives fail at once with InvalidArgument
+// naming the joined ranks, as in Horovod. Completes when all ranks have joined, which
+// also restarts the count of generated names on every rank; the handle gives the last
+// rank to join.
 Handle join_async(ProcessSetId process_set = kGlobalProcessSet);
 int join(ProcessSetId process_set = kGlobalProcessSet);
 
