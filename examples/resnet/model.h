@@ -126,4 +126,14 @@ nn::TopK accuracy(Model& m, const int32_t* labels, int N);
 // Backward from m.dlogits; every layer's gradients go to m.sink as soon as they exist.
 void backward(Model& m, int N);
 
+// One residual block's passes exactly as forward() and backward() run them, for tests
+// that check a block apart from the model around it (on a GPU model, its device copy's
+// blocks). blockForward reads x, N images of the block's input (b.x from then on), and
+// writes b.y. blockBackward takes the gradient w.r.t. b.y in m.scratch[in], or with
+// dy_masked already through the ReLU that ends the block, and returns the index of the
+// scratch buffer holding the gradient w.r.t. b.x (with mask_dx through the ReLU that
+// ended the block before, read from b.x).
+void blockForward(Model& m, Block& b, const float* x, int N);
+int blockBackward(Model& m, Block& b, int in, int N, bool dy_masked, bool mask_dx);
+
 }  // namespace accord::resnet

@@ -53,6 +53,8 @@ void blockTailForward(Model& m, Block& b, const float* h, int N) {
   m.ops->bn_add_relu_forward(c.bn, c.a, shortcut_bn, shortcut, b.down.b, b.y, N, c.H, c.W);
 }
 
+}  // namespace
+
 void blockForward(Model& m, Block& b, const float* x, int N) {
   b.x = x;
   const float* h = x;
@@ -70,6 +72,8 @@ void blockForward(Model& m, Block& b, const float* x, int N) {
   const std::size_t n = numel(b.convs.back(), N);
   m.ops->add_relu_forward(b.y, shortcut, b.y, n);  // y (N, C_out, H, W) = relu(branch + shortcut)
 }
+
+namespace {
 
 void sendBn(Model& m, ConvBn& c) {
   send(m, c.bn_name + ".weight", c.bn.dgamma, static_cast<std::size_t>(c.bn.C));
@@ -89,6 +93,8 @@ void convBnBackward(Model& m, ConvBn& c, const float* x, const float* dy, float*
   m.ops->conv2d_backward(c.conv, x, m.bn_dx, dx, N, c.H_in, c.W_in);
   sendConv(m, c);
 }
+
+}  // namespace
 
 // dy is in scratch[in], w.r.t. the block's output, or (dy_masked) already through the
 // ReLU that ends the block; returns the scratch index of dx, w.r.t. the block's input, or
@@ -131,8 +137,6 @@ int blockBackward(Model& m, Block& b, int in, int N, bool dy_masked, bool mask_d
   }
   return spare;
 }
-
-}  // namespace
 
 void forward(Model& m, int N) {
   if (m.device) return deviceForward(m, N);

@@ -224,6 +224,14 @@ void add_relu_forward(const float* a, const float* b, float* y, size_t n);  // (
 // output is relu_y (where a residual block's input gradient meets the ReLU that ended
 // the block before it).
 void accumulate_relu_backward(float* y, const float* x, const float* relu_y, size_t n);
+// The end of a residual block in training, y = max(bn(a) + t, 0) with t = shortcut_bn(
+// shortcut) written to shortcut_out where the shortcut has a batch norm, else t =
+// shortcut; all (N, bn.C, H, W). The CPU's is the reference of the GPU's one-pass kernel
+// (--fuse-residual): exactly batchnorm2d_forward of each, then add_relu_forward, with
+// both batch norms' relu set false. Not in cpuLayers(), whose passes stay the unfused
+// calls; tests put it in a table of their own to check the fused block's wiring.
+void bn_add_relu_forward(BatchNorm2d& bn, const float* a, BatchNorm2d* shortcut_bn,
+                         const float* shortcut, float* shortcut_out, float* y, int N, int H, int W);
 
 // ---- softmax cross-entropy ----------------------------------------------------------
 
