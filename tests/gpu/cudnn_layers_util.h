@@ -100,4 +100,23 @@ inline void checkClose(const std::vector<float>& got, const std::vector<float>& 
   CHECK(worst <= tol * scale);
 }
 
+// `got` against `want` in the 2-norm: ||got - want|| <= tol ||want||. For gradients that
+// sum over a whole network's values (a block's weights, its input gradient), where a few
+// ReLUs flipped by rounding move single elements far but leave the tensor's direction
+// and size where they were; the element-wise bound above would fail on those alone.
+inline void checkCloseL2(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                         const std::string& what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    diff += d * d;
+    norm += double(want[i]) * double(want[i]);
+  }
+  REQUIRE(norm > 0.0);
+  INFO("||got - want|| / ||want|| = " << std::sqrt(diff / norm) << " (tolerance " << tol << ")");
+  CHECK(std::sqrt(diff) <= tol * std::sqrt(norm));  // NaN fails
+}
+
 }  // namespace accord::test

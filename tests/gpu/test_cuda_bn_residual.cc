@@ -2,8 +2,9 @@
 // against the unfused calls it replaces (each batch norm's forward, then add_relu), on the
 // same 16-bit inputs: the output, both batch norms' saved and running statistics, and
 // the backward that follows (the layers' own kernels after the fused forward, cuDNN's
-// after the unfused one). Then a bottleneck ResNet trained a step with and without it,
-// and the deterministic mode repeating it bit for bit. Tag [residual].
+// after the unfused one). Then a bottleneck ResNet trained two steps with and without
+// it, and the deterministic mode repeating it bit for bit. Tag [residual]. One block's
+// passes, fused against unfused and against the CPU, are test_cuda_residual_block.cc's.
 //
 // Tolerances, relative to each tensor's largest reference value (cudnn_layers_util.h's
 // checkClose): 2e-2 for y (the unfused path rounds each batch norm's output to 16 bits
@@ -20,6 +21,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -186,8 +188,18 @@ TEST_CASE("in float32 the block end is the unfused calls", "[residual]") {
 
 namespace {
 
-// A bottleneck ResNet-50 at width 1/8 (channels multiples of 8) on 16x16 images, on the
+// A bottleneck ResNet-50 at width 1/8 (channels multiples of 8) on 32x32 images, on the
 // GPU in `precision`, with the fused block ends or not; one SGD step per batch.
+//
+// Conditioned so that 16-bit rounding stays small after two steps: each block's last
+// batch norm starts with gamma 0.25 (between torchvision's 1 and the zero-init-residual
+// 0, which would make the fused block end's first forward add nothing), and the maps are
+// 32x32, so that layer4's batch norms average 128 values a channel. At 16x16 and gamma 1
+// (this test's first version) the model is chaotic: in float32 on the CPU, a relative
+// noise of 2^-9 on the input alone moves the parameters after two steps by 49% of their
+// largest value and the logits by 35%, which is what the fused path's 16-bit roundings
+// then did on the GPU (93% and 32%). Here the same emulation puts fused against unfused
+// at 3.4% of the logits, 0.8% of the running statistics, 0.7% of the parameters.
 struct Trained {
   std::vector<float> losses, logits, params, buffers;
 };
@@ -195,17 +207,21 @@ struct Trained {
 Trained trainBottleneck(const char* precision, bool fused, int steps) {
   resnet::ModelConfig cfg;
   cfg.depth = 50, cfg.classes = 10, cfg.in_channels = 3, cfg.cifar_stem = true;
-  cfg.width = 0.125, cfg.max_batch = 8, cfg.image_size = 16;
-  const int N = 8;
+  cfg.width = 0.125, cfg.max_batch = 8, cfg.image_size = 32;
+  const int N = 8, S = cfg.image_size;
   resnet::Model m;
   resnet::buildModel(m, cfg);
+  for (resnet::Block& b : m.blocks) {
+    nn::BatchNorm2d& bn = b.convs.back().bn;
+    std::fill(bn.gamma, bn.gamma + bn.C, 0.25f);
+  }
   resnet::useDevice(m, "cuda", 0, precision);
   if (fused) resnet::fuseResidual(m, true);
   resnet::Sgd sgd(resnet::parameterList(m), resnet::SgdOptions{});
   std::mt19937_64 rng(61);
   Trained t;
   for (int step = 0; step < steps; ++step) {
-    const auto x = randomVector(size_t(N) * 3 * 16 * 16, rng);
+    const auto x = randomVector(size_t(N) * 3 * S * S, rng);
     std::copy(x.begin(), x.end(), m.input);
     std::vector<int32_t> labels(N);
     for (int i = 0; i < N; ++i) labels[i] = int32_t(rng() % cfg.classes);
@@ -222,18 +238,20 @@ Trained trainBottleneck(const char* precision, bool fused, int steps) {
 
 }  // namespace
 
-// The fused model takes the same step as the unfused one within 16-bit rounding (as the
-// bf16 model test's bounds against the CPU), and the deterministic mode repeats it.
+// The fused model takes the same two steps as the unfused one within 16-bit rounding
+// (about three times what the emulation above measured), and the deterministic mode
+// repeats them. A coarse check: a wrong gradient of the fused batch norms moves these
+// by less than rounding does in a whole model; test_cuda_residual_block.cc pins those.
 TEST_CASE("a bottleneck ResNet with fused block ends trains as without", "[residual]") {
   for (const char* precision : {"bf16", "fp16"}) {
     INFO(precision);
     const Trained plain = trainBottleneck(precision, false, 2);
     const Trained fused = trainBottleneck(precision, true, 2);
     for (size_t i = 0; i < plain.losses.size(); ++i)
-      CHECK(fused.losses[i] == Approx(plain.losses[i]).epsilon(3e-2));
-    checkClose(fused.logits, plain.logits, 5e-2, "logits after two steps");
-    checkClose(fused.buffers, plain.buffers, 5e-2, "BN running statistics");
-    checkClose(fused.params, plain.params, 5e-2, "parameters after two steps");
+      CHECK(fused.losses[i] == Approx(plain.losses[i]).epsilon(2e-2));
+    checkClose(fused.logits, plain.logits, 0.1, "logits after two steps");
+    checkClose(fused.buffers, plain.buffers, 3e-2, "BN running statistics");
+    checkClose(fused.params, plain.params, 3e-2, "parameters after two steps");
   }
   Deterministic same_bits(true);
   const Trained first = trainBottleneck("bf16", true, 2), second = trainBottleneck("bf16", true, 2);
