@@ -11,7 +11,9 @@
 //   2. Per channel, one small launch: the partials in order give dbeta and dgamma and the
 //      coefficients of dx = a g - b (x - mean) - e.
 //   3. dx from x and dy, element by element (dx may be dy: each value is read before the
-//      same thread writes it).
+//      same thread writes it), from the last rows to the first: pass 1 read the last
+//      rows last, so where x and dy together are not much larger than the L2 cache (the
+//      last stages' 7x7 and 14x14 maps), pass 3 finds part of them still there.
 //
 // Every sum runs in a fixed order (no atomics), so a run repeats bit for bit. The ReLU
 // mask evaluates x * scale + shift as the forward's apply does (bn_channel.cuh).
@@ -26,9 +28,6 @@ namespace accord::nn::cuda::detail {
 using namespace kernel;
 
 namespace {
-
-// Rows each thread sums at least, where the rows allow: fewer partial rows to add up.
-constexpr size_t kRowsPerThread = 32;
 
 // Pass 1. Thread t of a block takes channel Pack q = blockIdx.x Qt + t % Qt and the rows
 // r = blockIdx.y R + t / Qt, stepping by gridDim.y R (threads past R Qt, or past the
@@ -53,17 +52,23 @@ __global__ void bnBackwardSumsKernel(const A* x, const A* dy, BnAffine f, bool r
     }
     const auto* xv = reinterpret_cast<const Pack<A>*>(x);
     const auto* dyv = reinterpret_cast<const Pack<A>*>(dy);
-    for (I r = I(blockIdx.y) * R + ty; r < rows; r += I(gridDim.y) * R) {
-      const I at = r * Q + q;
-      const Pack<A> a = xv[at], d = dyv[at];
+    struct Row {
+      Pack<A> a, d;
+    };
+    forRows(
+        I(blockIdx.y) * R + ty, I(gridDim.y) * R, rows,
+        [&](I r) {
+          return Row{xv[r * Q + q], dyv[r * Q + q]};
+        },
+        [&](const Row& row) {
 #pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const float v = toFloat(a.v[j]);
-        const float g = relu && !(normalised(v, k[j]) > 0.0f) ? 0.0f : toFloat(d.v[j]);
-        sum_g[j] += g;
-        sum_gx[j] += g * (v - mean[j]);
-      }
-    }
+          for (int j = 0; j < P; ++j) {
+            const float v = toFloat(row.a.v[j]);
+            const float g = relu && !(normalised(v, k[j]) > 0.0f) ? 0.0f : toFloat(row.d.v[j]);
+            sum_g[j] += g;
+            sum_gx[j] += g * (v - mean[j]);
+          }
+        });
   }
   blockPartials<P>(sum_g, sum_gx, Q, Qt, R, part_g, part_gx);
 }
@@ -91,8 +96,9 @@ __global__ void bnBackwardCoefficientsKernel(const float* part_g, const float* p
   coef[c].mask = make_float4(ch.scale, ch.shift, 0.0f, 0.0f);
 }
 
-// Pass 3, a Pack at a time; a thread keeps its Pack's coefficients while its grid-stride
-// steps land on the same channels (always where a stride's values are a multiple of C).
+// Pass 3, a Pack at a time, from the last Pack to the first; a thread keeps its Pack's
+// coefficients while its grid-stride steps land on the same channels (always where a
+// stride's values are a multiple of C).
 template <class A, class I>
 __global__ void bnBackwardDxKernel(const A* x, const A* dy, A* dx, const Coefficients* coef,
                                    bool relu, I packs, int Q) {
@@ -103,7 +109,8 @@ __global__ void bnBackwardDxKernel(const A* x, const A* dy, A* dx, const Coeffic
   float4 k[P];
   float2 m[P];
   int held = -1;  // the Pack of channels whose coefficients k and m hold
-  for (I i = I(firstIndex()); i < packs; i += I(gridStride())) {
+  for (I from_end = I(firstIndex()); from_end < packs; from_end += I(gridStride())) {
+    const I i = packs - 1 - from_end;
     const int q = int(i % I(Q));
     if (q != held) {
       held = q;
@@ -137,11 +144,8 @@ bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float*
     constexpr int P = Pack<A>::kCount;
     if (!wholePacks(C, P, {x, dy, dx})) return;
     const size_t rows = size_t(N) * HW, total = rows * C;
-    const int Q = C / P, Qt = std::min(Q, kThreads), R = kThreads / Qt;
-    const size_t tiles = (size_t(Q) + Qt - 1) / Qt;
-    const size_t want = (rows + R * kRowsPerThread - 1) / (R * kRowsPerThread);
-    const size_t most = std::max<size_t>(1, 4 * multiprocessors() / tiles);
-    const int parts = int(std::clamp<size_t>(want, 1, std::min<size_t>(most, 65535)));
+    const RowGrid grid(rows, C, P, multiprocessors());
+    const int Q = grid.Q, parts = grid.parts;
     // The coefficients first (16-byte aligned in the buffer), then the partials.
     auto* coef = static_cast<Coefficients*>(
         scratch(kSlotBnBackward, C * sizeof(Coefficients) + 2 * size_t(parts) * C * sizeof(float)));
@@ -150,8 +154,8 @@ bool launchBnBackwardTraining(const float* x, const float* dy, float* dx, float*
     cudaStream_t stream = backend().stream;
     withIndex(total, [&](auto index) {
       using I = decltype(index);
-      bnBackwardSumsKernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, stream>>>(
-          as<A>(x), as<A>(dy), f, relu, I(rows), Q, Qt, R, part_g, part_gx);
+      bnBackwardSumsKernel<<<dim3(unsigned(grid.tiles), unsigned(parts)), kThreads, 0, stream>>>(
+          as<A>(x), as<A>(dy), f, relu, I(rows), Q, grid.Qt, grid.R, part_g, part_gx);
       bnBackwardCoefficientsKernel<<<unsigned((C + 31) / 32), kThreads, 0, stream>>>(
           part_g, part_gx, parts, C, double(rows), f, dgamma, dbeta, coef);
       const size_t packs = total / P;

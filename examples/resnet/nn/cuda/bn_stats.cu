@@ -50,14 +50,11 @@ __global__ void bnFinalizeKernel(const float* sum, const float* sqsum, double co
                   running_mean, running_var);
 }
 
-// Rows each thread sums at least, where the rows allow (as bn_backward.cu).
-constexpr size_t kStatRowsPerThread = 32;
-
 // Pass 1 of launchBnStatistics (bn_channel.cuh's first reduction): the values less
 // their channel's shift, and their squares. `rows` rows of Q Packs.
 template <class A, class I>
-__global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, int Q, int Qt,
-                                       int R, float* part_sum, float* part_sq) {
+__global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, int Q, int Qt, int R,
+                                       float* part_sum, float* part_sq) {
   constexpr int P = Pack<A>::kCount;
   const int tx = int(threadIdx.x) % Qt, ty = int(threadIdx.x) / Qt;
   const int q = int(blockIdx.x) * Qt + tx;
@@ -69,15 +66,16 @@ __global__ void bnStatisticsSumsKernel(const A* x, const float* shift, I rows, i
 #pragma unroll
     for (int j = 0; j < P; ++j) s[j] = shift[q * P + j];
     const auto* xv = reinterpret_cast<const Pack<A>*>(x);
-    for (I r = I(blockIdx.y) * R + ty; r < rows; r += I(gridDim.y) * R) {
-      const Pack<A> a = xv[r * Q + q];
+    forRows(
+        I(blockIdx.y) * R + ty, I(gridDim.y) * R, rows, [&](I r) { return xv[r * Q + q]; },
+        [&](const Pack<A>& a) {
 #pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const float d = toFloat(a.v[j]) - s[j];
-        sum[j] += d;
-        sq[j] += d * d;
-      }
-    }
+          for (int j = 0; j < P; ++j) {
+            const float d = toFloat(a.v[j]) - s[j];
+            sum[j] += d;
+            sq[j] += d * d;
+          }
+        });
   }
   blockPartials<P>(sum, sq, Q, Qt, R, part_sum, part_sq);
 }
@@ -156,20 +154,17 @@ bool launchBnStatistics(const float* x, int N, int C, size_t HW, float momentum,
     constexpr int P = Pack<A>::kCount;
     if (!wholePacks(C, P, {x})) return;
     const size_t rows = size_t(N) * HW;
-    const int Q = C / P, Qt = std::min(Q, kThreads), R = kThreads / Qt;
-    const size_t tiles = (size_t(Q) + Qt - 1) / Qt;
-    const size_t want = (rows + R * kStatRowsPerThread - 1) / (R * kStatRowsPerThread);
-    const size_t most = std::max<size_t>(1, 4 * multiprocessors() / tiles);
-    const int parts = int(std::clamp<size_t>(want, 1, std::min<size_t>(most, 65535)));
+    const RowGrid grid(rows, C, P, multiprocessors());
+    const int parts = grid.parts;
     auto* part_sum =
         static_cast<float*>(scratch(kSlotBnStatistics, 2 * size_t(parts) * C * sizeof(float)));
     float* part_sq = part_sum + size_t(parts) * C;
     cudaStream_t stream = backend().stream;
     withIndex(rows * C, [&](auto index) {
       using I = decltype(index);
-      bnStatisticsSumsKernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, stream>>>(
-          static_cast<const A*>(static_cast<const void*>(x)), running_mean, I(rows), Q, Qt, R,
-          part_sum, part_sq);
+      bnStatisticsSumsKernel<<<dim3(unsigned(grid.tiles), unsigned(parts)), kThreads, 0, stream>>>(
+          static_cast<const A*>(static_cast<const void*>(x)), running_mean, I(rows), grid.Q,
+          grid.Qt, grid.R, part_sum, part_sq);
     });
     bnStatisticsFinalizeKernel<<<unsigned((C + 31) / 32), kThreads, 0, stream>>>(
         part_sum, part_sq, parts, C, double(rows), momentum, eps, save_mean, save_invstd,
