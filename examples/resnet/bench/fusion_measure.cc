@@ -3,6 +3,8 @@
 // the buffers are random, the same for every pattern of a precision.
 #include "bench/fusion_measure.h"
 
+#include "bench/fusion_bn_ex.h"
+
 #include "nn/cuda/backend_cuda.h"
 
 #include <cuda_bf16.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -122,7 +125,7 @@ std::vector<Unit> Probe::units(const std::string& dtype, int batch) const {
   for (int stage = 0; stage < 4; ++stage) {
     const int width = 64 << stage;
     for (const ConvShape& s : shapes_) {
-      if (s.C != width) continue;
+      if (s.C != width || opt_.block_ends_only) continue;
       out.push_back({Unit::Forward, dtype, batch, s});
       out.push_back({Unit::Backward, dtype, batch, s});
     }
@@ -363,6 +366,16 @@ std::vector<Row> Probe::run(const Unit& u) {
         detail::launchBnBackwardTraining(x, t, y, bn.dgamma, bn.dbeta, affineOf(b), false, N, C, HW);
       });
       add(shape, "bn backward (ours)", ours(own, "--fuse-residual's; today: cuDNN's " + path), ex);
+      // cuDNN's Ex backward from the statistics our pass summed (as --fuse-residual's
+      // forward leaves them), against ours from the same: usable where it agrees.
+      detail::launchBnStatistics(x, N, C, HW, 0.1f, 1e-5f, bn.save_mean, bn.save_var,
+                                 bn.running_mean, bn.running_var);
+      detail::launchBnBackwardTraining(x, t, y, bn.dgamma, bn.dbeta, affineOf(b), false, N, C, HW);
+      Measured on_ours;
+      on_ours.note = exBackwardOnOurStatistics(
+          bn, x, t, x2, y, N, s.H, [&](const std::function<void()>& f) { return timeMs(f); },
+          &on_ours.ms);
+      add(shape, "bn backward (Ex, our stats)", on_ours, own, "today: ours");
       return rows;
     }
     const int Ho = s.out();
@@ -435,7 +448,9 @@ const char* legend() {
          "     time adds one 2-read 1-write pass for dx from cuDNN's coefficients);\n"
          "   scale-bias-relu-wgrad: conv wgrad reading the stored BN output;\n"
          "   dual-bn-add-relu, bn-add-relu: the BN applies and add_relu as separate passes;\n"
-         "   bn backward (ours): the trainer's batch-norm backward after its forward.\n"
+         "   bn backward (ours): the trainer's batch-norm backward after its forward;\n"
+         "   bn backward (Ex, our stats): cuDNN's Ex backward from our statistics pass and a\n"
+         "     zeroed reserve space (no Ex forward), against ours (today) from the same.\n"
          "   Convolutions alone run through the same graph API (single-operation engines).\n";
 }
 

@@ -12,8 +12,9 @@
 namespace accord::resnet::probe {
 
 struct ProbeOptions {
-  int engines = 1;  // plans built and timed per graph, at most (each may compile)
-  int iters = 5;    // timed runs per measurement
+  int engines = 1;               // plans built and timed per graph, at most (each may compile)
+  int iters = 5;                 // timed runs per measurement
+  bool block_ends_only = false;  // only the Residual units (--block-ends)
 };
 
 // What one call of Probe::run measures: a convolution shape's forward patterns, its
