@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The trainer's fusion questions in one short GPU call (issue 39), bounded by a budget:
-#   1. tests:   the GPU tests of the fused residual block end and of the convolution with
-#               fused statistics (gpu.cudnn.residual, gpu.cudnn.fusion);
+#   1. tests:   the GPU tests of the fused residual block end (its kernels and a model,
+#               gpu.cudnn.residual; one block's passes against the unfused and the CPU's,
+#               gpu.cudnn.block) and of the convolution with fused statistics
+#               (gpu.cudnn.fusion);
 #   2. probe:   accord-fusion-probe: which fused batch-norm patterns cuDNN has engines for
 #               on this GPU at ResNet-50's shapes, and their times against today's passes;
 #   3. trainer: accord-resnet ResNet-50 bf16 at batch 256, 20 timed steps (after an epoch
@@ -20,10 +22,12 @@
 # trainer runs that no longer fit are reported NOT RUN. --rehearse goes on without a GPU
 # (each step then fails fast), to check the plumbing on a build machine.
 # ACCORD_PROBE_BUILD names the build folder (default build); ACCORD_PROBE_TESTS the GPU
-# tests, as gpu.cudnn.<tags> (default residual|fusion; half adds batch norm's own
+# tests, as gpu.cudnn.<tags> (default residual|block|fusion; half adds batch norm's own
 # backward against the CPU's, about 20 s more); ACCORD_PROBE_SEARCH=1 adds
 # --cudnn-search to the trainer runs (the published figures' setting; its first epoch
-# then costs several seconds more per run); ACCORD_PROBE_ARGS adds probe flags.
+# then costs several seconds more per run); ACCORD_PROBE_ARGS adds probe flags
+# ('--block-ends --dtype bf16': only the block ends' rows, our batch-norm backward and
+# cuDNN's Ex call among them, in a few seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 budget=120
@@ -48,7 +52,7 @@ done
 [ ${#steps[@]} -gt 0 ] || steps=(tests probe trainer)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 build=${ACCORD_PROBE_BUILD:-build}
-test_tags=${ACCORD_PROBE_TESTS:-residual|fusion}
+test_tags=${ACCORD_PROBE_TESTS:-residual|block|fusion}
 # This script's own settings stay out of the trainer's environment, where the runtime
 # would warn that they are not its variables.
 for setting in ${!ACCORD_PROBE_@}; do export -n "$setting"; done
