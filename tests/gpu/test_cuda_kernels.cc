@@ -83,6 +83,21 @@ std::vector<unsigned char> randomValues(DType dtype, std::size_t count, std::uin
         std::memcpy(p, &x, 1);
         break;
       }
+      case DType::Int16: {
+        const auto x = static_cast<std::int16_t>(rng());
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case DType::UInt16: {
+        const auto x = static_cast<std::uint16_t>(rng());
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case DType::Bool: {
+        const auto x = static_cast<std::uint8_t>(rng() & 1);
+        std::memcpy(p, &x, 1);
+        break;
+      }
       case DType::Int32: {
         const auto x = static_cast<std::int32_t>(rng());
         std::memcpy(p, &x, 4);
@@ -116,8 +131,11 @@ std::vector<unsigned char> randomValues(DType dtype, std::size_t count, std::uin
   return out;
 }
 
-const DType kAllDTypes[] = {DType::UInt8,    DType::Int8,    DType::Int32,   DType::Int64,
-                            DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
+// Bool is not here: it cannot be scaled (refused on both devices), and its copies and
+// fills are those of uint8.
+const DType kAllDTypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
+                            DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
+                            DType::Float32, DType::Float64};
 
 }  // namespace
 
