@@ -202,3 +202,19 @@ def test_a_group_over_cpu_and_gpu_tensors_is_refused_as_horovod_refuses_it(hvd, 
             call(tensors, op=hvd.Sum)
     with pytest.raises(ValueError):
         hvd.grouped_allreduce(tensors)
+
+
+def test_sync_batch_norm_on_the_gpu_equals_the_cpu(hvd, device):
+    # The per-channel count travels with the sums: it must be made on the input's device.
+    torch.manual_seed(3)
+    x = torch.randn(2 * hvd.size(), 4, 5, dtype=torch.float64)
+    mine = x[2 * hvd.rank():2 * hvd.rank() + 2]
+    outs = []
+    for where in ("cpu", device):
+        bn = hvd.SyncBatchNorm(4).double().to(where)
+        xi = mine.clone().to(where).requires_grad_()
+        y = bn(xi)
+        (y * y).sum().backward()
+        outs.append((y.detach().cpu(), xi.grad.cpu(), bn.running_var.cpu()))
+    for cpu, gpu in zip(outs[0], outs[1]):
+        assert torch.allclose(cpu, gpu, atol=1e-12)

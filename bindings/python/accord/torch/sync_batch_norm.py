@@ -28,7 +28,8 @@ class _SyncBatchNorm(torch.autograd.Function):
         x64 = x.detach().to(torch.float64)
         # Sums in float64: the variance is a difference of two of them.
         stats = torch.cat([x64.sum(dims), (x64 * x64).sum(dims),
-                           torch.tensor([x.numel() // max(channels, 1)], dtype=torch.float64)])
+                           torch.tensor([x.numel() // max(channels, 1)], dtype=torch.float64,
+                                        device=x.device)])
         stats = _sum_over_ranks(stats, process_set)
         count = stats[-1].item()
         if count <= 1:
