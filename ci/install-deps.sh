@@ -20,7 +20,7 @@ packages=(
   python3-venv                 # the PyTorch 2.x test environment (ci/python-env.sh)
   python3-torch python3-numpy  # accord.torch and accord.numpy against Debian's PyTorch 1.13
   python3-pytest python3-pytest-timeout  # the Python test suite
-  python3-torchvision python3-filelock python3-packaging  # examples/python and Horovod's examples (tests/examples)
+  python3-torchvision          # examples/python (ResNets of the benchmarks)
   python3-matplotlib           # accord-report's plots
 )
 case "${1:-}" in

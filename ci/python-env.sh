@@ -14,7 +14,7 @@ install_torch_package() {
     --index-url https://download.pytorch.org/whl/cpu "$1" >&2 2> /dev/null ||
     "$python" -m pip install --quiet "$1" >&2
 }
-# torchvision: for the examples (examples/python, Horovod's scripts in tests/examples);
+# torchvision: for the examples (examples/python: the benchmarks' ResNets);
 # pip picks the release made for the installed torch.
 ensure_torchvision() {
   "$python" -c 'import torchvision' 2> /dev/null || install_torch_package torchvision

@@ -9,16 +9,11 @@ the run exits with 0 (or, with --fail, with anything else), every --expect
 pattern occurs in its output, and the first group of every --at-least pattern is a
 number at least that large wherever the pattern occurs (and it occurs at least once).
 
---horovod treats the script as one of Horovod's own examples: its Horovod import lines
-become Accord's (`import horovod.torch as hvd` -> `import accord.torch as hvd`, and
-`import horovod` -> `import accord as horovod`), and nothing else changes. The
-rewritten copy is what runs; a script without `import horovod.torch as hvd`, or with a
-Horovod import left after the rewrite, fails the test.
-
---mnist-from DIR writes the first --train-samples / --test-samples images of the IDX
-files in DIR (gzipped or not) uncompressed to <work dir>/mnist/MNIST/raw, where
-torchvision.datasets.MNIST(root) finds them and downloads nothing; `{mnist_root}` in
-the script's arguments is replaced with <work dir>/mnist.
+--horovod treats the script as one written for Horovod (horovod_api_training.py): its
+Horovod import lines become Accord's (`import horovod.torch as hvd` -> `import
+accord.torch as hvd`, and `import horovod` -> `import accord as horovod`), and nothing
+else changes. The rewritten copy is what runs; a script without `import horovod.torch
+as hvd`, or with a Horovod import left after the rewrite, fails the test.
 """
 import argparse
 import gzip
@@ -32,7 +27,6 @@ import sys
 REWRITES = [(re.compile(r"^import horovod\.torch as hvd$", re.M), "import accord.torch as hvd"),
             (re.compile(r"^import horovod$", re.M), "import accord as horovod")]
 LEFTOVER = re.compile(r"^\s*(import|from)\s+horovod\b", re.M)
-IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 def parse_args():
@@ -48,9 +42,6 @@ def parse_args():
     p.add_argument("--requires", default="", metavar="MODULES",
                    help="comma-separated modules the script imports: without them the test is skipped (exit 77)")
     p.add_argument("--horovod", action="store_true", help="rewrite a Horovod script's import lines first")
-    p.add_argument("--mnist-from", metavar="DIR")
-    p.add_argument("--train-samples", type=int, default=6000)
-    p.add_argument("--test-samples", type=int, default=2000)
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     return p.parse_args()
@@ -70,37 +61,6 @@ def rewrite_horovod(source_path, work_dir):
     with open(path, "w") as f:
         f.write(text)
     return path
-
-
-def truncated_idx(raw, count):
-    """The IDX file `raw` holding its first `count` items only."""
-    rank = raw[3]
-    dims = list(struct.unpack(f">{rank}I", raw[4:4 + 4 * rank]))
-    item = 1
-    for d in dims[1:]:
-        item *= d
-    dims[0] = min(dims[0], count)
-    header = raw[:4] + struct.pack(f">{rank}I", *dims)
-    start = 4 + 4 * rank
-    return header + raw[start:start + dims[0] * item]
-
-
-def prepare_mnist(source_dir, work_dir, train, test):
-    raw_dir = os.path.join(work_dir, "mnist", "MNIST", "raw")
-    os.makedirs(raw_dir, exist_ok=True)
-    for name in IDX_FILES:
-        gz, plain = os.path.join(source_dir, name + ".gz"), os.path.join(source_dir, name)
-        if os.path.isfile(gz):
-            with gzip.open(gz, "rb") as f:
-                raw = f.read()
-        elif os.path.isfile(plain):
-            with open(plain, "rb") as f:
-                raw = f.read()
-        else:
-            sys.exit(f"{source_dir} lacks {name}[.gz]: install dataset-fashion-mnist (ci/install-deps.sh)")
-        with open(os.path.join(raw_dir, name), "wb") as f:
-            f.write(truncated_idx(raw, train if name.startswith("train") else test))
-    return os.path.join(work_dir, "mnist")
 
 
 def skip_unless_importable(python, modules):
@@ -143,9 +103,6 @@ def main():
     os.makedirs(args.work_dir, exist_ok=True)
     script = rewrite_horovod(args.script, args.work_dir) if args.horovod else os.path.abspath(args.script)
     script_args = list(args.args[1:] if args.args[:1] == ["--"] else args.args)
-    if args.mnist_from:
-        root = prepare_mnist(args.mnist_from, args.work_dir, args.train_samples, args.test_samples)
-        script_args = [a.replace("{mnist_root}", root) for a in script_args]
     # The examples import helpers that sit beside them (bench_stats.py).
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(args.script)),
