@@ -5,13 +5,14 @@
 // block per step; every rank sends and receives (n - 1)/n of the data per phase, which
 // is bandwidth-optimal. Unlike MPI's blocking collectives, every step's wait has a
 // deadline and knows which peer it waits for (link.h); and unlike MPI's non-blocking
-// ones, it keeps the speed of the blocking ones (README, "Why the defaults").
+// ones, it keeps the speed of the blocking ones (docs/performance.md, "Why the defaults").
 //
 // Every block is reduced once, along the chain that ends at its owner, and then only
 // copied: all ranks hold bit-identical results.
 #pragma once
 
-#include "ops/mpi/mpi_common.h"
+#include "ops/common/scaling.h"
+#include "ops/mpi/context.h"
 
 #include <cstddef>
 #include <string>
