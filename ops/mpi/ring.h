@@ -11,8 +11,7 @@
 // copied: all ranks hold bit-identical results.
 #pragma once
 
-#include "ops/common/scaling.h"
-#include "ops/mpi/context.h"
+#include "ops/mpi/mpi_common.h"
 
 #include <cstddef>
 #include <string>
