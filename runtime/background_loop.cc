@@ -94,7 +94,7 @@ void BackgroundLoop::pace() {
   bool rounds_sleep = true;
   for (auto* set : rt_.sets.memberSets()) {
     // A joined rank must answer the others' collectives promptly.
-    if (set->join_handle) return;
+    if (set->pending.joined()) return;
     local_pending = local_pending || !set->pending.empty();
     rounds_sleep = rounds_sleep && set->transport->channel().sleepsUntilJoined();
   }
@@ -233,12 +233,13 @@ void BackgroundLoop::addSet(SetChange& change) {
 void BackgroundLoop::removeSet(SetChange& change) {
   auto set = rt_.sets.remove(change.id);
   if (set) {
-    for (auto& [name, p] : set->pending) {
-      rt_.queue.release(set->id, name);
-      p.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
-          std::string(requestTypeName(p.request.type)) + " '" + name + "': process set " +
-          std::to_string(set->id) + " was removed while it was pending")));
-    }
+    set->pending.failAll(
+        [&](const std::string& what) {
+          return std::make_exception_ptr(InvalidArgument(
+              what + ": process set " + std::to_string(set->id) +
+              " was removed while it was pending"));
+        },
+        [&](const std::string& name) { rt_.queue.release(set->id, name); });
     set->transport.reset();  // collective over the set, whose members all remove it now
   }
   if (change.handle) change.handle->completePart();
@@ -253,22 +254,16 @@ void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
     for (auto* set : rt_.sets.memberSets()) keepAlive(std::move(set->transport));
     keepAlive(std::move(rt_.backend));
   }
-  auto fail = [&](const std::string& what, detail::HandleState& handle) {
-    if (!shut_down) return handle.fail(reason);
-    handle.fail(std::make_exception_ptr(
-        ShutDown(what + " did not complete: Accord shut down (a rank called shutdown())")));
+  auto why = [&](const std::string& what) {
+    if (!shut_down) return reason;
+    return std::make_exception_ptr(
+        ShutDown(what + " did not complete: Accord shut down (a rank called shutdown())"));
   };
   for (auto& op : rt_.queue.drain()) {
-    fail(std::string(requestTypeName(op.request.type)) + " '" + op.request.name + "'",
-         *op.entry.handle);
+    op.entry.handle->fail(
+        why(std::string(requestTypeName(op.request.type)) + " '" + op.request.name + "'"));
   }
-  for (auto* set : rt_.sets.memberSets()) {
-    for (auto& [name, p] : set->pending) {
-      fail(std::string(requestTypeName(p.request.type)) + " '" + name + "'", *p.entry.handle);
-    }
-    set->pending.clear();
-    if (set->join_handle) fail("join", *set->join_handle);
-  }
+  for (auto* set : rt_.sets.memberSets()) set->pending.failAll(why);
 }
 
 void BackgroundLoop::run() noexcept {

@@ -54,18 +54,15 @@ bool cacheable(const Response& r) {
 void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
   op.request.rank = set.rank;
   op.request.seq = set.next_seq++;
-  if (op.request.type == RequestType::Join) set.join_handle = op.entry.handle;
-  std::string name = op.request.name;
   Timeline& timeline = Timeline::instance();
   if (timeline.active() && op.request.type != RequestType::Join) {
-    const std::vector<std::string> names{name};
+    const std::vector<std::string> names{op.request.name};
     std::vector<std::string> renamed;
     const auto& track = Timeline::tracksOf(set.id, names, renamed);
     timeline.tensorSpan(track.front(), "queue", op.enqueued, now);
     timeline.tensorsPhase(track, "negotiate", now);
   }
-  set.pending.emplace(std::move(name),
-                      PendingTensor{std::move(op.request), std::move(op.entry), now, false});
+  set.pending.admit(std::move(op.request), std::move(op.entry), now);
 }
 
 // Decides, per pending tensor, whether the cache answers it (hit bit) or it must go to
@@ -93,7 +90,7 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
   // Deterministic message content regardless of hash-map order.
   std::sort(to_send.begin(), to_send.end(),
             [](const Request& a, const Request& b) { return a.seq < b.seq; });
-  if (set.join_handle) {  // a joined rank agrees to every cached tensor
+  if (set.pending.joined()) {  // a joined rank agrees to every cached tensor
     std::fill(bits.begin() + 1, bits.begin() + 1 + w, ~std::uint64_t{0});
   }
   // The complement of the hits: its AND is the complement of the hits' OR.
@@ -226,10 +223,8 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
     auto fresh = gatherAndDecide(set, to_send, now);
     for (auto& r : fresh) {
       if (cacheable(r)) {
-        auto it = set.pending.find(r.names[0]);
-        std::optional<Request> local;
-        if (it != set.pending.end()) local = it->second.request;
-        set.cache->put(r, local);
+        const Request* held = set.pending.find(r.names[0]);
+        set.cache->put(r, held ? std::optional<Request>(*held) : std::nullopt);
       }
       out.responses.push_back(std::move(r));
     }

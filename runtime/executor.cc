@@ -25,16 +25,10 @@ std::vector<std::optional<PendingTensor>> Executor::take(ProcessSet& set,
   std::vector<std::optional<PendingTensor>> out;
   out.reserve(response.names.size());
   for (const auto& name : response.names) {
-    auto it = set.pending.find(name);
-    if (it == set.pending.end()) {
-      out.emplace_back();
-      continue;
-    }
-    out.emplace_back(std::move(it->second));
-    set.pending.erase(it);
+    out.push_back(set.pending.take(name));
     // Free the name before completing the handle: a thread woken by the completion may
     // submit the same name at once.
-    queue_.release(set.id, name);
+    if (out.back()) queue_.release(set.id, name);
   }
   return out;
 }
@@ -81,7 +75,7 @@ void Executor::runData(ProcessSet& set, const Response& response) {
   std::vector<TensorEntry*> entries;
   entries.reserve(tensors.size());
   for (auto& t : tensors) entries.push_back(t ? &t->entry : nullptr);
-  if (!set.join_handle) {
+  if (!set.pending.joined()) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (!entries[i]) {
         log().error("{} '{}' was negotiated but this rank holds no such tensor",
@@ -157,19 +151,11 @@ void Executor::runControl(ProcessSet& set, const Response& response,
     case ResponseType::Join:
       // Every rank's join request is answered by this one response, whatever names the
       // coordinator put on it.
-      for (auto it = set.pending.begin(); it != set.pending.end();) {
-        if (it->second.request.type != RequestType::Join) {
-          ++it;
-          continue;
-        }
-        queue_.release(set.id, it->first);
-        it = set.pending.erase(it);
-      }
+      for (const auto& name : set.pending.takeJoinRequests()) queue_.release(set.id, name);
       if (joined_) joined_(set.id);
-      if (set.join_handle) {
-        set.join_handle->last_joined_rank = response.root;
-        set.join_handle->completePart();
-        set.join_handle.reset();
+      if (auto join = set.pending.completeJoin()) {
+        join->last_joined_rank = response.root;
+        join->completePart();
       }
       return;
     case ResponseType::AddProcessSet: {

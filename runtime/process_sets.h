@@ -13,6 +13,7 @@
 #include "runtime/backend.h"
 #include "runtime/coordinator.h"
 #include "runtime/handle_state.h"
+#include "runtime/pending_tensors.h"
 #include "runtime/response_cache.h"
 #include "runtime/tensor_entry.h"
 
@@ -25,14 +26,6 @@
 #include <vector>
 
 namespace accord {
-
-// A tensor this rank submitted and that is waiting for its response.
-struct PendingTensor {
-  Request request;
-  TensorEntry entry;
-  Clock::time_point submitted;
-  bool sent = false;  // already sent to the coordinator (not answered from the cache)
-};
 
 struct ProcessSet {
   ProcessSetId id = kGlobalProcessSet;
@@ -47,8 +40,7 @@ struct ProcessSet {
   std::unique_ptr<SetTransport> transport;  // null on ranks outside the set
   std::unique_ptr<ResponseCache> cache;
   std::unique_ptr<Coordinator> coordinator;  // set's rank 0 only
-  std::unordered_map<std::string, PendingTensor> pending;
-  std::shared_ptr<detail::HandleState> join_handle;  // set while this rank has joined
+  PendingTensors pending;  // this rank's tensors waiting for, or in, their collective
   std::uint64_t next_seq = 0;
   Clock::time_point last_stall_report{};  // rate-limits this set's stall reports
 

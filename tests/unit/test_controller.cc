@@ -132,7 +132,7 @@ struct Rank {
       for (const auto& r : n.responses) {
         for (const auto& name : r.names) {
           out.push_back(r.type == ResponseType::Error ? "error:" + name : name);
-          set->pending.erase(name);  // what the executor does once it ran the response
+          set->pending.take(name);  // what the executor does once it ran the response
         }
         if (r.type == ResponseType::Error) errors.push_back(r.error);
       }
