@@ -336,6 +336,14 @@ def register(ops, keep, finish, after_wait=None):
     return handle
 
 
+def register_combined(handles, keep, finish):
+    """Registers a call made of calls already submitted (a sparse allreduce is two
+    allgathers): its handle is done when all of theirs are, and ``finish``, which
+    synchronizes them, gives its result."""
+    ops = [op for h in handles for op in pending_call(h, "register_combined").ops]
+    return register(ops, keep, finish)
+
+
 def pending_call(handle, what):
     """The Pending record behind ``handle``; ValueError naming ``what`` (the caller) for
     a handle that is unknown or already synchronized."""

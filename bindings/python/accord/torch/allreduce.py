@@ -1,7 +1,7 @@
-"""Allreduce in Horovod's four forms (out-of-place or in-place, blocking or async),
-its grouped form, and sparse_allreduce_async. The out-of-place blocking forms are
-autograd functions: the gradient of an allreduce is the same allreduce of the
-gradient."""
+"""Allreduce in Horovod's four forms (out-of-place or in-place, blocking or async) and
+its grouped form; sparse tensors go through accord.torch.sparse. The out-of-place
+blocking forms are autograd functions: the gradient of an allreduce is the same
+allreduce of the gradient."""
 
 import torch
 
@@ -154,46 +154,3 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                       *[t for t, _ in compressed])
     return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
-
-
-# ---- sparse -------------------------------------------------------------------------
-class SparseHandle:
-    """What sparse_allreduce_async returns: call it (Horovod's way) or pass it to
-    synchronize() for the reduced sparse tensor; poll() works on it too."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __call__(self):
-        return synchronize(self.handle)
-
-
-def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Reduces a sparse COO tensor by gathering every rank's indices and values; the
-    result holds duplicate indices, summed by coalesce() or by the optimizer."""
-    from accord.torch.gather import allgather_async
-
-    op = resolve_op(op, None, "sparse_allreduce_async")
-    if op not in (Average, _core.reduce_ops["sum"]):
-        raise ValueError("sparse_allreduce_async: only Average and Sum apply to sparse tensors")
-    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
-    base = name or "sparse"
-    indices = allgather_async(t.indices().t().contiguous(), name=f"{base}.indices",
-                              process_set=process_set)
-    values = allgather_async(t.values().contiguous(), name=f"{base}.values",
-                             process_set=process_set)
-    n = process_set.size()
-
-    def finish():
-        gathered = synchronize(values)
-        idx = synchronize(indices)
-        if op == Average:
-            gathered = gathered / n
-        try:  # indices from other ranks: checked where torch can (2.x)
-            return torch.sparse_coo_tensor(idx.t(), gathered, t.size(), check_invariants=True)
-        except TypeError:
-            return torch.sparse_coo_tensor(idx.t(), gathered, t.size())
-
-    from accord.basics import _pending
-    ops = _pending[indices].ops + _pending[values].ops
-    return SparseHandle(register(ops, (t,), finish))

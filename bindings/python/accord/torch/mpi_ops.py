@@ -14,15 +14,15 @@ from accord.basics import pending_call as _pending_call
 from accord.errors import HorovodInternalError  # noqa: F401
 from accord.torch._tensor import cuda_device as _cuda_device
 from accord.torch.allreduce import (  # noqa: F401
-    SparseHandle, allreduce, allreduce_, allreduce_async, allreduce_async_, grouped_allreduce,
-    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-    sparse_allreduce_async)
+    allreduce, allreduce_, allreduce_async, allreduce_async_, grouped_allreduce,
+    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_)
 from accord.torch.broadcast import (  # noqa: F401
     broadcast, broadcast_, broadcast_async, broadcast_async_)
 from accord.torch.gather import (  # noqa: F401
     allgather, allgather_async, alltoall, alltoall_async, grouped_allgather,
     grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
     reducescatter_async)
+from accord.torch.sparse import SparseHandle, sparse_allreduce_async  # noqa: F401
 
 
 def wait_on_stream(handle, stream=None):

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import torch
 
 from accord.basics import Adasum, Average, global_process_set, resolve_op, synchronize
-from accord.torch.allreduce import (allreduce_async_, grouped_allreduce_async_,
-                                    sparse_allreduce_async)
+from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
+from accord.torch.sparse import sparse_allreduce_async
 
 
 class _DistributedMixin:
