@@ -110,37 +110,13 @@ void checkConfigParsed(const Runtime& rt, const std::string& error) {
 // Fusion planning and the cache's bit vectors are computed locally on every rank, so
 // the settings that shape them must agree.
 void checkConfigAgrees(const Runtime& rt) {
-  const std::pair<const char*, std::uint64_t> values[] = {
-      {"ACCORD_FUSION_THRESHOLD", rt.config.fusion_threshold},
-      {"ACCORD_CACHE_CAPACITY", rt.config.cache_capacity},
-      // Every rank must cut a buffer into the same pieces and use the same transport.
-      {"ACCORD_CHUNK_BYTES", rt.config.chunk_bytes},
-      // The negotiation's receive buffers are sized for what a peer may carry.
-      {"ACCORD_CARRY_BYTES", rt.config.carry_bytes},
-      {"ACCORD_CARRY_BYTES (set, or left to its default)", rt.config.carry_on_one_host},
-      {"ACCORD_SHARED_MEMORY", rt.config.shared_memory},
-      // Every rank must build the same hierarchy, collectively.
-      {"ACCORD_HIERARCHICAL_ALLREDUCE",
-       rt.config.hierarchical_allreduce + rt.config.hierarchical_everywhere},
-      // Every rank must take the same path for device tensors (NCCL or MPI).
-      {"ACCORD_NCCL", rt.config.nccl + rt.config.nccl_alone},
-      // Every rank must end its trials in the same cycle and tune the same settings: the
-      // tuned values go out from rank 0 in a collective that every tuning rank joins.
-      {"ACCORD_AUTOTUNE", rt.config.autotune},
-      {"ACCORD_AUTOTUNE_STEPS", rt.config.autotune ? rt.config.autotune_steps : 0},
-      {"ACCORD_CYCLE_TIME (set, or left to ACCORD_AUTOTUNE)",
-       rt.config.autotune && rt.config.given.cycle_time},
-      {"ACCORD_FUSION_THRESHOLD (set, or left to ACCORD_AUTOTUNE)",
-       rt.config.autotune && rt.config.given.fusion_threshold},
-      {"ACCORD_CHUNK_BYTES (set, or left to ACCORD_AUTOTUNE)",
-       rt.config.autotune && rt.config.given.chunk_bytes},
-  };
-  for (const auto& [name, value] : values) {
+  // Which settings, and why, is runtime/settings.def's to say (kAgree).
+  for (const auto& [name, value] : rt.config.mustAgree()) {
     std::uint64_t lo = value, hi = value;
     ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, rt.world));
     ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, rt.world));
     if (lo != hi) {
-      throw InvalidArgument(std::string(name) + " differs between ranks (" +
+      throw InvalidArgument(name + " differs between ranks (" +
                             std::to_string(lo) + " vs " + std::to_string(hi) +
                             "): it must be the same on every rank");
     }

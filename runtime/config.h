@@ -1,14 +1,19 @@
 // Runtime configuration from ACCORD_* environment variables, parsed once at init.
 //
-// A bad value throws InvalidArgument naming the variable, the value and the accepted
-// range, e.g. "ACCORD_CHUNK_BYTES='16G': expected bytes between 4096 (4K) and
-// 1073741824 (1G), suffixes K, M, G".
+// Every setting is one entry of runtime/settings.def: its name, Horovod alias, range,
+// default, documentation and the field below it lands in. A bad value throws
+// InvalidArgument naming the variable, the value and the accepted range, e.g.
+// "ACCORD_CHUNK_BYTES='16G': expected bytes between 4096 (4K) and 1073741824 (1G),
+// suffixes K, M, G".
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace accord {
@@ -57,10 +62,14 @@ struct Config {
   bool autotune = false;
   std::size_t autotune_steps = 5;  // ACCORD_AUTOTUNE_STEPS: measured steps per trial
   std::string autotune_log;        // ACCORD_AUTOTUNE_LOG: a CSV line per trial, rank 0
+  std::string autotune_start;      // ACCORD_AUTOTUNE_START as given (applied above)
   // Which tunable settings the environment gave explicitly (ACCORD_ or HOROVOD_ name).
   struct Given {
     bool cycle_time = false, fusion_threshold = false, chunk_bytes = false;
   } given;
+  // Times kept to their resolution that were given finer (ACCORD_STALL_SHUTDOWN_TIME=
+  // 0.0015 runs as 2 ms): the variable and its value as given, which describe() shows.
+  std::map<std::string, std::string> rounded;
 
   using Getenv = std::function<const char*(const char*)>;
   static Config parse(const Getenv& getenv);
@@ -71,6 +80,10 @@ struct Config {
   // are not Accord variables: most likely typos, which would otherwise be ignored.
   static std::vector<std::string> unknownVariables(const std::vector<std::string>& environment);
   static const std::vector<std::string>& knownVariables();
+  // The settings that must be the same on every rank (settings.def's kAgree, and
+  // whether the kGivenAgrees and, when tuning, the kTuned ones are set), each as a
+  // number: "ACCORD_FUSION_THRESHOLD" -> 65536. init() compares them across ranks.
+  std::vector<std::pair<std::string, std::uint64_t>> mustAgree() const;
 };
 
 }  // namespace accord
