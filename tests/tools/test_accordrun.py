@@ -176,6 +176,134 @@ class CommandLines(unittest.TestCase):
         self.assertRegex(out.getvalue(), r"^ACCORD_STALL_SHUTDOWN_TIME=30 mpirun -np 2 .*-x ACCORD_STALL_SHUTDOWN_TIME.* prog\n$")
 
 
+class SettingFlags(unittest.TestCase):
+    """accordrun's setting flags come from the table of settings (runtime/settings.def)
+    through accord-settings: every setting has its flag, and each flag's value is
+    checked as init() checks it, before mpirun starts."""
+
+    # Settings that are the same for every rank of a job have a flag; these are set per
+    # rank, where a launcher flag would give every rank the same value.
+    PER_RANK = {"ACCORD_HOSTNAME"}
+
+    def table(self):
+        return ar.settings_table()
+
+    def test_the_table_names_every_setting_once(self):
+        names = [s["name"] for s in self.table()]
+        self.assertEqual(len(names), len(set(names)))
+        for name in ("ACCORD_FUSION_THRESHOLD", "ACCORD_CYCLE_TIME", "ACCORD_TIMELINE", "ACCORD_AUTOTUNE_LOG"):
+            self.assertIn(name, names)
+
+    def test_every_setting_has_its_flag(self):
+        for setting in self.table():
+            with self.subTest(setting=setting["name"]):
+                flag = ar.flag_of(setting)
+                if setting["name"] in self.PER_RANK:
+                    self.assertIsNone(flag)
+                    continue
+                self.assertIsNotNone(flag, "a setting of the whole job without an accordrun flag")
+                argv = ["-np", "2", flag[0]]
+                if flag[1] is None:
+                    argv.append(setting["example"])
+                if setting["autotune_only"]:
+                    argv.append("--autotune")
+                environ = {setting["horovod"]: setting["example"] or "1"} if setting["horovod"] else {}
+                rc, cmd, env = command(argv + ["prog"], environ)
+                self.assertEqual(rc, 0)
+                wanted = flag[1] if flag[1] is not None else setting["example"]
+                if setting["kind"] == "path":
+                    wanted = os.path.abspath(wanted)
+                self.assertEqual(env[setting["name"]], wanted)
+                self.assertIn(setting["name"], cmd)
+                if setting["horovod"]:
+                    self.assertNotIn(setting["horovod"], env)  # the flag replaces Horovod's name
+                # Listed in --help with the variable it sets.
+                out = io.StringIO()
+                with redirect_stdout(out):
+                    command(["--help"])
+                self.assertRegex(out.getvalue(), rf"{flag[0]}\b.*\n?.*{setting['name']}")
+
+    def test_a_bad_value_is_refused_before_mpirun_with_inits_message(self):
+        for setting in self.table():
+            flag = ar.flag_of(setting)
+            if flag is None or flag[1] is not None or setting["kind"] in ("path", "list"):
+                continue
+            with self.subTest(flag=flag[0]):
+                err = io.StringIO()
+                with mock.patch.object(sys, "stderr", err):
+                    tuning = ["--autotune"] if setting["autotune_only"] else []
+                    rc, cmd, _ = command(["-np", "2", flag[0], "bogus"] + tuning + ["prog"])
+                self.assertEqual(rc, 2)
+                self.assertIsNone(cmd)
+                self.assertEqual(err.getvalue(), f"accordrun: {flag[0]}: {setting['name']}='bogus': expected "
+                                                 f"{setting['expected']}\n")
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err):
+            rc, cmd, _ = command(["-np", "2", "--fusion-threshold", "abc", "prog"])
+        self.assertEqual((rc, cmd), (2, None))
+        self.assertEqual(err.getvalue(), "accordrun: --fusion-threshold: ACCORD_FUSION_THRESHOLD='abc': expected "
+                                         "bytes between 0 and 4294967296 (4G), suffixes K, M, G; 0 disables fusion\n")
+        for argv, part in [(["--stall-shutdown-time", "0.0004"], "below the resolution of 1 millisecond"),
+                           (["--autotune", "--autotune-start", "ACCORD_CACHE_CAPACITY=1"],
+                            "--autotune-start: ACCORD_AUTOTUNE_START='ACCORD_CACHE_CAPACITY=1': expected"),
+                           (["--autotune", "--cycle-time", "1", "--autotune-start", "ACCORD_CYCLE_TIME=2"],
+                            "--autotune-start: ACCORD_AUTOTUNE_START names ACCORD_CYCLE_TIME, which is also set"),
+                           (["--autotune-steps", "3"], "--autotune-steps needs --autotune (or ACCORD_AUTOTUNE=1)")]:
+            with self.subTest(argv=argv):
+                err = io.StringIO()
+                with mock.patch.object(sys, "stderr", err):
+                    rc, cmd, _ = command(["-np", "2"] + argv + ["prog"])
+                self.assertEqual((rc, cmd), (2, None))
+                self.assertIn(part, err.getvalue())
+        # Good values pass, in any spelling init() takes.
+        rc, _, env = command(["-np", "2", "--fusion-threshold", "2MiB", "--log-level", "WARNING", "prog"])
+        self.assertEqual(rc, 0)
+        self.assertEqual(env["ACCORD_FUSION_THRESHOLD"], "2MiB")
+
+
+class LauncherInput(unittest.TestCase):
+    """What a user may hand accordrun by mistake ends in a message, never a traceback, and
+    nothing mpirun cannot count reaches it."""
+
+    def error(self, argv):
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err):
+            rc, cmd, _ = command(argv)
+        self.assertEqual(rc, 2, err.getvalue())
+        self.assertIsNone(cmd)
+        return err.getvalue()
+
+    def hostfile(self, data):
+        with tempfile.NamedTemporaryFile("wb", suffix=".hosts", delete=False) as f:
+            f.write(data)
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_a_hostfile_that_is_not_text(self):
+        for data in (b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00", b"node1 slots=2\n\x00\x00\x00\n"):
+            with self.subTest(data=data):
+                path = self.hostfile(data)
+                self.assertIn(f"hostfile '{path}' is not text", self.error(["--hostfile", path, "prog"]))
+
+    def test_mpi_args_with_an_unclosed_quote(self):
+        message = self.error(["-np", "2", "--mpi-args", "--mca btl 'tcp,self", "prog"])
+        self.assertIn("accordrun: --mpi-args \"--mca btl 'tcp,self\": No closing quotation", message)
+
+    def test_slot_counts_past_what_mpirun_counts(self):
+        huge = "99999999999999999999"
+        path = self.hostfile(f"node1 slots={huge}\n".encode())
+        self.assertIn(f"{path}:1: expected", self.error(["--hostfile", path, "prog"]))
+        path = self.hostfile(b"node1 slots=2 max_slots=2147483648\n")
+        self.assertIn(f"{path}:1: expected", self.error(["--hostfile", path, "prog"]))
+        self.assertIn(f"has {huge} slots: expected 1 to 2147483647", self.error(["-H", f"a:{huge}", "prog"]))
+        self.assertIn("more than mpirun counts", self.error(["-H", "a:2147483647,b:2", "prog"]))
+        self.assertIn(f"-np {huge}: expected 1 to 2147483647", self.error(["-np", huge, "prog"]))
+        # The largest counts still go through.
+        rc, cmd, _ = command(["-np", "2", "-H", "a:2147483647", "prog"])
+        self.assertEqual(rc, 0)
+        self.assertIn("a:2147483647", cmd)
+
+
 class RealRuns(unittest.TestCase):
     def test_check_build(self):
         out = subprocess.run([ACCORDRUN, "--check-build"], capture_output=True, text=True, timeout=30)
