@@ -9,6 +9,10 @@
 // shutdown() then returns without touching MPI, leaves the runtime's resources
 // allocated, and the process should exit (with a non-zero code, so that the launcher
 // reports the failure); Accord cannot be started again in that process.
+//
+// After a collective timed out (Timeout: ranks that never submitted it), the late ranks
+// may never finalize MPI, and MPI_Finalize waits until every rank of the job does. So
+// shutdown() then tears Accord down but leaves MPI initialized, and returns at once.
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/host_split.h"
@@ -36,6 +40,9 @@ std::unique_ptr<Runtime> g_runtime;
 bool g_initialized_mpi = false;  // Accord called MPI_Init_thread
 bool g_finalized_mpi = false;
 std::string g_broken;  // why a failed runtime could not be torn down: no restart
+// The first collective since init() that timed out, waiting for ranks that never
+// submitted it; written by the background thread, read by shutdown() after joining it.
+std::string g_timed_out;
 
 void initMpi(Runtime& rt) {
   int initialized = 0, finalized = 0;
@@ -150,6 +157,10 @@ void warnUnknownVariables(int rank) {
 
 }  // namespace
 
+void noteStallTimeout(const std::string& error) {
+  if (g_timed_out.empty()) g_timed_out = error;
+}
+
 Runtime& runtime(const char* what) {
   // Reading the pointer without the lock is safe: it changes only in init/shutdown,
   // which the application must not race with its own collectives.
@@ -231,6 +242,7 @@ void init() {
     }
   }
   Runtime& ref = *rt;
+  g_timed_out.clear();
   rt->loop = std::thread([&ref] { runBackgroundLoop(ref); });
   g_runtime = std::move(rt);
   static const bool registered = std::atexit(shutdownAtExit) == 0;
@@ -265,6 +277,15 @@ void shutdown() {
   MPI_Comm_free(&rt.world);
   const bool finalize = rt.finalize_mpi;
   g_runtime.reset();
+  if (!g_timed_out.empty()) {
+    log().warn(
+        "shutdown after a collective timed out ({}): MPI is left initialized, since "
+        "MPI_Finalize waits until every rank of the job finalizes, the late ones too. Exit "
+        "the process (with a non-zero status, so that the launcher reports the failure){}",
+        g_timed_out.substr(0, g_timed_out.find('\n')),
+        finalize ? "" : " without calling MPI_Finalize");
+    return;
+  }
   if (finalize) {
     MPI_Finalize();
     g_finalized_mpi = true;

@@ -2,6 +2,7 @@
 
 #include "runtime/fusion.h"
 #include "runtime/logging.h"
+#include "runtime/runtime.h"
 #include "runtime/timeline.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@ std::exception_ptr errorFor(const Response& response) {
     case Response::ErrorKind::Mismatch:
       return std::make_exception_ptr(MismatchError(response.error));
     case Response::ErrorKind::Stall:
+      noteStallTimeout(response.error);  // on every rank of the set, the late ones too
       return std::make_exception_ptr(Timeout(response.error));
     case Response::ErrorKind::Invalid:
       break;

@@ -47,6 +47,10 @@ void restartGeneratedNames(Runtime& rt, ProcessSetId set);
 // Throws NotInitialized before init() and after shutdown().
 Runtime& runtime(const char* what);
 
+// A collective failed with Timeout (`error`): shutdown() must then not wait in
+// MPI_Finalize for the late ranks. Background thread.
+void noteStallTimeout(const std::string& error);
+
 // The background thread's body.
 void runBackgroundLoop(Runtime& rt) noexcept;
 // True on that thread (where Allocators run).
