@@ -318,6 +318,8 @@ int local_size() { return runtime("accord::local_size").local_size; }
 int cross_rank() { return runtime("accord::cross_rank").cross_rank; }
 int cross_size() { return runtime("accord::cross_size").cross_size; }
 
+Version version() { return {ACCORD_VERSION_MAJOR, ACCORD_VERSION_MINOR, ACCORD_VERSION_PATCH}; }
+
 BuildFeatures build_features() { return {deviceSupportBuilt(), ncclBuilt()}; }
 
 int cuda_device_count(std::string* why) { return cudaDevices(why); }

@@ -134,7 +134,8 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
 // The last check every request passes, whichever collective built it: the op is set
 // after start() by the reducing collectives, and a value outside ReduceOp would
 // otherwise surface on rank 0 as a corrupt message, blamed on rank 0.
-Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
+std::shared_ptr<detail::HandleState> submit(Runtime& rt, ProcessSetId set,
+                                            std::vector<Submission> subs) {
   for (const auto& s : subs) {
     if (std::string bad = invalidEnum(s.request.op); !bad.empty())
       throw InvalidArgument(describe(s.request) + ": " + bad);
@@ -143,7 +144,7 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
   auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
   if (subs.empty()) {
     state->completePart();
-    return Handle(state);
+    return state;
   }
   std::vector<QueuedOp> ops;
   ops.reserve(subs.size());
@@ -153,7 +154,11 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
         {set, std::move(s.request), std::move(s.entry), std::chrono::steady_clock::now()});
   }
   rt.queue.push(std::move(ops));
-  return Handle(state);
+  return state;
+}
+
+Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
+  return Handle(submit(rt, set, std::move(subs)));
 }
 
 Submission allreduceSubmission(Runtime& rt, const TensorView& t, const AllreduceOptions& o,
@@ -211,6 +216,10 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
   return enqueue(rt, options.process_set, std::move(subs));
 }
 
+void grouped_allreduce(std::vector<TensorView> tensors, const AllreduceOptions& options) {
+  grouped_allreduce_async(std::move(tensors), options).wait();
+}
+
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
   auto& rt = runtime("accord::allgather");
   NameGuard names(rt, options.process_set, RequestType::Allgather);
@@ -222,6 +231,10 @@ Handle allgather_async(TensorView input, Allocator output, const AllgatherOption
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   return enqueue(rt, options.process_set, std::move(subs));
+}
+
+void allgather(TensorView input, Allocator output, const AllgatherOptions& options) {
+  allgather_async(std::move(input), std::move(output), options).wait();
 }
 
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
@@ -280,6 +293,11 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
   return enqueue(rt, options.process_set, std::move(subs));
 }
 
+std::vector<std::int64_t> alltoall(TensorView input, Allocator output,
+                                   const AlltoallOptions& options) {
+  return alltoall_async(std::move(input), std::move(output), options).received_splits();
+}
+
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options) {
   auto& rt = runtime("accord::reducescatter");
@@ -297,6 +315,10 @@ Handle reducescatter_async(TensorView input, Allocator output,
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   return enqueue(rt, options.process_set, std::move(subs));
+}
+
+void reducescatter(TensorView input, Allocator output, const ReducescatterOptions& options) {
+  reducescatter_async(std::move(input), std::move(output), options).wait();
 }
 
 Handle barrier_async(ProcessSetId process_set) {
@@ -331,7 +353,9 @@ ProcessSetId add_process_set(std::vector<int> ranks) {
   s.request.splits.assign(ranks.begin(), ranks.end());
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
-  return enqueue(rt, kGlobalProcessSet, std::move(subs)).process_set();
+  auto state = submit(rt, kGlobalProcessSet, std::move(subs));
+  state->wait();
+  return state->process_set;
 }
 
 void remove_process_set(ProcessSetId id) {

@@ -112,10 +112,4 @@ int Handle::last_joined_rank() const {
 
 void* Handle::cuda_event() const { return checked(state_).waitLaunched(); }
 
-ProcessSetId Handle::process_set() const {
-  const auto& s = checked(state_);
-  s.wait();
-  return s.process_set;
-}
-
 }  // namespace accord

@@ -142,7 +142,6 @@ void defineCollectives(py::module_& m) {
       .def("output", &PendingOp::output, "The output Accord allocated, after wait().")
       .def("received_splits", &PendingOp::receivedSplits)
       .def("last_joined_rank", &PendingOp::lastJoinedRank)
-      .def("process_set", &PendingOp::processSet)
       .def("cuda_event", &PendingOp::cudaEvent,
            "GPU tensors: the cudaEvent_t (an integer) that completes when the results are "
            "in place; 0 for host tensors.")

@@ -31,7 +31,6 @@ class PendingOp {
   std::shared_ptr<Buffer> output() const;  // after wait(); throws if there is none
   std::vector<std::int64_t> receivedSplits() const { return handle_.received_splits(); }
   int lastJoinedRank() const { return handle_.last_joined_rank(); }
-  ProcessSetId processSet() const { return handle_.process_set(); }
   std::uintptr_t cudaEvent() const;  // GIL released while the launch is awaited
   bool waitOnStream(std::uintptr_t stream) const;  // Handle::wait_on_stream, GIL released
 

@@ -131,6 +131,10 @@ void defineRuntime(py::module_& m) {
   for (int o = 0; o < kNumReduceOps; ++o) ops[reduce_op_name(static_cast<ReduceOp>(o))] = o;
   m.attr("reduce_ops") = ops;
 
+  const Version v = version();
+  m.attr("__version__") = std::to_string(v.major) + "." + std::to_string(v.minor) + "." +
+                          std::to_string(v.patch);
+
   // What this build contains: the library's own answer, so that a wheel built without
   // the CUDA toolkit says so.
   const BuildFeatures features = build_features();

@@ -5,6 +5,12 @@
 #include <vector>
 
 int main() {
+  // Headers and library of different major versions do not fit together.
+  if (accord::version().major != ACCORD_VERSION_MAJOR) {
+    std::fprintf(stderr, "libaccord %d.x does not match the headers' %d.x\n",
+                 accord::version().major, ACCORD_VERSION_MAJOR);
+    return 1;
+  }
   accord::init();
   const int rank = accord::rank(), size = accord::size();
 
@@ -13,7 +19,7 @@ int main() {
   accord::AllreduceOptions options;
   options.name = "grad";
   options.op = accord::ReduceOp::Average;
-  accord::allreduce_async(view, options).wait();
+  accord::allreduce(view, options);  // blocking; allreduce_async returns a Handle instead
 
   const float expected = (size + 1) / 2.0f;  // mean of 1..size
   const bool ok = grad[0] == expected && grad[3] == expected;

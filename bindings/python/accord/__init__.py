@@ -5,7 +5,15 @@
 process, started by either one's ``init()``.
 """
 
-__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The version is the C++ library's (accord._core), read only when asked for, so
+    # that `import accord` stays free of native libraries until they are needed.
+    if name == "__version__":
+        from accord import _core
+        return _core.__version__
+    raise AttributeError(f"module 'accord' has no attribute {name!r}")
 
 
 def _load_pytorchs_nccl_first():

@@ -27,6 +27,13 @@
 #include <string>
 #include <vector>
 
+// The version of these headers. From 1.0 on they change compatibly within a major
+// version: functions and option fields (with defaults) are added, none removed or
+// changed. The build reads its version from these three lines.
+#define ACCORD_VERSION_MAJOR 1
+#define ACCORD_VERSION_MINOR 0
+#define ACCORD_VERSION_PATCH 0
+
 namespace accord {
 
 namespace detail {
@@ -70,6 +77,16 @@ int local_size();
 int cross_rank();  // index of this host among hosts
 int cross_size();
 
+// The version of the library loaded at run time, which may differ from the headers an
+// application was compiled with (ACCORD_VERSION_*): a different major version means an
+// incompatible library.
+struct Version {
+  int major = 0;
+  int minor = 0;
+  int patch = 0;
+};
+Version version();
+
 // What this build of Accord contains (known without init()): `cuda`, device tensors
 // are taken (the CUDA toolkit was found at build time); `nccl`, they are reduced with
 // NCCL rather than staged through host memory for MPI.
@@ -88,6 +105,7 @@ int cuda_device_count(std::string* why = nullptr);
 
 class Handle {
  public:
+  // Made by the runtime; a default-constructed Handle is not valid().
   Handle() = default;
   explicit Handle(std::shared_ptr<detail::HandleState> state) : state_(std::move(state)) {}
 
@@ -102,7 +120,6 @@ class Handle {
   // Results of particular collectives, valid after wait():
   const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank
   int last_joined_rank() const;                              // join
-  ProcessSetId process_set() const;                          // add_process_set (internal)
 
   // CUDA tensors: the cudaEvent_t (as void*) that completes on the GPU when the
   // collective's results are in place, so that the caller's stream can wait for it
@@ -132,17 +149,26 @@ class Handle {
 using Allocator = std::function<TensorView(const Shape& shape)>;
 
 // ---- collectives ------------------------------------------------------------------
-// An empty name gets a generated one ("allreduce.7") that is the same on every rank
-// as long as every rank issues its unnamed collectives in the same order.
+// Every collective has an asynchronous form (`*_async`, returns a Handle at once) and a
+// blocking one (waits, and rethrows a failure in the caller's thread).
 
-struct AllreduceOptions {
+// What every collective's options hold.
+struct CollectiveOptions {
+  // An empty name gets a generated one ("allreduce.7") that is the same on every rank
+  // as long as every rank issues its unnamed collectives in the same order.
   std::string name;
-  ReduceOp op = ReduceOp::Sum;
-  double prescale = 1.0;   // applied to the input before reduction
-  double postscale = 1.0;  // applied to the result (after Average's division)
   ProcessSetId process_set = kGlobalProcessSet;
   void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
+
+// What the reducing collectives (allreduce, reducescatter) add.
+struct ReductionOptions : CollectiveOptions {
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;   // applied to the input before reduction
+  double postscale = 1.0;  // applied to the result (after Average's division)
+};
+
+struct AllreduceOptions : ReductionOptions {};
 // Reduces `tensor` in place.
 Handle allreduce_async(TensorView tensor, const AllreduceOptions& options = {});
 void allreduce(TensorView tensor, const AllreduceOptions& options = {});
@@ -151,48 +177,39 @@ void allreduce(TensorView tensor, const AllreduceOptions& options = {});
 // "<name>.<i>". One handle for the whole group.
 Handle grouped_allreduce_async(std::vector<TensorView> tensors,
                                const AllreduceOptions& options = {});
+void grouped_allreduce(std::vector<TensorView> tensors, const AllreduceOptions& options = {});
 
-struct AllgatherOptions {
-  std::string name;
-  ProcessSetId process_set = kGlobalProcessSet;
-  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
-};
+struct AllgatherOptions : CollectiveOptions {};
 // Concatenates every rank's input along the first dimension, which may differ per
 // rank; the other dimensions must agree. The output comes from `output`.
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options = {});
+void allgather(TensorView input, Allocator output, const AllgatherOptions& options = {});
 
-struct BroadcastOptions {
-  std::string name;
+struct BroadcastOptions : CollectiveOptions {
   int root = 0;
-  ProcessSetId process_set = kGlobalProcessSet;
-  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
 // Overwrites `tensor` on every rank with root's `tensor`.
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options = {});
 void broadcast(TensorView tensor, const BroadcastOptions& options = {});
 
-struct AlltoallOptions {
-  std::string name;
+struct AlltoallOptions : CollectiveOptions {
   // splits[r] = rows of the first dimension sent to rank r; empty = equal parts
   // (the first dimension must then divide evenly).
   std::vector<std::int64_t> splits;
-  ProcessSetId process_set = kGlobalProcessSet;
-  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
 };
+// Sends rows splits[r] of `input` to rank r; the output, from `output`, holds what
+// every rank sent this one, in rank order. The blocking form returns the rows received
+// from each rank (what Handle::received_splits gives).
 Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions& options = {});
+std::vector<std::int64_t> alltoall(TensorView input, Allocator output,
+                                   const AlltoallOptions& options = {});
 
-struct ReducescatterOptions {
-  std::string name;
-  ReduceOp op = ReduceOp::Sum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  ProcessSetId process_set = kGlobalProcessSet;
-  void* stream = nullptr;  // CUDA tensors: cudaStream_t they are ready on; null: legacy default
-};
+struct ReducescatterOptions : ReductionOptions {};
 // Reduces `input` (same shape on every rank) and gives rank r the r-th block of rows;
 // the first ranks get one row more when the first dimension does not divide evenly.
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options = {});
+void reducescatter(TensorView input, Allocator output, const ReducescatterOptions& options = {});
 // Rows of the first dimension that `rank` of `set_size` receives from reducescatter.
 std::int64_t reducescatter_rows(std::int64_t rows, int rank, int set_size);
 
