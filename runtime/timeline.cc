@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <new>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -51,18 +52,47 @@ void Timeline::start(const std::string& path) {
                  .dump();
   writeLocked();
   active_.store(true, std::memory_order_relaxed);
+  writer_ = std::thread([this, generation = ++generation_] { writeEvery(generation); });
 }
 
 void Timeline::stop() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ < 0) return;
+  std::thread writer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Also after a failed write closed the file: its writer thread has ended, unjoined.
+    writer = std::move(writer_);  // joined by this caller only, outside the lock
+    ++generation_;
+    if (fd_ >= 0) {
+      active_.store(false, std::memory_order_relaxed);
+      const double ts = micros(Clock::now());
+      for (auto* tracks : {&tensors_, &app_tracks_})
+        for (auto& [name, t] : *tracks) closeTrack(t, ts);
+      writeLocked();
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  writer_cv_.notify_all();
+  if (writer.joinable()) writer.join();
+}
+
+void Timeline::abandon() {
   active_.store(false, std::memory_order_relaxed);
-  const double ts = micros(Clock::now());
-  for (auto* tracks : {&tensors_, &app_tracks_})
-    for (auto& [name, t] : *tracks) closeTrack(t, ts);
-  writeLocked();
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);  // this process's copy of the descriptor only
   fd_ = -1;
+  // The writer thread was not copied into this process: forget it without a join.
+  new (&writer_) std::thread();
+}
+
+// Writes what is buffered every kWriteEvery, whether or not the background thread is
+// cycling, until stop() (or a failed write) ends this timeline.
+void Timeline::writeEvery(int generation) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (generation_ == generation && fd_ >= 0) {
+    writer_cv_.wait_for(lock, kWriteEvery);
+    if (generation_ != generation || fd_ < 0) break;
+    if (!buffer_.empty()) writeLocked();
+  }
 }
 
 const std::vector<std::string>& Timeline::tracksOf(int set, const std::vector<std::string>& names,

@@ -10,21 +10,29 @@
 // accord::timeline_begin / timeline_end.
 //
 // The file is valid JSON after every write: events are appended in front of the
-// closing bracket, which is rewritten each time. The background thread writes what a
-// cycle recorded once kWriteEvery has passed since the last write (and at stop), so a
-// process that is killed leaves a file that parses, missing at most that much.
+// closing bracket, which is rewritten each time. What is recorded reaches the file
+// within kWriteEvery (and at stop), so a process that is killed (SIGKILL, the OOM
+// killer, a launcher tearing the job down) leaves a file that parses and holds the
+// events that led to its end, missing at most the last kWriteEvery. The background
+// thread writes at the end of a cycle when that much has passed; a writer thread of the
+// timeline's own writes the rest, because the background thread can sit in one wait
+// for seconds (a negotiation waiting for a frozen peer) just when the events before it
+// matter most.
 //
 // Thread boundary: any thread may record (a mutex guards the buffer); recording is
-// one relaxed atomic load when no timeline is being written.
+// one relaxed atomic load when no timeline is being written. The writer thread runs
+// from start() to stop() and takes the same mutex to write.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +49,9 @@ class Timeline {
   void start(const std::string& path);
   // Ends every open activity, writes what is buffered and closes the file.
   void stop();
+  // In a process forked after start(): records nothing more and never writes the
+  // parent's file. Takes no lock (the fork may have copied it locked).
+  void abandon();
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
   // Every tensor of `tensors` enters `phase` at `at`, ending the phase it was in (if
@@ -75,7 +86,9 @@ class Timeline {
   // Appends the buffered events to the file when kWriteEvery has passed since the last
   // write, or `now`. Background thread, once per cycle.
   void flush(bool now = false);
-  static constexpr std::chrono::milliseconds kWriteEvery{50};
+  // 20 ms: a crash loses at most the events of that long, and the writer thread's 50
+  // wake-ups a second (only while a timeline is written) cost no measurable time.
+  static constexpr std::chrono::milliseconds kWriteEvery{20};
 
  private:
   struct Track {
@@ -93,6 +106,7 @@ class Timeline {
   void closeTrack(Track& t, double ts);      // mu_ held
   double micros(Clock::time_point t) const;
   void writeLocked();
+  void writeEvery(int generation);  // the writer thread's body
 
   std::atomic<bool> active_{false};
   std::mutex mu_;
@@ -104,6 +118,9 @@ class Timeline {
   std::unordered_map<std::string, Track> tensors_, app_tracks_;
   int next_tid_ = 1;
   Clock::time_point last_write_{};
+  std::thread writer_;
+  std::condition_variable writer_cv_;  // wakes the writer thread at stop()
+  int generation_ = 0;                 // one per start(): the writer of an older one ends
 };
 
 // The backend's steps of the response this thread is executing: every tensor of it

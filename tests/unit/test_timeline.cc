@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -132,6 +133,38 @@ TEST_CASE("timeline: a killed process leaves a file that parses", "[timeline]") 
   const auto tracks = tracksByName(events);
   CHECK(tracks.count("written") == 1);
   CHECK(tracks.count("never written") == 0);
+  std::remove(path.c_str());
+}
+
+// Events reach the file within Timeline::kWriteEvery with no flush() at all: the
+// background thread may sit in one long wait (a frozen peer) after recording them, and
+// a process killed then must still leave them.
+TEST_CASE("timeline: recorded events reach the file without a flush", "[timeline]") {
+  const std::string path = tempPath("unflushed");
+  Timeline& t = Timeline::instance();
+  t.start(path);
+  t.tensorsPhase({"unflushed"}, "negotiate", Clock::now());
+  t.begin("app", "compute");
+  // Well above kWriteEvery (20 ms), for a loaded machine.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::map<std::string, int> tracks;
+  while (Clock::now() < deadline) {
+    tracks = tracksByName(parseFile(path));  // complete JSON at every moment
+    if (tracks.count("unflushed") && tracks.count("app")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(tracks.count("unflushed") == 1);
+  CHECK(tracks.count("app") == 1);
+  t.stop();
+  checkBalanced(parseFile(path));
+  // Started again, it writes again (a new writer for the new file).
+  t.start(path);
+  t.tensorsPhase({"second"}, "negotiate", Clock::now());
+  const auto again = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < again && !tracksByName(parseFile(path)).count("second"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(tracksByName(parseFile(path)).count("second") == 1);
+  t.stop();
   std::remove(path.c_str());
 }
 
