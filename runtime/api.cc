@@ -13,6 +13,11 @@
 // After a collective timed out (Timeout: ranks that never submitted it), the late ranks
 // may never finalize MPI, and MPI_Finalize waits until every rank of the job does. So
 // shutdown() then tears Accord down but leaves MPI initialized, and returns at once.
+//
+// A process forked after init() has a copy of the runtime but none of its threads:
+// every call there fails at once (NotInitialized, naming the process that owns it)
+// instead of waiting forever for a background thread that is not there.
+#include "runtime/handle_state.h"
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/host_split.h"
@@ -29,7 +34,8 @@
 #include <numeric>
 #include <thread>
 
-#include <unistd.h>  // environ
+#include <pthread.h>
+#include <unistd.h>  // environ, getpid
 
 namespace accord {
 
@@ -40,9 +46,21 @@ std::unique_ptr<Runtime> g_runtime;
 bool g_initialized_mpi = false;  // Accord called MPI_Init_thread
 bool g_finalized_mpi = false;
 std::string g_broken;  // why a failed runtime could not be torn down: no restart
+int g_owner_pid = 0;    // the process that called init()
 // The first collective since init() that timed out, waiting for ranks that never
 // submitted it; written by the background thread, read by shutdown() after joining it.
 std::string g_timed_out;
+// The parent's runtime in a forked child: kept, never used nor destroyed there.
+Runtime* g_parents_runtime = nullptr;
+
+// pthread_atfork's child handler, on the child's only thread. Takes no lock (another
+// thread of the parent may have held it at the fork) and touches no MPI.
+void forgetRuntimeInChild() {
+  if (!g_runtime) return;
+  detail::markForkedFrom(g_owner_pid);
+  Timeline::instance().abandon();
+  g_parents_runtime = g_runtime.release();  // its destructor would free the parent's MPI state
+}
 
 void initMpi(Runtime& rt) {
   int initialized = 0, finalized = 0;
@@ -164,6 +182,7 @@ void noteStallTimeout(const std::string& error) {
 Runtime& runtime(const char* what) {
   // Reading the pointer without the lock is safe: it changes only in init/shutdown,
   // which the application must not race with its own collectives.
+  if (detail::forked()) throw NotInitialized(detail::forkedError(what));
   if (!g_runtime) {
     throw NotInitialized(std::string(what) +
                          ": Accord is not initialized; call accord::init() first");
@@ -199,6 +218,7 @@ void shutdownAtExit() {
 }  // namespace
 
 void init() {
+  if (detail::forked()) throw NotInitialized(detail::forkedError("accord::init"));
   std::lock_guard<std::mutex> lock(g_lifetime_mu);
   if (g_runtime) return;
   if (!g_broken.empty()) {
@@ -244,12 +264,17 @@ void init() {
   Runtime& ref = *rt;
   g_timed_out.clear();
   rt->loop = std::thread([&ref] { runBackgroundLoop(ref); });
+  g_owner_pid = static_cast<int>(getpid());
   g_runtime = std::move(rt);
   static const bool registered = std::atexit(shutdownAtExit) == 0;
   if (!registered) log().warn("could not register Accord's shutdown at exit");
+  static const bool fork_handled =
+      pthread_atfork(nullptr, nullptr, forgetRuntimeInChild) == 0;
+  if (!fork_handled) log().warn("could not register Accord's fork handler");
 }
 
 void shutdown() {
+  if (detail::forked()) throw NotInitialized(detail::forkedError("accord::shutdown"));
   if (onBackgroundThread())
     throw InvalidArgument(
         "accord::shutdown: called on Accord's background thread (from an Allocator), "

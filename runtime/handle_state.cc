@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <thread>
 
+#include <unistd.h>
+
 namespace accord::detail {
 
 namespace {
+
+int g_forked_from = 0;  // the pid that called init(), in a process forked from it
 
 // A small collective completes within microseconds of being submitted; a thread that
 // went to sleep at once would add a scheduler wake-up (several microseconds) to each
@@ -16,6 +20,18 @@ namespace {
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 
 }  // namespace
+
+void markForkedFrom(int owner) { g_forked_from = owner; }
+bool forked() { return g_forked_from != 0; }
+
+std::string forkedError(const char* what) {
+  return std::string(what) + ": this process (pid " + std::to_string(getpid()) +
+         ") is a fork of process " + std::to_string(g_forked_from) +
+         ", which called accord::init(); Accord's runtime (its background thread and MPI) "
+         "belongs to that process and cannot be used here. Fork before init() (call init() "
+         "in the parent after forking), or start processes that need Accord with the "
+         "'spawn' method instead of fork";
+}
 
 void HandleState::completePart() {
   {
@@ -86,8 +102,12 @@ void* HandleState::waitLaunched() const {
 namespace accord {
 
 namespace {
+// In a forked child only a collective that had finished before the fork can answer:
+// nothing there would ever complete the others.
 const detail::HandleState& checked(const std::shared_ptr<detail::HandleState>& state) {
   if (!state) throw InvalidArgument("operation on an empty accord::Handle");
+  if (detail::forked() && !state->settled.load(std::memory_order_acquire))
+    throw NotInitialized(detail::forkedError("accord::Handle"));
   return *state;
 }
 }  // namespace

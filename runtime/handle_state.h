@@ -20,8 +20,19 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace accord::detail {
+
+// A process forked after init() holds a copy of the runtime without its threads: a
+// collective or wait there would wait forever for a background thread that only the
+// parent has. api.cc's pthread_atfork handler marks the child; from then on, every
+// public call there throws NotInitialized naming `owner`, the process that called
+// init(). Read without a lock: set in the child while it has one thread.
+void markForkedFrom(int owner);
+bool forked();
+// The error for `what` (e.g. "accord::allreduce") in such a child.
+std::string forkedError(const char* what);
 
 struct HandleState {
   explicit HandleState(int parts = 1) : pending(parts), unlaunched(parts) {}

@@ -44,7 +44,8 @@ struct Runtime {
 // collectives would otherwise never pair. Called on the background thread.
 void restartGeneratedNames(Runtime& rt, ProcessSetId set);
 
-// Throws NotInitialized before init() and after shutdown().
+// Throws NotInitialized before init() and after shutdown(), and in a process forked
+// after init().
 Runtime& runtime(const char* what);
 
 // A collective failed with Timeout (`error`): shutdown() must then not wait in
