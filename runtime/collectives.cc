@@ -131,6 +131,35 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
   return s;
 }
 
+// The application's allocator runs on the background thread, which then writes the
+// result where it points, as memory of the input's device: host memory labelled
+// cuda:0, or a device pointer labelled cpu, would be written with the wrong kind of
+// copy (for a device pointer written by the CPU, a crash in that thread). So the view
+// it returns must be on the input's device. Its own exceptions become InvalidArgument,
+// Accord's error for an output this rank could not provide, keeping their message.
+Allocator checkedOutput(Allocator allocate, const Request& r) {
+  if (!allocate) throw InvalidArgument(describe(r) + ": no output allocator given");
+  return [allocate = std::move(allocate), what = describe(r), device = r.device](
+             const Shape& shape) {
+    TensorView out;
+    try {
+      out = allocate(shape);
+    } catch (const Error&) {
+      throw;  // already Accord's own (an Allocator that called back into Accord)
+    } catch (const std::exception& e) {
+      throw InvalidArgument(what + ": the output allocator failed: " + e.what());
+    } catch (...) {
+      throw InvalidArgument(what + ": the output allocator threw something other than a "
+                                   "std::exception");
+    }
+    if (!(out.device == device))
+      throw InvalidArgument(what + ": the output allocator returned a tensor on " +
+                            out.device.str() + ", expected " + device.str() +
+                            " (the input's device)");
+    return out;
+  };
+}
+
 // The last check every request passes, whichever collective built it: the op is set
 // after start() by the reducing collectives, and a value outside ReduceOp would
 // otherwise surface on rank 0 as a corrupt message, blamed on rank 0.
@@ -226,8 +255,7 @@ Handle allgather_async(TensorView input, Allocator output, const AllgatherOption
   auto s =
       start(rt, RequestType::Allgather, options.name, options.process_set, &input, options.stream);
   requireRows(s.request);
-  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
-  s.entry.output = std::move(output);
+  s.entry.output = checkedOutput(std::move(output), s.request);
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   return enqueue(rt, options.process_set, std::move(subs));
@@ -264,7 +292,7 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
   auto s =
       start(rt, RequestType::Alltoall, options.name, options.process_set, &input, options.stream);
   requireRows(s.request);
-  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
+  s.entry.output = checkedOutput(std::move(output), s.request);
   const int n = rt.sets.member(options.process_set, "alltoall").second;
   const std::int64_t rows = input.shape[0];
   std::vector<std::int64_t> splits = options.splits;
@@ -305,13 +333,12 @@ Handle reducescatter_async(TensorView input, Allocator output,
   auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input,
                  options.stream);
   requireRows(s.request);
-  if (!output) throw InvalidArgument(describe(s.request) + ": no output allocator given");
+  s.entry.output = checkedOutput(std::move(output), s.request);
   s.request.op = options.op;
   s.request.prescale = options.prescale;
   s.request.postscale = options.postscale;
   checkScale(s.request, options.prescale, "prescale");
   checkScale(s.request, options.postscale, "postscale");
-  s.entry.output = std::move(output);
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   return enqueue(rt, options.process_set, std::move(subs));
