@@ -315,7 +315,6 @@ Handle alltoall_async(TensorView input, Allocator output, const AlltoallOptions&
   }
   s.request.splits = splits;
   s.entry.splits = std::move(splits);
-  s.entry.output = std::move(output);
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   return enqueue(rt, options.process_set, std::move(subs));
