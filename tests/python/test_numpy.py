@@ -102,3 +102,20 @@ def test_torch_imports_after_accord_numpy(hvd):
                         "import accord.numpy, torch; print(torch.ones(2).sum().item())"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "2.0", p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("splits", [lambda n: [1.5] * n, lambda n: np.full(n, 1.0),
+                                    lambda n: [1] * (n - 1) + [1.0]],
+                         ids=["floats", "float array", "one float"])
+def test_numpy_alltoall_splits_must_be_integers(hvd, splits):
+    """Refused on the calling rank before anything is submitted, as accord.torch does:
+    1.5 rows would otherwise be cut to 1 without a word."""
+    n = acc.size()
+    with pytest.raises(ValueError, match="splits must be integers"):
+        acc.alltoall(np.zeros((n, 2), dtype=np.float32), splits=splits(n),
+                     name="np.a2a.float_splits")
+    # Integer splits of any integer type still work, and the name was not used up.
+    out, received = acc.alltoall(np.full((n, 2), acc.rank(), dtype=np.float32),
+                                 splits=np.ones(n, dtype=np.int64), name="np.a2a.float_splits")
+    assert received.tolist() == [1] * n
+    assert np.array_equal(out[:, 0], np.arange(n, dtype=np.float32))

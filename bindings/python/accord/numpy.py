@@ -8,6 +8,8 @@ copy. Every function has an ``_async`` form returning a handle for poll() and
 synchronize(); ``allreduce_`` and ``broadcast_`` work in place.
 """
 
+import operator
+
 import numpy as np
 
 from accord import _core
@@ -144,10 +146,25 @@ def allgather(array, name=None, process_set=global_process_set):
     return synchronize(allgather_async(array, name, process_set))
 
 
+def _split_list(splits):
+    """The rows for each rank as ints; ValueError for splits that are not integers
+    (1.5 rows would otherwise be cut to 1 without a word)."""
+    if splits is None:
+        return []
+    if isinstance(splits, np.ndarray) and splits.size and splits.dtype.kind not in "iu":
+        raise ValueError(f"alltoall: splits must be integers (a list of ints or an integer "
+                         f"array), got an array of {splits.dtype}")
+    try:
+        return [operator.index(s) for s in splits]
+    except TypeError:
+        raise ValueError(f"alltoall: splits must be integers (a list of ints or an integer "
+                         f"array), got {list(splits)!r}") from None
+
+
 def alltoall_async(array, splits=None, name=None, process_set=global_process_set):
+    splits = _split_list(splits)  # before anything is submitted
     work = np.asarray(array, order="C")  # a 0-d array stays 0-d, and is refused
     data, code, shape = _view(work, "alltoall", name)
-    splits = [] if splits is None else [int(s) for s in splits]
     core = _core.alltoall_async(data, code, shape, -1, splits, name or "",
                                 process_set._id("alltoall"))
     return register([core], work, lambda: (_output(core),
