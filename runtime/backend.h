@@ -66,7 +66,7 @@ class Backend {
 std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host);
 
 // What the ops linked into this build provide (build_features()): defined by the same
-// choice of files that decides the ops (ops/no_device.cc, ops/cuda/, ops/nccl/).
+// choice of files that decides the ops (ops/common/no_device.cc, ops/cuda/, ops/nccl/).
 bool deviceSupportBuilt();
 bool ncclBuilt();
 // cuda_device_count (accord.h), from the GPU support where it is built.

@@ -1,14 +1,14 @@
 // The device ops: what they share (Devices) and their factories.
 //
 // Every CUDA response goes to an op from here: NCCL's where Accord was built with NCCL
-// and ACCORD_NCCL=1, else the staged ops, which run the MPI ops on page-locked host
+// and ACCORD_NCCL=1, else the staged ops, which run the host ops on page-locked host
 // copies of the tensors. Both launch their work on the runtime's stream of the device
 // and leave the handles to the finalizer.
 #pragma once
 
+#include "ops/common/op.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/finalizer.h"
-#include "ops/op.h"
 
 #include <atomic>
 #include <map>
@@ -51,13 +51,15 @@ int deviceOf(const Devices& devices, const std::vector<TensorEntry*>& entries);
 void waitUntilReady(const Response& response, int device, cudaStream_t stream,
                     std::vector<TensorEntry*>& entries);
 
-// The output of entry i from its allocator (mpi::allocateOutput's checks), which must
+// The output of entry i from its allocator (allocateOutput's checks), which must
 // be memory of `device`; throws InvalidArgument naming the tensor otherwise.
 void* deviceOutput(const Response& response, std::size_t i, TensorEntry& entry, const Shape& shape,
                    int device);
 
-// ops/cuda/staging.cc: the MPI ops on page-locked host copies, for every response type.
-std::vector<std::unique_ptr<Op>> makeStagedOps(std::shared_ptr<Devices> devices);
+// ops/cuda/staging.cc: the host ops `host` makes, on page-locked host copies, for every
+// response type.
+std::vector<std::unique_ptr<Op>> makeStagedOps(std::shared_ptr<Devices> devices,
+                                               const HostOpFactory& host);
 // ops/nccl/ where NCCL was found; an empty list elsewhere (ops/cuda/no_nccl.cc).
 std::vector<std::unique_ptr<Op>> makeNcclOps(std::shared_ptr<Devices> devices);
 

@@ -1,9 +1,9 @@
-// GPU support of a build with the CUDA toolkit (DeviceSupport, see ops/op.h): the
+// GPU support of a build with the CUDA toolkit (DeviceSupport, see ops/common/op.h): the
 // device ops' shared state, the check of device tensors at submission and the ready
 // event recorded on the application's stream.
 #include "ops/cuda/device_ops.h"
 
-#include "ops/mpi/mpi_common.h"
+#include "ops/common/checks.h"
 #include "runtime/logging.h"
 
 #include <accord/accord.h>
@@ -31,8 +31,8 @@ void waitUntilReady(const Response& response, int device, cudaStream_t stream,
     TensorEntry* e = entries[i];
     if (!e || e->error) continue;
     if (e->tensor.device.index != device) {
-      mpi::prepareLocal(*e, [&] {
-        throw InvalidArgument(mpi::describeTensor(response, i) + ": tensor is on " +
+      prepareLocal(*e, [&] {
+        throw InvalidArgument(describeTensor(response, i) + ": tensor is on " +
                               e->tensor.device.str() + ", but this rank runs the collective on " +
                               "cuda:" + std::to_string(device) +
                               " (the device of its first tensor in it); use one GPU per process");
@@ -45,8 +45,8 @@ void waitUntilReady(const Response& response, int device, cudaStream_t stream,
 
 void* deviceOutput(const Response& response, std::size_t i, TensorEntry& entry, const Shape& shape,
                    int device) {
-  const TensorView out = mpi::allocateOutput(response, i, entry, shape);
-  const std::string what = mpi::describeTensor(response, i);
+  const TensorView out = allocateOutput(response, i, entry, shape);
+  const std::string what = describeTensor(response, i);
   if (out.device != Device::cuda(device))
     throw InvalidArgument(what + ": the output allocator returned a tensor on " + out.device.str() +
                           ", expected cuda:" + std::to_string(device));
@@ -91,15 +91,15 @@ class CudaSupport final : public DeviceSupport {
  public:
   explicit CudaSupport(const Config& config) : devices_(std::make_shared<Devices>(config)) {}
 
-  std::vector<std::unique_ptr<Op>> makeOps() override {
+  std::vector<std::unique_ptr<Op>> makeOps(const HostOpFactory& host) override {
     std::vector<std::unique_ptr<Op>> ops;
     if (devices_->config().nccl) ops = makeNcclOps(devices_);
     if (devices_->config().nccl && ops.empty())
       log().info(
           "this build of Accord has no NCCL: CUDA tensors go through MPI, staged in "
           "page-locked host memory");
-    // Staged MPI for whatever NCCL does not take (everything, where it is off).
-    for (auto& op : makeStagedOps(devices_)) ops.push_back(std::move(op));
+    // Staged host ops for whatever NCCL does not take (everything, where it is off).
+    for (auto& op : makeStagedOps(devices_, host)) ops.push_back(std::move(op));
     return ops;
   }
 

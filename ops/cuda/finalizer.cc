@@ -1,8 +1,8 @@
 // The finalizer thread (see finalizer.h).
 #include "ops/cuda/finalizer.h"
 
+#include "ops/common/checks.h"
 #include "ops/cuda/device.h"
-#include "ops/mpi/mpi_common.h"
 #include "runtime/logging.h"
 #include "runtime/peer_watch.h"
 
@@ -222,7 +222,7 @@ void Finalizer::run() {
 
 void completeWhenReady(Finalizer& finalizer, int device, const Response& response,
                        std::vector<TensorEntry*>& entries) {
-  const std::string what = mpi::describe(response);
+  const std::string what = describe(response);
   DeviceGuard guard(device);
   for (TensorEntry* e : entries) {
     e->handle->partLaunched(e->ready);
@@ -245,7 +245,7 @@ void completeWhenDone(Finalizer& finalizer, int device, cudaStream_t stream,
                       const Response& response, std::vector<TensorEntry*>& entries,
                       std::shared_ptr<Watched> comm) {
   Launched launched;
-  launched.what = mpi::describe(response);
+  launched.what = describe(response);
   launched.device = device;
   launched.done = makeEvent();
   launched.comm = std::move(comm);

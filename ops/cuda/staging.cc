@@ -1,5 +1,5 @@
-// Device tensors without NCCL (a build without it, or ACCORD_NCCL=0): the MPI ops on
-// page-locked host copies, so that the results are the MPI path's, bit for bit.
+// Device tensors without NCCL (a build without it, or ACCORD_NCCL=0): the host ops on
+// page-locked host copies, so that the results are the host path's, bit for bit.
 //
 // One response at a time: the inputs are copied to the device's staging buffer on the
 // runtime's stream (after the application's ready events), the background thread
@@ -9,10 +9,9 @@
 // others. The handles complete through the finalizer when those copies are done, as
 // for NCCL. This is also what runs multi-rank device tests on a machine with one GPU,
 // where NCCL cannot put two ranks on one device.
+#include "ops/common/checks.h"
+#include "ops/common/fusion_buffer.h"
 #include "ops/cuda/device_ops.h"
-#include "ops/fusion_buffer.h"
-#include "ops/mpi/mpi_common.h"
-#include "ops/mpi/mpi_ops.h"
 
 namespace accord::cuda {
 
@@ -49,7 +48,7 @@ class StagedOp final : public Op {
 
 void StagedOp::execute(ExecContext& ctx, const Response& response,
                        std::vector<TensorEntry*>& entries) {
-  const std::string what = mpi::describe(response);
+  const std::string what = describe(response);
   const int device = deviceOf(*devices_, entries);
   DeviceGuard guard(device);
   DeviceContext& dc = devices_->context(device);
@@ -71,7 +70,7 @@ void StagedOp::execute(ExecContext& ctx, const Response& response,
   for (std::size_t i = 0; i < n; ++i) {
     if (!local(i)) continue;
     TensorEntry& e = *entries[i];
-    mpi::prepareLocal(e, [&] {
+    prepareLocal(e, [&] {
       if (e.tensor.bytes() > 0)
         ACCORD_CUDA_CHECK(cudaMemcpyAsync(staging + at[i], e.tensor.data, e.tensor.bytes(),
                                           cudaMemcpyDeviceToHost, dc.stream));
@@ -116,7 +115,7 @@ void StagedOp::execute(ExecContext& ctx, const Response& response,
       continue;
     }
     e.received_splits = copies[i].received_splits;
-    mpi::prepareLocal(e, [&] {
+    prepareLocal(e, [&] {
       if (inPlace(response.type)) {
         if (e.tensor.bytes() > 0)
           ACCORD_CUDA_CHECK(cudaMemcpyAsync(e.tensor.data, staging + at[i], e.tensor.bytes(),
@@ -136,14 +135,11 @@ void StagedOp::execute(ExecContext& ctx, const Response& response,
 
 }  // namespace
 
-std::vector<std::unique_ptr<Op>> makeStagedOps(std::shared_ptr<Devices> devices) {
+std::vector<std::unique_ptr<Op>> makeStagedOps(std::shared_ptr<Devices> devices,
+                                               const HostOpFactory& host) {
   std::vector<std::unique_ptr<Op>> ops;
-  ops.push_back(std::make_unique<StagedOp>(devices, ResponseType::Allreduce, makeMpiAllreduce()));
-  ops.push_back(std::make_unique<StagedOp>(devices, ResponseType::Allgather, makeMpiAllgather()));
-  ops.push_back(std::make_unique<StagedOp>(devices, ResponseType::Broadcast, makeMpiBroadcast()));
-  ops.push_back(std::make_unique<StagedOp>(devices, ResponseType::Alltoall, makeMpiAlltoall()));
-  ops.push_back(
-      std::make_unique<StagedOp>(devices, ResponseType::Reducescatter, makeMpiReducescatter()));
+  for (ResponseType type : kDataResponses)
+    ops.push_back(std::make_unique<StagedOp>(devices, type, host(type)));
   return ops;
 }
 

@@ -15,27 +15,30 @@
 // on each rank's reduced block before it is passed around, in the same pass as the
 // block's last reduction (the ring's last step, or the shared-memory reduce): there is
 // no separate pass over the data for them.
+#include "ops/common/checks.h"
+#include "ops/common/fused_layout.h"
+#include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
 #include "ops/mpi/doubling.h"
 #include "ops/mpi/hierarchical.h"
 #include "ops/mpi/link.h"
-#include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
 #include "ops/mpi/ring.h"
-#include "ops/mpi/shared_memory.h"
+#include "ops/shm/shared_memory.h"
 #include "runtime/timeline.h"
 
-namespace accord {
+namespace accord::mpi {
+
 namespace {
 
-const char* reduceStep(const ExecContext& ctx) {
+const char* reduceStep(const Context& ctx) {
   return ctx.shm ? "reduce_shared_memory" : ctx.hierarchy ? "reduce_hierarchical" : "reduce_mpi";
 }
 
 // Reduces `count` elements in place, in the fewest near-equal pieces of at most
 // ACCORD_CHUNK_BYTES (1.5 chunks go as two 0.75-chunk pieces, not a full and a half).
-void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
-                    const mpi::Scaling& pre, const mpi::Scaling& post, const std::string& what) {
+void reduceInPieces(Context& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+                    const Scaling& pre, const Scaling& post, const std::string& what) {
   if (ctx.shm) {
     ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
     return ctx.shm->allreduce(data, count, dtype, op, pre, post, what);
@@ -47,26 +50,79 @@ void reduceInPieces(ExecContext& ctx, void* data, std::size_t count, DType dtype
   for (std::size_t i = 0; i < pieces; ++i) {
     const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
     char* piece = static_cast<char*>(data) + lo * elem;
-    mpi::applyScaling(pre, piece, hi - lo, dtype);
-    if (mpi::preferDoubling((hi - lo) * elem, ctx.link)) {
-      mpi::doublingAllreduce(ctx, piece, hi - lo, dtype, op, post, what);
+    applyScaling(pre, piece, hi - lo, dtype);
+    if (preferDoubling((hi - lo) * elem, ctx.link)) {
+      doublingAllreduce(ctx, piece, hi - lo, dtype, op, post, what);
       continue;
     }
-    const mpi::Blocks blocks = mpi::evenBlocks(hi - lo, elem, ctx.size());
-    mpi::ringReduceScatter(ctx, piece, blocks, piece + blocks.offset[ctx.rank()], dtype, op, post,
-                           what);
-    mpi::ringAllgather(ctx, piece, blocks, what);
+    const Blocks blocks = evenBlocks(hi - lo, elem, ctx.size());
+    ringReduceScatter(ctx, piece, blocks, piece + blocks.offset[ctx.rank()], dtype, op, post, what);
+    ringAllgather(ctx, piece, blocks, what);
   }
 }
 
-class MpiAllreduce final : public Op {
+// A lone tensor, reduced where it lies.
+void reduceInPlace(Context& ctx, const Response& response, std::size_t i, TensorEntry* entry) {
+  const std::size_t bytes = response.tensorBytes(i);
+  const std::size_t count = bytes / dtype_size(response.dtype);
+  if (count == 0) return;  // same on every rank: nothing to exchange
+  void* data = nullptr;
+  Scaling pre;
+  // Every rank scales the result, a joined one too: the ring and the shared-memory
+  // allreduce leave each rank to scale its own block of it for everyone.
+  const Scaling post = postScaling(response, ctx.size());
+  if (localInput(response, i, entry, bytes)) {
+    data = entry->tensor.data;
+    pre = preScaling(response);
+  } else {
+    data = ctx.fusion.reserve(bytes);
+    cpu::fillNeutral(data, count, response.dtype, response.op);
+  }
+  timelineStep(reduceStep(ctx));
+  reduceInPieces(ctx, data, count, response.dtype, response.op, pre, post,
+                 describeTensor(response, i));
+}
+
+// A fused group, through the fusion buffer: tensors back to back (one dtype, so every
+// offset is element-aligned), laid out by the shared planner (fused_layout.h).
+void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries) {
+  const DType dtype = response.dtype;
+  const std::size_t elem = dtype_size(dtype);
+  std::vector<std::size_t> bytes(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) bytes[i] = response.tensorBytes(i);
+  const FusedReduction plan =
+      planFusedReduction(bytes, localInputs(response, entries), elem, elem, 1);
+  char* fused = ctx.fusion.reserve(plan.used);
+
+  std::vector<cpu::CopyPiece> in, out;
+  for (std::size_t i : plan.copied) {
+    in.push_back({fused + plan.offset[i], entries[i]->tensor.data, plan.bytes[i]});
+    out.push_back({entries[i]->tensor.data, fused + plan.offset[i], plan.bytes[i]});
+  }
+  timelineStep("copy_in");
+  cpu::parallelCopy(in);
+  for (const cpu::CopyPiece& piece : in)
+    applyScaling(preScaling(response), piece.dst, piece.bytes / elem, dtype);
+  for (const Region& r : plan.neutral)
+    cpu::fillNeutral(fused + r.at, r.bytes / elem, dtype, response.op);
+
+  // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
+  timelineStep(reduceStep(ctx));
+  reduceInPieces(ctx, fused, plan.count, dtype, response.op, Scaling{},
+                 postScaling(response, ctx.size()), describe(response));
+  timelineStep("copy_out");
+  cpu::parallelCopy(out);
+}
+
+class AllreduceOp final : public Op {
  public:
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CPU;
   }
 
-  void execute(ExecContext& ctx, const Response& response,
+  void execute(ExecContext& exec, const Response& response,
                std::vector<TensorEntry*>& entries) override {
+    Context ctx = contextOf(exec);
     if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
       for (std::size_t i = 0; i < response.names.size(); ++i)
         reduceInPlace(ctx, response, i, entries[i]);
@@ -74,71 +130,10 @@ class MpiAllreduce final : public Op {
       reduceFused(ctx, response, entries);
     }
   }
-
- private:
-  static void reduceInPlace(ExecContext& ctx, const Response& response, std::size_t i,
-                            TensorEntry* entry) {
-    const std::size_t bytes = response.tensorBytes(i);
-    const std::size_t count = bytes / dtype_size(response.dtype);
-    if (count == 0) return;  // same on every rank: nothing to exchange
-    void* data = nullptr;
-    mpi::Scaling pre;
-    // Every rank scales the result, a joined one too: the ring and the shared-memory
-    // allreduce leave each rank to scale its own block of it for everyone.
-    const mpi::Scaling post = mpi::postScaling(response, ctx.size());
-    if (entry && mpi::prepareLocal(*entry, [&] { mpi::checkInput(response, i, *entry, bytes); })) {
-      data = entry->tensor.data;
-      pre = mpi::preScaling(response);
-    } else {
-      data = ctx.fusion.reserve(bytes);
-      cpu::fillNeutral(data, count, response.dtype, response.op);
-    }
-    timelineStep(reduceStep(ctx));
-    reduceInPieces(ctx, data, count, response.dtype, response.op, pre, post,
-                   mpi::describeTensor(response, i));
-  }
-
-  static void reduceFused(ExecContext& ctx, const Response& response,
-                          std::vector<TensorEntry*>& entries) {
-    const DType dtype = response.dtype;
-    const std::size_t elem = dtype_size(dtype);
-    const std::size_t total = response.totalBytes();
-    char* fused = ctx.fusion.reserve(total);
-
-    // Copy in; tensors sit back to back (one dtype, so every offset is element-aligned).
-    std::vector<cpu::CopyPiece> in, out;
-    std::vector<std::size_t> offset(entries.size() + 1, 0);
-    std::vector<bool> local(entries.size(), false);
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const std::size_t bytes = response.tensorBytes(i);
-      offset[i + 1] = offset[i] + bytes;
-      TensorEntry* e = entries[i];
-      local[i] = e && mpi::prepareLocal(*e, [&] { mpi::checkInput(response, i, *e, bytes); });
-      if (!local[i] || bytes == 0) continue;
-      in.push_back({fused + offset[i], e->tensor.data, bytes});
-      out.push_back({e->tensor.data, fused + offset[i], bytes});
-    }
-    timelineStep("copy_in");
-    cpu::parallelCopy(in);
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const std::size_t count = (offset[i + 1] - offset[i]) / elem;
-      if (local[i])
-        mpi::applyScaling(mpi::preScaling(response), fused + offset[i], count, dtype);
-      else
-        cpu::fillNeutral(fused + offset[i], count, dtype, response.op);
-    }
-
-    // Scaling the whole buffer is one pass; the joined ranks' regions are discarded.
-    timelineStep(reduceStep(ctx));
-    reduceInPieces(ctx, fused, total / elem, dtype, response.op, mpi::Scaling{},
-                   mpi::postScaling(response, ctx.size()), mpi::describe(response));
-    timelineStep("copy_out");
-    cpu::parallelCopy(out);
-  }
 };
 
 }  // namespace
 
-std::unique_ptr<Op> makeMpiAllreduce() { return std::make_unique<MpiAllreduce>(); }
+std::unique_ptr<Op> makeAllreduce() { return std::make_unique<AllreduceOp>(); }
 
-}  // namespace accord
+}  // namespace accord::mpi

@@ -43,7 +43,7 @@ bool preferDoubling(std::size_t bytes, const Link& link) {
   return doubling <= ring;
 }
 
-void doublingAllreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+void doublingAllreduce(Context& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                        const Scaling& post, const std::string& what) {
   Link& link = ctx.link;
   const int n = link.size(), r = link.rank();

@@ -15,8 +15,9 @@
 // waits out the rounds, and receives the result from it at the end.
 #pragma once
 
+#include "ops/common/scaling.h"
+#include "ops/mpi/context.h"
 #include "ops/mpi/link.h"
-#include "ops/mpi/mpi_common.h"
 
 #include <cstddef>
 #include <string>
@@ -25,7 +26,7 @@ namespace accord::mpi {
 
 // Reduces `count` elements of `data` in place over every rank of ctx's link and
 // scales the result by `post` in the same pass as its last reduction.
-void doublingAllreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+void doublingAllreduce(Context& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                        const Scaling& post, const std::string& what);
 
 // Whether an allreduce of `bytes` bytes over `link`'s ranks should use recursive

@@ -72,12 +72,12 @@ std::unique_ptr<Hierarchy> Hierarchy::create(Link& set, const Config& config) {
   }
   std::unique_ptr<Hierarchy> h(new Hierarchy());
   h->host_ = split.host;
-  SharedMemoryOptions options;
+  shm::SharedMemoryOptions options;
   options.piece_bytes = Autotuner::maxChunkBytes(config);
   options.timeout = config.stall_shutdown_time;
   options.global_ranks = globalRanksOf(split.host, set);
   options.peers_wait_elsewhere = true;
-  h->local_ = SharedMemory::create(split.host, std::move(options));
+  h->local_ = shm::SharedMemory::create(split.host, std::move(options));
   if (!h->local_)  // cannot happen: host has >= 2 ranks, all on this host
     throw CommError("hierarchical allreduce: no shared-memory window among this host's ranks");
   h->across_ = linkAcrossHosts(set, split, config.stall_shutdown_time);
@@ -93,12 +93,11 @@ Hierarchy::~Hierarchy() {
   if (host_ != MPI_COMM_NULL) MPI_Comm_free(&host_);
 }
 
-void Hierarchy::allreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+void Hierarchy::allreduce(Context& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                           const Scaling& pre, const Scaling& post, const std::string& what) {
   // The ring needs only a link and scratch space; it runs on the ranks that share this
   // rank's local index, with the set's buffers.
-  ExecContext across{*across_,    nullptr,   ctx.config,    ctx.fusion,
-                     ctx.scratch, ctx.spare, ctx.extension, nullptr};
+  Context across{*across_, nullptr, nullptr, ctx.config, ctx.fusion, ctx.scratch, ctx.spare};
   const std::size_t elem = dtype_size(dtype);
   local_->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
   local_->allreduce(data, count, dtype, op, pre, post, what, [&](void* block, std::size_t n) {

@@ -30,18 +30,14 @@
 // up across hosts.
 #pragma once
 
+#include "ops/mpi/context.h"
 #include "ops/mpi/link.h"
-#include "ops/mpi/shared_memory.h"
+#include "ops/shm/shared_memory.h"
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-namespace accord {
-struct ExecContext;
-struct Config;
-}  // namespace accord
 
 namespace accord::mpi {
 
@@ -72,15 +68,15 @@ class Hierarchy {
 
   // In-place allreduce of `count` elements over every rank of the set. `ctx` is the
   // set's context (for its buffers); `post` includes Average's division by the set size.
-  void allreduce(ExecContext& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
+  void allreduce(Context& ctx, void* data, std::size_t count, DType dtype, ReduceOp op,
                  const Scaling& pre, const Scaling& post, const std::string& what);
 
  private:
   Hierarchy() = default;
 
-  MPI_Comm host_ = MPI_COMM_NULL;        // this host's ranks of the set; the window's
-  std::unique_ptr<SharedMemory> local_;  // steps 1 and 3
-  std::unique_ptr<Link> across_;         // step 2: the ranks with this local rank
+  MPI_Comm host_ = MPI_COMM_NULL;             // this host's ranks of the set; the window's
+  std::unique_ptr<shm::SharedMemory> local_;  // steps 1 and 3
+  std::unique_ptr<Link> across_;              // step 2: the ranks with this local rank
 };
 
 }  // namespace accord::mpi

@@ -1,6 +1,8 @@
 // Link and Requests (see link.h).
 #include "ops/mpi/link.h"
 
+#include "ops/common/checks.h"
+
 #include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 #include "runtime/peer_watch.h"
@@ -45,12 +47,6 @@ std::string seconds(std::chrono::milliseconds t) {
 }
 
 }  // namespace
-
-std::string joinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
 
 void Requests::add(MPI_Request request, int peer, bool receive) {
   requests_.push_back(request);
@@ -122,8 +118,7 @@ bool Link::progress(Requests& requests, int& remaining) {
   return count > 0;
 }
 
-void Link::await(Requests& requests, const std::string& what, const char* step,
-                 Patience patience) {
+void Link::await(Requests& requests, const std::string& what, const char* step, Patience patience) {
   checkUsable();
   const Waiting& w = patience == Patience::Data ? kData : kNegotiation;
   int remaining = static_cast<int>(requests.requests_.size());

@@ -90,7 +90,4 @@ class Link {
   std::string broken_;
 };
 
-// "2", "1, 3": ranks for messages.
-std::string joinRanks(const std::vector<int>& ranks);
-
 }  // namespace accord::mpi

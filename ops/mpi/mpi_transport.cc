@@ -1,14 +1,17 @@
 // MpiTransport (see mpi_transport.h).
 #include "ops/mpi/mpi_transport.h"
 
+#include "ops/mpi/context.h"
 #include "runtime/autotune.h"
+
+#include <accord/error.h>
 
 namespace accord::mpi {
 
 // The shared-memory AND with MpiChannel's gather and broadcast.
 class MpiTransport::ShmChannel final : public NegotiationChannel {
  public:
-  ShmChannel(SharedMemory& shm, MpiChannel& mpi) : shm_(shm), mpi_(mpi) {}
+  ShmChannel(shm::SharedMemory& shm, MpiChannel& mpi) : shm_(shm), mpi_(mpi) {}
   void bitwiseAnd(std::vector<std::uint64_t>& bits) override { shm_.bitwiseAnd(bits); }
   std::vector<std::vector<std::uint8_t>> gatherToRoot(
       const std::vector<std::uint8_t>& mine) override {
@@ -20,7 +23,7 @@ class MpiTransport::ShmChannel final : public NegotiationChannel {
   bool sleepsUntilJoined() const override { return true; }  // the futex wait
 
  private:
-  SharedMemory& shm_;
+  shm::SharedMemory& shm_;
   MpiChannel& mpi_;
 };
 
@@ -30,13 +33,13 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const C
   if (!config.shared_memory) return;
   // A set spanning hosts gets no window of its own (create() returns nullptr), but may
   // get one per host under the hierarchical allreduce.
-  SharedMemoryOptions options;
+  shm::SharedMemoryOptions options;
   options.piece_bytes = Autotuner::maxChunkBytes(config);
   options.negotiation_words = negotiationWords(config.cache_capacity);
   options.timeout = config.stall_shutdown_time;
   options.global_ranks.resize(link_.size());
   for (int r = 0; r < link_.size(); ++r) options.global_ranks[r] = link_.globalRank(r);
-  shm_ = SharedMemory::create(link_.comm(), std::move(options));
+  shm_ = shm::SharedMemory::create(link_.comm(), std::move(options));
   if (shm_)
     shm_channel_ = std::make_unique<ShmChannel>(*shm_, mpi_channel_);
   else
@@ -53,6 +56,16 @@ NegotiationChannel& MpiTransport::channel() {
 Transport MpiTransport::kind() const {
   if (link_.size() == 1) return Transport::Local;
   return shm_ ? Transport::SharedMemory : Transport::Mpi;
+}
+
+int Context::rank() const { return link.rank(); }
+int Context::size() const { return link.size(); }
+
+Context contextOf(ExecContext& ctx) {
+  auto* t = dynamic_cast<MpiTransport*>(&ctx.transport);
+  if (!t) throw Error("a host op was handed a process set without an MPI transport");
+  return Context{t->link(),  t->shm(),    t->hierarchy(), ctx.config,
+                 ctx.fusion, ctx.scratch, ctx.spare};
 }
 
 }  // namespace accord::mpi

@@ -8,61 +8,113 @@
 // region after it, and unpacked. We also pack when a prescale is requested (the input
 // is not ours to modify) and on a joined rank (it contributes the neutral element).
 // Average and postscale are applied as each result block is completed.
+#include "ops/common/checks.h"
+#include "ops/common/layouts.h"
+#include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
-#include "ops/mpi/mpi_common.h"
 #include "ops/mpi/mpi_ops.h"
 #include "ops/mpi/ring.h"
 
 #include <algorithm>
 
-namespace accord {
+namespace accord::mpi {
+
 namespace {
 
-using Plan = mpi::ScatterPlan;
+using Plan = ScatterPlan;
 
 // The ring over `blocks` (in elements here), in pieces of at most ACCORD_CHUNK_BYTES per
 // block, so that the ring's temporaries stay small and in cache.
-void reduceInPieces(ExecContext& ctx, const Response& response, const char* input,
+void reduceInPieces(Context& ctx, const Response& response, const char* input,
                     const std::vector<std::size_t>& first, const std::vector<std::size_t>& count,
                     char* output) {
   const std::size_t elem = dtype_size(response.dtype);
   const std::size_t largest = *std::max_element(count.begin(), count.end());
   const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes / elem);
   const std::size_t pieces = std::max<std::size_t>(1, (largest + step - 1) / step);
-  const mpi::Scaling post = mpi::postScaling(response, ctx.size());
+  const Scaling post = postScaling(response, ctx.size());
   const std::size_t me = static_cast<std::size_t>(ctx.rank());
   for (std::size_t p = 0; p < pieces; ++p) {
-    mpi::Blocks blocks;
+    Blocks blocks;
     for (std::size_t r = 0; r < count.size(); ++r) {
       const std::size_t lo = count[r] * p / pieces, hi = count[r] * (p + 1) / pieces;
       blocks.offset.push_back((first[r] + lo) * elem);
       blocks.bytes.push_back((hi - lo) * elem);
     }
     char* out = output + count[me] * p / pieces * elem;
-    mpi::ringReduceScatter(ctx, input, blocks, out, response.dtype, response.op, post,
-                           mpi::describe(response));
+    ringReduceScatter(ctx, input, blocks, out, response.dtype, response.op, post,
+                      describe(response));
   }
 }
 
-class MpiReducescatter final : public Op {
+void reduceDirect(Context& ctx, const Response& response, const Plan& plan, const void* input,
+                  void* output) {
+  std::vector<std::size_t> first, count;
+  for (int r = 0; r < ctx.size(); ++r) {
+    first.push_back(plan.first[0][r] * plan.row_elems[0]);
+    count.push_back(plan.per_rank[r]);
+  }
+  reduceInPieces(ctx, response, static_cast<const char*>(input), first, count,
+                 static_cast<char*>(output));
+}
+
+void reducePacked(Context& ctx, const Response& response, const Plan& plan,
+                  std::vector<TensorEntry*>& entries, const std::vector<bool>& local,
+                  std::vector<void*>& outputs) {
+  const DType dtype = response.dtype;
+  const std::size_t elem = dtype_size(dtype);
+  const std::size_t send_bytes = alignUp(plan.total * elem);
+  char* send = ctx.fusion.reserve(send_bytes + plan.per_rank[ctx.rank()] * elem);
+  char* recv = send + send_bytes;
+
+  std::vector<cpu::CopyPiece> in, out;
+  std::vector<std::size_t> first, count;
+  std::size_t offset = 0;  // elements into the send buffer
+  for (int r = 0; r < ctx.size(); ++r) {
+    first.push_back(offset);
+    count.push_back(plan.per_rank[r]);
+    for (std::size_t t = 0; t < entries.size(); ++t) {
+      const std::size_t n = plan.rows[t][r] * plan.row_elems[t];
+      char* dst = send + offset * elem;
+      if (local[t] && n > 0) {
+        const char* src = static_cast<const char*>(entries[t]->tensor.data);
+        in.push_back({dst, src + plan.first[t][r] * plan.row_elems[t] * elem, n * elem});
+      } else if (!local[t]) {
+        cpu::fillNeutral(dst, n, dtype, response.op);
+      }
+      // An output this rank failed to allocate is a shared stand-in: leave it alone.
+      if (r == ctx.rank() && local[t] && !entries[t]->error && n > 0)
+        out.push_back({outputs[t], recv + (offset - first[r]) * elem, n * elem});
+      offset += n;
+    }
+  }
+  cpu::parallelCopy(in);
+  if (response.prescale != 1.0)
+    for (const cpu::CopyPiece& piece : in)
+      applyScaling(preScaling(response), piece.dst, piece.bytes / elem, dtype);
+  reduceInPieces(ctx, response, send, first, count, recv);
+  cpu::parallelCopy(out);
+}
+
+class ReducescatterOp final : public Op {
  public:
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Reducescatter && response.device.type == DeviceType::CPU;
   }
 
-  void execute(ExecContext& ctx, const Response& response,
+  void execute(ExecContext& exec, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    const Plan plan = mpi::reducescatterPlan(response, ctx.size());
+    Context ctx = contextOf(exec);
+    const Plan plan = reducescatterPlan(response, ctx.size());
     std::vector<void*> outputs(entries.size(), nullptr);
     std::vector<bool> local(entries.size(), false);
     for (std::size_t t = 0; t < entries.size(); ++t) {
       TensorEntry* e = entries[t];
-      local[t] = e && mpi::prepareLocal(
-                          *e, [&] { mpi::checkInput(response, t, *e, response.tensorBytes(t)); });
+      local[t] = localInput(response, t, e, response.tensorBytes(t));
       if (!local[t]) continue;
       Shape shape = response.shapes[t];
       shape[0] = plan.rows[t][ctx.rank()];
-      outputs[t] = mpi::outputOrSpare(ctx, response, t, *e, shape);
+      outputs[t] = outputOrSpare(ctx.spare, response, t, *e, shape);
     }
     if (plan.total == 0) return;  // every rank knows: nothing to reduce
     if (entries.size() == 1 && local[0] && response.prescale == 1.0)
@@ -70,60 +122,10 @@ class MpiReducescatter final : public Op {
     else
       reducePacked(ctx, response, plan, entries, local, outputs);
   }
-
- private:
-  static void reduceDirect(ExecContext& ctx, const Response& response, const Plan& plan,
-                           const void* input, void* output) {
-    std::vector<std::size_t> first, count;
-    for (int r = 0; r < ctx.size(); ++r) {
-      first.push_back(plan.first[0][r] * plan.row_elems[0]);
-      count.push_back(plan.per_rank[r]);
-    }
-    reduceInPieces(ctx, response, static_cast<const char*>(input), first, count,
-                   static_cast<char*>(output));
-  }
-
-  static void reducePacked(ExecContext& ctx, const Response& response, const Plan& plan,
-                           std::vector<TensorEntry*>& entries, const std::vector<bool>& local,
-                           std::vector<void*>& outputs) {
-    const DType dtype = response.dtype;
-    const std::size_t elem = dtype_size(dtype);
-    const std::size_t send_bytes = alignUp(plan.total * elem);
-    char* send = ctx.fusion.reserve(send_bytes + plan.per_rank[ctx.rank()] * elem);
-    char* recv = send + send_bytes;
-
-    std::vector<cpu::CopyPiece> in, out;
-    std::vector<std::size_t> first, count;
-    std::size_t offset = 0;  // elements into the send buffer
-    for (int r = 0; r < ctx.size(); ++r) {
-      first.push_back(offset);
-      count.push_back(plan.per_rank[r]);
-      for (std::size_t t = 0; t < entries.size(); ++t) {
-        const std::size_t n = plan.rows[t][r] * plan.row_elems[t];
-        char* dst = send + offset * elem;
-        if (local[t] && n > 0) {
-          const char* src = static_cast<const char*>(entries[t]->tensor.data);
-          in.push_back({dst, src + plan.first[t][r] * plan.row_elems[t] * elem, n * elem});
-        } else if (!local[t]) {
-          cpu::fillNeutral(dst, n, dtype, response.op);
-        }
-        // An output this rank failed to allocate is a shared stand-in: leave it alone.
-        if (r == ctx.rank() && local[t] && !entries[t]->error && n > 0)
-          out.push_back({outputs[t], recv + (offset - first[r]) * elem, n * elem});
-        offset += n;
-      }
-    }
-    cpu::parallelCopy(in);
-    if (response.prescale != 1.0)
-      for (const cpu::CopyPiece& piece : in)
-        mpi::applyScaling(mpi::preScaling(response), piece.dst, piece.bytes / elem, dtype);
-    reduceInPieces(ctx, response, send, first, count, recv);
-    cpu::parallelCopy(out);
-  }
 };
 
 }  // namespace
 
-std::unique_ptr<Op> makeMpiReducescatter() { return std::make_unique<MpiReducescatter>(); }
+std::unique_ptr<Op> makeReducescatter() { return std::make_unique<ReducescatterOp>(); }
 
-}  // namespace accord
+}  // namespace accord::mpi

@@ -34,13 +34,14 @@ Blocks evenBlocks(std::size_t count, std::size_t elem, int size) {
 // Block b's partial result travels the chain b+1, b+2, ..., b: each rank adds its own
 // contribution to what arrives and passes it on, and b adds the last one. Two scratch
 // buffers alternate: one receives the next partial while the other is being sent.
-void ringReduceScatter(ExecContext& ctx, const void* input, const Blocks& blocks, void* output,
+void ringReduceScatter(Context& ctx, const void* input, const Blocks& blocks, void* output,
                        DType dtype, ReduceOp op, const Scaling& post, const std::string& what) {
   const int n = ctx.size(), r = ctx.rank();
   const std::size_t elem = dtype_size(dtype);
   const char* in = static_cast<const char*>(input);
   if (n == 1) {
-    if (output != in + blocks.offset[0]) std::memmove(output, in + blocks.offset[0], blocks.bytes[0]);
+    if (output != in + blocks.offset[0])
+      std::memmove(output, in + blocks.offset[0], blocks.bytes[0]);
     applyScaling(post, output, blocks.bytes[0] / elem, dtype);
     return;
   }
@@ -70,7 +71,7 @@ void ringReduceScatter(ExecContext& ctx, const void* input, const Blocks& blocks
   }
 }
 
-void ringAllgather(ExecContext& ctx, void* data, const Blocks& blocks, const std::string& what) {
+void ringAllgather(Context& ctx, void* data, const Blocks& blocks, const std::string& what) {
   const int n = ctx.size(), r = ctx.rank();
   char* d = static_cast<char*>(data);
   const int next = mod(r + 1, n), prev = mod(r - 1, n);

@@ -11,7 +11,8 @@
 // copied: all ranks hold bit-identical results.
 #pragma once
 
-#include "ops/mpi/mpi_common.h"
+#include "ops/common/scaling.h"
+#include "ops/mpi/context.h"
 
 #include <cstddef>
 #include <string>
@@ -32,11 +33,11 @@ Blocks evenBlocks(std::size_t count, std::size_t elem, int size);
 // `input` holds this rank's contribution to every block. On return `output` holds
 // block rank() of the reduction over all ranks, scaled by `post`. `output` may be the
 // input's own block (an in-place allreduce); `input` is otherwise only read.
-void ringReduceScatter(ExecContext& ctx, const void* input, const Blocks& blocks, void* output,
+void ringReduceScatter(Context& ctx, const void* input, const Blocks& blocks, void* output,
                        DType dtype, ReduceOp op, const Scaling& post, const std::string& what);
 
 // On entry block rank() of `data` holds this rank's block; on return every block holds
 // its owner's.
-void ringAllgather(ExecContext& ctx, void* data, const Blocks& blocks, const std::string& what);
+void ringAllgather(Context& ctx, void* data, const Blocks& blocks, const std::string& what);
 
 }  // namespace accord::mpi

@@ -40,72 +40,68 @@ void exchangeBlocks(Launch& l, char* base, const std::vector<std::size_t>& offse
   });
 }
 
-void gatherDirect(Launch& l, const std::vector<std::size_t>& bytes) {
-  const int size = l.ctx.size(), me = l.ctx.rank();
-  std::vector<std::size_t> offset(size, 0);
-  for (int r = 1; r < size; ++r) offset[r] = offset[r - 1] + bytes[r - 1];
-  const bool input = l.checkInput(0, bytes[me]);
-  char* out = static_cast<char*>(l.outputOrScratch(0, l.response.shapes[0]));
-  if (offset[size - 1] + bytes[size - 1] == 0) return;
-  if (bytes[me] > 0) {
-    if (input)
-      ACCORD_CUDA_CHECK(cudaMemcpyAsync(out + offset[me], l.entries[0]->tensor.data, bytes[me],
-                                        cudaMemcpyDeviceToDevice, l.stream));
-    else
-      ACCORD_CUDA_CHECK(cudaMemsetAsync(out + offset[me], 0, bytes[me], l.stream));
-  }
-  exchangeBlocks(l, out, offset, bytes);
+std::vector<std::size_t> blockOffsets(const FusedGather& plan) {
+  std::vector<std::size_t> offset;
+  for (const Region& b : plan.blocks) offset.push_back(b.at);
+  return offset;
 }
 
+void gatherDirect(Launch& l, const std::vector<std::size_t>& bytes) {
+  const int me = l.ctx.rank();
+  const FusedGather plan = planFusedGather({bytes}, l.ctx.size());
+  const bool input = l.checkInput(0, bytes[me]);
+  char* out = static_cast<char*>(l.outputOrScratch(0, l.response.shapes[0]));
+  if (plan.total == 0) return;
+  char* own = out + plan.blocks[me].at;
+  if (bytes[me] > 0) {
+    if (input)
+      ACCORD_CUDA_CHECK(cudaMemcpyAsync(own, l.entries[0]->tensor.data, bytes[me],
+                                        cudaMemcpyDeviceToDevice, l.stream));
+    else
+      ACCORD_CUDA_CHECK(cudaMemsetAsync(own, 0, bytes[me], l.stream));
+  }
+  exchangeBlocks(l, out, blockOffsets(plan), bytes);
+}
+
+// Rank-major in the fusion buffer (fused_layout.h).
 void gatherFused(Launch& l, const std::vector<std::vector<std::size_t>>& bytes) {
   const std::size_t n = l.entries.size();
   const int size = l.ctx.size(), me = l.ctx.rank();
-  // at[t][r]: where rank r's rows of tensor t sit in the fused buffer.
-  std::vector<std::vector<std::size_t>> at(n, std::vector<std::size_t>(size));
-  std::vector<std::size_t> offset(size), block(size);
-  std::size_t total = 0;
-  for (int r = 0; r < size; ++r) {
-    offset[r] = total;
-    for (std::size_t t = 0; t < n; ++t) {
-      at[t][r] = total;
-      total += bytes[t][r];
-    }
-    block[r] = total - offset[r];
-  }
+  const FusedGather plan = planFusedGather(bytes, size);
   std::vector<char*> outputs(n, nullptr);
   std::vector<bool> input(n, false);
   for (std::size_t t = 0; t < n; ++t) {
     input[t] = l.checkInput(t, bytes[t][me]);
     // Without an output (joined, or it failed) the others still get our rows.
     if (input[t])
-      mpi::prepareLocal(*l.entries[t], [&] {
+      prepareLocal(*l.entries[t], [&] {
         outputs[t] = static_cast<char*>(cuda::deviceOutput(l.response, t, *l.entries[t],
                                                            l.response.shapes[t], l.device.device));
       });
   }
-  if (total == 0) return;
-  char* fused = l.device.fusion.reserve(total, l.stream);
+  if (plan.total == 0) return;
+  char* fused = l.device.fusion.reserve(plan.total, l.stream);
   std::vector<cuda::CopyPiece> in, out;
   for (std::size_t t = 0; t < n; ++t) {
+    char* mine = fused + plan.at[t][me];
     if (input[t])
-      in.push_back({fused + at[t][me], l.entries[t]->tensor.data, bytes[t][me]});
+      in.push_back({mine, l.entries[t]->tensor.data, bytes[t][me]});
     else if (bytes[t][me] > 0)
-      ACCORD_CUDA_CHECK(cudaMemsetAsync(fused + at[t][me], 0, bytes[t][me], l.stream));
+      ACCORD_CUDA_CHECK(cudaMemsetAsync(mine, 0, bytes[t][me], l.stream));
     if (!outputs[t]) continue;
-    std::size_t dst = 0;
-    for (int r = 0; r < size; ++r) {
-      out.push_back({outputs[t] + dst, fused + at[t][r], bytes[t][r]});
-      dst += bytes[t][r];
-    }
+    for (int r = 0; r < size; ++r)
+      out.push_back({outputs[t] + plan.dst[t][r], fused + plan.at[t][r], bytes[t][r]});
   }
+  std::vector<std::size_t> block(size);
+  for (int r = 0; r < size; ++r) block[r] = plan.blocks[r].bytes;
   cuda::batchedCopy(in, l.stream);
-  exchangeBlocks(l, fused, offset, block);
+  exchangeBlocks(l, fused, blockOffsets(plan), block);
   cuda::batchedCopy(out, l.stream);
 }
 
-class NcclAllgather final : public Op {
+class AllgatherOp final : public Op {
  public:
-  explicit NcclAllgather(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+  explicit AllgatherOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Allgather && response.device.type == DeviceType::CUDA;
@@ -116,7 +112,7 @@ class NcclAllgather final : public Op {
     const std::size_t n = response.names.size();
     const int size = ctx.size();
     // bytes[t][r]: what rank r contributes to tensor t.
-    const auto bytes = mpi::allgatherBytes(response, size);
+    const auto bytes = allgatherBytes(response, size);
     run(devices_, ctx, response, entries, [&](Launch& l) {
       if (n == 1)
         gatherDirect(l, bytes[0]);
@@ -131,8 +127,8 @@ class NcclAllgather final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> makeNcclAllgather(std::shared_ptr<cuda::Devices> devices) {
-  return std::make_unique<NcclAllgather>(std::move(devices));
+std::unique_ptr<Op> makeAllgather(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<AllgatherOp>(std::move(devices));
 }
 
 }  // namespace accord::nccl

@@ -28,11 +28,8 @@ namespace accord::nccl {
 
 namespace {
 
+// Tensors' offsets in the fusion buffer: the batched copy's widest word.
 constexpr std::size_t kFusedAlignment = 16;
-
-std::size_t align16(std::size_t bytes) {
-  return (bytes + kFusedAlignment - 1) / kFusedAlignment * kFusedAlignment;
-}
 
 // Tensor i's input for a reduction where it lies: the application's buffer, prescaled,
 // or scratch space holding the op's neutral element where this rank has no usable
@@ -42,7 +39,7 @@ void* inPlaceInput(Launch& l, std::size_t i, std::size_t count) {
   const std::size_t bytes = count * dtype_size(r.dtype);
   if (l.checkInput(i, bytes)) {
     void* data = l.entries[i]->tensor.data;
-    const mpi::Scaling pre = mpi::preScaling(r);
+    const Scaling pre = preScaling(r);
     if (!pre.isOne()) cuda::scale(data, count, r.dtype, pre.factor, pre.divisor, l.stream);
     return data;
   }
@@ -77,36 +74,29 @@ struct Staged {
 
 Staged stageIn(Launch& l, std::size_t multiple) {
   const Response& r = l.response;
-  const std::size_t n = l.entries.size();
   const std::size_t elem = dtype_size(r.dtype);
-  std::vector<std::size_t> offset(n + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + align16(r.tensorBytes(i));
+  std::vector<std::size_t> bytes(l.entries.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = r.tensorBytes(i);
+  const FusedReduction plan =
+      planFusedReduction(bytes, localInputs(r, l.entries), elem, kFusedAlignment, multiple);
   Staged s;
-  const std::size_t used = offset[n] / elem;
-  s.count = (used + multiple - 1) / multiple * multiple;
+  s.count = plan.count;
   if (s.count == 0) return s;
   s.fused = l.device.fusion.reserve(s.count * elem, l.stream);
 
   std::vector<cuda::CopyPiece> in;
-  std::vector<bool> local(n, false);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t bytes = r.tensorBytes(i);
-    local[i] = l.checkInput(i, bytes);
-    if (!local[i] || bytes == 0) continue;
+  for (std::size_t i : plan.copied) {
     void* data = l.entries[i]->tensor.data;
-    in.push_back({s.fused + offset[i], data, bytes});
-    s.out.push_back({data, s.fused + offset[i], bytes});
+    in.push_back({s.fused + plan.offset[i], data, plan.bytes[i]});
+    s.out.push_back({data, s.fused + plan.offset[i], plan.bytes[i]});
   }
   cuda::batchedCopy(in, l.stream);
-  const mpi::Scaling pre = mpi::preScaling(r);
+  const Scaling pre = preScaling(r);
   // The whole buffer in one launch; the neutral regions are written after it.
-  if (!pre.isOne()) cuda::scale(s.fused, used, r.dtype, pre.factor, pre.divisor, l.stream);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!local[i])
-      cuda::fillNeutral(s.fused + offset[i], r.tensorBytes(i) / elem, r.dtype, r.op, l.stream);
-  }
-  if (s.count > used)
-    cuda::fillNeutral(s.fused + used * elem, s.count - used, r.dtype, r.op, l.stream);
+  if (!pre.isOne())
+    cuda::scale(s.fused, plan.used / elem, r.dtype, pre.factor, pre.divisor, l.stream);
+  for (const Region& n : plan.neutral)
+    cuda::fillNeutral(s.fused + n.at, n.bytes / elem, r.dtype, r.op, l.stream);
   return s;
 }
 
@@ -131,7 +121,7 @@ void threeSteps(Launch& l, DeviceHierarchy& h, const Reduction& red, char* data,
   const std::size_t block = count / static_cast<std::size_t>(h.localSize());
   char* mine = data + static_cast<std::size_t>(h.localRank()) * block * dtype_size(r.dtype);
   const ncclDataType_t type = ncclType(r.dtype);
-  const std::string what = mpi::describe(r);
+  const std::string what = describe(r);
   h.local().launch(
       [&](ncclComm_t comm) {
         return ncclReduceScatter(data, mine, block, type, red.op, comm, l.stream);
@@ -174,21 +164,21 @@ void reduceHierarchical(Launch& l, DeviceHierarchy& h, const Reduction& red) {
 // (the regular path) where any entry is not plainly local.
 bool completeUnchanged(cuda::Devices& devices, ExecContext& ctx, const Response& r,
                        std::vector<TensorEntry*>& entries, const Reduction& red) {
-  if (ctx.size() != 1 || ctx.config.nccl_alone || !red.post.isOne() || !mpi::preScaling(r).isOne())
+  if (ctx.size() != 1 || ctx.config.nccl_alone || !red.post.isOne() || !preScaling(r).isOne())
     return false;
   const int device = cuda::deviceOf(devices, entries);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     TensorEntry* e = entries[i];
     if (!e || e->error || !e->ready || e->tensor.device.index != device) return false;
-    if (!mpi::prepareLocal(*e, [&] { mpi::checkInput(r, i, *e, r.tensorBytes(i)); })) return false;
+    if (!prepareLocal(*e, [&] { checkInput(r, i, *e, r.tensorBytes(i)); })) return false;
   }
   cuda::completeWhenReady(devices.finalizer(), device, r, entries);
   return true;
 }
 
-class NcclAllreduce final : public Op {
+class AllreduceOp final : public Op {
  public:
-  explicit NcclAllreduce(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+  explicit AllreduceOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CUDA &&
@@ -218,8 +208,8 @@ class NcclAllreduce final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> makeNcclAllreduce(std::shared_ptr<cuda::Devices> devices) {
-  return std::make_unique<NcclAllreduce>(std::move(devices));
+std::unique_ptr<Op> makeAllreduce(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<AllreduceOp>(std::move(devices));
 }
 
 }  // namespace accord::nccl

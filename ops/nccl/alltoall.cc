@@ -13,11 +13,10 @@ namespace accord::nccl {
 
 namespace {
 
-using mpi::Exchange;
 
-class NcclAlltoall final : public Op {
+class AlltoallOp final : public Op {
  public:
-  explicit NcclAlltoall(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+  explicit AlltoallOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Alltoall && response.device.type == DeviceType::CUDA;
@@ -27,11 +26,11 @@ class NcclAlltoall final : public Op {
                std::vector<TensorEntry*>& entries) override {
     const int n = ctx.size();
     if (response.names.size() != 1 || response.rank_rows.size() != std::size_t(n) * n)
-      throw InvalidArgument(mpi::describe(response) + ": expected one tensor and a " +
+      throw InvalidArgument(describe(response) + ": expected one tensor and a " +
                             std::to_string(n) + "x" + std::to_string(n) + " split matrix, got " +
                             std::to_string(response.names.size()) + " tensors and " +
                             std::to_string(response.rank_rows.size()) + " splits");
-    const Exchange x = mpi::alltoallExchange(response, ctx.rank(), ctx.size());
+    const Exchange x = alltoallExchange(response, ctx.rank(), ctx.size());
     run(devices_, ctx, response, entries, [&](Launch& l) { exchange(l, x); });
   }
 
@@ -79,8 +78,8 @@ class NcclAlltoall final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> makeNcclAlltoall(std::shared_ptr<cuda::Devices> devices) {
-  return std::make_unique<NcclAlltoall>(std::move(devices));
+std::unique_ptr<Op> makeAlltoall(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<AlltoallOp>(std::move(devices));
 }
 
 }  // namespace accord::nccl

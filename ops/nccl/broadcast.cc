@@ -9,9 +9,9 @@ namespace accord::nccl {
 
 namespace {
 
-class NcclBroadcast final : public Op {
+class BroadcastOp final : public Op {
  public:
-  explicit NcclBroadcast(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
+  explicit BroadcastOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
     return response.type == ResponseType::Broadcast && response.device.type == DeviceType::CUDA;
@@ -20,9 +20,9 @@ class NcclBroadcast final : public Op {
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
     if (response.root < 0 || response.root >= ctx.size())
-      throw InvalidArgument(mpi::describe(response) + ": root rank " +
-                            std::to_string(response.root) + " is outside the process set of " +
-                            std::to_string(ctx.size()) + " ranks");
+      throw InvalidArgument(describe(response) + ": root rank " + std::to_string(response.root) +
+                            " is outside the process set of " + std::to_string(ctx.size()) +
+                            " ranks");
     run(devices_, ctx, response, entries, [&](Launch& l) {
       // Stand-ins are carved from one scratch region, reserved once.
       std::size_t scratch_bytes = 0;
@@ -64,8 +64,8 @@ class NcclBroadcast final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> makeNcclBroadcast(std::shared_ptr<cuda::Devices> devices) {
-  return std::make_unique<NcclBroadcast>(std::move(devices));
+std::unique_ptr<Op> makeBroadcast(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<BroadcastOp>(std::move(devices));
 }
 
 }  // namespace accord::nccl

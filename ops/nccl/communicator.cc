@@ -1,8 +1,8 @@
 // Communicator (see communicator.h).
 #include "ops/nccl/communicator.h"
 
+#include "ops/common/checks.h"
 #include "ops/cuda/device.h"
-#include "ops/mpi/link.h"
 #include "runtime/logging.h"
 
 #include <accord/error.h>
@@ -17,8 +17,6 @@ namespace accord::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr int kUniqueIdTag = 0x4e43;  // "NC"
 
 std::string seconds(std::chrono::milliseconds t) {
   char buf[32];
@@ -45,39 +43,33 @@ std::string errorText(ncclResult_t result, ncclComm_t comm) {
   return text;
 }
 
-std::shared_ptr<Communicator> Communicator::create(mpi::Link& link, int device,
+std::shared_ptr<Communicator> Communicator::create(ProcessGroup& group, int device,
                                                    std::chrono::milliseconds timeout) {
   std::vector<int> ranks;
-  for (int r = 0; r < link.size(); ++r) ranks.push_back(link.globalRank(r));
+  for (int r = 0; r < group.size(); ++r) ranks.push_back(group.globalRank(r));
   std::shared_ptr<Communicator> comm(
-      new Communicator(device, "process set of global ranks " + mpi::joinRanks(ranks), timeout));
+      new Communicator(device, "process set of global ranks " + joinRanks(ranks), timeout));
 
-  // The unique id, from the set's rank 0 to everyone over MPI. A rank 0 that cannot
-  // get one still answers, so that nobody waits for it.
+  // The unique id, from the set's rank 0 to everyone. A rank 0 that cannot get one
+  // still answers, so that nobody waits for it.
   IdMessage message;
   std::string failure;
   const std::string what = "NCCL communicator of the " + comm->name();
-  if (link.rank() == 0) {
+  if (group.rank() == 0) {
     const ncclResult_t result = ncclGetUniqueId(&message.id);
     message.ok = result == ncclSuccess;
     if (!message.ok) failure = "ncclGetUniqueId failed: " + errorText(result, nullptr);
-    mpi::Requests sends;
-    for (int r = 1; r < link.size(); ++r)
-      link.send(sends, &message, sizeof message, r, kUniqueIdTag);
-    link.await(sends, what, "receive NCCL's unique id", mpi::Patience::Negotiation);
-  } else {
-    mpi::Requests receive;
-    link.recv(receive, &message, sizeof message, 0, kUniqueIdTag);
-    link.await(receive, what, "send NCCL's unique id", mpi::Patience::Negotiation);
-    if (!message.ok) failure = "the set's rank 0 could not get an NCCL unique id";
   }
+  group.broadcast(&message, sizeof message, what, "NCCL's unique id");
+  if (group.rank() != 0 && !message.ok)
+    failure = "the set's rank 0 could not get an NCCL unique id";
   if (!failure.empty()) {
     comm->broken_ = "creating the " + what + " failed: " + failure;
     comm->is_broken_.store(true, std::memory_order_release);
     log().error("{}", comm->broken_);
     return comm;
   }
-  comm->join(link.size(), message.id, link.rank());
+  comm->join(group.size(), message.id, group.rank());
   return comm;
 }
 

@@ -1,8 +1,8 @@
 // One process set's NCCL communicator on this rank.
 //
 // Created on the set's first device collective, on every member in the same response:
-// the set's rank 0 asks NCCL for a unique id and sends it to the others over the
-// set's MPI link (with the link's deadline-bounded waits), then every member joins a
+// the set's rank 0 asks NCCL for a unique id and sends it to the others through the
+// set's ProcessGroup (with its deadline-bounded waits), then every member joins a
 // non-blocking communicator (config.blocking = 0) and polls ncclCommGetAsyncError for
 // at most ACCORD_STALL_SHUTDOWN_TIME. Non-blocking, because a blocking NCCL call that
 // waits for a dead peer never returns: here every call returns at once, and every wait
@@ -10,7 +10,7 @@
 //
 // A communicator that NCCL could not create, that failed, or that timed out is aborted
 // (ncclCommAbort) and stays broken: the device collectives of its set fail at once
-// with the reason, on this rank, while host collectives and the MPI link go on. Other
+// with the reason, on this rank, while host collectives and the host transport go on. Other
 // members find out through their own polls and deadlines.
 //
 // Thread boundary: the background thread creates the communicator and launches
@@ -23,6 +23,7 @@
 // such a launch, which the same timeout bounds (and which aborts on it itself).
 #pragma once
 
+#include "ops/common/process_group.h"
 #include "ops/cuda/finalizer.h"
 
 #include <nccl.h>
@@ -33,10 +34,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-
-namespace accord::mpi {
-class Link;
-}
 
 namespace accord::nccl {
 
@@ -51,10 +48,10 @@ std::string errorText(ncclResult_t result, ncclComm_t comm);
 
 class Communicator final : public cuda::Watched {
  public:
-  // Collective over `link`'s ranks. Returns a broken communicator when NCCL fails or
-  // does not finish in time; throws CommError only when the link itself fails (a
-  // member stopped answering MPI: the set's transport is then broken).
-  static std::shared_ptr<Communicator> create(mpi::Link& link, int device,
+  // Collective over `group`'s ranks. Returns a broken communicator when NCCL fails or
+  // does not finish in time; throws CommError only when the group itself fails (a
+  // member stopped answering: the set's transport is then broken).
+  static std::shared_ptr<Communicator> create(ProcessGroup& group, int device,
                                               std::chrono::milliseconds timeout);
   // Flushes and frees the communicator in step with the other members
   // (ncclCommFinalize, ncclCommDestroy), within the timeout; aborts it after that.

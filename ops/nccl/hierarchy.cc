@@ -1,26 +1,32 @@
 // DeviceHierarchy (see hierarchy.h).
 #include "ops/nccl/hierarchy.h"
 
-#include "ops/mpi/hierarchical.h"
-#include "ops/mpi/link.h"
 #include "runtime/config.h"
 #include "runtime/logging.h"
 
 namespace accord::nccl {
 
-std::unique_ptr<DeviceHierarchy> DeviceHierarchy::create(mpi::Link& set, int device,
+namespace {
+
+// Why the set reduces with one communicator, or nullptr where the hierarchy applies.
+const char* flatBecause(const HostLayout& split, const Config& config) {
+  if (split.largest != split.smallest) return "its hosts hold different numbers of its ranks";
+  if (!config.hierarchical_everywhere && split.hosts < 2) return "all its ranks share one host";
+  if (!config.hierarchical_everywhere && split.local_size < 2)
+    return "each host holds one of its ranks";
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceHierarchy> DeviceHierarchy::create(ProcessGroup& set, int device,
                                                          const Config& config) {
   if (!config.hierarchical_allreduce) return nullptr;
-  mpi::HostSplit split = mpi::splitByHost(set);
-  const char* flat = nullptr;
-  if (split.largest != split.smallest)
-    flat = "its hosts hold different numbers of its ranks";
-  else if (!config.hierarchical_everywhere && split.hosts < 2)
-    flat = "all its ranks share one host";
-  else if (!config.hierarchical_everywhere && split.local_size < 2)
-    flat = "each host holds one of its ranks";
-  if (flat) {
-    MPI_Comm_free(&split.host);
+  HostGroups groups = set.splitByHost(
+      [&](const HostLayout& layout) { return flatBecause(layout, config) == nullptr; },
+      config.stall_shutdown_time);
+  const HostLayout& split = groups.layout;
+  if (const char* flat = flatBecause(split, config)) {
     log().debug(
         "ACCORD_HIERARCHICAL_ALLREDUCE: CUDA tensors of a process set of {} ranks on {} "
         "hosts ({}..{} per host) reduce with one NCCL communicator: {}",
@@ -30,13 +36,11 @@ std::unique_ptr<DeviceHierarchy> DeviceHierarchy::create(mpi::Link& set, int dev
   std::unique_ptr<DeviceHierarchy> h(new DeviceHierarchy());
   h->local_rank_ = split.local_rank;
   h->local_size_ = split.local_size;
-  auto host_ranks = mpi::globalRanksOf(split.host, set);
-  h->host_link_ =
-      std::make_unique<mpi::Link>(split.host, std::move(host_ranks), config.stall_shutdown_time);
-  h->across_link_ = mpi::linkAcrossHosts(set, split, config.stall_shutdown_time);
+  h->host_group_ = std::move(groups.host);
+  h->across_group_ = std::move(groups.across);
   // Every member creates both in this order: the host's first, then the one across.
-  h->local_ = Communicator::create(*h->host_link_, device, config.stall_shutdown_time);
-  h->cross_ = Communicator::create(*h->across_link_, device, config.stall_shutdown_time);
+  h->local_ = Communicator::create(*h->host_group_, device, config.stall_shutdown_time);
+  h->cross_ = Communicator::create(*h->across_group_, device, config.stall_shutdown_time);
   log().debug(
       "ACCORD_HIERARCHICAL_ALLREDUCE: CUDA tensors of a process set of {} ranks reduce in "
       "{} hosts x {} ranks",
@@ -44,7 +48,7 @@ std::unique_ptr<DeviceHierarchy> DeviceHierarchy::create(mpi::Link& set, int dev
   return h;
 }
 
-// The communicators go first (in step with the other members), then the links.
+// The communicators go first (in step with the other members), then the groups.
 DeviceHierarchy::~DeviceHierarchy() {
   cross_.reset();
   local_.reset();

@@ -3,7 +3,7 @@
 //
 // NCCL already picks rings and trees by topology, but one communicator over every GPU
 // still sends 2(n-1)/n of the buffer through the network. Here, as on host memory
-// (ops/mpi/hierarchical.h), each level does what it is good at:
+// (the MPI transport's hierarchy), each level does what it is good at:
 //   1. ncclReduceScatter among the host's ranks (NVLink or PCIe): local rank l ends
 //      with block l of the buffer reduced over its host;
 //   2. ncclAllReduce of block l among the ranks with local rank l, one per host, so all
@@ -25,10 +25,6 @@
 #include <chrono>
 #include <memory>
 
-namespace accord::mpi {
-class Link;
-}
-
 namespace accord {
 struct Config;
 }
@@ -37,11 +33,11 @@ namespace accord::nccl {
 
 class DeviceHierarchy {
  public:
-  // Collective over `set` (MPI, then NCCL). nullptr (with a debug log saying why) where
-  // the hierarchy does not apply: the setting is off, hosts hold different numbers of
-  // the set's ranks, or, unless ACCORD_HIERARCHICAL_ALLREDUCE=2, all ranks share one
-  // host or each host holds one.
-  static std::unique_ptr<DeviceHierarchy> create(mpi::Link& set, int device,
+  // Collective over `set` (its split by host, then NCCL). nullptr (with a debug log saying why)
+  // where the hierarchy does not apply: the setting is off, hosts hold different numbers of the
+  // set's ranks, or, unless ACCORD_HIERARCHICAL_ALLREDUCE=2, all ranks share one host or each host
+  // holds one.
+  static std::unique_ptr<DeviceHierarchy> create(ProcessGroup& set, int device,
                                                  const Config& config);
   ~DeviceHierarchy();
   DeviceHierarchy(const DeviceHierarchy&) = delete;
@@ -58,7 +54,7 @@ class DeviceHierarchy {
   DeviceHierarchy() = default;
 
   int local_rank_ = 0, local_size_ = 1;
-  std::unique_ptr<mpi::Link> host_link_, across_link_;
+  std::unique_ptr<ProcessGroup> host_group_, across_group_;
   std::shared_ptr<Communicator> local_, cross_;
 };
 

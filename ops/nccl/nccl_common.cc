@@ -1,7 +1,6 @@
 // Shared pieces of the NCCL ops (see nccl_common.h).
 #include "ops/nccl/nccl_common.h"
 
-#include "ops/mpi/link.h"
 #include "ops/nccl/nccl_ops.h"
 #include "runtime/logging.h"
 
@@ -78,16 +77,20 @@ class NcclSet final : public SetExtension {
 };
 
 NcclSet& setState(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, int device) {
-  if (!ctx.extension) {
-    // The hierarchy first: its split by host is a plain MPI collective, with no deadline,
+  std::unique_ptr<SetExtension>& extension = ctx.transport.extension();
+  if (!extension) {
+    // The hierarchy first: its split by host is a plain collective, with no deadline,
     // so it runs while every member is sure to reach it, before any exchange that can
     // time out on one rank (a communicator's unique id) and leave the others waiting.
-    auto hierarchy = DeviceHierarchy::create(ctx.link, device, ctx.config);
-    auto comm = Communicator::create(ctx.link, device, ctx.config.stall_shutdown_time);
-    ctx.extension = std::make_unique<NcclSet>(devices, std::move(comm), std::move(hierarchy));
+    ProcessGroup& group = ctx.transport.group();
+    auto hierarchy = DeviceHierarchy::create(group, device, ctx.config);
+    auto comm = Communicator::create(group, device, ctx.config.stall_shutdown_time);
+    extension = std::make_unique<NcclSet>(devices, std::move(comm), std::move(hierarchy));
   }
   // Only the NCCL ops put state into a transport's extension.
-  return static_cast<NcclSet&>(*ctx.extension);
+  auto* set = dynamic_cast<NcclSet*>(extension.get());
+  if (!set) throw Error("NCCL: the process set's device state belongs to another backend");
+  return *set;
 }
 
 void failLocal(std::vector<TensorEntry*>& entries, std::exception_ptr error) {
@@ -129,7 +132,7 @@ bool reducesOnNccl(DType dtype) {
 
 Reduction reductionFor(const Response& response, int set_size) {
   Reduction r;
-  r.post = mpi::postScaling(response, set_size);
+  r.post = postScaling(response, set_size);
   const bool power_of_two = std::has_single_bit(static_cast<unsigned>(set_size));
   switch (response.op) {
     case ReduceOp::Sum:
@@ -152,7 +155,7 @@ Reduction reductionFor(const Response& response, int set_size) {
       if (is_floating_point(response.dtype) && power_of_two && response.prescale == 1.0 &&
           response.postscale == 1.0) {
         r.op = ncclAvg;
-        r.post = mpi::Scaling{};
+        r.post = Scaling{};
       }
       break;
   }
@@ -160,13 +163,12 @@ Reduction reductionFor(const Response& response, int set_size) {
 }
 
 bool Launch::checkInput(std::size_t i, std::size_t bytes) {
-  return local(i) &&
-         mpi::prepareLocal(*entries[i], [&] { mpi::checkInput(response, i, *entries[i], bytes); });
+  return localInput(response, i, entries[i], bytes);
 }
 
 void* Launch::outputOrScratch(std::size_t i, const Shape& shape) {
   void* out = nullptr;
-  if (local(i) && mpi::prepareLocal(*entries[i], [&] {
+  if (local(i) && prepareLocal(*entries[i], [&] {
         out = cuda::deviceOutput(response, i, *entries[i], shape, device.device);
       }))
     return out;
@@ -174,7 +176,7 @@ void* Launch::outputOrScratch(std::size_t i, const Shape& shape) {
 }
 
 void Launch::nccl(const std::function<ncclResult_t(ncclComm_t)>& calls) {
-  comm.launch(calls, mpi::describe(response));
+  comm.launch(calls, describe(response));
 }
 
 void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const Response& response,
@@ -183,7 +185,7 @@ void run(const std::shared_ptr<cuda::Devices>& devices, ExecContext& ctx, const 
   // as it would from any MPI exchange.
   NcclSet& set = setState(devices, ctx, cuda::deviceOf(*devices, entries));
   Communicator& comm = set.comm();
-  const std::string what = mpi::describe(response);
+  const std::string what = describe(response);
   if (std::string reason = set.watched()->broken(); !reason.empty()) {
     failLocal(entries, std::make_exception_ptr(CommError(what + ": " + reason)));
     return;
@@ -230,11 +232,11 @@ std::vector<std::unique_ptr<Op>> makeNcclOps(std::shared_ptr<Devices> devices) {
         "collectives may fail",
         version, NCCL_VERSION_CODE);
   std::vector<std::unique_ptr<Op>> ops;
-  ops.push_back(nccl::makeNcclAllreduce(devices));
-  ops.push_back(nccl::makeNcclAllgather(devices));
-  ops.push_back(nccl::makeNcclBroadcast(devices));
-  ops.push_back(nccl::makeNcclAlltoall(devices));
-  ops.push_back(nccl::makeNcclReducescatter(devices));
+  ops.push_back(nccl::makeAllreduce(devices));
+  ops.push_back(nccl::makeAllgather(devices));
+  ops.push_back(nccl::makeBroadcast(devices));
+  ops.push_back(nccl::makeAlltoall(devices));
+  ops.push_back(nccl::makeReducescatter(devices));
   return ops;
 }
 

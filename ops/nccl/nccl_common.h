@@ -8,8 +8,11 @@
 // handles fail with the reason; host collectives and the MPI link are not affected.
 #pragma once
 
+#include "ops/common/checks.h"
+#include "ops/common/fused_layout.h"
+#include "ops/common/layouts.h"
+#include "ops/common/scaling.h"
 #include "ops/cuda/device_ops.h"
-#include "ops/mpi/mpi_common.h"
 #include "ops/nccl/communicator.h"
 #include "ops/nccl/hierarchy.h"
 
@@ -34,7 +37,7 @@ bool reducesOnNccl(DType dtype);
 // orders).
 struct Reduction {
   ncclRedOp_t op = ncclSum;
-  mpi::Scaling post;
+  Scaling post;
 };
 Reduction reductionFor(const Response& response, int set_size);
 
@@ -50,7 +53,7 @@ struct Launch {
 
   // Is entry i this rank's own, usable tensor? (Not joined, no local failure yet.)
   bool local(std::size_t i) const { return entries[i] && !entries[i]->error; }
-  // Runs mpi::checkInput on entry i through prepareLocal; false if it failed.
+  // localInput (checks.h) of entry i: false where it is not this rank's usable input.
   bool checkInput(std::size_t i, std::size_t bytes);
   // Entry i's device output (a stand-in from device.scratch when it cannot have one:
   // joined, or its allocator failed, which fails its handle).

@@ -20,7 +20,7 @@ namespace accord::nccl {
 
 namespace {
 
-using Plan = mpi::ScatterPlan;
+using Plan = ScatterPlan;
 
 void reduceDirect(Launch& l, const Plan& plan, const Reduction& red, void* output) {
   const Response& r = l.response;
@@ -65,7 +65,7 @@ void reducePacked(Launch& l, const Plan& plan, const Reduction& red, const std::
     if (plan.per_rank[k] < block) neutral.emplace_back(at, block - plan.per_rank[k]);
   }
   cuda::batchedCopy(in, l.stream);
-  const mpi::Scaling pre = mpi::preScaling(r);
+  const Scaling pre = preScaling(r);
   if (!pre.isOne()) cuda::scale(send, block * size, r.dtype, pre.factor, pre.divisor, l.stream);
   for (auto [at, n] : neutral) cuda::fillNeutral(send + at * elem, n, r.dtype, r.op, l.stream);
   l.nccl([&](ncclComm_t comm) {
@@ -76,19 +76,18 @@ void reducePacked(Launch& l, const Plan& plan, const Reduction& red, const std::
   cuda::batchedCopy(out, l.stream);
 }
 
-class NcclReducescatter final : public Op {
+class ReducescatterOp final : public Op {
  public:
-  explicit NcclReducescatter(std::shared_ptr<cuda::Devices> devices)
-      : devices_(std::move(devices)) {}
+  explicit ReducescatterOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
-    return response.type == ResponseType::Reducescatter && response.device.type == DeviceType::CUDA &&
-           reducesOnNccl(response.dtype);
+    return response.type == ResponseType::Reducescatter &&
+           response.device.type == DeviceType::CUDA && reducesOnNccl(response.dtype);
   }
 
   void execute(ExecContext& ctx, const Response& response,
                std::vector<TensorEntry*>& entries) override {
-    const Plan plan = mpi::reducescatterPlan(response, ctx.size());
+    const Plan plan = reducescatterPlan(response, ctx.size());
     run(devices_, ctx, response, entries, [&](Launch& l) {
       const std::size_t n = entries.size();
       std::vector<bool> local(n, false);
@@ -99,7 +98,7 @@ class NcclReducescatter final : public Op {
         Shape shape = response.shapes[t];
         shape[0] = plan.rows[t][ctx.rank()];
         // A failed output gets no copy: its stand-in is not needed.
-        mpi::prepareLocal(*entries[t], [&] {
+        prepareLocal(*entries[t], [&] {
           outputs[t] = cuda::deviceOutput(response, t, *entries[t], shape, l.device.device);
         });
       }
@@ -121,8 +120,8 @@ class NcclReducescatter final : public Op {
 
 }  // namespace
 
-std::unique_ptr<Op> makeNcclReducescatter(std::shared_ptr<cuda::Devices> devices) {
-  return std::make_unique<NcclReducescatter>(std::move(devices));
+std::unique_ptr<Op> makeReducescatter(std::shared_ptr<cuda::Devices> devices) {
+  return std::make_unique<ReducescatterOp>(std::move(devices));
 }
 
 }  // namespace accord::nccl

@@ -6,7 +6,7 @@
 // rounded answer the kernels must produce.
 #include "ops/cpu/half.h"
 #include "ops/cpu/kernels.h"
-#include "ops/fusion_buffer.h"
+#include "ops/common/fusion_buffer.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
-// The persistent host staging buffer the MPI ops share.
+// The persistent host staging buffer the host ops share.
 //
 // Fused tensors are copied into one contiguous region so that a single collective
 // carries them all; joined ranks borrow a neutral-filled scratch region from it. The
-// buffer lives as long as the OpManager and only grows, so a training loop that fuses
+// buffer lives as long as the dispatcher and only grows, so a training loop that fuses
 // the same gradients every step allocates once. Only the background thread uses it.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Growth policy of the fusion buffer (see fusion_buffer.h).
-#include "ops/fusion_buffer.h"
+#include "ops/common/fusion_buffer.h"
 
 #include <accord/error.h>
 
@@ -11,7 +11,7 @@
 namespace accord {
 
 void FusionBuffer::Free::operator()(char* p) const {
-  ::operator delete(p, std::align_val_t{kAlignment});
+  ::operator delete (p, std::align_val_t{kAlignment});
 }
 
 char* FusionBuffer::reserve(std::size_t bytes) {
@@ -27,7 +27,7 @@ char* FusionBuffer::reserve(std::size_t bytes) {
   data_.reset();
   capacity_ = 0;
   try {
-    data_.reset(static_cast<char*>(::operator new(grown, std::align_val_t{kAlignment})));
+    data_.reset(static_cast<char*>(::operator new (grown, std::align_val_t{kAlignment})));
   } catch (const std::bad_alloc&) {
     throw Error("fusion buffer: cannot allocate " + std::to_string(grown) +
                 " bytes of host memory (requested " + std::to_string(bytes) +

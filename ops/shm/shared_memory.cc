@@ -6,7 +6,7 @@
 //
 // A buffer of up to two pieces is reduced whole, a larger one in pieces of piece_bytes.
 // Each piece costs three waits for the slowest rank, and those add up, while large
-// buffers still run fastest in pieces that stay in L2 (README, "Why the defaults").
+// buffers still run fastest in pieces that stay in L2 (docs/performance.md, "Why the defaults").
 //
 // Allreduce piece number gen (counted from 1, identical on every rank):
 //   0. wait for every peer's collected >= gen - 1: nobody reads my data slot any more
@@ -28,11 +28,11 @@
 // Negotiation round k writes slot k % 2. A slot is rewritten two rounds later, when its
 // readers are done: a peer enters round k + 1 only after reading round k, and I wait
 // for every peer's round k + 1 before I start round k + 2.
-#include "ops/mpi/shared_memory.h"
+#include "ops/shm/shared_memory.h"
 
 #include "runtime/host_split.h"
-#include "runtime/peer_watch.h"
 #include "runtime/mpi_check.h"
+#include "runtime/peer_watch.h"
 
 #include <accord/error.h>
 
@@ -49,7 +49,7 @@
 #include <climits>
 #include <ctime>
 
-namespace accord::mpi {
+namespace accord::shm {
 
 namespace {
 
@@ -152,7 +152,8 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
     throw CommError("shared-memory transport: cannot allocate " + std::to_string(bytes) +
                     " bytes of shared memory per rank (" + detail::mpiErrorString(rc) +
                     "); the file system MPI maps it from (/dev/shm or /tmp) may be too small for " +
-                    std::to_string(size) + " ranks: lower ACCORD_CHUNK_BYTES (each rank holds "
+                    std::to_string(size) +
+                    " ranks: lower ACCORD_CHUNK_BYTES (each rank holds "
                     "two pieces) or set ACCORD_SHARED_MEMORY=0");
   }
   ACCORD_MPI_CHECK(MPI_Win_set_errhandler(s->win_, MPI_ERRORS_RETURN));
@@ -336,4 +337,4 @@ void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceO
   what_ = nullptr;
 }
 
-}  // namespace accord::mpi
+}  // namespace accord::shm

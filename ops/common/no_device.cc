@@ -1,6 +1,6 @@
-// A build without the CUDA toolkit has no GPU support: the OpManager runs host tensors
+// A build without the CUDA toolkit has no GPU support: the dispatcher runs host tensors
 // only and refuses device tensors at submission (see DeviceSupport in op.h).
-#include "ops/op.h"
+#include "ops/common/op.h"
 
 #include <accord/accord.h>
 

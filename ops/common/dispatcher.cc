@@ -1,15 +1,16 @@
-// OpManager: the MPI backend (runtime/backend.h). Connects process sets and runs each
-// negotiated response on the first registered op that accepts it.
+// The dispatcher: runtime/backend.h's Backend. Connects process sets (through the host
+// transport) and runs each negotiated response on the first registered op that
+// accepts it.
 //
-// Ops are tried in registration order: the device ops (DeviceSupport) come before MPI,
-// so that CUDA tensors go to them and host tensors fall through to MPI. The manager owns
-// the buffers the ops share, so they persist across cycles: a training loop that fuses
-// the same gradients every step allocates once. Barrier, Join, process-set changes and
-// errors never arrive here: the runtime completes those itself.
+// Ops are tried in registration order: the device ops (DeviceSupport) come before the
+// host ops, so that CUDA tensors go to them and host tensors fall through to MPI. The
+// dispatcher owns the buffers the ops share, so they persist across cycles: a training
+// loop that fuses the same gradients every step allocates once. Barrier, Join,
+// process-set changes and errors never arrive here: the runtime completes those itself.
+#include "ops/common/op.h"
 #include "ops/cpu/kernels.h"
-#include "ops/mpi/mpi_ops.h"
-#include "ops/mpi/mpi_transport.h"
-#include "ops/op.h"
+
+#include <accord/error.h>
 
 #include <algorithm>
 #include <thread>
@@ -18,19 +19,15 @@ namespace accord {
 
 namespace {
 
-class OpManager final : public Backend {
+class Dispatcher final : public Backend {
  public:
-  explicit OpManager(const Config& config) : config_(config), device_(makeDeviceSupport(config)) {
-    if (device_) ops_ = device_->makeOps();
-    ops_.push_back(makeMpiAllreduce());
-    ops_.push_back(makeMpiAllgather());
-    ops_.push_back(makeMpiBroadcast());
-    ops_.push_back(makeMpiAlltoall());
-    ops_.push_back(makeMpiReducescatter());
+  explicit Dispatcher(const Config& config) : config_(config), device_(makeDeviceSupport(config)) {
+    if (device_) ops_ = device_->makeOps(makeHostOp);
+    for (ResponseType type : kDataResponses) ops_.push_back(makeHostOp(type));
   }
 
   std::unique_ptr<SetTransport> connect(MPI_Comm comm, std::vector<int> global_ranks) override {
-    return std::make_unique<mpi::MpiTransport>(comm, std::move(global_ranks), config_);
+    return connectHost(comm, std::move(global_ranks), config_);
   }
 
   void execute(SetTransport& transport, const Response& response,
@@ -53,20 +50,21 @@ class OpManager final : public Backend {
   FusionBuffer fusion_, scratch_, spare_;
 };
 
-void OpManager::execute(SetTransport& transport, const Response& response,
-                        std::vector<TensorEntry*>& entries) {
+void Dispatcher::execute(SetTransport& transport, const Response& response,
+                         std::vector<TensorEntry*>& entries) {
   const std::string what = std::string(responseTypeName(response.type)) + " response" +
                            (response.names.empty() ? "" : " '" + response.names[0] + "'");
   if (entries.size() != response.names.size() || response.shapes.size() != response.names.size())
     throw InvalidArgument(what + ": " + std::to_string(response.names.size()) + " names, " +
                           std::to_string(response.shapes.size()) + " shapes and " +
                           std::to_string(entries.size()) + " entries; they must match");
-  // Every transport this backend hands out is an MpiTransport.
-  auto& mpi_transport = static_cast<mpi::MpiTransport&>(transport);
-  mpi_transport.link().checkUsable();
-  ExecContext ctx{
-      mpi_transport.link(),      mpi_transport.shm(),      config_, fusion_, scratch_, spare_,
-      mpi_transport.extension(), mpi_transport.hierarchy()};
+  // Every transport connect() hands out is one; checked all the same, since the
+  // runtime holds it as a plain SetTransport.
+  auto* set = dynamic_cast<OpTransport*>(&transport);
+  if (!set)
+    throw Error(what + ": the process set's transport was not made by this backend's connect()");
+  set->checkUsable();
+  ExecContext ctx{*set, config_, fusion_, scratch_, spare_};
   for (const auto& op : ops_) {
     if (op->enabled(response)) return op->execute(ctx, response, entries);
   }
@@ -84,7 +82,7 @@ std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host) {
   // only preempt each other, and the ranks' communication.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu::setThreads(std::max(1, cores / std::max(1, ranks_per_host)));
-  return std::make_unique<OpManager>(config);
+  return std::make_unique<Dispatcher>(config);
 }
 
 }  // namespace accord

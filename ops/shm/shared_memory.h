@@ -17,8 +17,8 @@
 // costs most when the caches are cold (after the application's compute).
 #pragma once
 
+#include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
-#include "ops/mpi/mpi_common.h"
 
 #include <accord/tensor.h>
 #include <mpi.h>
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace accord::mpi {
+namespace accord::shm {
 
 struct SharedMemoryOptions {
   // Allreduce piece; a buffer of up to two pieces goes whole. The same everywhere.
@@ -57,8 +57,8 @@ class SharedMemory {
   SharedMemory& operator=(const SharedMemory&) = delete;
 
   // The hierarchical allreduce's step between this host's reduce-scatter and its
-  // allgather (hierarchical.h): handed this rank's block of a piece, reduced over the
-  // host's ranks and not yet scaled, it leaves the block's final value in place.
+  // allgather (the MPI transport's hierarchy): handed this rank's block of a piece, reduced over
+  // the host's ranks and not yet scaled, it leaves the block's final value in place.
   using Across = std::function<void(void* block, std::size_t count)>;
 
   // In-place allreduce of `count` elements, in the same pieces on every rank; `pre`
@@ -111,4 +111,4 @@ class SharedMemory {
   std::vector<cpu::CopyPiece> collect_;
 };
 
-}  // namespace accord::mpi
+}  // namespace accord::shm

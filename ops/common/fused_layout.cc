@@ -1,0 +1,73 @@
+// The fused-layout planner (see fused_layout.h).
+#include "ops/common/fused_layout.h"
+
+#include <accord/error.h>
+
+#include <string>
+
+namespace accord {
+
+namespace {
+
+std::size_t roundUp(std::size_t n, std::size_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+FusedReduction planFusedReduction(const std::vector<std::size_t>& bytes,
+                                  const std::vector<bool>& local, std::size_t elem,
+                                  std::size_t alignment, std::size_t multiple) {
+  if (elem == 0 || alignment == 0 || alignment % elem != 0 || multiple == 0 ||
+      local.size() != bytes.size())
+    throw InvalidArgument("fused layout: " + std::to_string(bytes.size()) + " tensors, " +
+                          std::to_string(local.size()) + " local flags, element of " +
+                          std::to_string(elem) + " bytes, alignment " + std::to_string(alignment) +
+                          ", multiple " + std::to_string(multiple));
+  const std::size_t n = bytes.size();
+  FusedReduction plan;
+  plan.bytes = bytes;
+  plan.offset.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bytes[i] % elem != 0)
+      throw InvalidArgument("fused layout: tensor " + std::to_string(i) + " has " +
+                            std::to_string(bytes[i]) + " bytes, not whole elements of " +
+                            std::to_string(elem));
+    plan.offset[i] = plan.used;
+    plan.used += roundUp(bytes[i], alignment);
+    if (bytes[i] == 0) continue;
+    if (local[i])
+      plan.copied.push_back(i);
+    else
+      plan.neutral.push_back({plan.offset[i], bytes[i]});
+  }
+  plan.count = roundUp(plan.used / elem, multiple);
+  if (plan.count * elem > plan.used)
+    plan.neutral.push_back({plan.used, plan.count * elem - plan.used});
+  return plan;
+}
+
+FusedGather planFusedGather(const std::vector<std::vector<std::size_t>>& bytes, int size) {
+  const std::size_t n = bytes.size();
+  FusedGather plan;
+  plan.at.assign(n, std::vector<std::size_t>(size));
+  plan.dst.assign(n, std::vector<std::size_t>(size));
+  for (std::size_t t = 0; t < n; ++t) {
+    if (bytes[t].size() != static_cast<std::size_t>(size))
+      throw InvalidArgument("fused layout: tensor " + std::to_string(t) + " has " +
+                            std::to_string(bytes[t].size()) + " ranks' sizes, expected " +
+                            std::to_string(size));
+    for (int r = 1; r < size; ++r) plan.dst[t][r] = plan.dst[t][r - 1] + bytes[t][r - 1];
+  }
+  for (int r = 0; r < size; ++r) {
+    const std::size_t start = plan.total;
+    for (std::size_t t = 0; t < n; ++t) {
+      plan.at[t][r] = plan.total;
+      plan.total += bytes[t][r];
+    }
+    plan.blocks.push_back({start, plan.total - start});
+  }
+  return plan;
+}
+
+}  // namespace accord
