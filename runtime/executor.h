@@ -1,9 +1,9 @@
 // Runs the negotiated responses of one process set on this rank.
 //
 // Plans fusion over the unfused response list (deterministic, so every rank groups the
-// same tensors), hands data collectives to the OpManager and completes or fails the
-// handles. Process-set changes are only recorded here: the loop applies them after the
-// cycle, when no set is being walked.
+// same tensors), hands data collectives to the backend (ops/common/dispatcher.cc) and
+// completes or fails the handles. Process-set changes are only recorded here: the loop
+// applies them after the cycle, when no set is being walked.
 #pragma once
 
 #include "runtime/backend.h"
