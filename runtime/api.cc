@@ -46,7 +46,7 @@ std::unique_ptr<Runtime> g_runtime;
 bool g_initialized_mpi = false;  // Accord called MPI_Init_thread
 bool g_finalized_mpi = false;
 std::string g_broken;  // why a failed runtime could not be torn down: no restart
-int g_owner_pid = 0;    // the process that called init()
+int g_owner_pid = 0;   // the process that called init()
 // The first collective since init() that timed out, waiting for ranks that never
 // submitted it; written by the background thread, read by shutdown() after joining it.
 std::string g_timed_out;
@@ -268,8 +268,7 @@ void init() {
   g_runtime = std::move(rt);
   static const bool registered = std::atexit(shutdownAtExit) == 0;
   if (!registered) log().warn("could not register Accord's shutdown at exit");
-  static const bool fork_handled =
-      pthread_atfork(nullptr, nullptr, forgetRuntimeInChild) == 0;
+  static const bool fork_handled = pthread_atfork(nullptr, nullptr, forgetRuntimeInChild) == 0;
   if (!fork_handled) log().warn("could not register Accord's fork handler");
 }
 

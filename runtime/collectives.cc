@@ -139,8 +139,9 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
 // Accord's error for an output this rank could not provide, keeping their message.
 Allocator checkedOutput(Allocator allocate, const Request& r) {
   if (!allocate) throw InvalidArgument(describe(r) + ": no output allocator given");
-  return [allocate = std::move(allocate), what = describe(r), device = r.device](
-             const Shape& shape) {
+  const std::string what = describe(r);
+  const Device device = r.device;
+  return [allocate = std::move(allocate), what, device](const Shape& shape) {
     TensorView out;
     try {
       out = allocate(shape);
@@ -149,8 +150,7 @@ Allocator checkedOutput(Allocator allocate, const Request& r) {
     } catch (const std::exception& e) {
       throw InvalidArgument(what + ": the output allocator failed: " + e.what());
     } catch (...) {
-      throw InvalidArgument(what + ": the output allocator threw something other than a "
-                                   "std::exception");
+      throw InvalidArgument(what + ": the output allocator threw a non-std::exception");
     }
     if (!(out.device == device))
       throw InvalidArgument(what + ": the output allocator returned a tensor on " +

@@ -67,8 +67,7 @@ std::string outcomeOf(const std::function<void()>& call) {
 }
 
 // The child's report, one line per call.
-void expectRefused(const std::string& report, const std::vector<std::string>& calls,
-                   int parent) {
+void expectRefused(const std::string& report, const std::vector<std::string>& calls, int parent) {
   INFO("child's report:\n" << report);
   for (const auto& call : calls) {
     const auto at = report.find(call + " -> ");
@@ -96,8 +95,7 @@ TEST_CASE("fork: every call in the child fails at once, naming the parent") {
   std::vector<float> finished(3, 1.0f);
   accord::AllreduceOptions o;
   o.name = "fork.finished";
-  auto done = accord::allreduce_async(
-      {finished.data(), DType::Float32, {3}, {}}, o);
+  auto done = accord::allreduce_async({finished.data(), DType::Float32, {3}, {}}, o);
   REQUIRE(finish(done, o.name).ok());  // finished before the fork
 
   const std::string report = inForkedChild([&] {
@@ -134,8 +132,8 @@ TEST_CASE("fork: a handle pending at the fork fails in the child") {
   if (me == 0) {
     handle = accord::allreduce_async({pending.data(), DType::Float32, {2}, {}}, o);
     const std::string report = inForkedChild([&] {
-      return "pending handle -> " + outcomeOf([&] { handle.wait(); }) + "\n" +
-             "poll -> " + outcomeOf([&] { (void)handle.poll(); }) + "\n";
+      std::string r = "pending handle -> " + outcomeOf([&] { handle.wait(); }) + "\n";
+      return r + "poll -> " + outcomeOf([&] { (void)handle.poll(); }) + "\n";
     });
     if (n > 1) expectRefused(report, {"pending handle", "poll"}, parent);
   }

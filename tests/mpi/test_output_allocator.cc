@@ -42,7 +42,7 @@ void expectOnlyVictimFails(const Outcome& outcome, int victim, Fault fault,
   if (fault == Fault::OtherDevice) {
     CHECK(contains(outcome.message, "returned a tensor on cuda:0, expected cpu"));
   } else {
-    CHECK(contains(outcome.message, "other than a std::exception"));
+    CHECK(contains(outcome.message, "threw a non-std::exception"));
   }
 }
 

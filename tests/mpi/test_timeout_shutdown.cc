@@ -20,9 +20,9 @@
 namespace {
 
 using Seconds = std::chrono::duration<double>;
-constexpr auto kBusy = std::chrono::seconds(12);   // the late ranks' computation
-constexpr double kStallBound = 1.0;                // ACCORD_STALL_SHUTDOWN_TIME below
-constexpr double kMargin = 2.0;                    // a loaded machine's scheduling
+constexpr auto kBusy = std::chrono::seconds(12);  // the late ranks' computation
+constexpr double kStallBound = 1.0;               // ACCORD_STALL_SHUTDOWN_TIME below
+constexpr double kMargin = 2.0;                   // a loaded machine's scheduling
 
 std::string allreduceOutcome(const std::string& name) {
   std::vector<float> x(4, 1.0f);
