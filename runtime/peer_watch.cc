@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
+#include <map>
 
 namespace accord {
 
@@ -14,7 +16,88 @@ std::string listRanks(const std::vector<int>& ranks) {
   return out;
 }
 
+std::string secondsOf(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
+  return buf;
+}
+
+bool holds(const std::vector<int>& ranks, int rank) {
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+
+// The shortest chain of waits from `finding.me` to a rank that stopped, through ranks
+// that answered: {me, 3, 2} when this rank waits for rank 3, which waits for rank 2.
+// Empty when the waits lead to no stopped rank.
+std::vector<int> chainOfWaits(const RollCallFinding& finding) {
+  std::map<int, const std::vector<int>*> waits;
+  for (const auto& [rank, theirs] : finding.answers) waits[rank] = &theirs;
+  waits[finding.me] = &finding.waited_for;
+  std::map<int, int> came_from{{finding.me, finding.me}};
+  std::deque<int> queue{finding.me};
+  while (!queue.empty()) {
+    const int at = queue.front();
+    queue.pop_front();
+    if (holds(finding.stopped, at)) {
+      std::vector<int> chain{at};
+      for (int r = at; r != finding.me; r = came_from[r]) chain.insert(chain.begin(), came_from[r]);
+      return chain;
+    }
+    const auto it = waits.find(at);
+    if (it == waits.end()) continue;
+    for (int next : *it->second) {
+      if (came_from.count(next)) continue;
+      came_from[next] = at;
+      queue.push_back(next);
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string describeStopped(const RollCallFinding& f, const std::string& step,
+                            std::chrono::milliseconds stall, std::chrono::milliseconds round) {
+  const std::string limit = " within " + secondsOf(stall) + " s (ACCORD_STALL_SHUTDOWN_TIME)";
+  const std::string end = "; every pending and later collective fails";
+  if (f.stopped.empty()) {
+    const bool one = f.waited_for.size() == 1;
+    return listRanks(f.waited_for) + " did not " + step + limit +
+           ", yet every rank answered a roll call within " + secondsOf(round) +
+           " s: none has stopped, so " +
+           (one ? "it, or a rank it waits for in turn, hangs" : "they, or ranks they wait for in turn, hang") +
+           " outside Accord's waits. Accord cannot go on" + end;
+  }
+  std::vector<int> direct, indirect;
+  for (int r : f.stopped) (holds(f.waited_for, r) ? direct : indirect).push_back(r);
+  std::string out;
+  if (!direct.empty()) {
+    out = listRanks(direct) + " did not " + step + limit + " and stopped answering: " +
+          (direct.size() == 1 ? "it has died or hangs" : "they have died or hang");
+    if (!indirect.empty()) out += "; " + listRanks(indirect) + " also stopped answering";
+  } else {
+    out = listRanks(f.stopped) + " stopped answering: " +
+          (f.stopped.size() == 1 ? "it has died or hangs" : "they have died or hang");
+  }
+  std::vector<int> survivors{f.me};
+  for (const auto& [rank, theirs] : f.answers) survivors.push_back(rank);
+  std::sort(survivors.begin(), survivors.end());
+  if (survivors.size() > 1)
+    out += "; " + listRanks(survivors) + " still answer";
+  else if (f.size > 2)
+    out += " (no other rank answered a roll call within " + secondsOf(round) +
+           " s: this rank may be the one cut off)";
+  if (direct.empty()) {
+    out += ". This rank waited for " + listRanks(f.waited_for) + " to " + step + limit;
+    const std::vector<int> chain = chainOfWaits(f);
+    for (std::size_t i = 1; i + 1 < chain.size(); ++i) {
+      out += i == 1 ? ", and in turn " + listRanks({chain[i]}) + " waits for "
+                    : ", " + listRanks({chain[i]}) + " for ";
+      out += listRanks({chain[i + 1]});
+    }
+  }
+  return out + ". Accord cannot go on without " + (f.stopped.size() == 1 ? "it" : "them") + end;
+}
 
 PeerWatch& PeerWatch::instance() {
   static PeerWatch watch;
@@ -35,6 +118,12 @@ void PeerWatch::waitEnded() {
   std::lock_guard<std::mutex> lock(mu_);
   published_.store(false, std::memory_order_release);
   waited_for_.clear();
+}
+
+void PeerWatch::rollCalled(const std::vector<int>& stopped, const std::vector<int>& answering) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = stopped;
+  answering_ = answering;
 }
 
 void PeerWatch::ownFailure(const std::string& reason) {
@@ -61,8 +150,12 @@ std::string PeerWatch::suspects(Clock::time_point now) const {
   std::string out;
   for (const auto& [rank, reason] : announced_)
     out += (out.empty() ? "" : "; ") + listRanks({rank}) + " reported that its GPU failed: " + reason;
-  if (published_.load(std::memory_order_relaxed) && !waited_for_.empty() &&
-      now - since_ >= kSuspectAfter) {
+  if (!stopped_.empty()) {
+    // Found by asking every rank: better than whom a wait happened to be stuck on.
+    out += (out.empty() ? "" : "; ") + listRanks(stopped_) + " stopped answering";
+    if (answering_.size() > 1) out += " (" + listRanks(answering_) + " still answer)";
+  } else if (published_.load(std::memory_order_relaxed) && !waited_for_.empty() &&
+             now - since_ >= kSuspectAfter) {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f",
                   std::chrono::duration<double>(now - since_).count());
@@ -79,6 +172,8 @@ void PeerWatch::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   published_.store(false, std::memory_order_release);
   waited_for_.clear();
+  stopped_.clear();
+  answering_.clear();
   own_failure_.clear();
   own_told_ = false;
   announced_.clear();

@@ -13,6 +13,12 @@
 // The finalizer reads suspects() when a device collective fails and adds it to the
 // message.
 //
+// A wait of the MPI link that gives up first calls the roll (ops/mpi/roll_call.h): the
+// ranks that do not answer are the ones that stopped, whoever the wait itself was
+// waiting for. describeStopped() words what it found for the link's CommError, and
+// rollCalled() keeps it, so that suspects() names those ranks rather than the live one
+// the wait was stuck on.
+//
 // Thread boundary: the background thread writes the waits and announcements; the
 // finalizer thread (and the CUDA checks on any thread) read and record under one mutex.
 // The wait loops call waiting() only once they sleep, and waitEnded() costs one atomic
@@ -27,6 +33,28 @@
 #include <vector>
 
 namespace accord {
+
+// What a roll call found once a wait gave up, in global ranks.
+struct RollCallFinding {
+  int me = 0;
+  int size = 0;                 // ranks called, this one included
+  std::vector<int> waited_for;  // whom the wait that gave up waited for, ascending
+  std::vector<int> stopped;     // did not answer, ascending
+  // Each rank that answered, with whom it said it waits for.
+  std::vector<std::pair<int, std::vector<int>>> answers;
+};
+
+// The message of a wait that gave up after `stall` and a roll call of `round`, after
+// "allreduce 'x': ". It starts with the ranks that stopped:
+//   "rank 2 did not pass on its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and stopped
+//    answering: it has died or hangs; ranks 0, 1, 3 still answer. ..."
+// or, where this rank waited for a live rank that waits in turn,
+//   "rank 2 stopped answering: it has died or hangs; ranks 0, 1, 3 still answer. This
+//    rank waited for rank 3 to pass on its part within 3 s (...), and in turn rank 3
+//    waits for rank 2. ..."
+// and says so where the roll call could not tell (every rank answered, or none did).
+std::string describeStopped(const RollCallFinding& finding, const std::string& step,
+                            std::chrono::milliseconds stall, std::chrono::milliseconds round);
 
 class PeerWatch {
  public:
@@ -49,9 +77,14 @@ class PeerWatch {
   // Rank `global_rank` told of its own failure.
   void announced(int global_rank, const std::string& reason);
 
+  // A roll call found `stopped` silent while `answering` (this rank included) answered;
+  // the latest call wins.
+  void rollCalled(const std::vector<int>& stopped, const std::vector<int>& answering);
+
   // What points at a rank, for a failure message: "rank 2 reported that its GPU failed:
   // ..." or "rank 2 did not join a negotiation round in the last 3.2 s (it, or a rank it
-  // waits for in turn, has died or hangs)"; "" when nothing does.
+  // waits for in turn, has died or hangs)", or after a roll call "rank 2 stopped
+  // answering (ranks 0, 1, 3 still answer)"; "" when nothing does.
   std::string suspects(Clock::time_point now) const;
 
   // Tests in one process: forget everything.
@@ -63,6 +96,7 @@ class PeerWatch {
   Clock::time_point since_{};
   std::vector<int> waited_for_;
   std::string step_;
+  std::vector<int> stopped_, answering_;  // the latest roll call's
   std::string own_failure_;
   bool own_told_ = false;
   std::vector<std::pair<int, std::string>> announced_;

@@ -1,7 +1,7 @@
 // Link and Requests (see link.h).
 #include "ops/mpi/link.h"
 
-#include "ops/common/checks.h"
+#include "ops/mpi/roll_call.h"
 
 #include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <thread>
 
 namespace accord::mpi {
@@ -40,13 +39,14 @@ constexpr Waiting kNegotiation{std::chrono::microseconds(5), std::chrono::micros
 constexpr Waiting kData{std::chrono::microseconds(20), std::chrono::microseconds(1000),
                         std::chrono::microseconds(20), std::chrono::microseconds(20)};
 
-std::string seconds(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
-  return buf;
-}
-
 }  // namespace
+
+std::chrono::milliseconds rollCallTime(std::chrono::milliseconds stall) {
+  // A quarter of the stall time, at least a tenth of a second (a time slice or two of a
+  // shared core), at most two seconds (a rank that takes longer to answer is as good as
+  // stopped for the job).
+  return std::clamp(stall / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
+}
 
 void Requests::add(MPI_Request request, int peer, bool receive) {
   requests_.push_back(request);
@@ -67,9 +67,11 @@ Link::Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::millisecon
   ACCORD_MPI_CHECK(MPI_Comm_size(host, &host_size));
   MPI_Comm_free(&host);
   spans_hosts_ = host_size < size_;
+  roll_call_ = std::make_unique<RollCall>(comm_);
 }
 
 Link::~Link() {
+  roll_call_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -139,8 +141,11 @@ void Link::await(Requests& requests, const std::string& what, const char* step, 
         std::this_thread::yield();
         continue;
       }
-      // Asleep on peers: say which, for failure messages written on other threads.
-      PeerWatch::instance().waiting(last, silentPeers(requests), step);
+      // Asleep on peers: say which, for failure messages written on other threads, and
+      // to other ranks that call the roll.
+      const std::vector<int> silent = silentPeers(requests);
+      PeerWatch::instance().waiting(last, globalRanks(silent), step);
+      roll_call_->answer(silent);
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, w.max_sleep);
     }
@@ -157,11 +162,18 @@ std::vector<int> Link::silentPeers(const Requests& requests) const {
   std::vector<int> silent;
   for (std::size_t i = 0; i < requests.requests_.size(); ++i) {
     if (requests.requests_[i] == MPI_REQUEST_NULL) continue;
-    const int peer = global_ranks_[requests.peers_[i]];
+    const int peer = requests.peers_[i];
     if (std::find(silent.begin(), silent.end(), peer) == silent.end()) silent.push_back(peer);
   }
   std::sort(silent.begin(), silent.end());
   return silent;
+}
+
+std::vector<int> Link::globalRanks(const std::vector<int>& ranks) const {
+  std::vector<int> global;
+  for (int r : ranks) global.push_back(global_ranks_[r]);
+  std::sort(global.begin(), global.end());
+  return global;
 }
 
 void Link::giveUp(Requests& requests, const std::string& what, const char* step) {
@@ -177,20 +189,28 @@ void Link::giveUp(Requests& requests, const std::string& what, const char* step)
       MPI_Test(&request, &completed, MPI_STATUS_IGNORE);
     if (requests.receives_[i] && !completed) ++writes_pending;
   }
-  const bool one = silent.size() == 1;
-  std::string message =
-      what + ": rank" + (one ? " " : "s ") + joinRanks(silent) + " did not " + step + " within " +
-      seconds(timeout_) + " s (ACCORD_STALL_SHUTDOWN_TIME): " +
-      (one ? "it, or a rank it waits for in turn, has died or hangs. Accord cannot go on without "
-             "it"
-           : "they, or ranks they wait for in turn, have died or hang. Accord cannot go on "
-             "without them") +
-      "; every pending and later collective fails";
+  requests = Requests();  // the handles are MPI's now: never freed
+
+  const std::chrono::milliseconds round = rollCallTime(timeout_);
+  const Heard heard = roll_call_->call(silent, round);
+  RollCallFinding finding;
+  finding.me = global_ranks_[rank_];
+  finding.size = size_;
+  finding.waited_for = globalRanks(silent);
+  finding.stopped = globalRanks(heard.stopped);
+  std::vector<int> answering{finding.me};
+  for (int r : heard.answered) {
+    finding.answers.emplace_back(global_ranks_[r], globalRanks(heard.waits[r]));
+    answering.push_back(global_ranks_[r]);
+  }
+  std::sort(answering.begin(), answering.end());
+  PeerWatch::instance().rollCalled(finding.stopped, answering);
+
+  std::string message = what + ": " + describeStopped(finding, step, timeout_, round);
   if (writes_pending > 0)
     message += ". MPI could not cancel " + std::to_string(writes_pending) +
                " receive(s) already under way: this collective's buffers may still be written "
                "until the process exits, so keep them allocated";
-  requests = Requests();  // the handles are MPI's now: never freed
   fail(message);
 }
 

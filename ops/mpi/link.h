@@ -6,7 +6,9 @@
 // waited for by Link::await. Blocking MPI collectives have no deadline and cannot be
 // cancelled: a peer that freezes inside one would hold this rank for ever. Here a wait
 // that sees no request complete for ACCORD_STALL_SHUTDOWN_TIME gives up, and because
-// each request knows its peer the CommError names that rank. The requests still
+// each request knows its peer the CommError names that rank, or rather, after a roll call
+// among the ranks (roll_call.h), the ranks that really stopped: a peer the wait was
+// stuck on may itself be waiting for one of them. The requests still
 // outstanding are cancelled where MPI allows it (receives not yet matched); the rest
 // are never freed, and neither is the memory they point to when it is Accord's own:
 // after a failure the runtime never destroys a transport or the backend.
@@ -16,10 +18,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace accord::mpi {
+
+class RollCall;
 
 // The outstanding requests of one step, each with the peer (communicator rank) it
 // exchanges with.
@@ -66,8 +71,10 @@ class Link {
   void recv(Requests& requests, void* data, std::size_t bytes, int peer, int tag);
 
   // Waits for every request. When none completes for timeout(), gives up on the peers
-  // still outstanding: cancels what MPI can cancel, marks the link broken and throws
-  // CommError "<what>: rank 2 did not <step> within 5 s (...)".
+  // still outstanding: cancels what MPI can cancel, calls the roll, marks the link
+  // broken and throws CommError "<what>: rank 2 did not <step> within 5 s (...) and
+  // stopped answering ..." naming the ranks that did not answer (describeStopped in
+  // runtime/peer_watch.h). While it sleeps it answers other ranks' roll calls.
   void await(Requests& requests, const std::string& what, const char* step, Patience patience);
 
   // Throws the CommError that broke the link, if any.
@@ -77,8 +84,9 @@ class Link {
 
  private:
   bool progress(Requests& requests, int& remaining);
-  // The global ranks whose messages `requests` still waits for, sorted.
+  // The communicator ranks `requests` still waits for, ascending.
   std::vector<int> silentPeers(const Requests& requests) const;
+  std::vector<int> globalRanks(const std::vector<int>& ranks) const;
   [[noreturn]] void giveUp(Requests& requests, const std::string& what, const char* step);
 
   MPI_Comm comm_;
@@ -88,6 +96,12 @@ class Link {
   std::chrono::milliseconds timeout_;
   bool spans_hosts_ = false;
   std::string broken_;
+  std::unique_ptr<RollCall> roll_call_;  // on a duplicate of comm_
 };
+
+// How long a roll call listens after a wait of `stall` gave up: a fraction of it, as
+// survivors that are still waiting answer within a sleep of their wait, but at least
+// long enough for a descheduled rank to be scheduled again.
+std::chrono::milliseconds rollCallTime(std::chrono::milliseconds stall);
 
 }  // namespace accord::mpi

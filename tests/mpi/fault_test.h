@@ -38,8 +38,10 @@ inline std::string outcome(const accord::Handle& h, std::string& message) {
 }
 
 // Every rank's pid, the survivors' communicator, and how long a survivor may wait: the
-// stall time, the runtime's own bound, plus a second for noticing and being scheduled,
-// which sanitizer builds slow down (ci/sanitize.sh sets ACCORD_TEST_TIME_SCALE).
+// stall time, the runtime's own bound, and the roll call that follows it (a quarter of
+// the stall time, between 0.1 and 2 s: rollCallTime in ops/mpi/link.h), plus a second
+// for noticing and being scheduled, which sanitizer builds slow down (ci/sanitize.sh
+// sets ACCORD_TEST_TIME_SCALE).
 // Collective over MPI_COMM_WORLD.
 struct FaultSetup {
   double scale = 1.0;
@@ -53,7 +55,8 @@ inline FaultSetup faultSetup(int victim) {
   const char* t_env = std::getenv("ACCORD_STALL_SHUTDOWN_TIME");
   const char* scale_env = std::getenv("ACCORD_TEST_TIME_SCALE");
   f.scale = scale_env ? std::max(1.0, std::atof(scale_env)) : 1.0;
-  f.limit = (t_env ? std::atof(t_env) : 300.0) + 1.0 * f.scale;
+  const double stall = t_env ? std::atof(t_env) : 300.0;
+  f.limit = stall + std::clamp(stall / 4, 0.1, 2.0) + 1.0 * f.scale;
   int size = 1, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);

@@ -41,3 +41,77 @@ TEST_CASE("a rank's own failure is told once; others' are kept, first reason win
   watch.reset();
   CHECK(watch.suspects(now).empty());
 }
+
+namespace {
+
+const std::string kEnd = ". Accord cannot go on without it; every pending and later collective fails";
+
+}  // namespace
+
+TEST_CASE("a roll call blames the rank that stopped, not the live rank a wait was stuck on",
+          "[peer_watch]") {
+  // Four ranks in a ring, rank 2 frozen: rank 3 waited for it, rank 0 for rank 3.
+  RollCallFinding f;
+  f.size = 4;
+  f.stopped = {2};
+  f.me = 3;
+  f.waited_for = {2};
+  f.answers = {{0, {3}}, {1, {0, 2}}};
+  CHECK(describeStopped(f, "pass on its part", 3000ms, 750ms) ==
+        "rank 2 did not pass on its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and stopped "
+        "answering: it has died or hangs; ranks 0, 1, 3 still answer" + kEnd);
+  f.me = 0;
+  f.waited_for = {3};
+  f.answers = {{1, {0, 2}}, {3, {2}}};
+  CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
+        "rank 2 stopped answering: it has died or hangs; ranks 0, 1, 3 still answer. This rank "
+        "waited for rank 3 to send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME), and in "
+        "turn rank 3 waits for rank 2" + kEnd);
+  // Two hops, and a wait on a stopped rank beside a live one names only the stopped one.
+  f.waited_for = {1};
+  f.answers = {{1, {3}}, {3, {2}}};
+  CHECK(describeStopped(f, "pass on its part", 2500ms, 625ms).find(
+            "This rank waited for rank 1 to pass on its part within 2.5 s "
+            "(ACCORD_STALL_SHUTDOWN_TIME), and in turn rank 1 waits for rank 3, rank 3 for "
+            "rank 2.") != std::string::npos);
+  f.waited_for = {1, 2};
+  CHECK(describeStopped(f, "pass on its part", 3000ms, 750ms).rfind(
+            "rank 2 did not pass on its part within 3 s", 0) == 0);
+}
+
+TEST_CASE("a roll call that cannot tell says so", "[peer_watch]") {
+  RollCallFinding f;
+  f.size = 3;
+  f.me = 0;
+  f.waited_for = {1};
+  f.answers = {{1, {2}}, {2, {0}}};  // every rank answered: nobody stopped
+  CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
+        "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME), yet every rank "
+        "answered a roll call within 0.75 s: none has stopped, so it, or a rank it waits for "
+        "in turn, hangs outside Accord's waits. Accord cannot go on; every pending and later "
+        "collective fails");
+  f.answers.clear();  // nobody answered: this rank may be the one cut off
+  f.stopped = {1, 2};
+  CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
+        "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and stopped "
+        "answering: it has died or hangs; rank 2 also stopped answering (no other rank "
+        "answered a roll call within 0.75 s: this rank may be the one cut off). Accord cannot "
+        "go on without them; every pending and later collective fails");
+  // Between two ranks, the other one not answering is the whole story.
+  f.size = 2;
+  f.stopped = {1};
+  CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
+        "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and stopped "
+        "answering: it has died or hangs" + kEnd);
+}
+
+TEST_CASE("after a roll call, suspects() names the ranks that stopped, not the wait's",
+          "[peer_watch]") {
+  PeerWatch watch;
+  const auto now = PeerWatch::Clock::now();
+  watch.waiting(now - 3s, {3}, "send its part");  // stuck on a live rank
+  watch.rollCalled({2}, {0, 1, 3});
+  CHECK(watch.suspects(now) == "rank 2 stopped answering (ranks 0, 1, 3 still answer)");
+  watch.reset();
+  CHECK(watch.suspects(now).empty());
+}

@@ -1,0 +1,84 @@
+// Who has really stopped, once a wait has given up on a peer.
+//
+// A rank that freezes inside a ring holds its neighbours, and they hold theirs in turn:
+// every survivor's wait runs out, most of them on a live rank that is itself stuck. So
+// before a wait gives up (Link::await), its rank calls the roll among the ranks of the
+// communicator: it tells every other rank whom it waited for, and listens for a short
+// while. A live rank answers wherever it is stuck: still inside a wait of its own (the
+// wait answers calls while it sleeps), or calling the roll itself (its own call reached
+// every rank, the late callers included). A rank that says nothing in that time has
+// stopped. Every survivor hears the same ranks, so all of them name the same ones.
+//
+// Survivors reach their deadlines at different times, up to a stall time apart: an early
+// caller hears the late ones answer from inside their waits, and a late caller finds the
+// early ones' calls already queued, so the round itself stays short.
+//
+// The messages go over a duplicate of the communicator, made with the link, so that no
+// message of the collective that failed is mistaken for one of these, nor the other way
+// round. Each is a few dozen bytes, which every MPI transport sends eagerly: a send
+// completes whether or not its peer ever reads it, so none is left for MPI_Finalize or a
+// later shutdown to wait on. One that has not completed when the roll call is destroyed
+// is handed to MPI (MPI_Request_free) with its buffer, never freed.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+namespace accord::mpi {
+
+// What one rank's roll call heard, in communicator ranks.
+struct Heard {
+  std::vector<int> stopped;   // said nothing within the deadline
+  std::vector<int> answered;  // answered (this rank not included), ascending
+  // By communicator rank: whom each rank that answered said it waits for.
+  std::vector<std::vector<int>> waits;
+};
+
+class RollCall {
+ public:
+  // Collective over `comm` (duplicates it; `comm` stays the caller's).
+  explicit RollCall(MPI_Comm comm);
+  ~RollCall();
+  RollCall(const RollCall&) = delete;
+  RollCall& operator=(const RollCall&) = delete;
+
+  // For a wait that sleeps on `waiting_for` (communicator ranks): answers the calls that
+  // have arrived. One MPI_Improbe when there are none.
+  void answer(const std::vector<int>& waiting_for);
+
+  // This rank gave up waiting for `waiting_for`: calls every other rank and listens for
+  // at most `deadline`, less when every rank has been heard from.
+  Heard call(const std::vector<int>& waiting_for, std::chrono::milliseconds deadline);
+
+ private:
+  // A message: kind, how many ranks the sender waits for, and the first kListed of them
+  // (a rank gathering from every other one waits for all of them; the first few are
+  // enough to trace a chain of waits, and keep every message small enough to go
+  // eagerly).
+  static constexpr int kListed = 30;
+  using Message = std::array<int, 2 + kListed>;
+  enum Kind : int { kCall = 1, kAnswer = 2 };
+
+  void post(int peer, Kind kind, const std::vector<int>& waiting_for);
+  // Reads every message that has arrived; answers each call when `reply` is set.
+  void listen(const std::vector<int>* reply);
+  void reap();  // forgets the sends that have completed
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  bool called_ = false;
+  std::vector<bool> heard_;
+  std::vector<std::vector<int>> waits_;
+  struct Outgoing {
+    std::unique_ptr<Message> message;
+    MPI_Request request;
+  };
+  std::vector<Outgoing> outbox_;
+};
+
+}  // namespace accord::mpi
