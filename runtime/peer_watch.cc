@@ -26,32 +26,49 @@ bool holds(const std::vector<int>& ranks, int rank) {
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
 }
 
-// The shortest chain of waits from `finding.me` to a rank that stopped, through ranks
-// that answered: {me, 3, 2} when this rank waits for rank 3, which waits for rank 2.
-// Empty when the waits lead to no stopped rank.
-std::vector<int> chainOfWaits(const RollCallFinding& finding) {
+// Who waits for whom, as far as this rank knows (its own wait and each answer),
+// followed from this rank: each rank reached, with the rank that waits for it. Breadth
+// first, so the chain back from any rank is a shortest one.
+std::map<int, int> followWaits(const RollCallFinding& f) {
   std::map<int, const std::vector<int>*> waits;
-  for (const auto& [rank, theirs] : finding.answers) waits[rank] = &theirs;
-  waits[finding.me] = &finding.waited_for;
-  std::map<int, int> came_from{{finding.me, finding.me}};
-  std::deque<int> queue{finding.me};
+  for (const auto& [rank, theirs] : f.answers) waits[rank] = &theirs;
+  waits[f.me] = &f.waited_for;
+  std::map<int, int> came_from{{f.me, f.me}};
+  std::deque<int> queue{f.me};
   while (!queue.empty()) {
     const int at = queue.front();
     queue.pop_front();
-    if (holds(finding.stopped, at)) {
-      std::vector<int> chain{at};
-      for (int r = at; r != finding.me; r = came_from[r]) chain.insert(chain.begin(), came_from[r]);
-      return chain;
-    }
     const auto it = waits.find(at);
-    if (it == waits.end()) continue;
+    if (it == waits.end()) continue;  // a rank that did not answer: its waits are unknown
     for (int next : *it->second) {
       if (came_from.count(next)) continue;
       came_from[next] = at;
       queue.push_back(next);
     }
   }
-  return {};
+  return came_from;
+}
+
+// {me, 3, 2}: this rank waits for rank 3, which waits for rank 2.
+std::vector<int> chainTo(const std::map<int, int>& came_from, int me, int rank) {
+  std::vector<int> chain{rank};
+  for (int r = rank; r != me; r = came_from.at(r)) chain.insert(chain.begin(), came_from.at(r));
+  return chain;
+}
+
+std::string undecided(const RollCallFinding& f, const std::string& step, const std::string& limit,
+                      std::chrono::milliseconds round) {
+  const bool one = f.waited_for.size() == 1;
+  std::string out = listRanks(f.waited_for) + " did not " + step + limit +
+                    ", and a roll call could not tell which rank stopped: ";
+  if (f.stopped.empty())
+    out += "every rank answered within " + secondsOf(round) + " s";
+  else
+    out += "the ranks waited for answered within " + secondsOf(round) + " s, and none of them " +
+           "waits for " + listRanks(f.stopped) + ", which did not";
+  return out + ". " +
+         (one ? "It, or a rank it waits for in turn, hangs" : "They, or ranks they wait for in turn, hang") +
+         " outside Accord's waits. Accord cannot go on; every pending and later collective fails";
 }
 
 }  // namespace
@@ -59,25 +76,23 @@ std::vector<int> chainOfWaits(const RollCallFinding& finding) {
 std::string describeStopped(const RollCallFinding& f, const std::string& step,
                             std::chrono::milliseconds stall, std::chrono::milliseconds round) {
   const std::string limit = " within " + secondsOf(stall) + " s (ACCORD_STALL_SHUTDOWN_TIME)";
-  const std::string end = "; every pending and later collective fails";
-  if (f.stopped.empty()) {
-    const bool one = f.waited_for.size() == 1;
-    return listRanks(f.waited_for) + " did not " + step + limit +
-           ", yet every rank answered a roll call within " + secondsOf(round) +
-           " s: none has stopped, so " +
-           (one ? "it, or a rank it waits for in turn, hangs" : "they, or ranks they wait for in turn, hang") +
-           " outside Accord's waits. Accord cannot go on" + end;
-  }
-  std::vector<int> direct, indirect;
-  for (int r : f.stopped) (holds(f.waited_for, r) ? direct : indirect).push_back(r);
+  // Blamed: the silent ranks this rank's wait leads to. A silent rank no wait leads to
+  // may be alive but busy outside Accord's MPI waits (a shared-memory wait, say), so it
+  // is only mentioned.
+  const std::map<int, int> came_from = followWaits(f);
+  std::vector<int> blamed, aside, direct, indirect;
+  for (int r : f.stopped) (came_from.count(r) ? blamed : aside).push_back(r);
+  if (blamed.empty()) return undecided(f, step, limit, round);
+  for (int r : blamed) (holds(f.waited_for, r) ? direct : indirect).push_back(r);
+
   std::string out;
   if (!direct.empty()) {
     out = listRanks(direct) + " did not " + step + limit + " and stopped answering: " +
           (direct.size() == 1 ? "it has died or hangs" : "they have died or hang");
     if (!indirect.empty()) out += "; " + listRanks(indirect) + " also stopped answering";
   } else {
-    out = listRanks(f.stopped) + " stopped answering: " +
-          (f.stopped.size() == 1 ? "it has died or hangs" : "they have died or hang");
+    out = listRanks(blamed) + " stopped answering: " +
+          (blamed.size() == 1 ? "it has died or hangs" : "they have died or hang");
   }
   std::vector<int> survivors{f.me};
   for (const auto& [rank, theirs] : f.answers) survivors.push_back(rank);
@@ -87,16 +102,24 @@ std::string describeStopped(const RollCallFinding& f, const std::string& step,
   else if (f.size > 2)
     out += " (no other rank answered a roll call within " + secondsOf(round) +
            " s: this rank may be the one cut off)";
+  if (!aside.empty() && survivors.size() > 1)
+    out += " (" + listRanks(aside) + " did not answer either, though no rank waits for " +
+           (aside.size() == 1 ? "it" : "them") + ")";
   if (direct.empty()) {
     out += ". This rank waited for " + listRanks(f.waited_for) + " to " + step + limit;
-    const std::vector<int> chain = chainOfWaits(f);
+    std::vector<int> chain;
+    for (int r : blamed) {
+      std::vector<int> c = chainTo(came_from, f.me, r);
+      if (chain.empty() || c.size() < chain.size()) chain = std::move(c);
+    }
     for (std::size_t i = 1; i + 1 < chain.size(); ++i) {
       out += i == 1 ? ", and in turn " + listRanks({chain[i]}) + " waits for "
                     : ", " + listRanks({chain[i]}) + " for ";
       out += listRanks({chain[i + 1]});
     }
   }
-  return out + ". Accord cannot go on without " + (f.stopped.size() == 1 ? "it" : "them") + end;
+  return out + ". Accord cannot go on without " + (blamed.size() == 1 ? "it" : "them") +
+         "; every pending and later collective fails";
 }
 
 PeerWatch& PeerWatch::instance() {

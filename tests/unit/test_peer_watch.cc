@@ -79,6 +79,20 @@ TEST_CASE("a roll call blames the rank that stopped, not the live rank a wait wa
             "rank 2 did not pass on its part within 3 s", 0) == 0);
 }
 
+TEST_CASE("a roll call blames only silent ranks that a wait leads to", "[peer_watch]") {
+  // Rank 3 is silent but nobody waits for it (busy in a wait that does not answer).
+  RollCallFinding f;
+  f.size = 4;
+  f.me = 0;
+  f.waited_for = {2};
+  f.stopped = {2, 3};
+  f.answers = {{1, {}}};
+  CHECK(describeStopped(f, "pass on the broadcast", 3000ms, 750ms) ==
+        "rank 2 did not pass on the broadcast within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and "
+        "stopped answering: it has died or hangs; ranks 0, 1 still answer (rank 3 did not "
+        "answer either, though no rank waits for it)" + kEnd);
+}
+
 TEST_CASE("a roll call that cannot tell says so", "[peer_watch]") {
   RollCallFinding f;
   f.size = 3;
@@ -86,17 +100,21 @@ TEST_CASE("a roll call that cannot tell says so", "[peer_watch]") {
   f.waited_for = {1};
   f.answers = {{1, {2}}, {2, {0}}};  // every rank answered: nobody stopped
   CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
-        "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME), yet every rank "
-        "answered a roll call within 0.75 s: none has stopped, so it, or a rank it waits for "
-        "in turn, hangs outside Accord's waits. Accord cannot go on; every pending and later "
-        "collective fails");
+        "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME), and a roll call "
+        "could not tell which rank stopped: every rank answered within 0.75 s. It, or a rank it "
+        "waits for in turn, hangs outside Accord's waits. Accord cannot go on; every pending "
+        "and later collective fails");
+  f.answers = {{1, {0}}};  // the silent rank 2 is not where any wait leads
+  f.stopped = {2};
+  CHECK(describeStopped(f, "send its part", 3000ms, 750ms).find(
+            "could not tell which rank stopped: the ranks waited for answered within 0.75 s, "
+            "and none of them waits for rank 2, which did not.") != std::string::npos);
   f.answers.clear();  // nobody answered: this rank may be the one cut off
   f.stopped = {1, 2};
   CHECK(describeStopped(f, "send its part", 3000ms, 750ms) ==
         "rank 1 did not send its part within 3 s (ACCORD_STALL_SHUTDOWN_TIME) and stopped "
-        "answering: it has died or hangs; rank 2 also stopped answering (no other rank "
-        "answered a roll call within 0.75 s: this rank may be the one cut off). Accord cannot "
-        "go on without them; every pending and later collective fails");
+        "answering: it has died or hangs (no other rank answered a roll call within 0.75 s: "
+        "this rank may be the one cut off)" + kEnd);
   // Between two ranks, the other one not answering is the whole story.
   f.size = 2;
   f.stopped = {1};
