@@ -21,8 +21,8 @@ namespace accord {
 // The longest vector the controller hands to bitwiseAnd with a response cache of
 // `cache_capacity` entries: a flags word, then three words per 64 cache slots (see
 // controller.h). Transports that size their buffers up front use this.
-constexpr std::size_t negotiationWords(std::size_t cache_capacity) {
-  return 1 + 3 * ((cache_capacity + 63) / 64);
+constexpr std::size_t negotiationWords(std::size_t cache_capacity, bool carrying = false) {
+  return 1 + (carrying ? 4 : 3) * ((cache_capacity + 63) / 64);
 }
 
 // One small cached allreduce whose data rides on the messages of a negotiation round
@@ -74,6 +74,9 @@ class NegotiationChannel {
 
   // Whether this channel implements bitwiseAndCarrying (the same answer on every rank).
   virtual bool carries() const { return false; }
+  // The most bytes one round carries on this channel, below ACCORD_CARRY_BYTES where
+  // carrying larger tensors costs more than it saves (the same on every rank).
+  virtual std::size_t carryLimit() const { return SIZE_MAX; }
   // bitwiseAnd, and in the same messages the allreduce of the tensors every rank
   // carries: for the slots whose carried bit survives the AND, each tensor's `data`
   // holds the scaled result on return, identical on every rank; every other tensor is

@@ -185,7 +185,7 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
   if (carrying) {
     carriage.word0 = 1 + 3 * w;
     carriage.words = w;
-    carriage.max_bytes = config_.carry_bytes;
+    carriage.max_bytes = std::min<std::size_t>(config_.carry_bytes, channel.carryLimit());
     carriage.slot_bytes = [&cache = *set.cache](std::uint32_t slot) -> std::size_t {
       if (!cache.contains(slot))
         throw CommError("negotiation: a rank carried data for response cache slot " +

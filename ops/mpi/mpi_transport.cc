@@ -6,6 +6,8 @@
 
 #include <accord/error.h>
 
+#include <algorithm>
+
 namespace accord::mpi {
 
 // The shared-memory AND with MpiChannel's gather and broadcast.
@@ -13,6 +15,11 @@ class MpiTransport::ShmChannel final : public NegotiationChannel {
  public:
   ShmChannel(shm::SharedMemory& shm, MpiChannel& mpi) : shm_(shm), mpi_(mpi) {}
   void bitwiseAnd(std::vector<std::uint64_t>& bits) override { shm_.bitwiseAnd(bits); }
+  bool carries() const override { return shm_.carries(); }
+  std::size_t carryLimit() const override { return shm::SharedMemory::kCarryLimit; }
+  void bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) override {
+    shm_.bitwiseAndCarrying(bits, carriage);
+  }
   std::vector<std::vector<std::uint8_t>> gatherToRoot(
       const std::vector<std::uint8_t>& mine) override {
     return mpi_.gatherToRoot(mine);
@@ -35,7 +42,8 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> global_ranks, const C
   // get one per host under the hierarchical allreduce.
   shm::SharedMemoryOptions options;
   options.piece_bytes = Autotuner::maxChunkBytes(config);
-  options.negotiation_words = negotiationWords(config.cache_capacity);
+  options.carry_bytes = std::min<std::size_t>(config.carry_bytes, shm::SharedMemory::kCarryLimit);
+  options.negotiation_words = negotiationWords(config.cache_capacity, config.carry_bytes > 0);
   options.timeout = config.stall_shutdown_time;
   options.global_ranks.resize(link_.size());
   for (int r = 0; r < link_.size(); ++r) options.global_ranks[r] = link_.globalRank(r);

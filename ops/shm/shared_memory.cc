@@ -55,6 +55,7 @@ namespace {
 
 constexpr std::size_t kLine = 64;
 constexpr int kPublished = 0, kReduced = 1, kCollected = 2, kNegotiated = 3;
+static_assert(kNegotiated == SharedMemory::kRoundsCounter);
 // What a peer did not do, by counter, for messages.
 constexpr const char* kSteps[] = {"publish its part", "reduce its block", "collect the result",
                                   "join a negotiation round"};
@@ -136,7 +137,12 @@ std::unique_ptr<SharedMemory> SharedMemory::create(MPI_Comm comm, SharedMemoryOp
     throw InvalidArgument("shared-memory transport: " + std::to_string(piece) +
                           "-byte pieces and " + std::to_string(words) +
                           " negotiation words do not fit a window");
-  s->negotiation_bytes_ = roundUp(words * 8, kLine);
+  // A round's slot: the bit vector, then (when carrying) the carried tensors.
+  const std::size_t carry = s->options_.carry_bytes;
+  if (carry > kMaxWindowBytes / 4)
+    throw InvalidArgument("shared-memory transport: " + std::to_string(carry) +
+                          " carried bytes per round do not fit a window");
+  s->negotiation_bytes_ = roundUp(carry ? carriedFootprint(words * 8) + carry : words * 8, kLine);
   s->slot_piece_bytes_ = s->piece_bytes_ = roundUp(piece, kLine);
   bytes =
       kHeaderBytes + 2 * s->negotiation_bytes_ + 2 * s->slot_piece_bytes_;  // data slot: two pieces
@@ -234,30 +240,6 @@ void SharedMemory::giveUp(int which, int rank) {
                                            : "it has died or hangs") +
             ". Accord cannot go on without it; every pending and later collective fails";
   throw CommError(broken_);
-}
-
-void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
-  // A peer with nothing to do sleeps between cycles for up to 20 ms, and one still
-  // computing what it will submit takes as long as that takes: spin only as long as
-  // one that is already negotiating needs, then sleep on the futex until it arrives
-  // (in slices, to keep the stall deadline).
-  static constexpr Patience kPatience{std::chrono::microseconds(50), std::chrono::microseconds(50),
-                                      std::chrono::microseconds(5),
-                                      std::chrono::microseconds(100000), true};
-  if (!broken_.empty()) throw CommError(broken_);
-  if (bits.size() > negotiation_bytes_ / 8)
-    throw InvalidArgument("shared-memory negotiation: " + std::to_string(bits.size()) +
-                          " words do not fit the " + std::to_string(negotiation_bytes_ / 8) +
-                          " words it was created for");
-  const std::uint64_t round = ++rounds_;
-  std::memcpy(negotiationSlot(rank_, round), bits.data(), bits.size() * sizeof(std::uint64_t));
-  advance(kNegotiated, round);
-  waitForPeers(kNegotiated, round, kPatience);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    const auto* theirs = reinterpret_cast<const std::uint64_t*>(negotiationSlot(r, round));
-    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] &= theirs[i];
-  }
 }
 
 void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op,

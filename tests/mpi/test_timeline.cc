@@ -149,17 +149,18 @@ TEST_CASE("a timeline started at run time holds every tensor's phases") {
 
 TEST_CASE("a cached allreduce that rides on the negotiation is marked carried") {
   if (std::getenv("ACCORD_TIMELINE")) return;  // the .env variant records the whole run
-  // Small cached allreduces ride on the negotiation where it runs over MPI among a
-  // power-of-two number of ranks or up to 8: across hosts (tests/multihost runs this on
-  // 2 and 3 simulated hosts), or on one host without shared memory when
-  // ACCORD_CARRY_BYTES is set; never with ACCORD_CARRY_BYTES=0.
+  // Small cached allreduces ride on the negotiation: through the shared-memory window
+  // among the ranks of one host, or over MPI among a power-of-two number of ranks or up
+  // to 8, across hosts (tests/multihost runs this on 2 and 3 simulated hosts) or on one
+  // host without shared memory when ACCORD_CARRY_BYTES is set; never with
+  // ACCORD_CARRY_BYTES=0.
   const int n = accord::size();
   const char* carry = std::getenv("ACCORD_CARRY_BYTES");
-  const char* shm = std::getenv("ACCORD_SHARED_MEMORY");
-  const bool over_mpi_here = carry && shm && std::string(shm) == "0";
-  const bool carries = (accord::cross_size() > 1 || over_mpi_here) &&
-                       ((n & (n - 1)) == 0 || n <= 8) && n > 1 &&
-                       !(carry && std::string(carry) == "0");
+  const bool shm_here =
+      accord::process_set_transport(accord::kGlobalProcessSet) == accord::Transport::SharedMemory;
+  const bool over_mpi = !shm_here && (accord::cross_size() > 1 || carry);
+  const bool carries = n > 1 && !(carry && std::string(carry) == "0") &&
+                       (shm_here || (over_mpi && ((n & (n - 1)) == 0 || n <= 8)));
   const std::string path = tempPath("carried");
   accord::start_timeline(path);
   for (int step = 0; step < 5; ++step) {
