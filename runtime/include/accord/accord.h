@@ -62,11 +62,14 @@ void init();
 // Every rank should still call it to release resources. Safe to call more than once;
 // a process that returns from main without it shuts down at exit.
 //
-// After a CommError (a rank died or stopped answering) shutdown() returns within
-// ACCORD_STALL_SHUTDOWN_TIME without tearing MPI down, since that would wait for the
-// failed rank. The process should then exit with a non-zero status and must not call
-// MPI_Finalize; buffers of the failed collective may still be written by MPI until it
-// exits.
+// After a CommError (a rank died or stopped answering) or a Timeout (a collective that
+// some ranks never submitted) shutdown() returns within ACCORD_STALL_SHUTDOWN_TIME
+// without tearing MPI down, since MPI_Finalize would wait for the failed or late ranks.
+// The process should then exit with a non-zero status and must not call MPI_Finalize;
+// buffers of the failed collective may still be written by MPI until it exits.
+//
+// The runtime belongs to the process that called init(): in a process forked from it
+// afterwards every call throws NotInitialized naming that process (fork before init()).
 void shutdown();
 bool is_initialized();
 
@@ -145,7 +148,10 @@ class Handle {
 // Returns the output view for a collective whose output shape is known only after
 // negotiation (allgather, alltoall, reducescatter). Called on the background thread,
 // which it must not call back into Accord from: a collective or shutdown() there
-// throws InvalidArgument (it would wait on the thread that is to run it).
+// throws InvalidArgument (it would wait on the thread that is to run it). The view must
+// be on the input's device and hold the shape's elements; one that does not, or an
+// exception the allocator throws, fails this rank's collective with InvalidArgument
+// (the allocator's own message kept) while the other ranks' complete.
 using Allocator = std::function<TensorView(const Shape& shape)>;
 
 // ---- collectives ------------------------------------------------------------------
