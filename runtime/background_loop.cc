@@ -56,7 +56,8 @@ class BackgroundLoop {
       : rt_(rt),
         controller_(rt.config),
         executor_(rt.config, rt.queue, *rt.backend,
-                  [&rt](ProcessSetId set) { restartGeneratedNames(rt, set); }) {
+                  {[&rt](ProcessSetId set) { restartGeneratedNames(rt, set); },
+                   [](const std::string& error) { noteStallTimeout(error); }}) {
     if (rt.config.autotune) tuner_.emplace(rt.config, rt.rank == 0);
   }
 

@@ -2,7 +2,6 @@
 
 #include "runtime/fusion.h"
 #include "runtime/logging.h"
-#include "runtime/runtime.h"
 #include "runtime/timeline.h"
 
 #include <fmt/format.h>
@@ -14,7 +13,6 @@ std::exception_ptr errorFor(const Response& response) {
     case Response::ErrorKind::Mismatch:
       return std::make_exception_ptr(MismatchError(response.error));
     case Response::ErrorKind::Stall:
-      noteStallTimeout(response.error);  // on every rank of the set, the late ones too
       return std::make_exception_ptr(Timeout(response.error));
     case Response::ErrorKind::Invalid:
       break;
@@ -144,6 +142,8 @@ void Executor::runControl(ProcessSet& set, const Response& response,
   if (!tensors.empty() && tensors[0]) handle = tensors[0]->entry.handle;
   switch (response.type) {
     case ResponseType::Error: {
+      if (response.error_kind == Response::ErrorKind::Stall && hooks_.timed_out)
+        hooks_.timed_out(response.error);
       auto error = errorFor(response);
       for (auto& t : tensors) {
         if (t) t->entry.handle->fail(error);
@@ -154,7 +154,7 @@ void Executor::runControl(ProcessSet& set, const Response& response,
       // Every rank's join request is answered by this one response, whatever names the
       // coordinator put on it.
       for (const auto& name : set.pending.takeJoinRequests()) queue_.release(set.id, name);
-      if (joined_) joined_(set.id);
+      if (hooks_.joined) hooks_.joined(set.id);
       if (auto join = set.pending.completeJoin()) {
         join->last_joined_rank = response.root;
         join->completePart();

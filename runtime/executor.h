@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace accord {
@@ -23,12 +24,19 @@ struct SetChange {
   std::shared_ptr<detail::HandleState> handle;     // null on a rank that did not ask
 };
 
+// What the executor tells the rest of the runtime, which it does not know itself.
+struct ExecutorHooks {
+  // A join completed on the set (before its handle completes).
+  std::function<void(ProcessSetId)> joined;
+  // A collective failed with Timeout (a stall: some ranks never submitted it), on every
+  // rank of the set, the late ones too.
+  std::function<void(const std::string& error)> timed_out;
+};
+
 class Executor {
  public:
-  // `joined`: called when a join completes on a set, before its handle does.
-  Executor(const Config& config, TensorQueue& queue, Backend& backend,
-           std::function<void(ProcessSetId)> joined)
-      : config_(config), queue_(queue), backend_(backend), joined_(std::move(joined)) {}
+  Executor(const Config& config, TensorQueue& queue, Backend& backend, ExecutorHooks hooks)
+      : config_(config), queue_(queue), backend_(backend), hooks_(std::move(hooks)) {}
 
   // Takes the responses by value: fusion planning merges them in place. Throws
   // CommError when the set's transport failed: its pending handles of the failed
@@ -48,7 +56,7 @@ class Executor {
   const Config& config_;
   TensorQueue& queue_;
   Backend& backend_;
-  std::function<void(ProcessSetId)> joined_;
+  ExecutorHooks hooks_;
 };
 
 // The exception a failed handle raises for an error response.
