@@ -6,7 +6,7 @@
 
 #include <accord/error.h>
 
-#include <bit>
+#include <iterator>
 
 namespace accord::nccl {
 
@@ -126,40 +126,11 @@ ncclDataType_t ncclType(DType dtype) {
   throw InvalidArgument(std::string("NCCL: no NCCL type for dtype ") + dtype_name(dtype));
 }
 
-bool reducesOnNccl(DType dtype) {
-  return dtype != DType::Int16 && dtype != DType::UInt16 && dtype != DType::Bool;
-}
-
 Reduction reductionFor(const Response& response, int set_size) {
-  Reduction r;
-  r.post = postScaling(response, set_size);
-  const bool power_of_two = std::has_single_bit(static_cast<unsigned>(set_size));
-  switch (response.op) {
-    case ReduceOp::Sum:
-      r.op = ncclSum;
-      break;
-    case ReduceOp::Min:
-      r.op = ncclMin;
-      break;
-    case ReduceOp::Max:
-      r.op = ncclMax;
-      break;
-    case ReduceOp::Product:
-      r.op = ncclProd;
-      break;
-    case ReduceOp::Average:
-      r.op = ncclSum;
-      // ncclAvg multiplies each input by 1/n before the sum. Where n is a power of two
-      // that is exact, and gives the host path's bits (sum, then divide once); else
-      // 1/n and each product round, so the sum is divided afterwards instead.
-      if (is_floating_point(response.dtype) && power_of_two && response.prescale == 1.0 &&
-          response.postscale == 1.0) {
-        r.op = ncclAvg;
-        r.post = Scaling{};
-      }
-      break;
-  }
-  return r;
+  const ReductionPlan plan = planReduction(response, set_size);
+  static constexpr ncclRedOp_t kOps[] = {ncclSum, ncclMin, ncclMax, ncclProd, ncclAvg};
+  static_assert(std::size(kOps) == static_cast<std::size_t>(ReduceKind::Average) + 1);
+  return {kOps[static_cast<int>(plan.op)], plan.post};
 }
 
 bool Launch::checkInput(std::size_t i, std::size_t bytes) {

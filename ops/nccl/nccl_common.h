@@ -15,6 +15,7 @@
 #include "ops/cuda/device_ops.h"
 #include "ops/nccl/communicator.h"
 #include "ops/nccl/hierarchy.h"
+#include "ops/nccl/reduction.h"
 
 #include <functional>
 #include <memory>
@@ -23,18 +24,7 @@
 namespace accord::nccl {
 
 ncclDataType_t ncclType(DType dtype);
-// Whether NCCL can reduce `dtype`. It has no int16, uint16 or bool: their allreduces
-// and reducescatters fall through to the staged MPI ops (ops/cuda/staging.cc), which
-// reduce them in host memory; broadcast, allgather and alltoall move bytes on NCCL.
-bool reducesOnNccl(DType dtype);
-
-// How a response reduces on NCCL. Average is ncclAvg for floating-point dtypes when
-// nothing else scales the result and the set's size is a power of two (then exact: the
-// same bits as NCCL's sum divided once); otherwise Sum, with the division by the set
-// size folded into the postscale pass, which rounds as cpu::scale does. So a device
-// Average is the sum divided once, as on the host, in every dtype on any number of
-// ranks: the same bits wherever the two paths' sums agree (they may add in different
-// orders).
+// The NCCL operation and the scaling pass of a reducing response (reduction.h).
 struct Reduction {
   ncclRedOp_t op = ncclSum;
   Scaling post;

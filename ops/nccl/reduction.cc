@@ -1,0 +1,40 @@
+#include "ops/nccl/reduction.h"
+
+#include <bit>
+
+namespace accord::nccl {
+
+ReductionPlan planReduction(const Response& response, int set_size) {
+  ReductionPlan plan;
+  plan.post = postScaling(response, set_size);
+  switch (response.op) {
+    case ReduceOp::Sum:
+      plan.op = ReduceKind::Sum;
+      break;
+    case ReduceOp::Min:
+      plan.op = ReduceKind::Min;
+      break;
+    case ReduceOp::Max:
+      plan.op = ReduceKind::Max;
+      break;
+    case ReduceOp::Product:
+      plan.op = ReduceKind::Product;
+      break;
+    case ReduceOp::Average:
+      plan.op = ReduceKind::Sum;
+      if (is_floating_point(response.dtype) &&
+          std::has_single_bit(static_cast<unsigned>(set_size)) && response.prescale == 1.0 &&
+          response.postscale == 1.0) {
+        plan.op = ReduceKind::Average;
+        plan.post = Scaling{};
+      }
+      break;
+  }
+  return plan;
+}
+
+bool reducesOnNccl(DType dtype) {
+  return dtype != DType::Int16 && dtype != DType::UInt16 && dtype != DType::Bool;
+}
+
+}  // namespace accord::nccl
