@@ -9,6 +9,8 @@
 // waits for every peer's round k + 1 before it starts round k + 2.
 #include "ops/shm/shared_memory.h"
 
+#include "ops/shm/layout.h"
+
 #include <accord/error.h>
 
 #include <cstring>
@@ -52,21 +54,6 @@ void SharedMemory::endRound(std::vector<std::uint64_t>& bits) {
 void SharedMemory::bitwiseAnd(std::vector<std::uint64_t>& bits) {
   beginRound(bits, 0);
   endRound(bits);
-}
-
-std::size_t SharedMemory::carriedLayout(
-    const std::uint64_t* words, const Carriage& carriage, std::size_t head,
-    std::vector<std::pair<std::uint32_t, std::size_t>>& out) const {
-  out.clear();
-  std::size_t end = head;
-  for (std::size_t i = 0; i < carriage.words; ++i) {
-    for (std::uint64_t x = words[i]; x != 0; x &= x - 1) {
-      const auto slot = static_cast<std::uint32_t>(i * 64 + __builtin_ctzll(x));
-      out.emplace_back(slot, end);
-      end += carriedFootprint(carriage.slot_bytes(slot));
-    }
-  }
-  return end;
 }
 
 void SharedMemory::bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage& carriage) {
@@ -116,8 +103,8 @@ void SharedMemory::bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage
     const std::size_t bytes = t.count * dtype_size(t.dtype);
     carried_.resize(std::max(carried_.size(), bytes));
     std::memcpy(carried_.data(), negotiationSlot(0, rounds_) + layouts_[0][at[0]].second, bytes);
-    cpu::reduceScaleMirror(carried_.data(), peers_, t.count, t.dtype, t.op, t.postscale,
-                           t.divisor, t.data);
+    cpu::reduceScaleMirror(carried_.data(), peers_, t.count, t.dtype, t.op, t.postscale, t.divisor,
+                           t.data);
   }
 }
 

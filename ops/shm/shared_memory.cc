@@ -30,6 +30,8 @@
 // for every peer's round k + 1 before I start round k + 2.
 #include "ops/shm/shared_memory.h"
 
+#include "ops/shm/layout.h"
+
 #include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 #include "runtime/peer_watch.h"
@@ -252,7 +254,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
                                       std::chrono::microseconds(100000), true};
   const std::size_t elem = dtype_size(dtype);
   const std::uint64_t gen = ++pieces_;
-  auto begin = [&](int block) { return count * block / size_ * elem; };
+  auto begin = [&](int block) { return blockBegin(count, block, size_) * elem; };
   auto length = [&](int block) { return begin(block + 1) - begin(block); };
   char* mine = dataSlot(rank_);
 
@@ -308,10 +310,9 @@ void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceO
   if (!broken_.empty()) throw CommError(broken_);
   what_ = &what;
   const std::size_t elem = dtype_size(dtype);
-  const std::size_t step = std::max<std::size_t>(1, piece_bytes_ / elem);
-  const std::size_t pieces = count <= 2 * step ? 1 : (count + step - 1) / step;
-  for (std::size_t i = 0; i < pieces; ++i) {
-    const std::size_t lo = count * i / pieces, hi = count * (i + 1) / pieces;
+  const Pieces pieces(count, piece_bytes_ / elem);
+  for (std::size_t i = 0; i < pieces.pieces; ++i) {
+    const std::size_t lo = pieces.begin(i), hi = pieces.begin(i + 1);
     char* p = static_cast<char*>(data) + lo * elem;
     applyScaling(pre, p, hi - lo, dtype);
     piece(p, hi - lo, dtype, op, post, across);

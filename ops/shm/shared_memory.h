@@ -116,10 +116,6 @@ class SharedMemory {
   // into `bits`.
   char* beginRound(const std::vector<std::uint64_t>& bits, std::size_t extra);
   void endRound(std::vector<std::uint64_t>& bits);
-  // The carried slots `words` mark, each with its offset in a negotiation slot whose
-  // carried data starts at `head`, into `out`; the end of the last.
-  std::size_t carriedLayout(const std::uint64_t* words, const Carriage& carriage,
-                            std::size_t head, std::vector<std::pair<std::uint32_t, std::size_t>>& out) const;
   char* dataSlot(int rank) const;
   void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
              const Across& across);

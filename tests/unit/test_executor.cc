@@ -49,7 +49,9 @@ struct Fixture {
   RecordingBackend backend;
   std::vector<ProcessSetId> joined;
   std::vector<std::string> timed_out;
-  Executor executor{config, queue, backend,
+  Executor executor{config,
+                    queue,
+                    backend,
                     {[this](ProcessSetId id) { joined.push_back(id); },
                      [this](const std::string& e) { timed_out.push_back(e); }}};
   std::unique_ptr<ProcessSet> set =
@@ -172,8 +174,7 @@ TEST_CASE("an error response fails its handles with the kind it names", "[execut
   CHECK(released(f, "a"));
 }
 
-TEST_CASE("a backend failure fails only its response, a CommError is passed on",
-          "[executor]") {
+TEST_CASE("a backend failure fails only its response, a CommError is passed on", "[executor]") {
   Fixture f;
   auto a = f.submit("a");
   f.backend.fail = [](std::vector<TensorEntry*>&) { throw InvalidArgument("bad dtype here"); };

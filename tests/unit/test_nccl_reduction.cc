@@ -21,8 +21,7 @@ Response reducing(ReduceOp op, DType dtype, double prescale = 1.0, double postsc
 
 }  // namespace
 
-TEST_CASE("NCCL: Sum, Min, Max and Product map one to one, scaled only by postscale",
-          "[nccl]") {
+TEST_CASE("NCCL: Sum, Min, Max and Product map one to one, scaled only by postscale", "[nccl]") {
   const std::pair<ReduceOp, ReduceKind> ops[] = {{ReduceOp::Sum, ReduceKind::Sum},
                                                  {ReduceOp::Min, ReduceKind::Min},
                                                  {ReduceOp::Max, ReduceKind::Max},

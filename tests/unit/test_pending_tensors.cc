@@ -93,8 +93,7 @@ TEST_CASE("a join makes the rank joined until its response completes it", "[pend
   CHECK_FALSE(pending.completeJoin());
 }
 
-TEST_CASE("failAll fails every held tensor and the join once, releasing names first",
-          "[pending]") {
+TEST_CASE("failAll fails every held tensor and the join once, releasing names first", "[pending]") {
   PendingTensors pending;
   auto a = submit("a"), b = submit("b", RequestType::Broadcast);
   auto join = submit("join.3", RequestType::Join);

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace accord;
@@ -32,8 +32,8 @@ class KindOnly final : public SetTransport {
 std::unique_ptr<ProcessSet> makeSet(ProcessSetId id, std::vector<int> ranks, int my_rank,
                                     Transport kind = Transport::Mpi) {
   const bool in = std::find(ranks.begin(), ranks.end(), my_rank) != ranks.end();
-  return ProcessSet::create(id, std::move(ranks),
-                            in ? std::make_unique<KindOnly>(kind) : nullptr, my_rank, 16);
+  return ProcessSet::create(id, std::move(ranks), in ? std::make_unique<KindOnly>(kind) : nullptr,
+                            my_rank, 16);
 }
 
 std::string message(const std::function<void()>& f) {
@@ -70,8 +70,7 @@ TEST_CASE("a set knows this rank's place in it; its coordinator lives on its ran
   CHECK(outside->coordinator == nullptr);
 }
 
-TEST_CASE("the table answers membership and names the set it does not know",
-          "[process_sets]") {
+TEST_CASE("the table answers membership and names the set it does not know", "[process_sets]") {
   ProcessSetTable table;
   table.add(makeSet(0, {0, 1, 2, 3}, 2));
   table.add(makeSet(1, {0, 2}, 2, Transport::SharedMemory));

@@ -1,0 +1,26 @@
+#include "ops/shm/layout.h"
+
+#include <algorithm>
+
+namespace accord::shm {
+
+Pieces::Pieces(std::size_t count, std::size_t step) : count(count) {
+  step = std::max<std::size_t>(step, 1);
+  pieces = count <= 2 * step ? 1 : (count + step - 1) / step;
+}
+
+std::size_t carriedLayout(const std::uint64_t* words, const Carriage& carriage, std::size_t head,
+                          std::vector<std::pair<std::uint32_t, std::size_t>>& out) {
+  out.clear();
+  std::size_t end = head;
+  for (std::size_t i = 0; i < carriage.words; ++i) {
+    for (std::uint64_t x = words[i]; x != 0; x &= x - 1) {
+      const auto slot = static_cast<std::uint32_t>(i * 64 + __builtin_ctzll(x));
+      out.emplace_back(slot, end);
+      end += carriedFootprint(carriage.slot_bytes(slot));
+    }
+  }
+  return end;
+}
+
+}  // namespace accord::shm

@@ -1,0 +1,37 @@
+// Where data lies in the shared-memory transport, as pure functions of sizes (unit-tested
+// in tests/unit/test_shm_layout.cc): how an allreduce is cut into pieces and each piece
+// into one block per rank, and where each carried tensor lies in a negotiation slot.
+#pragma once
+
+#include "runtime/channel.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace accord::shm {
+
+// A buffer of `count` elements in pieces of at most `step` elements, except that one of
+// up to two steps goes whole (each piece costs three waits for the slowest rank). Piece
+// i holds elements [pieceBegin(i), pieceBegin(i + 1)); pieces differ by at most one.
+struct Pieces {
+  std::size_t count = 0;
+  std::size_t pieces = 1;
+  Pieces(std::size_t count, std::size_t step);
+  std::size_t begin(std::size_t piece) const { return count * piece / pieces; }
+};
+
+// Block `block` of `ranks` equal blocks of a piece of `count` elements: its first element
+// (block == ranks gives the end). Blocks differ by at most one element.
+inline std::size_t blockBegin(std::size_t count, int block, int ranks) {
+  return count * static_cast<std::size_t>(block) / static_cast<std::size_t>(ranks);
+}
+
+// The carried slots that `words` (carriage.words of them) mark, in slot order, each with
+// its offset in a negotiation slot whose carried data starts at `head`, into `out`;
+// returns the end of the last (each tensor takes carriedFootprint of its bytes).
+std::size_t carriedLayout(const std::uint64_t* words, const Carriage& carriage, std::size_t head,
+                          std::vector<std::pair<std::uint32_t, std::size_t>>& out);
+
+}  // namespace accord::shm
