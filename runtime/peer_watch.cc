@@ -129,11 +129,14 @@ PeerWatch& PeerWatch::instance() {
 
 void PeerWatch::waiting(Clock::time_point since, const std::vector<int>& global_ranks,
                         const char* step) {
-  std::lock_guard<std::mutex> lock(mu_);
-  since_ = since;
-  waited_for_ = global_ranks;
-  step_ = step;
-  published_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    since_ = since;
+    waited_for_ = global_ranks;
+    step_ = step;
+    published_.store(true, std::memory_order_release);
+  }
+  if (const WaitingHook hook = hook_.load(std::memory_order_acquire)) hook(since, global_ranks);
 }
 
 void PeerWatch::waitEnded() {

@@ -65,8 +65,13 @@ class PeerWatch {
   static PeerWatch& instance();
 
   // The background thread has waited since `since` for `global_ranks` to `step` ("join
-  // a negotiation round"); the latest call wins.
+  // a negotiation round"); the latest call wins. Also runs the waiting hook.
   void waiting(Clock::time_point since, const std::vector<int>& global_ranks, const char* step);
+  // Called by waiting() with its ranks, on the waiting thread: the MPI transport answers
+  // other ranks' roll calls through it (ops/mpi/roll_call.h), from whichever wait this
+  // rank is stuck in.
+  using WaitingHook = void (*)(Clock::time_point since, const std::vector<int>& global_ranks);
+  void setWaitingHook(WaitingHook hook) { hook_.store(hook, std::memory_order_release); }
   void waitEnded();
 
   // This rank's own GPU failed: told to the other ranks at the next negotiation round.
@@ -93,6 +98,7 @@ class PeerWatch {
  private:
   mutable std::mutex mu_;
   std::atomic<bool> published_{false};
+  std::atomic<WaitingHook> hook_{nullptr};
   Clock::time_point since_{};
   std::vector<int> waited_for_;
   std::string step_;

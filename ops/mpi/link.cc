@@ -67,7 +67,7 @@ Link::Link(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::millisecon
   ACCORD_MPI_CHECK(MPI_Comm_size(host, &host_size));
   MPI_Comm_free(&host);
   spans_hosts_ = host_size < size_;
-  roll_call_ = std::make_unique<RollCall>(comm_);
+  roll_call_ = std::make_unique<RollCall>(comm_, global_ranks_, timeout_);
 }
 
 Link::~Link() {
@@ -142,10 +142,8 @@ void Link::await(Requests& requests, const std::string& what, const char* step, 
         continue;
       }
       // Asleep on peers: say which, for failure messages written on other threads, and
-      // to other ranks that call the roll.
-      const std::vector<int> silent = silentPeers(requests);
-      PeerWatch::instance().waiting(last, globalRanks(silent), step);
-      roll_call_->answer(silent);
+      // to other ranks that call the roll (RollCall::answerAll).
+      PeerWatch::instance().waiting(last, globalRanks(silentPeers(requests)), step);
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, w.max_sleep);
     }
@@ -192,17 +190,16 @@ void Link::giveUp(Requests& requests, const std::string& what, const char* step)
   requests = Requests();  // the handles are MPI's now: never freed
 
   const std::chrono::milliseconds round = rollCallTime(timeout_);
-  const Heard heard = roll_call_->call(silent, round);
+  RollCall& roll_call = RollCall::widest(*roll_call_);
   RollCallFinding finding;
   finding.me = global_ranks_[rank_];
-  finding.size = size_;
   finding.waited_for = globalRanks(silent);
-  finding.stopped = globalRanks(heard.stopped);
+  Heard heard = roll_call.call(finding.waited_for, round);
+  finding.size = static_cast<int>(heard.stopped.size() + heard.answers.size()) + 1;
+  finding.stopped = std::move(heard.stopped);
+  finding.answers = std::move(heard.answers);
   std::vector<int> answering{finding.me};
-  for (int r : heard.answered) {
-    finding.answers.emplace_back(global_ranks_[r], globalRanks(heard.waits[r]));
-    answering.push_back(global_ranks_[r]);
-  }
+  for (const auto& [rank, waits] : finding.answers) answering.push_back(rank);
   std::sort(answering.begin(), answering.end());
   PeerWatch::instance().rollCalled(finding.stopped, answering);
 

@@ -2,8 +2,10 @@
 #include "ops/mpi/roll_call.h"
 
 #include "runtime/mpi_check.h"
+#include "runtime/peer_watch.h"
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 namespace accord::mpi {
@@ -19,19 +21,54 @@ constexpr int kRollCallTag = 0x524c;
 // 200 us) once it notices, so a finer poll would only take the core from it.
 constexpr std::chrono::microseconds kPoll{200};
 
+// Every roll call of this process. Only the background thread creates, destroys and
+// uses them; the mutex only keeps a wrong guess about that from corrupting the list.
+std::mutex g_mu;
+std::vector<RollCall*> g_roll_calls;
+
 }  // namespace
 
-RollCall::RollCall(MPI_Comm comm) {
+RollCall::RollCall(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::milliseconds stall)
+    : global_ranks_(std::move(global_ranks)), stall_(stall) {
   ACCORD_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   // A failed send to a dead rank must come back as a code, not abort the process.
   ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ACCORD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ACCORD_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  heard_.assign(size_, false);
+  heard_.assign(size_, Clock::time_point{});
   waits_.resize(size_);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_roll_calls.push_back(this);
+  PeerWatch::instance().setWaitingHook(&RollCall::answerAll);
+}
+
+RollCall& RollCall::widest(RollCall& own) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  RollCall* best = &own;
+  for (RollCall* r : g_roll_calls)
+    if (r->size_ > best->size_) best = r;
+  return *best;
+}
+
+void RollCall::answerAll(Clock::time_point since, const std::vector<int>& waiting_for) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  RollCall* widest = nullptr;
+  for (RollCall* r : g_roll_calls) {
+    r->answer(waiting_for);
+    if (!widest || r->size_ > widest->size_) widest = r;
+  }
+  if (!widest || widest->stall_.count() == 0 || widest->noticed_for_ == since) return;
+  if (Clock::now() - since < widest->stall_ / 2) return;
+  widest->noticed_for_ = since;
+  for (int r = 0; r < widest->size_; ++r)
+    if (r != widest->rank_) widest->post(r, kNotice, waiting_for);
 }
 
 RollCall::~RollCall() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    std::erase(g_roll_calls, this);
+  }
   reap();
   for (Outgoing& out : outbox_) {
     // MPI still owns the send: let it finish on its own, with its buffer.
@@ -79,14 +116,12 @@ void RollCall::listen(const std::vector<int>* reply) {
       break;
     const int peer = status.MPI_SOURCE;
     if (peer < 0 || peer >= size_ || peer == rank_) continue;
-    heard_[peer] = true;
+    heard_[peer] = Clock::now();
     std::vector<int>& waits = waits_[peer];
     waits.clear();
     const int listed = std::clamp(message[1], 0, kListed);
-    for (int i = 0; i < listed; ++i) {
-      const int r = message[2 + i];
-      if (r >= 0 && r < size_) waits.push_back(r);
-    }
+    for (int i = 0; i < listed; ++i)
+      if (message[2 + i] >= 0) waits.push_back(message[2 + i]);  // global ranks
     if (reply && message[0] == kCall) post(peer, kAnswer, *reply);
   }
   reap();
@@ -101,29 +136,35 @@ Heard RollCall::call(const std::vector<int>& waiting_for, std::chrono::milliseco
       if (r != rank_) post(r, kCall, waiting_for);
   }
   const auto end = Clock::now() + deadline;
+  const auto fresh = Clock::now() - stall_ - deadline;
+  auto heard = [&](int r) { return heard_[r] != Clock::time_point{} && heard_[r] >= fresh; };
   auto everyone = [&] {
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && !heard_[r]) return false;
+      if (r != rank_ && !heard(r)) return false;
     return true;
   };
   for (;;) {
-    // Calls need no answer now: this rank's own call has gone to their senders.
-    listen(nullptr);
+    {
+      // Calls on this communicator need no answer: this rank's own call has gone to
+      // their senders. A call on another one (a rank that counts another communicator
+      // the widest) does.
+      std::lock_guard<std::mutex> lock(g_mu);
+      for (RollCall* r : g_roll_calls) r->listen(r == this ? nullptr : &waiting_for);
+    }
     if (everyone() || Clock::now() >= end) break;
     std::this_thread::sleep_for(kPoll);
   }
-  Heard heard;
-  heard.waits.resize(size_);
+  Heard found;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (!heard_[r]) {
-      heard.stopped.push_back(r);
-      continue;
-    }
-    heard.answered.push_back(r);
-    heard.waits[r] = waits_[r];
+    if (heard(r))
+      found.answers.emplace_back(global_ranks_[r], waits_[r]);
+    else
+      found.stopped.push_back(global_ranks_[r]);
   }
-  return heard;
+  std::sort(found.stopped.begin(), found.stopped.end());
+  std::sort(found.answers.begin(), found.answers.end());
+  return found;
 }
 
 }  // namespace accord::mpi

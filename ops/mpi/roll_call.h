@@ -9,6 +9,16 @@
 // every rank, the late callers included). A rank that says nothing in that time has
 // stopped. Every survivor hears the same ranks, so all of them name the same ones.
 //
+// A rank answers from any wait that publishes itself to PeerWatch, the shared-memory
+// transport's included, and once such a wait has lasted half the stall time it tells
+// every rank unasked (a wait that gives up without calling the roll, as the
+// shared-memory transport's do, then still leaves word that its rank was alive): a survivor of the hierarchical allreduce may sit in its host's
+// window waiting for a host peer while the others wait for it across hosts. And the
+// roll is called on the widest communicator this process has (the global set's), not
+// only on the failing link's: the rank at the end of a chain of waits need not belong
+// to the link whose wait gave up (rank 0 waits across hosts for rank 2, which waits in
+// its host's window for rank 3).
+//
 // Survivors reach their deadlines at different times, up to a stall time apart: an early
 // caller hears the late ones answer from inside their waits, and a late caller finds the
 // early ones' calls already queued, so the round itself stays short.
@@ -30,29 +40,38 @@
 
 namespace accord::mpi {
 
-// What one rank's roll call heard, in communicator ranks.
+// What one rank's roll call heard, in global ranks.
 struct Heard {
-  std::vector<int> stopped;   // said nothing within the deadline
-  std::vector<int> answered;  // answered (this rank not included), ascending
-  // By communicator rank: whom each rank that answered said it waits for.
-  std::vector<std::vector<int>> waits;
+  std::vector<int> stopped;  // said nothing within the deadline, ascending
+  // Each rank that answered (this one not included), ascending, with whom it said it
+  // waits for.
+  std::vector<std::pair<int, std::vector<int>>> answers;
 };
 
 class RollCall {
  public:
-  // Collective over `comm` (duplicates it; `comm` stays the caller's).
-  explicit RollCall(MPI_Comm comm);
+  // Collective over `comm` (duplicates it; `comm` stays the caller's), whose rank i is
+  // global rank global_ranks[i].
+  // `stall`: ACCORD_STALL_SHUTDOWN_TIME (0: waits never give up).
+  RollCall(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::milliseconds stall);
   ~RollCall();
   RollCall(const RollCall&) = delete;
   RollCall& operator=(const RollCall&) = delete;
 
-  // For a wait that sleeps on `waiting_for` (communicator ranks): answers the calls that
-  // have arrived. One MPI_Improbe when there are none.
-  void answer(const std::vector<int>& waiting_for);
+  // The roll call of this process with the most ranks (`own` if none has more): the
+  // one to call.
+  static RollCall& widest(RollCall& own);
 
-  // This rank gave up waiting for `waiting_for`: calls every other rank and listens for
-  // at most `deadline`, less when every rank has been heard from.
+  // This rank gave up waiting for `waiting_for` (global ranks): calls every other rank
+  // and listens for at most `deadline`, less when every rank has been heard from.
   Heard call(const std::vector<int>& waiting_for, std::chrono::milliseconds deadline);
+
+  // PeerWatch's hook, for every wait that sleeps on `waiting_for` (global ranks) since
+  // `since`: every roll call of this process answers the calls that have arrived (one
+  // MPI_Improbe per roll call when there are none), and past half the stall time the
+  // widest tells every rank, once per wait.
+  static void answerAll(std::chrono::steady_clock::time_point since,
+                        const std::vector<int>& waiting_for);
 
  private:
   // A message: kind, how many ranks the sender waits for, and the first kListed of them
@@ -61,8 +80,9 @@ class RollCall {
   // eagerly).
   static constexpr int kListed = 30;
   using Message = std::array<int, 2 + kListed>;
-  enum Kind : int { kCall = 1, kAnswer = 2 };
+  enum Kind : int { kCall = 1, kAnswer = 2, kNotice = 3 };
 
+  void answer(const std::vector<int>& waiting_for);
   void post(int peer, Kind kind, const std::vector<int>& waiting_for);
   // Reads every message that has arrived; answers each call when `reply` is set.
   void listen(const std::vector<int>* reply);
@@ -71,8 +91,13 @@ class RollCall {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> global_ranks_;
+  std::chrono::milliseconds stall_;
   bool called_ = false;
-  std::vector<bool> heard_;
+  std::chrono::steady_clock::time_point noticed_for_{};  // the wait last told of
+  // When each rank was last heard from (a default time point: never). Only what came
+  // within a stall time and a roll call counts: older word says nothing of now.
+  std::vector<std::chrono::steady_clock::time_point> heard_;
   std::vector<std::vector<int>> waits_;
   struct Outgoing {
     std::unique_ptr<Message> message;

@@ -133,3 +133,21 @@ TEST_CASE("after a roll call, suspects() names the ranks that stopped, not the w
   watch.reset();
   CHECK(watch.suspects(now).empty());
 }
+
+namespace {
+std::vector<int> g_hooked;
+void recordWaiting(PeerWatch::Clock::time_point, const std::vector<int>& ranks) {
+  g_hooked = ranks;
+}
+}  // namespace
+
+TEST_CASE("every published wait runs the waiting hook with its ranks", "[peer_watch]") {
+  // The MPI transport answers roll calls through it, from shared-memory waits too.
+  PeerWatch watch;
+  g_hooked.clear();
+  watch.waiting(PeerWatch::Clock::now(), {3}, "reduce its block");
+  CHECK(g_hooked.empty());  // no hook yet
+  watch.setWaitingHook(&recordWaiting);
+  watch.waiting(PeerWatch::Clock::now(), {1, 3}, "reduce its block");
+  CHECK(g_hooked == std::vector<int>{1, 3});
+}
