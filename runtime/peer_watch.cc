@@ -67,7 +67,8 @@ std::string undecided(const RollCallFinding& f, const std::string& step, const s
     out += "the ranks waited for answered within " + secondsOf(round) + " s, and none of them " +
            "waits for " + listRanks(f.stopped) + ", which did not";
   return out + ". " +
-         (one ? "It, or a rank it waits for in turn, hangs" : "They, or ranks they wait for in turn, hang") +
+         (one ? "It, or a rank it waits for in turn, hangs"
+              : "They, or ranks they wait for in turn, hang") +
          " outside Accord's waits. Accord cannot go on; every pending and later collective fails";
 }
 

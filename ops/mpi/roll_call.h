@@ -11,13 +11,13 @@
 //
 // A rank answers from any wait that publishes itself to PeerWatch, the shared-memory
 // transport's included, and once such a wait has lasted half the stall time it tells
-// every rank unasked (a wait that gives up without calling the roll, as the
-// shared-memory transport's do, then still leaves word that its rank was alive): a survivor of the hierarchical allreduce may sit in its host's
-// window waiting for a host peer while the others wait for it across hosts. And the
-// roll is called on the widest communicator this process has (the global set's), not
-// only on the failing link's: the rank at the end of a chain of waits need not belong
-// to the link whose wait gave up (rank 0 waits across hosts for rank 2, which waits in
-// its host's window for rank 3).
+// every rank unasked: a wait that gives up without calling the roll, as the
+// shared-memory transport's do, still leaves word that its rank was alive. A survivor
+// of the hierarchical allreduce may sit in its host's window waiting for a host peer
+// while the others wait for it across hosts. And the roll is called on the widest
+// communicator this process has (the global set's), not only on the failing link's:
+// the rank at the end of a chain of waits need not belong to the link whose wait gave
+// up (rank 0 waits across hosts for rank 2, which waits in its window for rank 3).
 //
 // Survivors reach their deadlines at different times, up to a stall time apart: an early
 // caller hears the late ones answer from inside their waits, and a late caller finds the

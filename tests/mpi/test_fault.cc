@@ -11,10 +11,11 @@
 // The victim is the last rank, or with `middle` rank n/2 (for 4 ranks rank 2, which
 // is not a neighbour of rank 0 in the ring, so rank 0 waits only for live ranks). It
 // stops (SIGSTOP, as a debugger or a hung process would) or leaves (_exit, as a crash
-// the launcher is told to ignore would) in the middle of the collective: for allreduce and broadcast as soon as the first piece of
-// its buffer has changed (the buffers are large and go in 4 KiB pieces, so most of the
-// collective is still ahead); for the others inside its output allocator, which Accord
-// calls on its background thread once the collective runs.
+// the launcher is told to ignore would) in the middle of the collective: for allreduce
+// and broadcast as soon as the first piece of its buffer has changed (the buffers are
+// large and go in 4 KiB pieces, so most of the collective is still ahead); for the
+// others inside its output allocator, which Accord calls on its background thread once
+// the collective runs.
 //
 // Plain main, not Catch: after the failure MPI cannot be finalized (see
 // accord::shutdown), so each survivor reports with a marker line and exits 1, and
