@@ -6,7 +6,7 @@ bfloat16, float32, float64 and bool cross into the runtime without a copy. What 
 bindings/README.md.
 """
 
-from accord.torch import elastic  # noqa: F401  (says it is not there)
+from accord.torch import elastic  # noqa: F401  (hvd.elastic, docs/elastic.md)
 from accord.torch.mpi_ops import *  # noqa: F401,F403
 from accord.torch.mpi_ops import barrier, join  # noqa: F401
 from accord.torch.compression import Compression  # noqa: F401

@@ -1,13 +1,7 @@
-"""Elastic training (Horovod's hvd.elastic) is not part of Accord: a job keeps the ranks
-it started with. Anything used from here says so, rather than failing with an
-AttributeError."""
+"""Horovod's ``hvd.elastic`` for PyTorch: ``run``, ``State``, ``ObjectState``,
+``TorchState``, ``ElasticSampler``, ``HostsUpdatedInterrupt`` and
+``HorovodInternalError``. Launch with accordrun's elastic flags (docs/elastic.md)."""
 
-
-def __getattr__(name):
-    if name.startswith("__") and name.endswith("__"):
-        # Python's own probes must find a plain missing attribute: `from ... import X`
-        # asks for __path__ first, copy, pickle and inspect for other dunders.
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    raise NotImplementedError(
-        f"accord.torch.elastic.{name}: elastic training is not part of Accord; a job runs "
-        "with the ranks it started with (checkpoint and restart the job to change them)")
+from accord.elastic import (  # noqa: F401
+    ElasticSampler, HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,
+    TorchState, run)

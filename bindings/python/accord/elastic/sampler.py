@@ -1,0 +1,98 @@
+"""ElasticSampler: an epoch that resumes after a reset takes every sample not yet
+processed in it exactly once, over the new set of ranks.
+
+The remaining indices (the epoch's shuffled order less the processed ones) are dealt in
+rounds of size() * batch_size: each full round gives every rank one batch, and the last,
+shorter round is split evenly, so every rank takes the same number of batches and the
+collectives stay in step. Only when that last round has fewer samples than there are
+ranks do some ranks get a sample again (as Horovod pads): pass the DataLoader's
+batch_size for this guarantee; without it the sampler deals one sample at a time, as
+Horovod's does.
+"""
+
+import torch
+import torch.utils.data
+
+
+def deal(remaining, replicas, batch_size):
+    """Every rank's indices: rounds of replicas * batch_size, the last split evenly; a
+    last round shorter than replicas is padded from the start of ``remaining``."""
+    shards = [[] for _ in range(replicas)]
+    per_round = replicas * batch_size
+    for start in range(0, len(remaining), per_round):
+        chunk = remaining[start:start + per_round]
+        if len(chunk) < replicas:
+            chunk = chunk + (remaining * replicas)[:replicas - len(chunk)]
+        base, extra = divmod(len(chunk), replicas)
+        offset = 0
+        for r in range(replicas):
+            take = base + (1 if r < extra else 0)
+            shards[r].extend(chunk[offset:offset + take])
+            offset += take
+    return shards
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's ElasticSampler(dataset, shuffle=True, seed=0), plus ``batch_size``.
+    Call record_batch(batch_idx, batch_size) (or record_indices) after each batch and
+    set_epoch(epoch) at the start of each epoch; keep it in the TorchState."""
+
+    def __init__(self, dataset, shuffle=True, seed=0, batch_size=None):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.batch_size = batch_size
+        self.epoch = 0
+        self.processed_indices = set()
+        self._new = set()
+        self.reset()
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self.processed_indices = set()
+        self._new = set()
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        self.record_indices(self.get_indices(batch_idx, batch_size))
+
+    def record_indices(self, indices):
+        indices = [int(i) for i in indices]
+        self.processed_indices.update(indices)
+        self._new.update(indices)
+
+    def get_indices(self, batch_idx, batch_size):
+        return self.indices[batch_idx * batch_size:(batch_idx + 1) * batch_size]
+
+    def _take_new_indices(self):
+        new, self._new = self._new, set()
+        return new
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+
+    def load_state_dict(self, state_dict):
+        self.epoch = state_dict["epoch"]
+        self.processed_indices = set(state_dict["processed_indices"])
+        self._new = set()
+        self.reset()
+
+    def reset(self):
+        """Deals the epoch's remaining indices over the current ranks."""
+        from accord.basics import rank, size
+        self.num_replicas, self.rank = size(), rank()
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.dataset), generator=g).tolist()
+        self.remaining_indices = [i for i in order if i not in self.processed_indices]
+        self.indices = deal(self.remaining_indices, self.num_replicas,
+                            self.batch_size or 1)[self.rank]
+        self.num_samples = len(self.indices)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return self.num_samples

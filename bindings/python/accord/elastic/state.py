@@ -1,0 +1,176 @@
+"""Horovod's elastic State, on Accord's restart-based elastic training.
+
+A State is a set of handlers, one per thing it keeps (a model, an optimizer, a sampler,
+plain attributes). Each handler copies its thing (snapshot), puts a copy back (load),
+and makes every rank hold root's (sync). commit() takes a snapshot: kept in this
+process's memory for restore(), and written to this host's local disk (store.py) so
+that the processes a restart starts can resume from it. After a restart, resume() finds
+the newest commit on any host, loads it on the lowest rank that holds it, and syncs
+every rank from there, newcomers included.
+"""
+
+import copy
+
+import torch
+
+from accord.basics import rank, size
+from accord.elastic import notice
+from accord.elastic.store import CommitStore, host_name, store_directory
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The launcher announced a change of hosts: every rank raises it in the same
+    commit() or check_host_updates(). ``skip_sync`` is Horovod's attribute (a restart
+    always syncs)."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the hosts of the job changed; the job restarts on the new set")
+        self.skip_sync = skip_sync
+        self.committed = False
+
+
+class ObjectHandler:
+    """Plain attributes of the state (epoch=0, batch=0, ...), pickled."""
+
+    def __init__(self, state, names):
+        self.state, self.names = state, list(names)
+
+    def snapshot(self):
+        return {n: copy.deepcopy(getattr(self.state, n)) for n in self.names}
+
+    def load(self, snapshot):
+        for n in self.names:
+            setattr(self.state, n, copy.deepcopy(snapshot[n]))
+
+    def sync(self, root):
+        from accord.torch.functions import broadcast_object
+        values = broadcast_object({n: getattr(self.state, n) for n in self.names}, root,
+                                  name="accord.elastic.objects")
+        for n in self.names:
+            setattr(self.state, n, values[n])
+
+
+class State:
+    """Horovod's hvd.elastic.State: commit, restore, sync, check_host_updates,
+    register_reset_callbacks, save, reset. Subclasses add handlers (ObjectState,
+    TorchState)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_handlers", {})
+        self._reset_callbacks = []
+        self._saved = None          # the last commit, in this process
+        self._commits = 0           # its number; the same on every rank
+        self._root = 0              # the rank sync() broadcasts from
+        self._store = None
+        self.hosts = None           # every rank's host, in rank order (after sync)
+
+    # ---- Horovod's API ----------------------------------------------------------------
+    def register_reset_callbacks(self, callbacks):
+        """Functions called after every reset (a restart with a new set of ranks), before
+        the state is synced: rescale the learning rate to hvd.size() there."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state (in memory and on this host's disk), then checks for a change
+        of hosts: a step after it is redone after a failure, none before it."""
+        self.save()
+        try:
+            self.check_host_updates()
+        except HostsUpdatedInterrupt as e:
+            e.committed = True
+            raise
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every rank alike when the launcher announced a
+        change of hosts (agreed through one allreduce)."""
+        from accord.torch.mpi_ops import Max, allreduce_
+        flag = torch.tensor([1 if notice.hosts_updated() else 0], dtype=torch.int32)
+        allreduce_(flag, op=Max, name="accord.elastic.hosts_updated")
+        if int(flag[0]):
+            notice.clear()
+            raise HostsUpdatedInterrupt(False)
+
+    def save(self):
+        """Takes a snapshot of every handler (collective: every rank saves together)."""
+        snapshot = {name: h.snapshot() for name, h in self._handlers.items()}
+        self._saved = snapshot
+        self._commits += 1
+        self.store().write(self._commits, {"number": self._commits, "state": snapshot})
+
+    def restore(self):
+        """Puts the last commit of this process back into the live objects."""
+        if self._saved is None:
+            raise ValueError("restore(): nothing was committed or synced yet")
+        for name, h in self._handlers.items():
+            h.load(self._saved[name])
+
+    def sync(self):
+        """Makes every rank's live state the root's (rank 0, or after a restart the rank
+        that held the newest commit)."""
+        for h in self._handlers.values():
+            h.sync(self._root)
+
+    def reset(self):
+        """Called on a reset, before the callbacks; subclasses re-read hvd.size()."""
+        for h in self._handlers.values():
+            if hasattr(h, "reset"):
+                h.reset()
+
+    # ---- Accord's restart --------------------------------------------------------------
+    def store(self):
+        if self._store is None:
+            from accord.basics import local_rank
+            self._store = CommitStore(store_directory(), writer=local_rank() == 0)
+        return self._store
+
+    def resume(self, after_reset):
+        """Collective: loads the newest commit of any host (on the lowest rank that has
+        it), calls the reset callbacks after a reset, and syncs every rank."""
+        from accord.torch.functions import allgather_object
+        from accord.torch.mpi_ops import Max, Min, allreduce_
+        self.hosts = allgather_object(host_name(), name="accord.elastic.hosts")
+        on_disk = self.store().newest()
+        have = max(on_disk, self._commits if self._saved is not None else 0)
+        newest = torch.tensor([have], dtype=torch.int64)
+        allreduce_(newest, op=Max, name="accord.elastic.newest")
+        newest = int(newest[0])
+        holder = torch.tensor([rank() if newest and have == newest else size()], dtype=torch.int64)
+        allreduce_(holder, op=Min, name="accord.elastic.holder")
+        self._root = int(holder[0]) if newest else 0
+        if newest and rank() == self._root:
+            if self._saved is not None and self._commits == newest:
+                self.restore()
+            else:
+                loaded = self.store().load(newest)
+                for name, h in self._handlers.items():
+                    h.load(loaded["state"][name])
+        if after_reset:
+            self.on_reset()
+        self.sync()
+        self._root = 0
+        # Every rank now holds the commit: in memory for restore(), and on each host's
+        # disk, so that it outlives the hosts it came from.
+        self._commits = newest
+        self._saved = {name: h.snapshot() for name, h in self._handlers.items()} if newest else None
+        if newest and on_disk < newest:
+            self.store().write(newest, {"number": newest, "state": self._saved})
+
+    def _add_handler(self, name, handler):
+        self._handlers[name] = handler
+
+
+class ObjectState(State):
+    """Horovod's ObjectState: the keyword arguments become attributes of the state,
+    committed, restored and synced (pickled)."""
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        # bcast_object and get_rank are Horovod's; Accord brings its own.
+        super().__init__()
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self._add_handler("objects", ObjectHandler(self, kwargs))

@@ -1,0 +1,129 @@
+"""One phase of test_state.py, run under mpirun: hvd.elastic's State, ElasticSampler and
+run() across a restart on one host, with the commit store on disk.
+
+  first   2 ranks: 3 steps, commit, restore() in process, 2 uncommitted steps, then
+          leave as a failed process would (the commit stays on disk); rank 0 writes what
+          was committed to OUT/expected.pt
+  second  3 ranks, after a reset: resume() must give every rank the committed model,
+          optimizer, attributes and sampler record; the reset callback sees 3 ranks; the
+          rest of the epoch takes every remaining sample exactly once
+  notice  2 ranks: rank 0's standard input announces new hosts; check_host_updates()
+          raises on every rank in the same call and run() exits 76
+"""
+import os
+import sys
+import time
+
+import torch
+
+import accord.torch as hvd
+
+N, BATCH = 40, 3
+phase, out = sys.argv[1], sys.argv[2]
+hvd.init()
+me = hvd.rank()
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"rank {me}: FAILED {what}", file=sys.stderr, flush=True)
+
+
+torch.manual_seed(1 if phase == "first" else 2)
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+data = torch.arange(N * 4, dtype=torch.float32).reshape(N, 4) / 100
+labels = torch.arange(N) % 3
+sampler = hvd.elastic.ElasticSampler(range(N), shuffle=True, seed=5, batch_size=BATCH)
+state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, note="x")
+resets = []
+state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+
+def step(indices):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(data[indices]), labels[indices])
+    loss.backward()
+    for p in model.parameters():
+        hvd.allreduce_(p.grad, op=hvd.Average)
+    optimizer.step()
+
+
+def batches():
+    ids = list(sampler)
+    return [ids[i:i + BATCH] for i in range(0, len(ids), BATCH)]
+
+
+@hvd.elastic.run
+def first(state):
+    for b, ids in enumerate(batches()[:3]):
+        step(ids)
+        sampler.record_batch(b, BATCH)
+        state.batch += 1
+    state.note = "committed"
+    state.commit()
+    committed = {k: v.clone() for k, v in model.state_dict().items()}
+    if me == 0:
+        torch.save({"model": committed, "processed": sorted(sampler.processed_indices),
+                    "optimizer": optimizer.state_dict()}, os.path.join(out, "expected.pt"))
+    # restore() in the same process puts the commit back.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    state.note, state.batch = "changed", 99
+    state.restore()
+    check(all(torch.equal(v, committed[k]) for k, v in model.state_dict().items()),
+          "restore() gives the committed parameters")
+    check((state.note, state.batch) == ("committed", 3), f"restore() gives the attributes: {state.note} {state.batch}")
+    for b, ids in enumerate(batches()[3:5]):  # not committed: lost by the restart
+        step(ids)
+    state.store().wait()
+    sys.stdout.flush()
+    hvd.barrier()
+    os._exit(75 if not failures else 1)  # as a process leaving for a restart does
+
+
+@hvd.elastic.run
+def second(state):
+    expected = torch.load(os.path.join(out, "expected.pt"))
+    check(all(torch.equal(v, expected["model"][k]) for k, v in model.state_dict().items()),
+          "resume() gives every rank the committed parameters")
+    momentum = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+    want = [expected["optimizer"]["state"][i]["momentum_buffer"] for i in range(len(momentum))]
+    check(all(torch.equal(a, b) for a, b in zip(momentum, want)), "resume() gives the optimizer state")
+    check((state.note, state.batch, state.epoch) == ("committed", 3, 0),
+          f"resume() gives the attributes: {state.note} {state.batch} {state.epoch}")
+    check(resets == [3], f"the reset callback ran once, after the ranks were set: {resets}")
+    check(sorted(sampler.processed_indices) == expected["processed"],
+          "the sampler's record is the committed one, of every rank")
+    taken = []
+    for b, ids in enumerate(batches()):
+        step(ids)
+        sampler.record_batch(b, BATCH)
+        taken += ids
+    everyone = hvd.allgather_object(taken)
+    check(len({len(batches())} | set(hvd.allgather_object(len(batches())))) == 1,
+          "every rank takes the same number of batches")
+    counts = torch.zeros(N, dtype=torch.int64)
+    for i in expected["processed"] + [i for ids in everyone for i in ids]:
+        counts[i] += 1
+    check(bool((counts == 1).all()), f"every sample of the epoch once: counts {counts.tolist()}")
+    check(len(expected["processed"]) == 3 * BATCH * 2, "the commit recorded 3 batches of 2 ranks")
+
+
+@hvd.elastic.run
+def notice(state):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state.check_host_updates()
+        time.sleep(0.05)
+    check(False, "check_host_updates() raised within 30 s")
+
+
+{"first": first, "second": second, "notice": notice}[phase](state)
+bad = hvd.allreduce(torch.tensor([len(failures)]), op=hvd.Sum, name="failures")
+if me == 0:
+    print(f"PHASE {phase} {'OK' if int(bad) == 0 else 'FAILED'}", flush=True)
+sys.exit(0 if int(bad) == 0 else 1)

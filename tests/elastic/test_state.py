@@ -1,0 +1,61 @@
+"""hvd.elastic on one host, under mpirun (state_phase.py): a commit survives the
+processes that made it and resumes on a different number of ranks; the sampler's epoch
+goes on exactly once; a host notice raises HostsUpdatedInterrupt on every rank.
+
+  test_state.py <mpirun> <python>
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+mpirun, python = sys.argv[1], sys.argv[2]
+
+
+def mpi(np, phase, out, env, stdin=None):
+    cmd = [mpirun, "-np", str(np), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [python, os.path.join(HERE, "state_phase.py"), phase, out]
+    p = subprocess.run(cmd, env=env, input=stdin, capture_output=True, text=True, timeout=120)
+    print(f"--- {phase} (np {np}): exit {p.returncode}\n{p.stdout}{p.stderr}", flush=True)
+    return p
+
+
+def main():
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+        print(f"skipped: {python} has no torch")
+        return 77
+    failures = []
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, ACCORDRUN_ELASTIC_JOB="state-test", ACCORDRUN_ELASTIC_STORE=out + "/store")
+        env.pop("ACCORDRUN_ELASTIC_RESET", None)
+        p = mpi(2, "first", out, env)
+        if p.returncode != 75 or "FAILED" in p.stderr:
+            failures.append("phase first")
+        host_dir = os.path.join(out, "store", "state-test")
+        kept = [f for d in os.listdir(host_dir) for f in os.listdir(os.path.join(host_dir, d))]
+        if kept != ["commit-1.pt"]:
+            failures.append(f"the host keeps one commit on disk: {kept}")
+        p = mpi(3, "second", out, dict(env, ACCORDRUN_ELASTIC_RESET="1"))
+        if p.returncode != 0 or "PHASE second OK" not in p.stdout:
+            failures.append("phase second")
+        if os.path.exists(host_dir) and any(os.listdir(os.path.join(host_dir, d)) for d in os.listdir(host_dir)):
+            failures.append("a job that ends removes its commits")
+        # The notice reaches rank 0 through mpirun's standard input.
+        p = mpi(2, "notice", out, dict(env, ACCORDRUN_ELASTIC_NOTICE="stdin", ACCORDRUN_ELASTIC_JOB="notice"),
+                stdin="hosts-updated\n")
+        reports = re.findall(r'\[accord-elastic\] \{"commit": 1, "event": "hosts-updated", "host": "[^"]+", "rank": (\d)\}',
+                             p.stderr)
+        if p.returncode != 76 or sorted(reports) != ["0", "1"]:
+            failures.append(f"notice: exit {p.returncode} (want 76), reports from ranks {reports}")
+    for f in failures:
+        print("FAILED:", f)
+    print("OK" if not failures else "FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
