@@ -74,6 +74,20 @@ class PeerWatch {
   void setWaitingHook(WaitingHook hook) { hook_.store(hook, std::memory_order_release); }
   void waitEnded();
 
+  // A wait outside the MPI link (the shared-memory transport's) that gave up on
+  // `waited_for` (global ranks) after `stall`: the roll call's verdict, from the MPI
+  // transport that installs the hook (ops/mpi/roll_call.h), as describeStopped words it
+  // after "what: "; "" where no roll call can be made.
+  using CallRollHook = std::string (*)(const std::vector<int>& waited_for,
+                                       const std::string& step,
+                                       std::chrono::milliseconds stall);
+  void setCallRollHook(CallRollHook hook) { call_roll_.store(hook, std::memory_order_release); }
+  std::string callRoll(const std::vector<int>& waited_for, const std::string& step,
+                       std::chrono::milliseconds stall) {
+    const CallRollHook hook = call_roll_.load(std::memory_order_acquire);
+    return hook ? hook(waited_for, step, stall) : std::string();
+  }
+
   // This rank's own GPU failed: told to the other ranks at the next negotiation round.
   // The first reason is kept.
   void ownFailure(const std::string& reason);
@@ -99,6 +113,7 @@ class PeerWatch {
   mutable std::mutex mu_;
   std::atomic<bool> published_{false};
   std::atomic<WaitingHook> hook_{nullptr};
+  std::atomic<CallRollHook> call_roll_{nullptr};
   Clock::time_point since_{};
   std::vector<int> waited_for_;
   std::string step_;

@@ -189,21 +189,9 @@ void Link::giveUp(Requests& requests, const std::string& what, const char* step)
   }
   requests = Requests();  // the handles are MPI's now: never freed
 
-  const std::chrono::milliseconds round = rollCallTime(timeout_);
-  RollCall& roll_call = RollCall::widest(*roll_call_);
-  RollCallFinding finding;
-  finding.me = global_ranks_[rank_];
-  finding.waited_for = globalRanks(silent);
-  Heard heard = roll_call.call(finding.waited_for, round);
-  finding.size = static_cast<int>(heard.stopped.size() + heard.answers.size()) + 1;
-  finding.stopped = std::move(heard.stopped);
-  finding.answers = std::move(heard.answers);
-  std::vector<int> answering{finding.me};
-  for (const auto& [rank, waits] : finding.answers) answering.push_back(rank);
-  std::sort(answering.begin(), answering.end());
-  PeerWatch::instance().rollCalled(finding.stopped, answering);
-
-  std::string message = what + ": " + describeStopped(finding, step, timeout_, round);
+  std::string message =
+      what + ": " +
+      RollCall::verdict(*roll_call_, global_ranks_[rank_], globalRanks(silent), step, timeout_);
   if (writes_pending > 0)
     message += ". MPI could not cancel " + std::to_string(writes_pending) +
                " receive(s) already under way: this collective's buffers may still be written "

@@ -1,6 +1,8 @@
 // RollCall (see roll_call.h).
 #include "ops/mpi/roll_call.h"
 
+#include "ops/mpi/link.h"
+
 #include "runtime/mpi_check.h"
 #include "runtime/peer_watch.h"
 
@@ -40,6 +42,7 @@ RollCall::RollCall(MPI_Comm comm, std::vector<int> global_ranks, std::chrono::mi
   std::lock_guard<std::mutex> lock(g_mu);
   g_roll_calls.push_back(this);
   PeerWatch::instance().setWaitingHook(&RollCall::answerAll);
+  PeerWatch::instance().setCallRollHook(&RollCall::callFromElsewhere);
 }
 
 RollCall& RollCall::widest(RollCall& own) {
@@ -48,6 +51,36 @@ RollCall& RollCall::widest(RollCall& own) {
   for (RollCall* r : g_roll_calls)
     if (r->size_ > best->size_) best = r;
   return *best;
+}
+
+std::string RollCall::verdict(RollCall& roll_call, int me, const std::vector<int>& waited_for,
+                              const std::string& step, std::chrono::milliseconds stall) {
+  const std::chrono::milliseconds round = rollCallTime(stall);
+  RollCall& widest = RollCall::widest(roll_call);
+  RollCallFinding finding;
+  finding.me = me;
+  finding.waited_for = waited_for;
+  Heard heard = widest.call(finding.waited_for, round);
+  finding.size = static_cast<int>(heard.stopped.size() + heard.answers.size()) + 1;
+  finding.stopped = std::move(heard.stopped);
+  finding.answers = std::move(heard.answers);
+  std::vector<int> answering{finding.me};
+  for (const auto& [rank, waits] : finding.answers) answering.push_back(rank);
+  std::sort(answering.begin(), answering.end());
+  PeerWatch::instance().rollCalled(finding.stopped, answering);
+  return describeStopped(finding, step, stall, round);
+}
+
+std::string RollCall::callFromElsewhere(const std::vector<int>& waited_for, const std::string& step,
+                                        std::chrono::milliseconds stall) {
+  RollCall* widest = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (RollCall* r : g_roll_calls)
+      if (!widest || r->size_ > widest->size_) widest = r;
+  }
+  if (!widest) return "";
+  return verdict(*widest, widest->global_ranks_[widest->rank_], waited_for, step, stall);
 }
 
 void RollCall::answerAll(Clock::time_point since, const std::vector<int>& waiting_for) {

@@ -36,6 +36,7 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace accord::mpi {
@@ -72,6 +73,15 @@ class RollCall {
   // widest tells every rank, once per wait.
   static void answerAll(std::chrono::steady_clock::time_point since,
                         const std::vector<int>& waiting_for);
+
+  // Calls the roll on `roll_call`'s widest for a wait that gave up on `waited_for` after
+  // `stall`, records the verdict with PeerWatch, and words it (describeStopped).
+  static std::string verdict(RollCall& roll_call, int me, const std::vector<int>& waited_for,
+                             const std::string& step, std::chrono::milliseconds stall);
+  // PeerWatch's CallRollHook: the same from a wait outside any link (shared memory), on
+  // the widest roll call of this process; "" when there is none.
+  static std::string callFromElsewhere(const std::vector<int>& waited_for, const std::string& step,
+                                       std::chrono::milliseconds stall);
 
  private:
   // A message: kind, how many ranks the sender waits for, and the first kListed of them

@@ -233,9 +233,20 @@ void SharedMemory::advance(int which, std::uint64_t value) {
 
 void SharedMemory::giveUp(int which, int rank) {
   const auto& step = kSteps;
+  const std::string what = which == kNegotiated || !what_ ? std::string("negotiation") : *what_;
+  if (options_.peers_wait_elsewhere) {
+    // The peer may be alive and stuck behind a rank on another host (the hierarchical
+    // allreduce): the roll call among all ranks finds who really stopped.
+    const std::string verdict = PeerWatch::instance().callRoll({options_.global_ranks[rank]},
+                                                               step[which], options_.timeout);
+    if (!verdict.empty()) {
+      broken_ = what + ": " + verdict;
+      throw CommError(broken_);
+    }
+  }
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
-  broken_ = (which == kNegotiated || !what_ ? std::string("negotiation") : *what_) + ": rank " +
+  broken_ = what + ": rank " +
             std::to_string(options_.global_ranks[rank]) + " did not " + step[which] + " within " +
             seconds + " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): " +
             (options_.peers_wait_elsewhere ? "it, or a rank it waits for in turn, has died or hangs"
