@@ -14,17 +14,30 @@
 #   SIMHOSTS_SLOTS=2,2 simhosts.sh -np 4 [mpirun options...] <program> [args...]
 #     the same, called as mpirun would be (for scripts that take an MPIEXEC); -np
 #     must equal the sum of the slots
+#   simhosts.sh <slots,...> --run -- <command> [args...]
+#     makes the hosts and runs <command> on this machine (not under mpirun), with
+#     SIMHOSTS_HOSTS=simhost0:2,simhost1:2,... and the OMPI_MCA_* variables that let
+#     every mpirun it starts reach the hosts (for launchers such as accordrun's
+#     elastic driver, which start mpirun themselves, again and again)
 #
 # Needs root (namespaces, a bridge). Where they cannot be made it prints
 # "skipped: ..." and exits 77, which CTest counts as a skip. SIMHOSTS_KEEP=1 leaves
 # everything in place after the run, for a look with `ip netns`.
 set -uo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 [ $# -ge 1 ] || { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0 ;; esac
 mpi_opts=()
-if [ "$1" = "-np" ]; then  # called as mpirun
+run_mode=0
+if [ "${2:-}" = "--run" ]; then
+  layout=$1
+  asked_np=""
+  run_mode=1
+  shift 2
+  [ "${1:-}" = "--" ] && shift
+  [ $# -ge 1 ] || { echo "simhosts.sh: no command after '--run --'" >&2; exit 2; }
+elif [ "$1" = "-np" ]; then  # called as mpirun
   [ -n "${SIMHOSTS_SLOTS:-}" ] || { echo "simhosts.sh: -np form needs SIMHOSTS_SLOTS, e.g. 2,2" >&2; exit 2; }
   layout=$SIMHOSTS_SLOTS
   asked_np=${2:-}
@@ -132,6 +145,16 @@ if [ -n "${OMPI_MCA_mca_base_env_list:-}" ]; then
   done
   mpi_opts=("${kept[@]}")
   export OMPI_MCA_mca_base_env_list
+fi
+
+if [ "$run_mode" = 1 ]; then
+  export SIMHOSTS_HOSTS=$hostlist OMPI_MCA_plm_rsh_agent=$state/agent.sh OMPI_MCA_btl=self,vader,tcp \
+    OMPI_MCA_btl_tcp_if_include=$subnet.0/24 OMPI_MCA_oob_tcp_if_include=$subnet.0/24 OMPI_MCA_pml=ob1
+  "$@" 9>&- &
+  child=$!
+  trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM INT
+  wait "$child"
+  exit $?
 fi
 
 # mpirun itself stays in this namespace and reaches the daemons over the bridge. Every

@@ -1,0 +1,197 @@
+"""accordrun's elastic driver on simulated hosts (run inside `simhosts.sh <slots> --run`),
+with train.py: real ranks, real signals, checked from the job's output.
+
+  test_driver.py <scenario> <accordrun> <python>
+
+  kill     2+2 ranks; simhost0's ranks (rank 0's host) SIGKILLed mid-epoch and its
+           commits deleted (no shared file system): the job ends on simhost1's 2 ranks,
+           every epoch takes every sample once, at most --commit-every steps are redone,
+           the parameters agree, the launcher logs one reset naming simhost0 and signal 9
+  min-np   2+2 ranks with --min-np 4; simhost1's ranks killed: the launcher waits
+           --elastic-timeout for hosts, then exits non-zero naming the hosts it had and lost
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMIT_EVERY = 4
+
+
+RUNS = []
+
+
+class Run:
+    """accordrun in the background; its lines kept with the time each arrived."""
+
+    def __init__(self, cmd, env):
+        RUNS.append(self)
+        self.lines = []
+        self.cond = threading.Condition()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.threads = [threading.Thread(target=self._read, args=(s,), daemon=True)
+                        for s in (self.proc.stdout, self.proc.stderr)]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, stream):
+        for line in stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            with self.cond:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout):
+        """The first line matching ``pattern`` (its time and match), waiting up to timeout."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for t, line in self.lines:
+                    m = re.search(pattern, line)
+                    if m:
+                        return t, m
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    return None, None
+                self.cond.wait(min(left, 0.5))
+
+    def finish(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = self.proc.wait()
+        for t in self.threads:
+            t.join(timeout=10)
+        return rc
+
+    def matching(self, pattern):
+        return [(t, m) for t, line in self.lines for m in [re.search(pattern, line)] if m]
+
+
+def signal_host(out, reset, host, sig):
+    """Sends ``sig`` to every rank of ``host`` in run ``reset``; returns their ranks."""
+    ranks = []
+    for name in os.listdir(os.path.join(out, "pids", str(reset))):
+        h, rank, pid = name.rsplit(".", 2)
+        if h == host:
+            os.kill(int(pid), sig)
+            ranks.append(int(rank))
+    return sorted(ranks)
+
+
+def accordrun(accordrun_path, python, out, flags, train_flags=()):
+    cmd = [accordrun_path] + flags + ["--elastic-store", os.path.join(out, "store"), "--",
+                                      python, os.path.join(HERE, "train.py"), "--out", out,
+                                      "--commit-every", str(COMMIT_EVERY)] + list(train_flags)
+    print("+", " ".join(cmd), flush=True)
+    return Run(cmd, dict(os.environ, ACCORD_STALL_SHUTDOWN_TIME=os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5")))
+
+
+class Checks:
+    def __init__(self):
+        self.failed = []
+
+    def __call__(self, cond, what):
+        print(("ok: " if cond else "FAILED: ") + what, flush=True)
+        if not cond:
+            self.failed.append(what)
+
+
+def check_training(run, check, epochs, final_size):
+    """What every scenario that ends well must show."""
+    steps = [int(m.group(1)) for _, m in run.matching(r"^STEP (\d+) ")]
+    redone = len(steps) - len(set(steps))
+    check(redone <= COMMIT_EVERY, f"redone steps {redone} <= the commit interval {COMMIT_EVERY}")
+    check(sorted(set(steps)) == list(range(1, max(steps, default=0) + 1)), "no step number skipped")
+    epochs_seen = {int(m.group(1)): m.group(2) for _, m in run.matching(r"^EPOCH (\d+) once (\w+)")}
+    check(epochs_seen == {e: "True" for e in range(epochs)},
+          f"every epoch took every sample exactly once: {epochs_seen}")
+    final = run.matching(r"^FINAL size (\d+) identical (\w+) epochs (\d+)")
+    check(len(final) == 1 and final[0][1].groups() == (str(final_size), "True", str(epochs)),
+          f"the job ends on {final_size} ranks with identical parameters: "
+          f"{[m.group(0) for _, m in final]}")
+    return steps, redone
+
+
+def scenario_kill(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts])
+    t, _ = run.wait_for(r"^STEP 6 ", 120)
+    check(t is not None, "training reached step 6 on 4 ranks")
+    if t is not None:
+        killed_at = time.monotonic()
+        ranks = signal_host(out, 0, "simhost0", signal.SIGKILL)
+        store = os.path.join(out, "store")
+        for job in os.listdir(store) if os.path.isdir(store) else []:  # simhost0's disk is lost with it
+            shutil.rmtree(os.path.join(store, job, "simhost0"), ignore_errors=True)
+        check(ranks == [0, 1], f"killed simhost0's ranks {ranks}")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    steps, redone = check_training(run, check, 3, 2)
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "simhost0" in resets[0][1].group(2) and "signal 9" in resets[0][1].group(2),
+          f"one reset logged, naming simhost0 and signal 9: {[m.group(0) for _, m in resets]}")
+    if t is not None:
+        after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
+        if after:
+            print(f"FIGURE recovery {after[0] - killed_at:.1f} s from the kill to the first step on "
+                  f"2 ranks; redone steps {redone}", flush=True)
+    return check.failed
+
+
+def scenario_min_np(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout", "4",
+                                                  "-H", hosts])
+    t, _ = run.wait_for(r"^STEP 3 ", 120)
+    check(t is not None, "training reached step 3 on 4 ranks")
+    if t is not None:
+        signal_host(out, 0, "simhost1", signal.SIGKILL)
+    rc = run.finish(120)
+    check(rc != 0, f"accordrun exits non-zero (got {rc})")
+    reset_t, _ = run.wait_for(r"accordrun: reset 1: ", 0)
+    end_t, m = run.wait_for(r"accordrun: only (\d+) slots usable .*fewer than --min-np 4.*had (.*); lost: (.*)\. Stopping", 0)
+    check(m is not None and m.group(1) == "2" and "simhost0:2, simhost1:2" in m.group(2)
+          and "simhost1" in m.group(3) and "signal 9" in m.group(3),
+          f"the message names the hosts it had and lost: {m.group(0) if m else None}")
+    if reset_t and end_t:
+        check(end_t - reset_t >= 4, f"it waited --elastic-timeout 4 s ({end_t - reset_t:.1f} s)")
+    check(not run.matching(r"^STEP \d+ epoch \d+ size 2 "), "no training on fewer than --min-np ranks")
+    return check.failed
+
+
+SCENARIOS = {"kill": scenario_kill, "min-np": scenario_min_np}
+
+
+def main():
+    scenario, accordrun_path, python = sys.argv[1:4]
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+        print(f"skipped: {python} has no torch")
+        return 77
+    hosts = os.environ.get("SIMHOSTS_HOSTS")
+    if not hosts:
+        print("test_driver.py runs inside `simhosts.sh <slots> --run`", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            failed = SCENARIOS[scenario](accordrun_path, python, out, hosts)
+        finally:  # nothing of the job outlives the test, whatever happened
+            for run in RUNS:
+                if run.proc.poll() is None:
+                    os.killpg(run.proc.pid, signal.SIGKILL)
+                    run.proc.wait()
+    print("OK" if not failed else f"FAILED: {len(failed)} checks")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

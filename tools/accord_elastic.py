@@ -1,0 +1,300 @@
+"""accordrun's elastic driver: keeps a job training on the hosts that are healthy.
+
+The driver never talks to the ranks over a transport of its own: it starts the job
+with the cluster's launcher (mpirun) on the current hosts, and when the job ends for a
+reason other than success it starts it again, on the hosts still usable, from the last
+commit (which the ranks keep on their hosts' disks; bindings/python/accord/elastic).
+
+  hosts        -H/--hostfile (fixed), or --host-discovery-script (polled), less the
+               hosts blacklisted after a failure (for the cool-down, if one is given)
+  start        mpirun -np <slots, at most --max-np> -H <hosts> ..., once at least
+               --min-np slots are usable (waiting up to --elastic-timeout)
+  watch        the job's output passes through; the ranks' reports (one JSON line
+               each, "[accord-elastic] {...}") and mpirun's own notices say who failed
+  host change  discovery offers or withdraws hosts: one line on mpirun's standard
+               input (Open MPI hands it to rank 0), and every rank leaves together at its
+               next commit with EXIT_HOSTS_UPDATED; no step is lost
+  failure      the failed hosts are blacklisted, the reset is logged once with its
+               cause, and the job starts again, at most --reset-limit times
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+# The ranks' side of the protocol (bindings/python/accord/elastic/notice.py).
+MARKER = "[accord-elastic] "
+EXIT_RESTART = 75
+EXIT_HOSTS_UPDATED = 76
+
+# Open MPI 4's notices: a rank killed by a signal, a rank's non-zero exit, a lost daemon.
+_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
+_EXITED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+_LOST_DAEMON = re.compile(r"Remote daemon:\s*\[\[\d+,\d+\],\d+\] on node (\S+)")
+
+
+def log(message):
+    print(f"accordrun: {message}", file=sys.stderr, flush=True)
+
+
+def parse_discovered(text, slots_per_host):
+    """A discovery script's output: 'host:slots' or 'host' (then --slots-per-host) per line."""
+    hosts = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9.\-_]*)(?::([0-9]+))?", line)
+        if not m:
+            raise ValueError(f"bad line '{line}': expected host:slots")
+        slots = int(m.group(2)) if m.group(2) else slots_per_host
+        if slots is None:
+            raise ValueError(f"'{line}' gives no slots: print host:slots, or pass --slots-per-host")
+        if slots > 0:
+            hosts[m.group(1)] = slots
+    return hosts
+
+
+class Hosts:
+    """The hosts offered (fixed or discovered) and those blacklisted after failures."""
+
+    def __init__(self, opts, fixed):
+        self.opts = opts
+        self.fixed = fixed
+        self.offered = dict(fixed or {})
+        self.failures = {}   # host -> times blacklisted
+        self.until = {}      # host -> time its cool-down ends (inf: for good)
+        self.causes = {}     # host -> why it was blacklisted
+
+    def discover(self):
+        if self.fixed is not None:
+            return self.offered
+        try:
+            out = subprocess.run([self.opts.host_discovery_script], capture_output=True, text=True,
+                                 timeout=30)
+            if out.returncode != 0:
+                raise ValueError(f"exit status {out.returncode}: {out.stderr.strip()}")
+            self.offered = parse_discovered(out.stdout, self.opts.slots_per_host)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            log(f"host discovery script {self.opts.host_discovery_script} failed ({e}); keeping the "
+                "hosts it gave before")
+        return self.offered
+
+    def blacklist(self, host, cause, now):
+        self.failures[host] = self.failures.get(host, 0) + 1
+        self.causes[host] = cause
+        low, high = self.opts.cooldown or (None, None)
+        if low is None:
+            self.until[host] = float("inf")
+        else:  # doubles with each failure of the host, within the range
+            self.until[host] = now + min(high, low * 2 ** (self.failures[host] - 1))
+
+    def usable(self, now):
+        return {h: s for h, s in self.offered.items() if self.until.get(h, 0) <= now}
+
+
+def plan(usable, max_np):
+    """The hosts to run on and their ranks: in the offered order, up to max_np ranks."""
+    chosen, total = [], 0
+    for host, slots in usable.items():
+        if max_np is not None and total >= max_np:
+            break
+        take = slots if max_np is None else min(slots, max_np - total)
+        chosen.append((host, take))
+        total += take
+    return chosen
+
+
+def ranks_on(chosen):
+    """rank -> host, as mpirun maps by slot: each host's ranks in turn."""
+    out = []
+    for host, n in chosen:
+        out += [host] * n
+    return out
+
+
+class Job:
+    """One run of mpirun, its output passed through and read for reports."""
+
+    def __init__(self, cmd, env):
+        self.reports = []
+        self.stderr_tail = ""
+        self.first_step = None
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        self._pumps = [threading.Thread(target=self._pump, args=(self.proc.stdout, sys.stdout), daemon=True),
+                       threading.Thread(target=self._pump, args=(self.proc.stderr, sys.stderr), daemon=True)]
+        for t in self._pumps:
+            t.start()
+
+    def _pump(self, source, sink):
+        for raw in iter(source.readline, b""):
+            sink.buffer.write(raw)
+            sink.flush()
+            line = raw.decode(errors="replace")
+            with self._lock:
+                if line.startswith(MARKER):
+                    try:
+                        self.reports.append(json.loads(line[len(MARKER):]))
+                    except ValueError:
+                        pass
+                if sink is sys.stderr:
+                    self.stderr_tail = (self.stderr_tail + line)[-65536:]
+
+    def notify_hosts_updated(self):
+        try:
+            self.proc.stdin.write(b"hosts-updated\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the job is ending anyway
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def finish(self):
+        rc = self.proc.wait()
+        for t in self._pumps:
+            t.join(timeout=10)
+        return rc
+
+
+def failure_causes(job, rc, rank_hosts):
+    """{host: cause} for the hosts this run's output blames, and a cause for the log."""
+    blamed = {}
+
+    def blame(host, cause):
+        if host and host not in blamed:
+            blamed[host] = cause
+
+    tail = job.stderr_tail
+    for m in _SIGNALLED.finditer(tail):
+        name = f" ({m.group(4)})" if m.group(4) else ""
+        blame(m.group(2), f"rank {m.group(1)} on {m.group(2)} was killed by signal {m.group(3)}{name}")
+    for m in _LOST_DAEMON.finditer(tail):
+        blame(m.group(1), f"mpirun lost its daemon on {m.group(1)}")
+    for r in job.reports:
+        if r.get("event") == "raised":
+            blame(r.get("host"), f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}")
+        elif r.get("event") == "failed":
+            for host in r.get("lost_hosts", []):
+                ranks = [x for x in r.get("lost_ranks", []) if x < len(rank_hosts) and rank_hosts[x] == host]
+                blame(host, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} on {host} "
+                            f"stopped answering (rank {r.get('rank')}: {r.get('error')})")
+    for m in _EXITED.finditer(tail):
+        rank, code = int(m.group(1)), int(m.group(2))
+        if code not in (EXIT_RESTART, EXIT_HOSTS_UPDATED) and rank < len(rank_hosts):
+            blame(rank_hosts[rank], f"rank {rank} on {rank_hosts[rank]} exited with status {code}")
+    if blamed:
+        return blamed, "; ".join(blamed.values())
+    return {}, f"the job exited with status {rc} and named no failed rank"
+
+
+class Driver:
+    def __init__(self, opts, fixed_hosts, command_for, environ):
+        self.opts = opts
+        self.hosts = Hosts(opts, fixed_hosts)
+        self.command_for = command_for  # (chosen hosts, env) -> (argv, env)
+        self.environ = environ
+        self.job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.resets = 0
+        self.job = None
+        self.had = []
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self._forward)
+        signal.signal(signal.SIGINT, self._forward)
+        while True:
+            chosen = self.wait_for_hosts()
+            if chosen is None:
+                return 1
+            rc, cause, blamed = self.run_once(chosen)
+            if rc == 0:
+                return 0
+            if self.stopping:
+                return rc
+            now = time.monotonic()
+            for host, why in blamed.items():
+                self.hosts.blacklist(host, why, now)
+            if self.opts.reset_limit is not None and self.resets >= self.opts.reset_limit:
+                log(f"reset limit {self.opts.reset_limit} reached; not restarting after: {cause}; "
+                    f"exiting with status {rc}")
+                return rc
+            self.resets += 1
+            log(f"reset {self.resets}: {cause}"
+                + (f"; blacklisted {', '.join(sorted(blamed))}" if blamed else ""))
+
+    stopping = False
+
+    def _forward(self, signum, frame):
+        self.stopping = True
+        if self.job is not None:
+            self.job.stop()
+        else:
+            sys.exit(128 + signum)
+
+    def wait_for_hosts(self):
+        deadline = time.monotonic() + self.opts.elastic_timeout
+        while True:
+            self.hosts.discover()
+            chosen = plan(self.hosts.usable(time.monotonic()), self.opts.max_np)
+            total = sum(n for _, n in chosen)
+            if total >= self.opts.min_np:
+                return chosen
+            if time.monotonic() >= deadline or self.stopping:
+                lost = "; ".join(f"{h}: {why}" for h, why in self.hosts.causes.items()) or "none"
+                had = ", ".join(f"{h}:{n}" for h, n in self.had) or "none yet"
+                left = ", ".join(f"{h}:{n}" for h, n in chosen) or "none"
+                log(f"only {total} slots usable ({left}), fewer than --min-np {self.opts.min_np}, and no "
+                    f"host was offered within --elastic-timeout {self.opts.elastic_timeout:g} s; the job "
+                    f"had {had}; lost: {lost}. Stopping.")
+                return None
+            time.sleep(min(self.opts.discovery_interval, max(0.1, deadline - time.monotonic())))
+
+    def run_once(self, chosen):
+        """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed)."""
+        self.had = chosen
+        env = dict(self.environ, ACCORDRUN_ELASTIC_JOB=self.job_id,
+                   ACCORDRUN_ELASTIC_RESET=str(self.resets), ACCORDRUN_ELASTIC_NOTICE="stdin")
+        if self.opts.elastic_store:
+            env["ACCORDRUN_ELASTIC_STORE"] = os.path.abspath(self.opts.elastic_store)
+        cmd, env = self.command_for(chosen, env)
+        log(f"starting {sum(n for _, n in chosen)} ranks on " + ", ".join(f"{h}:{n}" for h, n in chosen)
+            + (f" (reset {self.resets})" if self.resets else ""))
+        if self.opts.verbose:
+            log(" ".join(shlex.quote(c) for c in cmd))
+        self.job = Job(cmd, env)
+        notified = None
+        next_poll = time.monotonic() + self.opts.discovery_interval
+        while self.job.proc.poll() is None:
+            time.sleep(0.1)
+            if time.monotonic() < next_poll:
+                continue
+            next_poll = time.monotonic() + self.opts.discovery_interval
+            self.hosts.discover()
+            wanted = plan(self.hosts.usable(time.monotonic()), self.opts.max_np)
+            if wanted != chosen and wanted != notified:
+                notified = wanted
+                log("hosts changed (now " + ", ".join(f"{h}:{n}" for h, n in wanted) + "); the job moves "
+                    "to them at its next commit")
+                self.job.notify_hosts_updated()
+        rc = self.job.finish()
+        job, self.job = self.job, None
+        if rc == 0:
+            return 0, "", {}
+        events = {r.get("event") for r in job.reports}
+        if events == {"hosts-updated"}:
+            return rc, "the hosts changed", {}
+        blamed, cause = failure_causes(job, rc, ranks_on(chosen))
+        return rc, cause, blamed
+
+
+def run(opts, fixed_hosts, command_for, environ):
+    return Driver(opts, fixed_hosts, command_for, environ).run()
