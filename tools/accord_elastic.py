@@ -183,11 +183,16 @@ def failure_causes(job, rc, rank_hosts):
     for r in job.reports:
         if r.get("event") == "raised":
             blame(r.get("host"), f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}")
-        elif r.get("event") == "failed":
-            for host in r.get("lost_hosts", []):
-                ranks = [x for x in r.get("lost_ranks", []) if x < len(rank_hosts) and rank_hosts[x] == host]
-                blame(host, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} on {host} "
-                            f"stopped answering (rank {r.get('rank')}: {r.get('error')})")
+    lost = {}  # host -> (ranks every survivor's report blamed there, the first report)
+    for r in job.reports:
+        if r.get("event") == "failed":
+            for x in r.get("lost_ranks", []):
+                if x < len(rank_hosts):
+                    lost.setdefault(rank_hosts[x], (set(), r))[0].add(x)
+    for host, (ranks, r) in lost.items():
+        error = (r.get("error") or "").split(". ")[0]
+        blame(host, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, sorted(ranks)))} on {host} "
+                    f"stopped answering (rank {r.get('rank')}: {error})")
     for m in _EXITED.finditer(tail):
         rank, code = int(m.group(1)), int(m.group(2))
         if code not in (EXIT_RESTART, EXIT_HOSTS_UPDATED) and rank < len(rank_hosts):
@@ -291,7 +296,11 @@ class Driver:
             return 0, "", {}
         events = {r.get("event") for r in job.reports}
         if events == {"hosts-updated"}:
-            return rc, "the hosts changed", {}
+            before, after = dict(chosen), dict(notified or [])
+            change = [f"+{h}:{n}" for h, n in after.items() if before.get(h) != n] + \
+                     [f"-{h}:{n}" for h, n in before.items() if after.get(h) != n]
+            return rc, f"the hosts changed ({' '.join(change)}) at commit " \
+                       f"{job.reports[0].get('commit')}", {}
         blamed, cause = failure_causes(job, rc, ranks_on(chosen))
         return rc, cause, blamed
 

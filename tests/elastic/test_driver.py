@@ -7,6 +7,14 @@ with train.py: real ranks, real signals, checked from the job's output.
            commits deleted (no shared file system): the job ends on simhost1's 2 ranks,
            every epoch takes every sample once, at most --commit-every steps are redone,
            the parameters agree, the launcher logs one reset naming simhost0 and signal 9
+  grow     discovery offers simhost0:2, then simhost1:2 as well: the job moves to 2+2
+           ranks at its next commit (one reset, no step lost or repeated, the reset
+           callback rescales the learning rate)
+  shrink   discovery withdraws simhost1 from 2+2: the job goes on with 2 ranks at its
+           next commit, no failure recorded, no step lost or repeated
+  stop     2+2 ranks; simhost1's ranks frozen (SIGSTOP): the survivors blame them
+           within ACCORD_STALL_SHUTDOWN_TIME and the job ends on simhost0's 2 ranks
+  reset-limit  1+1+1 ranks, --reset-limit 1: the second failure stops the job, saying so
   min-np   2+2 ranks with --min-np 4; simhost1's ranks killed: the launcher waits
            --elastic-timeout for hosts, then exits non-zero naming the hosts it had and lost
 """
@@ -169,7 +177,110 @@ def scenario_min_np(accordrun_path, python, out, hosts):
     return check.failed
 
 
-SCENARIOS = {"kill": scenario_kill, "min-np": scenario_min_np}
+def discovery(out, text):
+    """Makes <out>/discover.sh print ``text`` (rewritten atomically)."""
+    script = os.path.join(out, "discover.sh")
+    if not os.path.exists(script):
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {os.path.join(out, 'hosts.txt')}\n")
+        os.chmod(script, 0o755)
+    with open(os.path.join(out, "hosts.tmp"), "w") as f:
+        f.write(text)
+    os.replace(os.path.join(out, "hosts.tmp"), os.path.join(out, "hosts.txt"))
+    return script
+
+
+def scenario_resize(accordrun_path, python, out, first, then, final_size):
+    check = Checks()
+    script = discovery(out, first)
+    run = accordrun(accordrun_path, python, out, ["-np", "2", "--min-np", "2", "--max-np", "4",
+                                                  "--host-discovery-script", script,
+                                                  "--discovery-interval", "0.5"])
+    t, _ = run.wait_for(r"^STEP 5 ", 120)
+    check(t is not None, "training reached step 5")
+    discovery(out, then)
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    steps, redone = check_training(run, check, 3, final_size)
+    check(redone == 0, f"no step repeated ({redone})")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "the hosts changed" in resets[0][1].group(2)
+          and "blacklisted" not in resets[0][1].group(2),
+          f"one reset, for the hosts: {[m.group(0) for _, m in resets]}")
+    check(not run.matching(r'"event": "(failed|raised)"'), "no rank reported a failure")
+    lr = f"{0.01 * final_size:g}"
+    check(bool(run.matching(rf"^RESET size {final_size} lr {lr}$")) and
+          all(m.group(1) == lr for _, m in run.matching(rf"^STEP \d+ epoch \d+ size {final_size} lr (\S+)")),
+          f"the reset callback set the learning rate to {lr} for {final_size} ranks")
+    return check.failed
+
+
+def scenario_grow(accordrun_path, python, out, hosts):
+    return scenario_resize(accordrun_path, python, out, "simhost0:2\n", "simhost0:2\nsimhost1:2\n", 4)
+
+
+def scenario_shrink(accordrun_path, python, out, hosts):
+    return scenario_resize(accordrun_path, python, out, "simhost0:2\nsimhost1:2\n", "simhost0:2\n", 2)
+
+
+def scenario_stop(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts])
+    t, _ = run.wait_for(r"^STEP 6 ", 120)
+    check(t is not None, "training reached step 6 on 4 ranks")
+    stopped = []
+    try:
+        if t is not None:
+            stopped_at = time.monotonic()
+            stopped = signal_host(out, 0, "simhost1", signal.SIGSTOP)
+        rc = run.finish(300)
+    finally:
+        for name in os.listdir(os.path.join(out, "pids", "0")):
+            if name.startswith("simhost1."):
+                try:
+                    os.kill(int(name.rsplit(".", 1)[1]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    check(stopped == [2, 3], f"froze simhost1's ranks {stopped}")
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    check_training(run, check, 3, 2)
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "ranks 2, 3 on simhost1 stopped answering" in resets[0][1].group(2)
+          and "blacklisted simhost1" in resets[0][1].group(2),
+          f"one reset, naming simhost1's ranks: {[m.group(0) for _, m in resets]}")
+    after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
+    if t is not None and after:
+        bound = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5")) + 10
+        took = after[0] - stopped_at
+        check(took <= bound, f"first step on 2 ranks {took:.1f} s after the freeze (<= stall bound + 10 s)")
+        print(f"FIGURE recovery {took:.1f} s from SIGSTOP to the first step on 2 ranks", flush=True)
+    return check.failed
+
+
+def scenario_reset_limit(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "3", "--min-np", "1", "--reset-limit", "1",
+                                                  "-H", hosts])
+    t, _ = run.wait_for(r"^STEP 3 ", 120)
+    check(t is not None, "training reached step 3 on 3 ranks")
+    if t is not None:
+        signal_host(out, 0, "simhost2", signal.SIGKILL)
+    t, _ = run.wait_for(r"^STEP \d+ epoch \d+ size 2 ", 120)
+    check(t is not None, "training goes on with 2 ranks")
+    if t is not None:
+        signal_host(out, 1, "simhost1", signal.SIGKILL)
+    rc = run.finish(120)
+    check(rc != 0, f"accordrun exits non-zero (got {rc})")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "simhost2" in resets[0][1].group(2), f"one reset: {[m.group(0) for _, m in resets]}")
+    limit = run.matching(r"accordrun: reset limit 1 reached; not restarting after: (.*simhost1.*)")
+    check(len(limit) == 1, f"the second failure stops the job, saying so: {[m.group(0) for _, m in limit]}")
+    check(not run.matching(r"^STEP \d+ epoch \d+ size 1 "), "no third run")
+    return check.failed
+
+
+SCENARIOS = {"kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
+             "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit}
 
 
 def main():

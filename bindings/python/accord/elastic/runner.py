@@ -24,8 +24,10 @@ from accord.elastic.state import HostsUpdatedInterrupt
 from accord.errors import HorovodInternalError
 
 # The runtime's words for ranks it blames (runtime/peer_watch.cc): "rank 2 did not ...
-# and stopped answering", "ranks 2, 3 stopped answering", "rank 3 also stopped answering".
-_BLAMED = re.compile(r"\branks? ([0-9]+(?:, [0-9]+)*)(?: did not [^;.]*?and)?(?: also)? stopped answering")
+# and stopped answering", "ranks 2, 3 stopped answering", "rank 3 also stopped answering",
+# "(rank 2 did not answer either, ...)".
+_BLAMED = re.compile(r"\branks? ([0-9]+(?:, [0-9]+)*)(?:(?: did not [^;.]*?and)?(?: also)? stopped answering"
+                     r"| did not answer either)")
 
 
 def blamed_ranks(message):
