@@ -93,9 +93,9 @@ class SharedMemory {
   bool carries() const { return options_.carry_bytes > 0; }
   // Above this many bytes in a round, every rank reducing every carried tensor whole
   // costs more than the allreduce it saves, which splits the work among the ranks
-  // (accord-bench, 2 ranks: 16 KiB carried and not carried take the same time, 64 KiB
-  // carried 10-20% longer).
-  static constexpr std::size_t kCarryLimit = 16 << 10;
+  // (accord-bench, 2 ranks, alternating ACCORD_CARRY_BYTES=64K and 0: 4 KiB carried
+  // 0.1-0.9 us faster, 8 KiB the same, 16 KiB 0.3-0.5 us slower, 64 KiB 10-20% slower).
+  static constexpr std::size_t kCarryLimit = 8 << 10;
 
  private:
   // How to wait for a peer: spin this long, then yield until `yield_until`, then sleep,
