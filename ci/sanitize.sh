@@ -58,8 +58,9 @@ unit_tests_listed() {
   local dir=$1 count
   count=$(ctest --test-dir "$dir" -N -L '^unit$' | sed -n 's/^Total Tests: //p')
   [ "${count:-0}" -gt 0 ] && return
-  echo "ci/sanitize.sh: CTest lists no unit test in $dir: $dir/tests/unit/accord_unit_tests" \
-       "does not start under the sanitizer (run it to see why)" >&2
+  echo "ci/sanitize.sh: CTest lists no unit test in $dir: $dir/tests/runtime/unit/accord_unit_tests" \
+       "and $dir/tests/ops/unit/accord_ops_unit_tests do not start under the sanitizer" \
+       "(run them to see why)" >&2
   return 1
 }
 
@@ -72,8 +73,8 @@ unit_tests_listed() {
 keep_plugins_loaded() {
   local dir=$1 runtime_name=$2 runtime cxx
   cc -shared -fPIC -O2 -o "$dir/libno_dlclose.so" ci/no_dlclose.c || return
-  runtime=$(ldd "$dir/tests/mpi/mpi_test_allreduce" | awk -v n="$runtime_name" '$1 ~ n {print $3}')
-  cxx=$(ldd "$dir/tests/mpi/mpi_test_allreduce" | awk '$1 ~ /^libstdc\+\+/ {print $3}')
+  runtime=$(ldd "$dir/tests/runtime/mpi/mpi_test_allreduce" | awk -v n="$runtime_name" '$1 ~ n {print $3}')
+  cxx=$(ldd "$dir/tests/runtime/mpi/mpi_test_allreduce" | awk '$1 ~ /^libstdc\+\+/ {print $3}')
   export OMPI_MCA_mca_base_env_list="LD_PRELOAD=${runtime:+$runtime:}${cxx:+$cxx:}$root/$dir/libno_dlclose.so"
 }
 
@@ -120,11 +121,11 @@ run_thread() {
   unit_tests_listed build-tsan || return
   keep_plugins_loaded build-tsan libtsan || return
   # The instrumented oneTBB also for what finds its libraries by soname alone, such as
-  # an application built against an installed Accord (tests/embed).
+  # an application built against an installed Accord (tests/runtime/embed).
   export LD_LIBRARY_PATH=$tbb_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # ci/tsan.supp, plus one line for each of Open MPI's and PMIx's plugins.
   local libmpi libdir
-  libmpi=$(ldd build-tsan/tests/mpi/mpi_test_allreduce | awk '$1 ~ /libmpi\.so/ {print $3}')
+  libmpi=$(ldd build-tsan/tests/runtime/mpi/mpi_test_allreduce | awk '$1 ~ /libmpi\.so/ {print $3}')
   libdir=$(dirname "$(readlink -f "$libmpi")")
   {
     cat ci/tsan.supp
@@ -133,7 +134,8 @@ run_thread() {
   # halt_on_error: the first report ends the process with exit code 66, so that the test
   # fails on its exit status as well as on the report in its output.
   export TSAN_OPTIONS="suppressions=$root/build-tsan/tsan.supp halt_on_error=1 exitcode=66"
-  # Checks of elapsed time allow three times their usual slack (tests/mpi/test_fault.cc).
+  # Checks of elapsed time allow three times their usual slack
+  # (tests/runtime/mpi/test_fault.cc).
   export ACCORD_TEST_TIME_SCALE=3
   # Excluded: the trainer's tests (labels trainer, trainer-mpi). The layers run in oneDNN,
   # whose OpenMP threads (libgomp) and JIT-compiled kernels are not instrumented, so

@@ -1,6 +1,6 @@
 // How a reducing response runs on NCCL, decided from the response alone: which NCCL
 // operation, and what scaling pass follows it. Kept apart from NCCL's headers so that it
-// is unit-tested in one process without a GPU (tests/unit/test_nccl_reduction.cc).
+// is unit-tested in one process without a GPU (tests/ops/unit/test_nccl_reduction.cc).
 //
 // Average is NCCL's own average (ncclAvg) for floating-point dtypes when nothing else
 // scales the result and the set's size is a power of two: ncclAvg multiplies each input

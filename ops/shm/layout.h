@@ -1,6 +1,6 @@
 // Where data lies in the shared-memory transport, as pure functions of sizes (unit-tested
-// in tests/unit/test_shm_layout.cc): how an allreduce is cut into pieces and each piece
-// into one block per rank, and where each carried tensor lies in a negotiation slot.
+// in tests/ops/unit/test_shm_layout.cc): how an allreduce is cut into pieces and each
+// piece into one block per rank, and where each carried tensor lies in a negotiation slot.
 #pragma once
 
 #include "runtime/channel.h"

@@ -1,5 +1,5 @@
 // Helpers for the multi-rank tests of collectives on CUDA tensors (run under mpirun,
-// built on tests/mpi's helpers: the same fill values, checks and runner).
+// built on tests/support's helpers: the same fill values, checks and runner).
 //
 // The reference is the host path: each test runs every collective twice, on host
 // buffers and on device copies of the same values, and compares the results bit for
@@ -13,7 +13,7 @@
 // pinned memory) every rank uses GPU 0.
 #pragma once
 
-#include "../mpi/mpi_test.h"
+#include "mpi_test.h"
 
 #include <cuda_runtime_api.h>
 

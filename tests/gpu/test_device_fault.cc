@@ -24,7 +24,7 @@
 // reports with a marker line (DEVICE-FAULT-DETECTED by a survivor that saw everything it
 // should, DEVICE-FAULT-VICTIM-OK by a victim of `cuda` whose own handle failed as it
 // should) and exits 1; run_expect_abort.cmake counts the markers.
-#include "../mpi/fault_test.h"
+#include "fault_test.h"
 #include "device_test.h"
 #include "fault_kernels.h"
 

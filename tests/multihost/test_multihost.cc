@@ -4,7 +4,7 @@
 // MPI fills the hosts in order, so global ranks 0..s0-1 are on host 0, and so on.
 #include <catch2/catch.hpp>
 
-#include "tests/mpi/mpi_test.h"
+#include "tests/support/mpi_test.h"
 
 #include <accord/error.h>
 #include <mpi.h>
