@@ -2,7 +2,7 @@
 # The Python suite on a lent GPU machine, against that machine's own PyTorch (its
 # python3): compiles accord._core there, with its compiler and pybind11, against the
 # carried build's libaccord, assembles the package in a folder of its own, and runs
-# tests/python under mpirun on one rank, test_cuda.py included, then on two ranks
+# tests/bindings/python under mpirun on one rank, test_cuda.py included, then on two ranks
 # sharing the GPU through NCCL and through MPI. Logs go to $OUT (./device-python-out
 # elsewhere).
 #
@@ -48,7 +48,8 @@ cat "$out/compile.log"
 rm -rf "$objects"
 [ -f "$site/accord/_core$ext" ] || exit 1
 
-cd tests/python
+root=$PWD
+cd tests/bindings/python
 set -o pipefail
 # One rank, CUDA tensors through NCCL; two ranks sharing the GPU through NCCL, each rank
 # a host of its own for NCCL (ci/nccl-one-gpu.sh); and two ranks through MPI staged in
@@ -58,7 +59,7 @@ status=0
 for run in 1:1 2:1 2:0; do
   ranks=${run%:*} nccl=${run#*:}
   wrapper=()
-  [ "$ranks" -gt 1 ] && [ "$nccl" = 1 ] && wrapper=(bash ../../ci/nccl-one-gpu.sh)
+  [ "$ranks" -gt 1 ] && [ "$nccl" = 1 ] && wrapper=(bash "$root/ci/nccl-one-gpu.sh")
   echo "== ci/device-python.sh: $ranks rank(s), ACCORD_NCCL=$nccl${wrapper:+, sharing the GPU through NCCL}"
   PYTHONPATH=$site ACCORD_STALL_SHUTDOWN_TIME=30 ACCORD_NCCL=$nccl \
     mpirun -np "$ranks" --allow-run-as-root --oversubscribe --bind-to none \

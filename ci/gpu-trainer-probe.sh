@@ -58,7 +58,7 @@ test_tags=${ACCORD_PROBE_TESTS:-residual|block|fusion}
 for setting in ${!ACCORD_PROBE_@}; do export -n "$setting"; done
 resnet=$build/examples/resnet/accord-resnet
 probe=$build/examples/resnet/accord-fusion-probe
-tests_bin=$build/tests/gpu/accord_gpu_cudnn_tests
+tests_bin=$build/tests/trainer/gpu/accord_gpu_cudnn_tests
 out=${OUT:-$PWD/gpu-trainer-probe-out}
 mkdir -p "$out"
 summary=$out/summary.txt

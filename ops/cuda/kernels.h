@@ -5,7 +5,7 @@
 // Every function only enqueues work on `stream` and returns; errors of the launch are
 // thrown as CommError naming the kernel. The results equal the host kernels'
 // (ops/cpu/kernels.h) element for element, so a tensor reduced on either path is the
-// same: the unit tests in tests/gpu compare the two.
+// same: the unit tests in tests/ops/gpu compare the two.
 #pragma once
 
 #include <accord/tensor.h>

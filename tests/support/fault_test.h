@@ -1,5 +1,5 @@
 // What the fault tests that run without the MPI test harness share
-// (tests/runtime/mpi/test_fault.cc, tests/gpu/test_device_fault.cc): after a peer's
+// (tests/runtime/mpi/test_fault.cc, tests/ops/gpu/test_device_fault.cc): after a peer's
 // failure MPI cannot be finalized, so they report with marker lines rather than Catch.
 #pragma once
 

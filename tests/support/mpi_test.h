@@ -24,7 +24,8 @@ using accord::DType;
 using accord::ReduceOp;
 using accord::Shape;
 
-// Bool reduces as logic, which these tests' values do not model: tests/python covers it.
+// Bool reduces as logic, which these tests' values do not model: tests/bindings/python
+// covers it.
 inline constexpr DType kAllDTypes[] = {DType::UInt8,   DType::Int8,    DType::Int16,
                                        DType::UInt16,  DType::Int32,   DType::Int64,
                                        DType::Float16, DType::BFloat16, DType::Float32,

@@ -5,7 +5,7 @@
 // and writes, which batch norms' statistics move, and that backward reads only what the
 // fused forward leaves (it never writes the blocks' last or shortcut batch-norm outputs
 // on the GPU). The GPU's kernels are checked against the unfused calls in
-// tests/gpu/test_cuda_bn_residual.cc and test_cuda_residual_block.cc.
+// tests/trainer/gpu/test_cuda_bn_residual.cc and test_cuda_residual_block.cc.
 #include "model.h"
 #include "optimizer.h"
 

@@ -2,7 +2,7 @@
 // rank (never a hang) with a message naming the tensor, the ranks and both values; bad
 // arguments raise InvalidArgument at once; calls before init and after shutdown raise
 // NotInitialized; the runtime keeps working after each error. Device mismatches (a CPU
-// tensor on one rank, a CUDA tensor on another) need a GPU: tests/gpu has them.
+// tensor on one rank, a CUDA tensor on another) need a GPU: tests/ops/gpu has them.
 //
 // The odd rank out is the last one; with one rank nothing can disagree, so each
 // collective must simply succeed.

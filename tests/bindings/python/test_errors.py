@@ -139,7 +139,7 @@ def test_gpu_tensors_without_the_gpu_path_say_so(hvd):
 
 def test_build_and_topology_queries(hvd):
     assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.is_initialized()
-    # What CMake found, passed on by the test's environment (tests/python/CMakeLists.txt).
+    # What CMake found, passed on by the test's environment (tests/bindings/python/CMakeLists.txt).
     expected = os.environ.get("ACCORD_TEST_BUILT_CUDA_NCCL")
     if expected is not None:
         cuda, nccl = (flag == "1" for flag in expected.split(","))
