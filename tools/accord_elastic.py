@@ -94,9 +94,14 @@ class Hosts:
             self.until[host] = float("inf")
         else:  # doubles with each failure of the host, within the range
             self.until[host] = now + min(high, low * 2 ** (self.failures[host] - 1))
+        return self.until[host] - now
 
     def usable(self, now):
         return {h: s for h, s in self.offered.items() if self.until.get(h, 0) <= now}
+
+
+def for_how_long(seconds):
+    return "for good" if seconds == float("inf") else f"for {seconds:g} s"
 
 
 def plan(usable, max_np):
@@ -226,17 +231,24 @@ class Driver:
             if self.stopping:
                 return rc
             now = time.monotonic()
-            for host, why in blamed.items():
-                self.hosts.blacklist(host, why, now)
+            out = [f"{host} {for_how_long(self.hosts.blacklist(host, why, now))}"
+                   for host, why in sorted(blamed.items())]
             if self.opts.reset_limit is not None and self.resets >= self.opts.reset_limit:
                 log(f"reset limit {self.opts.reset_limit} reached; not restarting after: {cause}; "
                     f"exiting with status {rc}")
                 return rc
             self.resets += 1
-            log(f"reset {self.resets}: {cause}"
-                + (f"; blacklisted {', '.join(sorted(blamed))}" if blamed else ""))
+            log(f"reset {self.resets}: {cause}" + (f"; blacklisted {', '.join(out)}" if out else ""))
 
     stopping = False
+
+    def environment(self):
+        """The variables each run of the job gets from the driver (read by accord.elastic)."""
+        env = dict(self.environ, ACCORDRUN_ELASTIC_JOB=self.job_id,
+                   ACCORDRUN_ELASTIC_RESET=str(self.resets), ACCORDRUN_ELASTIC_NOTICE="stdin")
+        if self.opts.elastic_store:
+            env["ACCORDRUN_ELASTIC_STORE"] = os.path.abspath(self.opts.elastic_store)
+        return env
 
     def _forward(self, signum, frame):
         self.stopping = True
@@ -247,12 +259,17 @@ class Driver:
 
     def wait_for_hosts(self):
         deadline = time.monotonic() + self.opts.elastic_timeout
+        waiting = False
         while True:
             self.hosts.discover()
             chosen = plan(self.hosts.usable(time.monotonic()), self.opts.max_np)
             total = sum(n for _, n in chosen)
             if total >= self.opts.min_np:
                 return chosen
+            if not waiting and not self.stopping:
+                waiting = True
+                log(f"only {total} slots usable, fewer than --min-np {self.opts.min_np}; waiting up to "
+                    f"{self.opts.elastic_timeout:g} s (--elastic-timeout) for more hosts")
             if time.monotonic() >= deadline or self.stopping:
                 lost = "; ".join(f"{h}: {why}" for h, why in self.hosts.causes.items()) or "none"
                 had = ", ".join(f"{h}:{n}" for h, n in self.had) or "none yet"
@@ -266,11 +283,7 @@ class Driver:
     def run_once(self, chosen):
         """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed)."""
         self.had = chosen
-        env = dict(self.environ, ACCORDRUN_ELASTIC_JOB=self.job_id,
-                   ACCORDRUN_ELASTIC_RESET=str(self.resets), ACCORDRUN_ELASTIC_NOTICE="stdin")
-        if self.opts.elastic_store:
-            env["ACCORDRUN_ELASTIC_STORE"] = os.path.abspath(self.opts.elastic_store)
-        cmd, env = self.command_for(chosen, env)
+        cmd, env = self.command_for(chosen, self.environment())
         log(f"starting {sum(n for _, n in chosen)} ranks on " + ", ".join(f"{h}:{n}" for h, n in chosen)
             + (f" (reset {self.resets})" if self.resets else ""))
         if self.opts.verbose:
@@ -307,3 +320,21 @@ class Driver:
 
 def run(opts, fixed_hosts, command_for, environ):
     return Driver(opts, fixed_hosts, command_for, environ).run()
+
+
+def dry_run(opts, fixed_hosts, command_for, environ):
+    """Prints the first mpirun command the driver would run, with the variables it sets."""
+    driver = Driver(opts, fixed_hosts, command_for, environ)
+    driver.hosts.discover()
+    chosen = plan(driver.hosts.usable(time.monotonic()), opts.max_np)
+    total = sum(n for _, n in chosen)
+    if total < opts.min_np:
+        log(f"only {total} slots usable now ({', '.join(f'{h}:{n}' for h, n in chosen) or 'none'}), "
+            f"fewer than --min-np {opts.min_np}: the driver would wait up to --elastic-timeout "
+            f"{opts.elastic_timeout:g} s for more hosts")
+        return 1
+    cmd, env = command_for(chosen, driver.environment())
+    changed = {k: v for k, v in env.items() if environ.get(k) != v}
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(changed.items()))
+    print((prefix + " " if prefix else "") + " ".join(shlex.quote(c) for c in cmd))
+    return 0

@@ -17,6 +17,12 @@ with train.py: real ranks, real signals, checked from the job's output.
   reset-limit  1+1+1 ranks, --reset-limit 1: the second failure stops the job, saying so
   min-np   2+2 ranks with --min-np 4; simhost1's ranks killed: the launcher waits
            --elastic-timeout for hosts, then exits non-zero naming the hosts it had and lost
+  min-np-offer  the same on 2+2(+2) ranks under a discovery script, which offers simhost2:2
+           while the launcher waits: the job goes on on simhost0 and simhost2 and finishes
+  cooldown 2+2 ranks, --blacklist-cooldown-range 3 60: simhost1 killed, left out for 3 s,
+           taken back at a commit, killed again, left out for 6 s; the job finishes
+  double   1+1+1 ranks: simhost2 killed, then simhost1 killed while the job restarts (its
+           new rank is up, in a reset callback slowed to 2 s, before its first step): two resets, the job finishes on simhost0
 """
 import os
 import re
@@ -114,11 +120,11 @@ class Checks:
             self.failed.append(what)
 
 
-def check_training(run, check, epochs, final_size):
+def check_training(run, check, epochs, final_size, redone_limit=COMMIT_EVERY):
     """What every scenario that ends well must show."""
     steps = [int(m.group(1)) for _, m in run.matching(r"^STEP (\d+) ")]
     redone = len(steps) - len(set(steps))
-    check(redone <= COMMIT_EVERY, f"redone steps {redone} <= the commit interval {COMMIT_EVERY}")
+    check(redone <= redone_limit, f"redone steps {redone} <= {redone_limit} (the commit interval per failure)")
     check(sorted(set(steps)) == list(range(1, max(steps, default=0) + 1)), "no step number skipped")
     epochs_seen = {int(m.group(1)): m.group(2) for _, m in run.matching(r"^EPOCH (\d+) once (\w+)")}
     check(epochs_seen == {e: "True" for e in range(epochs)},
@@ -279,8 +285,109 @@ def scenario_reset_limit(accordrun_path, python, out, hosts):
     return check.failed
 
 
+def scenario_min_np_offer(accordrun_path, python, out, hosts):
+    check = Checks()
+    script = discovery(out, "simhost0:2\nsimhost1:2\n")
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout", "60",
+                                                  "--host-discovery-script", script,
+                                                  "--discovery-interval", "0.5"])
+    t, _ = run.wait_for(r"^STEP 3 ", 120)
+    check(t is not None, "training reached step 3 on 4 ranks")
+    if t is not None:
+        signal_host(out, 0, "simhost1", signal.SIGKILL)
+    waiting, _ = run.wait_for(r"accordrun: only 2 slots usable, fewer than --min-np 4; waiting up to 60 s", 60)
+    check(waiting is not None, "the launcher says it waits for hosts")
+    offered = None
+    if waiting is not None:
+        time.sleep(2)  # a host offered a while into the wait, not at once
+        discovery(out, "simhost0:2\nsimhost1:2\nsimhost2:2\n")
+        offered = time.monotonic()
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    started = run.matching(r"accordrun: starting (\d+) ranks on (.*) \(reset 1\)")
+    check(len(started) == 1 and started[0][1].groups() == ("4", "simhost0:2, simhost2:2"),
+          f"the job restarts on simhost0 and simhost2: {[m.group(0) for _, m in started]}")
+    if started and offered:
+        check(started[0][0] >= offered, "and only after simhost2 was offered")
+        print(f"FIGURE restart {started[0][0] - offered:.1f} s after the offer", flush=True)
+    check_training(run, check, 3, 4)
+    check(not run.matching(r"^STEP \d+ epoch \d+ size 2 "), "no training on fewer than --min-np ranks")
+    check(not run.matching(r"Stopping"), "the launcher did not give up")
+    return check.failed
+
+
+def scenario_cooldown(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts,
+                                                  "--blacklist-cooldown-range", "3", "60",
+                                                  "--discovery-interval", "0.5"],
+                    ["--epochs", "8"])
+    t, _ = run.wait_for(r"^STEP 4 ", 120)
+    check(t is not None, "training reached step 4 on 4 ranks")
+    if t is not None:
+        check(signal_host(out, 0, "simhost1", signal.SIGKILL) == [2, 3], "killed simhost1's ranks")
+    first, m1 = run.wait_for(r"accordrun: reset 1: .*blacklisted simhost1 for 3 s", 120)
+    check(first is not None, "reset 1 blacklists simhost1 for 3 s (the cool-down's minimum)")
+    back, m2 = run.wait_for(r"accordrun: starting 4 ranks on simhost0:2, simhost1:2 \(reset (\d+)\)", 120)
+    check(back is not None, "simhost1 is taken back after its cool-down")
+    if first and back:
+        check(back - first >= 3, f"not before its cool-down ends ({back - first:.1f} s)")
+        again = m2.group(1)
+        # Two steps on the 4 ranks of the new run, then simhost1 fails again.
+        while run.proc.poll() is None and \
+                len([tt for tt, _ in run.matching(r"^STEP \d+ epoch \d+ size 4 ") if tt > back]) < 2:
+            time.sleep(0.1)
+        check(signal_host(out, int(again), "simhost1", signal.SIGKILL) == [2, 3],
+              "killed simhost1's ranks again, after it came back")
+    second, _ = run.wait_for(r"accordrun: reset \d+: .*simhost1 was killed.*blacklisted simhost1 for 6 s", 120)
+    check(second is not None, "the second failure blacklists simhost1 for 6 s (doubled)")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    if second:
+        returns = [tt for tt, m in run.matching(r"accordrun: starting 4 ranks on simhost0:2, simhost1:2 ")
+                   if tt > second]
+        if returns:
+            check(returns[0] - second >= 6, f"simhost1 left out at least 6 s ({returns[0] - second:.1f} s)")
+    failures = run.matching(r"accordrun: reset \d+: .*blacklisted")
+    check(len(failures) == 2, f"two failures logged: {[m.group(0) for _, m in failures]}")
+    final = run.matching(r"^FINAL size (\d+) identical True epochs 8")
+    check(len(final) == 1, f"the job finishes every epoch with identical parameters")
+    check_training(run, check, 8, int(final[0][1].group(1)) if final else 0, 2 * COMMIT_EVERY)
+    return check.failed
+
+
+def scenario_double(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "3", "--min-np", "1", "-H", hosts],
+                    ["--reset-delay", "2"])
+    t, _ = run.wait_for(r"^STEP 5 ", 120)
+    check(t is not None, "training reached step 5 on 3 ranks")
+    if t is not None:
+        check(signal_host(out, 0, "simhost2", signal.SIGKILL) == [2], "killed simhost2's rank")
+    reset, _ = run.wait_for(r"accordrun: starting 2 ranks on simhost0:1, simhost1:1 \(reset 1\)", 120)
+    check(reset is not None, "the job restarts on simhost0 and simhost1")
+    killed = []
+    if reset is not None:  # simhost1's new rank is up (it wrote its pid after init) ...
+        pids, deadline = os.path.join(out, "pids", "1"), time.monotonic() + 60
+        while time.monotonic() < deadline and not any(n.startswith("simhost1.") for n in
+                                                      (os.listdir(pids) if os.path.isdir(pids) else [])):
+            time.sleep(0.05)
+        killed = signal_host(out, 1, "simhost1", signal.SIGKILL)
+        # ... and the job has not taken a step since the restart: the kill fell into the recovery.
+        check(not run.matching(r"^STEP \d+ epoch \d+ size 2 "), "simhost1 killed before the first step on 2 ranks")
+    check(killed == [1], f"killed simhost1's new rank {killed}")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check([m.group(2).split("; blacklisted ")[-1] for _, m in resets] == ["simhost2 for good", "simhost1 for good"],
+          f"two resets, blaming simhost2 then simhost1: {[m.group(0) for _, m in resets]}")
+    check_training(run, check, 3, 1, 2 * COMMIT_EVERY)
+    return check.failed
+
+
 SCENARIOS = {"kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
-             "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit}
+             "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit,
+             "min-np-offer": scenario_min_np_offer, "cooldown": scenario_cooldown, "double": scenario_double}
 
 
 def main():

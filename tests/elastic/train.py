@@ -30,6 +30,8 @@ p.add_argument("--batch-size", type=int, default=4)
 p.add_argument("--commit-every", type=int, default=4)
 p.add_argument("--step-time", type=float, default=0.1)
 p.add_argument("--base-lr", type=float, default=0.01)
+p.add_argument("--reset-delay", type=float, default=0,
+               help="seconds each reset callback takes (a slow recovery a test can fail into)")
 args = p.parse_args()
 
 hvd.init()
@@ -57,6 +59,7 @@ def say(text):
 def rescale():
     for group in optimizer.param_groups:
         group["lr"] = args.base_lr * hvd.size()
+    time.sleep(args.reset_delay)
     say(f"RESET size {hvd.size()} lr {args.base_lr * hvd.size():g}")
 
 
