@@ -3,6 +3,8 @@
 
 #include "runtime/config.h"
 
+#include <accord/error.h>
+
 #include <map>
 #include <string>
 
@@ -13,6 +15,16 @@ inline accord::Config parseEnv(const std::map<std::string, std::string>& env) {
     auto it = env.find(var);
     return it == env.end() ? nullptr : it->second.c_str();
   });
+}
+
+// The error init() gives for `var`=`value`; "" when the value is accepted.
+inline std::string parseError(const char* var, const std::string& value) {
+  try {
+    parseEnv({{var, value}});
+  } catch (const accord::InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace accord_test

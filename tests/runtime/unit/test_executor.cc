@@ -3,6 +3,8 @@
 // it was handed and, where a test asks, fails the way a real backend does.
 #include "runtime/executor.h"
 
+#include "handle_outcome.h"
+
 #include <accord/error.h>
 #include <catch2/catch.hpp>
 
@@ -93,15 +95,7 @@ Response allreduce(std::vector<std::string> names) {
   return r;
 }
 
-std::string failure(const detail::HandleState& handle) {
-  REQUIRE(handle.done());
-  try {
-    handle.wait();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(completed)";
-}
+std::string failure(const detail::HandleState& handle) { return accord_test::outcomeOf(handle); }
 
 // The name is free again: the queue takes it once more.
 bool released(Fixture& f, const std::string& name) {

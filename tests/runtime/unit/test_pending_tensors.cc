@@ -1,6 +1,8 @@
 // PendingTensors: admit, take, the join handle, and failing everything held.
 #include "runtime/pending_tensors.h"
 
+#include "handle_outcome.h"
+
 #include <accord/error.h>
 #include <catch2/catch.hpp>
 
@@ -33,15 +35,7 @@ void admit(PendingTensors& pending, const Submitted& s) {
   pending.admit(s.request, s.entry, Clock::now());
 }
 
-std::string failure(const detail::HandleState& handle) {
-  REQUIRE(handle.done());
-  try {
-    handle.wait();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string failure(const detail::HandleState& handle) { return accord_test::outcomeOf(handle); }
 
 }  // namespace
 

@@ -25,12 +25,7 @@ namespace {
 Config parse(const std::map<std::string, std::string>& env) { return accord_test::parseEnv(env); }
 
 std::string error(const char* var, const std::string& value) {
-  try {
-    parse({{var, value}});
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "";
+  return accord_test::parseError(var, value);
 }
 
 // A valid value other than the default, for every setting.
