@@ -4,10 +4,12 @@
 //   mpirun -np 4 accord-resnet --model resnet50 --dataset synthetic
 //       --stem imagenet --width 1 --batch-size 32 --steps 100   # throughput
 //   accord-resnet compare a.params b.params         # the equivalence tests' check
+#include "elastic.h"
 #include "options.h"
 #include "trainer.h"
 
 #include <accord/accord.h>
+#include <accord/error.h>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +17,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 using namespace accord::resnet;
 
@@ -54,9 +57,10 @@ int train(const TrainOptions& opt) {
     return 1;
   }
   int rc = 0;
+  std::unique_ptr<Trainer> trainer;
   try {
-    Trainer trainer(opt);
-    const EvalResult result = trainer.run();
+    trainer = std::make_unique<Trainer>(opt);
+    const EvalResult result = trainer->run();
     if (accord::rank() == 0 && opt.eval)
       std::printf("final test accuracy: %.2f%% (top-1)\n", 100.0 * result.top1);
   } catch (const std::bad_alloc&) {
@@ -67,6 +71,19 @@ int train(const TrainOptions& opt) {
     rc = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-resnet (rank %d): error: %s\n", accord::rank(), e.what());
+    // Under the elastic driver a lost rank is not the end: report whom the runtime
+    // blamed and leave at once with the status that restarts the job from its last
+    // commit, without a shutdown that would wait on the lost ranks.
+    const bool comm = dynamic_cast<const accord::CommError*>(&e) != nullptr ||
+                      dynamic_cast<const accord::Timeout*>(&e) != nullptr ||
+                      dynamic_cast<const accord::ShutDown*>(&e) != nullptr;
+    if (comm && opt.commit_every > 0 && !elasticStoreDirectory().empty()) {
+      reportFailure(accord::rank(), e.what(), trainer ? trainer->globalStep() : 0,
+                    trainer ? trainer->lastCommit() : -1);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(kExitRestart);
+    }
     rc = 1;
   }
   // Negotiated with the other ranks: a rank that failed alone releases the others'

@@ -282,6 +282,12 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                  "write a checkpoint every N epochs and at the end (0: only at the end)")
       ->check(integerIn(0, kNoLimit))
       ->capture_default_str();
+  app.add_option("--commit-every", o.commit_every,
+                 "under accordrun's elastic driver: commit the training state every N steps to "
+                 "each host's disk, and after a restart resume from the newest commit on any "
+                 "host with the new number of ranks (0: off; docs/elastic.md)")
+      ->check(integerIn(0, kNoLimit))
+      ->capture_default_str();
   app.add_option("--resume", o.resume, "checkpoint to resume from (read on rank 0, broadcast)")
       ->check(path());
   app.add_option("--metrics", o.metrics, "JSON-lines file with one object per epoch")

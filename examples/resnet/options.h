@@ -91,6 +91,9 @@ struct TrainOptions {
   std::string checkpoint;  // path; empty: no checkpoints
   int checkpoint_every = 1;
   std::string resume;
+  // Under accordrun's elastic driver: commit every N steps to each host's disk, resume
+  // from the newest commit after a restart (elastic.h); 0: off
+  int commit_every = 0;
   std::string metrics;      // JSON-lines file
   std::string dump_params;  // write the final parameters here (rank 0)
   bool progress = true;

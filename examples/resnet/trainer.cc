@@ -2,6 +2,8 @@
 // checkpoint writing are in trainer_report.cc.
 #include "trainer.h"
 
+#include "elastic.h"
+
 #include <accord/error.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@ int parseDepth(const std::string& model) {
 Trainer::Trainer(const TrainOptions& options)
     : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
   setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
+  if (opt_.commit_every > 0) elastic_dir_ = elasticStoreDirectory();
   checkOutputPaths();
   metrics_ =
       std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress, !opt_.resume.empty());
@@ -251,6 +254,10 @@ StepGeometry Trainer::stepGeometry() const { return {opt_.batch_size, world_, tr
 // Rank 0's parameters (fresh, or from --resume) become everyone's. A failed resume on
 // rank 0 fails every rank with rank 0's message instead of leaving them waiting.
 void Trainer::startFromRankZero() {
+  if (opt_.commit_every > 0 && elastic_dir_.empty())
+    metrics_->message("--commit-every: not started by accordrun's elastic driver "
+                      "(ACCORDRUN_ELASTIC_JOB unset), so no elastic commits");
+  if (!elastic_dir_.empty() && opt_.resume.empty() && resumeFromCommit()) return;
   std::string error;
   if (!opt_.resume.empty() && rank_ == 0) {
     try {
@@ -309,6 +316,11 @@ bool Trainer::trainEpoch(int epoch, StepTimes& times) {
       first_step_left_out_ = true;
     }
     trainStep(times);
+    if (resumed_) {
+      resumed_ = false;
+      metrics_->message("first step after the restart: " + positionOf(state_));
+    }
+    if (!elastic_dir_.empty() && state_.global_step % opt_.commit_every == 0) commitElastic();
     const double rate = times.seen * world_ / std::max(since(t0), 1e-9);
     metrics_->step(epoch + 1, state_.step_in_epoch - 1, steps,
                    times.loss_sum / std::max(times.scored, 1.0), rate);
@@ -348,6 +360,7 @@ EvalResult Trainer::run() {
     report(static_cast<int>(state_.epoch) + 1, state_.step_in_epoch - first, seconds, times,
            opt_.eval ? &last : nullptr);
     if (finished) state_ = {state_.epoch + 1, 0, state_.global_step};
+    if (finished && !elastic_dir_.empty()) commitElastic();
     const bool at_end = !more || state_.epoch >= opt_.epochs;
     if (!opt_.checkpoint.empty() && (at_end || (finished && opt_.checkpoint_every > 0 &&
                                                 state_.epoch % opt_.checkpoint_every == 0)))
@@ -363,6 +376,11 @@ EvalResult Trainer::run() {
     metrics_->message(line);
   }
   if (!opt_.dump_params.empty()) dumpParams();
+  // Done: this job's commits are no longer needed on this host.
+  if (!elastic_dir_.empty() && accord::local_rank() == 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(elastic_dir_, ignored);
+  }
   if (launch_ != StepLaunch::LayerByLayer) {
     const GraphStats g = deviceGraphStats(model_);
     metrics_->message("CUDA graphs: " + std::to_string(g.captured) + " captured, " +

@@ -44,6 +44,10 @@ class Trainer {
   ~Trainer();
   // Trains until --epochs or --steps; returns the last evaluation (zero without eval).
   EvalResult run();
+  // For the elastic failure report (elastic.h): optimizer steps so far, and the global
+  // step of the last elastic commit (-1: none).
+  std::int64_t globalStep() const { return state_.global_step; }
+  std::int64_t lastCommit() const { return last_commit_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -79,6 +83,8 @@ class Trainer {
   void report(int epoch, std::int64_t steps, double seconds, StepTimes times,
               const EvalResult* val);
   void saveCheckpoint(const TrainState& state);
+  void commitElastic();     // trainer_elastic.cc
+  bool resumeFromCommit();  // false: no host holds a commit of this job
   void dumpParams();
   std::string onDevice() const;
 
@@ -92,6 +98,11 @@ class Trainer {
   GradExchange grads_;
   std::unique_ptr<Metrics> metrics_;
   TrainState state_;
+  // Under accordrun's elastic driver with --commit-every: this host's commit directory
+  // (elastic.h); "" otherwise.
+  std::string elastic_dir_;
+  std::int64_t last_commit_ = -1;
+  bool resumed_ = false;  // from an elastic commit; the first step after it is logged
   std::vector<std::int32_t> labels_;  // (batch)
   // Synthetic data built on the GPU (useDevicePool): the batch's sample indices; empty
   // where batches are uploaded from the host.

@@ -1,0 +1,135 @@
+"""accord-resnet under accordrun's elastic driver on simulated hosts (run inside
+`simhosts.sh 2,2 --run`): Fashion-MNIST, the default model, --commit-every K.
+
+  test_trainer.py <accordrun> <accord-resnet>
+
+First an undisturbed run on 2+2 ranks; then the same run with simhost1's ranks SIGKILLed
+mid-epoch, after a commit, and simhost1's commit directory deleted (its disk is lost
+with it). The second run must finish on simhost0's 2 ranks, resumed from the newest
+commit made before the kill (so fewer than K steps are redone), with one reset naming
+simhost1 and signal 9, and a final test accuracy within BAND points of the first run's.
+Prints the recovery time (the kill to the first step after it) as a FIGURE line.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_driver import Checks, Run, RUNS  # noqa: E402  (the same log reader)
+
+COMMIT_EVERY = 8
+BAND = 6.0  # accuracy points; two undisturbed runs of different seeds differ by ~1-2
+TRAIN = ["--train-limit", "12000", "--epochs", "3", "--batch-size", "32", "--no-progress",
+         "--commit-every", str(COMMIT_EVERY)]
+
+
+def trainer(accordrun_path, resnet, out, name):
+    cmd = [accordrun_path, "-np", "4", "--min-np", "2", "-H", os.environ["SIMHOSTS_HOSTS"],
+           "--elastic-store", os.path.join(out, name), "--", resnet] + TRAIN
+    print("+", " ".join(cmd), flush=True)
+    return Run(cmd, dict(os.environ))
+
+
+def accuracy(run):
+    m = run.matching(r"^final test accuracy: ([0-9.]+)%")
+    return float(m[-1][1].group(1)) if m else None
+
+
+def host_ranks(host_index):
+    """The accord-resnet processes in simulated host ``host_index``'s namespace."""
+    out = subprocess.run(["ip", "netns", "pids", f"accsim{host_index}"], capture_output=True, text=True)
+    pids = []
+    for pid in out.stdout.split():
+        try:  # argv[0]: the trainer re-executes itself as /proc/self/exe (comm "exe")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(f.read().split(b"\0")[0]) == b"accord-resnet":
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def main():
+    accordrun_path, resnet = sys.argv[1:3]
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        print("skipped: no Fashion-MNIST in /usr/share/datasets/fashion-mnist")
+        return 77
+    if not os.environ.get("SIMHOSTS_HOSTS"):
+        print("test_trainer.py runs inside `simhosts.sh 2,2 --run`", file=sys.stderr)
+        return 2
+    check = Checks()
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            plain = trainer(accordrun_path, resnet, out, "plain")
+            rc = plain.finish(400)
+            base = accuracy(plain)
+            check(rc == 0 and base is not None, f"the undisturbed run finishes (exit {rc}, {base}%)")
+
+            run = trainer(accordrun_path, resnet, out, "killed")
+            # The second commit after the first epoch's start: then simhost1 is lost.
+            t, _ = run.wait_for(rf"^commit after step {2 * COMMIT_EVERY} ", 300)
+            check(t is not None, f"the job committed at step {2 * COMMIT_EVERY} on 4 ranks")
+            killed_at, killed = None, []
+            if t is not None:
+                time.sleep(1.0)  # a few steps past the commit: those are redone
+                killed = host_ranks(1)
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+                killed_at = time.monotonic()
+                for job in os.listdir(os.path.join(out, "killed")):
+                    shutil.rmtree(os.path.join(out, "killed", job, "simhost1"), ignore_errors=True)
+            check(len(killed) == 2, f"killed simhost1's 2 ranks ({killed})")
+            rc = run.finish(400)
+            check(rc == 0, f"accordrun exits 0 (got {rc})")
+            resets = run.matching(r"accordrun: reset (\d+): (.*)")
+            check(len(resets) == 1 and "simhost1" in resets[0][1].group(2)
+                  and "signal 9" in resets[0][1].group(2),
+                  f"one reset, naming simhost1 and signal 9: {[m.group(0) for _, m in resets]}")
+            before = [int(m.group(1)) for tt, m in run.matching(r"^commit after step (\d+) ")
+                      if killed_at and tt < killed_at]
+            resumed = run.matching(r"^resumed from the commit on rank (\d+)'s host \(step (\d+) of 4 ranks"
+                                   r" x batch 32\), now after step (\d+) .* on 2 ranks")
+            # The newest commit announced before the kill, or the next one if simhost0 had
+            # written it when simhost1 died (announced only once every host has).
+            check(len(resumed) == 1 and before and
+                  int(resumed[0][1].group(2)) in (max(before), max(before) + COMMIT_EVERY),
+                  f"resumed on 2 ranks from the newest commit before the kill (step "
+                  f"{max(before) if before else None}): {[m.group(0) for _, m in resumed]}")
+            if resumed and before:
+                # Steps are made every COMMIT_EVERY: no commit after max(before) came before
+                # the kill, so fewer than COMMIT_EVERY steps of 4 ranks were done past it.
+                start = int(resumed[0][1].group(2))
+                reports = [int(m.group(1)) for _, m in run.matching(r'"step": (\d+)')]
+                redone = max(reports) - start if reports else None
+                check(redone is None or 0 <= redone <= COMMIT_EVERY,
+                      f"redone steps {redone} (survivors' reports) <= {COMMIT_EVERY}")
+                # 2 ranks x 32 take half the samples a step of 4 x 32 took: the same sample.
+                check(int(resumed[0][1].group(3)) == 2 * start,
+                      f"the position re-cut for 2 ranks: step {resumed[0][1].group(3)} of 2 x 32 samples")
+                after = run.matching(r"^first step after the restart")
+                if after and killed_at:
+                    print(f"FIGURE recovery {after[0][0] - killed_at:.1f} s from the kill to the first "
+                          f"step on 2 ranks; redone steps {redone if redone is not None else '< 8'} "
+                          f"(4-rank steps)", flush=True)
+            acc = accuracy(run)
+            check(acc is not None and base is not None and abs(acc - base) <= BAND,
+                  f"test accuracy {acc}% within {BAND} points of the undisturbed run's {base}%")
+            check(base is not None and base >= 60, f"the undisturbed run learned ({base}% >= 60%)")
+            leftover = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(out, "killed")) for f in fs]
+            check(not leftover, f"the finished job removed its commits: {leftover}")
+        finally:
+            for r in RUNS:
+                if r.proc.poll() is None:
+                    os.killpg(r.proc.pid, signal.SIGKILL)
+                    r.proc.wait()
+    print("OK" if not check.failed else f"FAILED: {len(check.failed)} checks")
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
