@@ -37,6 +37,17 @@ EXIT_HOSTS_UPDATED = 76
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
 _EXITED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
 _LOST_DAEMON = re.compile(r"Remote daemon:\s*\[\[\d+,\d+\],\d+\] on node (\S+)")
+# srun's: "srun: error: node1: task 3: Killed", "...: tasks 0-1,3: Exited with exit code 75".
+_SRUN_TASKS = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (.+)")
+
+
+def task_list(text):
+    """"0-1,3" -> [0, 1, 3]."""
+    out = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out += list(range(int(low), int(high or low) + 1))
+    return out
 
 
 def log(message):
@@ -185,6 +196,19 @@ def failure_causes(job, rc, rank_hosts):
         blame(m.group(2), f"rank {m.group(1)} on {m.group(2)} was killed by signal {m.group(3)}{name}")
     for m in _LOST_DAEMON.finditer(tail):
         blame(m.group(1), f"mpirun lost its daemon on {m.group(1)}")
+    killed = False  # srun kills a step's other tasks after one is killed: blame the first
+    for m in _SRUN_TASKS.finditer(tail):
+        what = m.group(3).strip()
+        if what == "Killed":
+            if killed:
+                continue
+            killed = True
+        code = re.fullmatch(r"Exited with exit code (\d+)", what)
+        if code and int(code.group(1)) in (0, EXIT_RESTART, EXIT_HOSTS_UPDATED):
+            continue  # survivors leaving for a restart, as asked
+        ranks = task_list(m.group(2))
+        blame(m.group(1), f"rank{'s' if len(ranks) > 1 else ''} {m.group(2)} on {m.group(1)} "
+                          + ("was killed (srun: Killed)" if what == "Killed" else f"failed (srun: {what})"))
     for r in job.reports:
         if r.get("event") == "raised":
             blame(r.get("host"), f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}")

@@ -21,6 +21,9 @@ with train.py: real ranks, real signals, checked from the job's output.
            while the launcher waits: the job goes on on simhost0 and simhost2 and finishes
   cooldown 2+2 ranks, --blacklist-cooldown-range 3 60: simhost1 killed, left out for 3 s,
            taken back at a commit, killed again, left out for 6 s; the job finishes
+  srun     (inside `slurm_cluster.sh 2`, no simulated hosts) 2 ranks started by srun on
+           the allocation's node; rank 1 SIGKILLed: the node is left out for its 1 s
+           cool-down, and the job resumes there on 2 ranks from the last commit
   double   1+1+1 ranks: simhost2 killed, then simhost1 killed while the job restarts (its
            new rank is up, in a reset callback slowed to 2 s, before its first step): two resets, the job finishes on simhost0
 """
@@ -28,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -385,7 +389,44 @@ def scenario_double(accordrun_path, python, out, hosts):
     return check.failed
 
 
-SCENARIOS = {"kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
+def scenario_srun(accordrun_path, python, out, hosts):
+    check = Checks()
+    node = socket.gethostname()
+    run = accordrun(accordrun_path, python, out, ["-np", "2", "--min-np", "1", "--verbose",
+                                                  "--blacklist-cooldown-range", "1", "10",
+                                                  "--elastic-timeout", "60"])
+    t, _ = run.wait_for(r"^STEP 6 ", 120)
+    check(t is not None, "training reached step 6 on 2 ranks")
+    killed_at = None
+    if t is not None:
+        for name in os.listdir(os.path.join(out, "pids", "0")):
+            h, rank, pid = name.rsplit(".", 2)
+            if rank == "1":
+                os.kill(int(pid), signal.SIGKILL)
+                killed_at = time.monotonic()
+    check(killed_at is not None, "killed rank 1")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    cmds = run.matching(r"^accordrun: (\S*srun) .*--nodelist " + re.escape(node) + r" .*--input 0 ")
+    check(len(cmds) == 2, f"both runs started by srun on {node}: {[m.group(0)[:80] for _, m in cmds]}")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and f"rank 1 on {node} was killed" in resets[0][1].group(2)
+          and f"blacklisted {node} for 1 s" in resets[0][1].group(2),
+          f"one reset, naming rank 1 on {node}, left out for 1 s: {[m.group(0) for _, m in resets]}")
+    check(bool(run.matching(rf"accordrun: starting 2 ranks on {re.escape(node)}:2 \(reset 1\)")),
+          "the job resumes on the node after its cool-down")
+    check_training(run, check, 3, 2)
+    after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ") if killed_at and tt > killed_at]
+    resumed = [tt for tt, _ in run.matching(r"^RESET size 2 ")]
+    if resumed and after:
+        first = [tt for tt in after if tt > resumed[0]]
+        if first:
+            print(f"FIGURE recovery {first[0] - killed_at:.1f} s from the kill to the first step after "
+                  f"the restart under srun", flush=True)
+    return check.failed
+
+
+SCENARIOS = {"srun": scenario_srun, "kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
              "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit,
              "min-np-offer": scenario_min_np_offer, "cooldown": scenario_cooldown, "double": scenario_double}
 
@@ -396,7 +437,10 @@ def main():
         print(f"skipped: {python} has no torch")
         return 77
     hosts = os.environ.get("SIMHOSTS_HOSTS")
-    if not hosts:
+    if scenario == "srun" and not os.environ.get("SLURM_JOB_ID"):
+        print("test_driver.py srun runs inside `slurm_cluster.sh 2 --`", file=sys.stderr)
+        return 2
+    if not hosts and scenario != "srun":
         print("test_driver.py runs inside `simhosts.sh <slots> --run`", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as out:
