@@ -3,6 +3,8 @@
 // trainer_elastic.cc, beside the trainer's state they move.
 #include "elastic.h"
 
+#include "metrics.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,23 +14,6 @@
 
 namespace accord::resnet {
 namespace {
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", c);
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::string hostName() {
   char name[256] = {};
@@ -85,8 +70,8 @@ void reportFailure(int rank, const std::string& error, std::int64_t step, std::i
   for (const int r : blamedRanks(error)) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
   const std::string first_line = error.substr(0, error.find('\n'));
   const std::string line = "[accord-elastic] {\"commit\": " + std::to_string(commit) +
-                           ", \"error\": " + jsonString(first_line) +
-                           ", \"event\": \"failed\", \"host\": " + jsonString(hostName()) +
+                           ", \"error\": " + jsonQuoted(first_line) +
+                           ", \"event\": \"failed\", \"host\": " + jsonQuoted(hostName()) +
                            ", \"lost_ranks\": [" + lost + "], \"rank\": " + std::to_string(rank) +
                            ", \"step\": " + std::to_string(step) + "}\n";
   // One write(2): the line reaches mpirun whole, even from a process about to _exit.

@@ -25,9 +25,9 @@ std::string fixed(double v, int digits) {
 // to every JSON parser, so a value that is not a number is written as null.
 std::string json(double v, int digits) { return std::isfinite(v) ? fixed(v, digits) : "null"; }
 
-// Values come from flags and ModelConfig::describe(); escaping keeps the line valid
-// JSON whatever a future description holds.
-std::string quoted(const std::string& s) {
+}  // namespace
+
+std::string jsonQuoted(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
     if (c == '"' || c == '\\') {
@@ -43,8 +43,6 @@ std::string quoted(const std::string& s) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 std::string toJson(const EpochReport& r) {
   std::ostringstream o;
@@ -62,9 +60,9 @@ std::string toJson(const EpochReport& r) {
     << ",\"data_wait_s\":" << json(r.data_wait_s, 3) << ",\"ranks\":" << r.world
     << ",\"images\":" << json(r.images, 0) << ",\"batch_size\":" << r.run.batch_size
     << ",\"global_batch\":" << static_cast<std::int64_t>(r.run.batch_size) * r.world
-    << ",\"schedule\":" << quoted(r.run.schedule) << ",\"model\":" << quoted(r.run.model)
-    << ",\"dataset\":" << quoted(r.run.dataset) << ",\"image_size\":" << r.run.image_size
-    << ",\"device\":" << quoted(r.run.device) << "}";
+    << ",\"schedule\":" << jsonQuoted(r.run.schedule) << ",\"model\":" << jsonQuoted(r.run.model)
+    << ",\"dataset\":" << jsonQuoted(r.run.dataset) << ",\"image_size\":" << r.run.image_size
+    << ",\"device\":" << jsonQuoted(r.run.device) << "}";
   return o.str();
 }
 

@@ -46,6 +46,10 @@ struct EpochReport {
 };
 
 // Returns {"epoch":1,...} (one line, no trailing newline); NaN and infinities as null.
+// `s` as a JSON string, quotes and escapes included: values come from flags,
+// descriptions and host names, and escaping keeps every line valid JSON.
+std::string jsonQuoted(const std::string& s);
+
 std::string toJson(const EpochReport& r);
 // Returns "epoch 1  lr 0.1000  loss 0.512 acc 81.2%  val top-1 85.3% ...".
 std::string toLine(const EpochReport& r);
