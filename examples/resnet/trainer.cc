@@ -39,8 +39,9 @@ Trainer::Trainer(const TrainOptions& options)
   setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
   if (opt_.commit_every > 0) elastic_dir_ = elasticStoreDirectory();
   checkOutputPaths();
-  metrics_ =
-      std::make_unique<Metrics>(rank_ == 0, opt_.metrics, opt_.progress, !opt_.resume.empty());
+  metrics_ = std::make_unique<Metrics>(
+      rank_ == 0, opt_.metrics, opt_.progress,
+      !opt_.resume.empty() || (!elastic_dir_.empty() && elasticRestarts() > 0));
   buildData();
   buildModel();
   // Before the resume, which restores the fp16 loss scale into it.
@@ -201,9 +202,10 @@ void Trainer::buildModel() {
         opt_.precision);
   if (opt_.cudnn_fusion) fuseConvBatchNorm(model_, true);
   if (opt_.fuse_residual && opt_.precision != "bf16" && opt_.precision != "fp16")
-    throw InvalidArgument("--fuse-residual needs --precision bf16 or fp16 (its kernels take "
-                          "16-bit channels-last data), not " +
-                          opt_.precision);
+    throw InvalidArgument(
+        "--fuse-residual needs --precision bf16 or fp16 (its kernels take "
+        "16-bit channels-last data), not " +
+        opt_.precision);
   if (opt_.fuse_residual) fuseResidual(model_, true);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
@@ -251,13 +253,37 @@ std::vector<TensorRef> Trainer::checkpointTensors() {
 
 StepGeometry Trainer::stepGeometry() const { return {opt_.batch_size, world_, train_src_->size()}; }
 
+// A resumed run's --metrics file keeps the lines of the `epochs` epochs done and goes on
+// after them; a failure to rewrite it on rank 0 stops every rank with its message.
+// Returns "; <file> keeps its N earlier epochs" for the log ("" without a file).
+std::string Trainer::keepMetricsOf(std::int64_t epochs) {
+  std::string kept, error;
+  try {
+    const int lines = metrics_->resumed(epochs);
+    if (!opt_.metrics.empty())
+      kept = "; " + opt_.metrics + " keeps its " + std::to_string(lines) + " earlier epoch" +
+             (lines == 1 ? "" : "s");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  error = broadcastError(error);
+  if (!error.empty()) throw Error(error);
+  return kept;
+}
+
 // Rank 0's parameters (fresh, or from --resume) become everyone's. A failed resume on
 // rank 0 fails every rank with rank 0's message instead of leaving them waiting.
 void Trainer::startFromRankZero() {
   if (opt_.commit_every > 0 && elastic_dir_.empty())
-    metrics_->message("--commit-every: not started by accordrun's elastic driver "
-                      "(ACCORDRUN_ELASTIC_JOB unset), so no elastic commits");
-  if (!elastic_dir_.empty() && opt_.resume.empty() && resumeFromCommit()) return;
+    metrics_->message(
+        "--commit-every: not started by accordrun's elastic driver "
+        "(ACCORDRUN_ELASTIC_JOB unset), so no elastic commits");
+  if (!elastic_dir_.empty() && opt_.resume.empty()) {
+    const bool resumed = resumeFromCommit();
+    // A restarted job's --metrics file keeps the epochs its commit covers.
+    if (elasticRestarts() > 0) keepMetricsOf(resumed ? state_.epoch : 0);
+    if (resumed) return;
+  }
   std::string error;
   if (!opt_.resume.empty() && rank_ == 0) {
     try {
@@ -285,17 +311,7 @@ void Trainer::startFromRankZero() {
       loss_scaler_->restore(static_cast<double>(s[3]), s[4]);
       metrics_->message("loss scale " + std::to_string(s[3]) + " restored");
     }
-    std::string kept;
-    try {
-      const int lines = metrics_->resumed(state_.epoch);
-      if (!opt_.metrics.empty())
-        kept = "; " + opt_.metrics + " keeps its " + std::to_string(lines) + " earlier epoch" +
-               (lines == 1 ? "" : "s");
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    error = broadcastError(error);
-    if (!error.empty()) throw Error(error);
+    const std::string kept = keepMetricsOf(state_.epoch);
     metrics_->message("resumed from " + opt_.resume + " " + positionOf(state_) + kept);
   }
 }

@@ -85,6 +85,7 @@ class Trainer {
   void saveCheckpoint(const TrainState& state);
   void commitElastic();     // trainer_elastic.cc
   bool resumeFromCommit();  // false: no host holds a commit of this job
+  std::string keepMetricsOf(std::int64_t epochs);
   void dumpParams();
   std::string onDevice() const;
 
@@ -102,7 +103,7 @@ class Trainer {
   // (elastic.h); "" otherwise.
   std::string elastic_dir_;
   std::int64_t last_commit_ = -1;
-  bool resumed_ = false;  // from an elastic commit; the first step after it is logged
+  bool resumed_ = false;              // from an elastic commit; the first step after it is logged
   std::vector<std::int32_t> labels_;  // (batch)
   // Synthetic data built on the GPU (useDevicePool): the batch's sample indices; empty
   // where batches are uploaded from the host.
@@ -111,7 +112,7 @@ class Trainer {
   double step_loss_ = 0;          // this step's loss, averaged over the ranks
   std::vector<float> bn_before_;  // BN statistics before the step (skipping only)
   int nonfinite_in_a_row_ = 0;
-  std::unique_ptr<LossScaler> loss_scaler_;  // --precision fp16
+  std::unique_ptr<LossScaler> loss_scaler_;       // --precision fp16
   StepLaunch launch_ = StepLaunch::LayerByLayer;  // on a GPU: --cuda-graphs resolved
   // --gpu-profile: the steps done before those its times cover, and whether the run's
   // first step was left out of them.

@@ -10,6 +10,7 @@ commit made before the kill (so fewer than K steps are redone), with one reset n
 simhost1 and signal 9, and a final test accuracy within BAND points of the first run's.
 Prints the recovery time (the kill to the first step after it) as a FIGURE line.
 """
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_driver import Checks, Run, RUNS  # noqa: E402  (the same log reader)
 
 COMMIT_EVERY = 8
+KILL_AFTER = 13 * COMMIT_EVERY  # step 104: early in the second epoch
 BAND = 6.0  # accuracy points; two undisturbed runs of different seeds differ by ~1-2
 TRAIN = ["--train-limit", "12000", "--epochs", "3", "--batch-size", "32", "--no-progress",
          "--commit-every", str(COMMIT_EVERY)]
@@ -30,9 +32,18 @@ TRAIN = ["--train-limit", "12000", "--epochs", "3", "--batch-size", "32", "--no-
 
 def trainer(accordrun_path, resnet, out, name):
     cmd = [accordrun_path, "-np", "4", "--min-np", "2", "-H", os.environ["SIMHOSTS_HOSTS"],
-           "--elastic-store", os.path.join(out, name), "--", resnet] + TRAIN
+           "--elastic-store", os.path.join(out, name), "--", resnet] + TRAIN + [
+           "--metrics", os.path.join(out, name + ".jsonl")]
     print("+", " ".join(cmd), flush=True)
     return Run(cmd, dict(os.environ))
+
+
+def metric_epochs(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line)["epoch"] for line in f if line.strip()]
+    except (OSError, ValueError, KeyError) as e:
+        return f"unreadable: {e}"
 
 
 def accuracy(run):
@@ -71,9 +82,10 @@ def main():
             check(rc == 0 and base is not None, f"the undisturbed run finishes (exit {rc}, {base}%)")
 
             run = trainer(accordrun_path, resnet, out, "killed")
-            # The second commit after the first epoch's start: then simhost1 is lost.
-            t, _ = run.wait_for(rf"^commit after step {2 * COMMIT_EVERY} ", 300)
-            check(t is not None, f"the job committed at step {2 * COMMIT_EVERY} on 4 ranks")
+            # A commit early in the second epoch (an epoch is 93 steps of 4 x 32), so that
+            # the first epoch's metrics line was written before simhost1 is lost.
+            t, _ = run.wait_for(rf"^commit after step {KILL_AFTER} ", 300)
+            check(t is not None, f"the job committed at step {KILL_AFTER} on 4 ranks")
             killed_at, killed = None, []
             if t is not None:
                 time.sleep(1.0)  # a few steps past the commit: those are redone
@@ -108,14 +120,21 @@ def main():
                 redone = max(reports) - start if reports else None
                 check(redone is None or 0 <= redone <= COMMIT_EVERY,
                       f"redone steps {redone} (survivors' reports) <= {COMMIT_EVERY}")
-                # 2 ranks x 32 take half the samples a step of 4 x 32 took: the same sample.
-                check(int(resumed[0][1].group(3)) == 2 * start,
-                      f"the position re-cut for 2 ranks: step {resumed[0][1].group(3)} of 2 x 32 samples")
+                # 2 ranks x 32 take half the samples a step of 4 x 32 took: the same sample
+                # of the same epoch, and the global step as if every epoch had had 2 ranks.
+                epoch, within = divmod(start, 12000 // 128)
+                expected = epoch * (12000 // 64) + 2 * within
+                check(int(resumed[0][1].group(3)) == expected,
+                      f"the position re-cut for 2 ranks: step {resumed[0][1].group(3)} of 2 x 32 "
+                      f"samples (expected {expected})")
                 after = run.matching(r"^first step after the restart")
                 if after and killed_at:
                     print(f"FIGURE recovery {after[0][0] - killed_at:.1f} s from the kill to the first "
                           f"step on 2 ranks; redone steps {redone if redone is not None else '< 8'} "
                           f"(4-rank steps)", flush=True)
+            # The metrics file goes on across the restart: every epoch once, in order.
+            epochs = metric_epochs(os.path.join(out, "killed.jsonl"))
+            check(epochs == [1, 2, 3], f"killed.jsonl holds epochs 1, 2, 3 once each: {epochs}")
             acc = accuracy(run)
             check(acc is not None and base is not None and abs(acc - base) <= BAND,
                   f"test accuracy {acc}% within {BAND} points of the undisturbed run's {base}%")
