@@ -1,0 +1,400 @@
+"""ShardedOptimizer: the optimizer state sharded over the ranks (ZeRO stage 1), and
+with stage 2 the gradients too, behind DistributedOptimizer's interface.
+
+Every trainable parameter is cut, as a flat vector, into one contiguous part per rank by
+the reduce-scatter's own rule (the first ``numel % size`` ranks get one element more),
+so the cut follows from the parameter list alone: every rank knows every rank's part
+without asking, and each rank holds 1/N of every parameter's bytes to within one element.
+The wrapped optimizer steps only this rank's parts ("pieces"): a view into the
+parameter itself, or an fp32 master copy for fp16/bf16 parameters. That is exact for
+optimizers that update each element from that element's own state (SGD, Adam, AdamW,
+RMSprop, ... every torch.optim optimizer but LBFGS, SparseAdam and Adafactor, which are
+refused).
+
+A step: each gradient is reduce-scattered the moment backward finalises it (a hook, as
+DistributedOptimizer starts its allreduces; the runtime fuses them into buffers), each
+rank steps its pieces with its part of the reduced gradient, and one grouped allgather
+brings every rank the updated parameters. Stage 1 leaves ``p.grad`` (this rank's local
+gradient) in place; stage 2 lets go of it once its reduce-scatter has started, so after
+backward a rank holds only its part of the reduced gradients.
+
+Checkpoints (state_dict in torch's own format, or one shard per rank, loadable on any
+number of ranks) live in sharded_state.py.
+"""
+
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+from accord import _core
+from accord.basics import Adasum, Average, Max, Sum, global_process_set, resolve_op, synchronize
+from accord.errors import MismatchError
+from accord.torch import sharded_state
+from accord.torch.allreduce import allreduce
+from accord.torch.compression import Compression
+from accord.torch.functions import allgather_object
+from accord.torch.gather import grouped_allgather_async, reducescatter_async
+from accord.torch.optimizer import _DistributedMixin, _names_of, _on_grad_ready
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _refused_types():
+    """Optimizers whose update of an element depends on more than that element: LBFGS
+    keeps one state for all parameters together, SparseAdam needs sparse gradients,
+    Adafactor factors each matrix's second moment by rows and columns."""
+    names = ("LBFGS", "SparseAdam", "Adafactor")
+    return tuple(getattr(torch.optim, n) for n in names if hasattr(torch.optim, n))
+
+
+def shard_extent(numel, rank, size):
+    """(offset, count): the elements of a flat parameter of ``numel`` elements that
+    ``rank`` of ``size`` holds; the reduce-scatter's row rule, asked of the runtime."""
+    offset = sum(_core.reducescatter_rows(numel, r, size) for r in range(rank))
+    return offset, _core.reducescatter_rows(numel, rank, size)
+
+
+class _Shard:
+    """One trainable parameter and this rank's part of it."""
+
+    def __init__(self, param, name, index, group, rank, size):
+        self.param, self.name, self.index, self.group = param, name, index, group
+        self.offset, self.count = shard_extent(param.numel(), rank, size)
+        flat = param.detach().reshape(-1)[self.offset:self.offset + self.count]
+        self.master = param.dtype in _LOW_PRECISION or not param.is_contiguous()
+        if self.master:
+            dtype = torch.float32 if param.dtype in _LOW_PRECISION else param.dtype
+            self.piece = flat.to(dtype, copy=True)
+        else:
+            self.piece = flat  # a view: stepping it updates the parameter itself
+        self.version = param._version  # a later change from outside reseeds the master
+
+    def reseed_if_changed(self):
+        if self.master and self.param._version != self.version:
+            with torch.no_grad():
+                self.piece.copy_(self.param.detach().reshape(-1)[
+                    self.offset:self.offset + self.count])
+
+    def describe(self):
+        return f"parameter '{self.name}' (shape {list(self.param.shape)})"
+
+
+class _ShardedMixin:
+    """Placed before the optimizer's class in the wrapped object's MRO."""
+
+    def _sharded_setup(self, original, named_parameters, stage, compression, backward_passes_per_step,
+                       op, gradient_predivide_factor, process_set):
+        self.stage = stage
+        self._compression = compression
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.backward_passes_per_step = backward_passes_per_step
+        self.process_set = process_set
+        params = [p for group in self.param_groups for p in group["params"]]
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError("ShardedOptimizer: a parameter appears twice in param_groups")
+        self._parameter_names = _names_of(named_parameters, self.param_groups, params)
+        size, rank = process_set.size(), process_set.rank()
+        _check_same_parameters(self.param_groups, self._parameter_names, process_set)
+        self._shards, index = [], 0
+        for g, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._shards.append(_Shard(p, self._parameter_names[p], index, g, rank,
+                                               size))
+                index += 1
+        self._inner = self._make_inner(original)
+        self.state = self._inner.state  # this rank's pieces' state only
+        self._handles = {}  # shard -> (handle, compression context)
+        self._delay = {s: backward_passes_per_step for s in self._shards}
+        self._grad_accs = [_on_grad_ready(s.param, self._make_hook(s)) for s in self._shards]
+        self._synchronized = False
+        self._should_synchronize = True
+        self._state_checked = False
+        self._consolidated = None
+
+    def _make_inner(self, original):
+        """The optimizer that steps this rank's pieces: a shallow copy of the wrapped one
+        (its class, defaults and hooks) with groups of pieces and a state of its own."""
+        inner = type(original).__new__(type(original))
+        inner.__dict__.update({k: v for k, v in vars(original).items()
+                               if k not in ("step", "zero_grad", "state", "param_groups")})
+        inner.param_groups = [
+            {**{k: v for k, v in group.items() if k != "params"},
+             "params": [s.piece for s in self._shards if s.group == g and s.count]}
+            for g, group in enumerate(self.param_groups)]
+        inner.state = defaultdict(dict)
+        return inner
+
+    # ---- gradients: a reduce-scatter per parameter, started by backward ----------------
+    def _scale_factors(self):
+        if self.op == Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _make_hook(self, s):
+        def hook(*_):
+            if self._delay[s] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times before "
+                    "step(): increase backward_passes_per_step to accumulate them locally")
+            self._delay[s] -= 1
+            if self._delay[s] == 0:
+                self._submit(s)
+        return hook
+
+    def _submit(self, s):
+        p = s.param
+        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+        if grad.is_sparse:
+            raise ValueError(f"ShardedOptimizer: {s.describe()} has a sparse gradient; shard "
+                             "only dense gradients (or use DistributedOptimizer)")
+        compressed, ctx = self._compression.compress(grad.detach().reshape(-1))
+        pre, post = self._scale_factors()
+        handle = reducescatter_async(compressed, name=f"shard.{s.name}", op=self.op,
+                                     process_set=self.process_set, prescale_factor=pre,
+                                     postscale_factor=post)
+        self._handles[s] = (handle, ctx)
+        if self.stage == 2:
+            p.grad = None  # the handle keeps the flat gradient until it is reduced
+
+    def synchronize(self):
+        """Waits for every gradient's reduce-scatter, starting those not started
+        (parameters without a gradient on this rank send zeros, as DistributedOptimizer
+        does), and gives each piece its part of the reduced gradient."""
+        for s in self._shards:
+            if s not in self._handles:
+                self._submit(s)
+        error = None
+        for s, (handle, ctx) in self._handles.items():
+            try:
+                part = self._compression.decompress(synchronize(handle), ctx)
+            except Exception as e:  # the other handles must still complete
+                error = error or e
+                continue
+            s.piece.grad = part.to(s.piece.dtype) if s.count else None
+        self._handles.clear()
+        for s in self._delay:
+            self._delay[s] = self.backward_passes_per_step
+        if error is not None:
+            raise error
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Within it, step() does not synchronize: call synchronize() (or
+        clip_grad_norm_) yourself before."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """torch.nn.utils.clip_grad_norm_ over the reduced gradients, which no rank
+        holds whole: the norm of every piece's gradient is combined across the ranks.
+        Synchronizes first if step() has not; returns the total norm."""
+        if not self._synchronized:
+            self.synchronize()
+        norm_type = float(norm_type)
+        grads = [s.piece.grad for s in self._shards if s.piece.grad is not None]
+        if norm_type == float("inf"):
+            local = max((g.detach().abs().max() for g in grads),
+                        default=torch.tensor(0.0)).double().reshape(1)
+            total = allreduce(local, op=Max, process_set=self.process_set)[0]
+        else:
+            local = sum((g.detach().double().norm(norm_type) ** norm_type for g in grads),
+                        torch.tensor(0.0, dtype=torch.float64)).reshape(1)
+            total = allreduce(local, op=Sum, process_set=self.process_set)[0] ** (1 / norm_type)
+        coef = float(max_norm) / (float(total) + 1e-6)
+        if coef < 1:
+            for g in grads:
+                g.mul_(coef)
+        return total.float()
+
+    # ---- the step ----------------------------------------------------------------------
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._should_synchronize and not self._synchronized:
+            self.synchronize()
+        elif not self._synchronized:
+            raise AssertionError("ShardedOptimizer: step() inside skip_synchronize() needs "
+                                 "synchronize() or clip_grad_norm_() first")
+        self._synchronized = False
+        for s in self._shards:
+            s.reseed_if_changed()
+        for group, inner in zip(self.param_groups, self._inner.param_groups):
+            inner.update({k: v for k, v in group.items() if k != "params"})
+        self._inner.step()
+        if not self._state_checked:
+            self._check_state_per_element()
+        self._gather_parameters()
+        return loss
+
+    def _check_state_per_element(self):
+        pieces = {id(s.piece): s for s in self._shards}
+        for key, values in self._inner.state.items():
+            s = pieces.get(id(key))
+            bad = [k for k, v in values.items() if isinstance(v, torch.Tensor) and v.dim() > 0
+                   and s is not None and tuple(v.shape) != tuple(s.piece.shape)]
+            if s is None or bad:
+                raise TypeError(
+                    f"ShardedOptimizer: {type(self._inner).__name__} keeps state that is not "
+                    f"per element of each parameter ({'key ' + str(bad) if bad else 'a key'} "
+                    "that no parameter's part matches), so it cannot be sharded; use "
+                    "DistributedOptimizer")
+        self._state_checked = True
+
+    def _gather_parameters(self):
+        if not self._shards:
+            return
+        parts = [s.piece.detach().to(s.param.dtype) for s in self._shards]
+        if self.process_set.size() == 1:
+            full = parts
+        else:
+            full = synchronize(grouped_allgather_async(parts, name="sharded.params",
+                                                       process_set=self.process_set))
+        with torch.no_grad():
+            for s, flat in zip(self._shards, full):
+                s.param.copy_(flat.view(s.param.shape))
+                s.version = s.param._version
+
+    def zero_grad(self, set_to_none=True):
+        if self._handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(): the pending reduce-scatters "
+                "still read the gradients")
+        for s in self._shards:
+            s.piece.grad = None
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_()
+                    p.grad.zero_()
+
+    def add_param_group(self, param_group):
+        raise NotImplementedError("ShardedOptimizer: add parameter groups before wrapping "
+                                  "(the shards are cut once, from the parameter list)")
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for s in self._delay:
+            self._delay[s] = passes
+
+    # ---- checkpoints (sharded_state.py) -------------------------------------------------
+    def consolidate_state_dict(self, to=0):
+        """Collective: gathers the whole optimizer state, in torch's own format, to rank
+        ``to`` of the process set, where state_dict() then returns it."""
+        self._consolidated = sharded_state.consolidate(self, to)
+
+    def state_dict(self):
+        """The state consolidate_state_dict() gathered to this rank (torch's format: a
+        plain optimizer of the same class loads it, as does a ShardedOptimizer on any
+        number of ranks). Not a collective, so that rank 0 alone may save it."""
+        if self._consolidated is None:
+            raise RuntimeError(
+                "ShardedOptimizer.state_dict(): no rank holds the whole state; call "
+                "optimizer.consolidate_state_dict(to=r) on every rank first, then "
+                "state_dict() on rank r (or save optimizer.sharded_state_dict() on each rank)")
+        return self._consolidated
+
+    def sharded_state_dict(self):
+        """This rank's part of the state, with the cut it was taken with: save one per
+        rank; load_sharded_state_dict() takes all of them, on any number of ranks."""
+        return sharded_state.local_shard(self)
+
+    def load_state_dict(self, state_dict):
+        """Loads a state in torch's format (from state_dict(), or from a plain or
+        DistributedOptimizer of the same class); every rank keeps its own part."""
+        sharded_state.load_full(self, state_dict)
+
+    def load_sharded_state_dict(self, shards):
+        """Loads the list of every rank's sharded_state_dict(), taken on any number of
+        ranks; every rank keeps its own part."""
+        sharded_state.load_shards(self, shards)
+
+
+def _check_same_parameters(param_groups, names, process_set):
+    """Every rank must cut the same parameters: a difference is an error on every rank
+    that names the first parameter concerned."""
+    mine = [(g, names[p], tuple(p.shape), str(p.dtype), p.requires_grad)
+            for g, group in enumerate(param_groups) for p in group["params"]]
+    if process_set.size() == 1:
+        return
+    every = allgather_object(mine, name="sharded.parameters", process_set=process_set)
+    for r, theirs in enumerate(every):
+        if theirs == every[0]:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(every[0], theirs)) if a != b),
+                  min(len(every[0]), len(theirs)))
+        rank0 = every[0][at] if at < len(every[0]) else None
+        other = theirs[at] if at < len(theirs) else None
+        name = (rank0 or other)[1]
+        raise MismatchError(
+            f"ShardedOptimizer: parameter '{name}' (number {at} of the param groups) differs "
+            f"between ranks: rank 0 has {_described(rank0)}, rank {r} has {_described(other)}."
+            " Every rank must wrap the same parameters, in the same order and groups")
+
+
+def _described(entry):
+    if entry is None:
+        return "no such parameter"
+    g, name, shape, dtype, trainable = entry
+    return (f"'{name}' in group {g}, shape {list(shape)}, {dtype.replace('torch.', '')}"
+            f"{'' if trainable else ', frozen'}")
+
+
+def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Compression.none,
+                     backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                     process_set=global_process_set):
+    """Returns ``optimizer`` wrapped so that each rank of ``process_set`` keeps the state
+    of its part of every parameter only (stage 1), and with ``stage=2`` only its part of
+    the reduced gradients too. Gradients are reduced with ``op`` (Average or Sum); the
+    other arguments are DistributedOptimizer's."""
+    if stage not in (1, 2):
+        raise ValueError(f"ShardedOptimizer: stage must be 1 or 2, got {stage!r}")
+    if op == Adasum:
+        raise NotImplementedError("ShardedOptimizer: Adasum cannot be reduce-scattered; use "
+                                  "op=Average or Sum")
+    op = resolve_op(op, None, "ShardedOptimizer")
+    if op not in (Average, Sum):
+        raise ValueError("ShardedOptimizer: op must be Average or Sum")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if isinstance(optimizer, _ShardedMixin):
+        raise ValueError("ShardedOptimizer: the optimizer is already sharded")
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError("ShardedOptimizer: wrap the plain torch optimizer, not a "
+                         "DistributedOptimizer")
+    if isinstance(optimizer, _refused_types()):
+        raise TypeError(
+            f"ShardedOptimizer: {type(optimizer).__name__} cannot be sharded: its update of "
+            "each element depends on more than that element's own state (LBFGS keeps one "
+            "state for all parameters, SparseAdam needs sparse gradients, Adafactor factors "
+            "whole matrices); use DistributedOptimizer")
+    if not process_set.included():
+        raise ValueError("ShardedOptimizer: this rank is not in the process set")
+    base = type(optimizer)
+    cls = type(base.__name__, (_ShardedMixin, base), {"__module__": base.__module__})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                             if k not in ("step", "zero_grad", "state")})
+    wrapped.state = optimizer.state
+    existing = optimizer.state_dict() if len(optimizer.state) else None
+    wrapped._sharded_setup(optimizer, named_parameters, stage, compression, backward_passes_per_step, op,
+                           gradient_predivide_factor, process_set)
+    if existing is not None:  # a resumed optimizer: keep only this rank's part
+        wrapped.load_state_dict(existing)
+        optimizer.state.clear()
+    return wrapped

@@ -1,0 +1,199 @@
+"""ShardedOptimizer's checkpoints, in two forms that load on any number of ranks.
+
+Consolidated: torch's own optimizer format (``state`` keyed by each parameter's position
+in the param groups, frozen ones included, and ``param_groups``), gathered to one rank
+a few parameters at a time, so that no rank ever holds much more than its share plus
+the whole on the receiving rank. A plain optimizer of the same class loads it, and a
+ShardedOptimizer loads a plain optimizer's. For fp16/bf16 parameters the fp32 masters
+travel under ``accord_master_params`` (torch ignores the key).
+
+Per rank: each rank's own pieces with the cut they were taken with (offset and count of
+every parameter), no communication. Loading takes every rank's file and copies, for
+each piece of the new cut, the overlapping parts of the old pieces.
+
+A state entry is per element when it is a tensor shaped like its piece (1-D, the
+piece's count) - or, consolidated, shaped like its parameter; anything else (Adam's
+``step``, a number) is the same on every rank and kept once.
+"""
+
+import torch
+
+from accord.basics import synchronize
+from accord.torch.functions import allgather_object
+from accord.torch.gather import grouped_allgather_async
+
+# A consolidation round gathers at most this much state per rank (64 MiB), bounding the
+# memory it takes beyond the shards themselves.
+_ROUND_BYTES = 64 << 20
+_MASTER = "accord_master_params"
+
+
+def _per_element(value, shape):
+    return isinstance(value, torch.Tensor) and len(shape) > 0 and tuple(value.shape) == shape
+
+
+def _groups(opt):
+    """param_groups in torch's format: parameters as their positions."""
+    out, index = [], 0
+    for group in opt.param_groups:
+        packed = {k: v for k, v in group.items() if k != "params"}
+        packed["params"] = list(range(index, index + len(group["params"])))
+        index += len(group["params"])
+        out.append(packed)
+    return out
+
+
+def _layout(opt):
+    """What each rank must know of a rank's state: for each of its pieces with state,
+    each key's kind - ("element", dtype) or ("value", the value itself)."""
+    layout = {}
+    for s in opt._shards:
+        values = opt._inner.state.get(s.piece, {}) if s.count else {}
+        layout[s.index] = {k: ("element", v.dtype) if _per_element(v, tuple(s.piece.shape))
+                           else ("value", v) for k, v in values.items()}
+    return layout
+
+
+def consolidate(opt, to):
+    """Collective over opt.process_set; the whole state on rank ``to`` of the set, None
+    elsewhere."""
+    ps = opt.process_set
+    layouts = allgather_object(_layout(opt), name="sharded.state.layout", process_set=ps) \
+        if ps.size() > 1 else [_layout(opt)]
+    state, masters = {}, {}
+    rounds, current, used = [], [], 0
+    for s in opt._shards:
+        current.append(s)
+        used += s.param.numel() * 4 * (1 + len(layouts[0].get(s.index, {})))
+        if used >= _ROUND_BYTES:
+            rounds.append(current)
+            current, used = [], 0
+    rounds.append(current)
+    for shards in rounds:
+        parts, where = [], []  # the tensors gathered, and (shard, key) of each
+        for s in shards:
+            kinds = next((l[s.index] for l in layouts if l.get(s.index)), {})
+            entry = {}
+            for k, (kind, v) in kinds.items():
+                if kind == "value":
+                    entry[k] = v
+                    continue
+                mine = opt._inner.state[s.piece][k] if s.count else torch.empty(0, dtype=v)
+                parts.append(mine.detach().reshape(-1))
+                where.append((s, k))
+            if kinds:
+                state[s.index] = entry
+            if s.master:
+                parts.append(s.piece.detach())
+                where.append((s, _MASTER))
+        if not parts:
+            continue
+        full = parts if ps.size() == 1 else synchronize(
+            grouped_allgather_async(parts, name="sharded.state", process_set=ps))
+        if ps.rank() != to:
+            continue
+        for (s, k), flat in zip(where, full):
+            if k == _MASTER:
+                masters[s.index] = flat.view(s.param.shape).clone()
+            else:
+                state[s.index][k] = flat.view(s.param.shape).clone()
+    if ps.rank() != to:
+        return None
+    out = {"state": state, "param_groups": _groups(opt)}
+    if masters:
+        out[_MASTER] = masters
+    return out
+
+
+def local_shard(opt):
+    cut = {s.index: (s.name, s.param.numel(), s.offset, s.count) for s in opt._shards}
+    state = {s.index: {k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                       for k, v in opt._inner.state.get(s.piece, {}).items()}
+             for s in opt._shards if s.count and s.piece in opt._inner.state}
+    masters = {s.index: s.piece.detach().clone() for s in opt._shards if s.master}
+    return {"accord_sharded": {"rank": opt.process_set.rank(), "size": opt.process_set.size(),
+                               "cut": cut},
+            "state": state, "param_groups": _groups(opt), _MASTER: masters}
+
+
+def _load_groups(opt, groups):
+    if len(groups) != len(opt.param_groups) or any(
+            len(g["params"]) != len(mine["params"]) for g, mine in zip(groups, opt.param_groups)):
+        raise ValueError(
+            "ShardedOptimizer: the checkpoint's parameter groups (sizes "
+            f"{[len(g['params']) for g in groups]}) do not match the optimizer's "
+            f"({[len(g['params']) for g in opt.param_groups]})")
+    for mine, loaded in zip(opt.param_groups, groups):
+        mine.update({k: v for k, v in loaded.items() if k != "params"})
+
+
+def _set_piece_state(opt, s, values, master):
+    """Installs a piece's state (per-element tensors already cut to the piece), cast to
+    the piece's device, and floating tensors to its dtype, as torch's loader does."""
+    if master is not None and s.master:
+        with torch.no_grad():
+            s.piece.copy_(master)
+    if not s.count:
+        return
+    state = {}
+    for k, v in values.items():
+        if isinstance(v, torch.Tensor):
+            v = v.to(s.piece.device, s.piece.dtype if v.is_floating_point() and v.dim() > 0
+                     else v.dtype, copy=True)
+        state[k] = v
+    if state:
+        opt._inner.state[s.piece] = state
+    else:
+        opt._inner.state.pop(s.piece, None)
+
+
+def load_full(opt, state_dict):
+    _load_groups(opt, state_dict["param_groups"])
+    masters = state_dict.get(_MASTER, {})
+    opt._inner.state.clear()
+    for s in opt._shards:
+        shape, end = tuple(s.param.shape), s.offset + s.count
+        values = {}
+        for k, v in state_dict["state"].get(s.index, {}).items():
+            values[k] = v.reshape(-1)[s.offset:end] if _per_element(v, shape) else v
+        master = masters.get(s.index)
+        if master is not None:
+            master = master.reshape(-1)[s.offset:end]
+        _set_piece_state(opt, s, values, master)
+    opt._consolidated = None
+
+
+def load_shards(opt, shards):
+    shards = sorted(shards, key=lambda d: d["accord_sharded"]["rank"])
+    sizes = {d["accord_sharded"]["size"] for d in shards}
+    ranks = [d["accord_sharded"]["rank"] for d in shards]
+    if len(sizes) != 1 or ranks != list(range(sizes.pop())):
+        raise ValueError("ShardedOptimizer.load_sharded_state_dict: give the list of every "
+                         "rank's sharded_state_dict() from one checkpoint (ranks found: "
+                         f"{ranks})")
+    _load_groups(opt, shards[0]["param_groups"])
+    opt._inner.state.clear()
+    for s in opt._shards:
+        values, master, end = {}, None, s.offset + s.count
+        for d in shards:
+            name, numel, offset, count = d["accord_sharded"]["cut"].get(
+                s.index, (None, None, 0, 0))
+            if name is not None and (name != s.name or numel != s.param.numel()):
+                raise ValueError(
+                    f"ShardedOptimizer.load_sharded_state_dict: parameter {s.index} is "
+                    f"'{name}' of {numel} elements in the checkpoint, but {s.describe()} "
+                    "here")
+            lo, hi = max(offset, s.offset), min(offset + count, end)
+            for k, v in d["state"].get(s.index, {}).items():
+                if _per_element(v, (count,)):
+                    if hi > lo:
+                        values.setdefault(k, []).append(v[lo - offset:hi - offset])
+                else:
+                    values.setdefault(k, v)
+            m = d[_MASTER].get(s.index)
+            if m is not None and hi > lo:
+                master = (master or []) + [m[lo - offset:hi - offset]]
+        values = {k: torch.cat(v) if isinstance(v, list) else v for k, v in values.items()}
+        _set_piece_state(opt, s, values, None if master is None else torch.cat(master))
+    opt._consolidated = None
+
