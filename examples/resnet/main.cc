@@ -78,6 +78,7 @@ int train(const TrainOptions& opt) {
                       dynamic_cast<const accord::Timeout*>(&e) != nullptr ||
                       dynamic_cast<const accord::ShutDown*>(&e) != nullptr;
     if (comm && opt.commit_every > 0 && !elasticStoreDirectory().empty()) {
+      if (trainer) trainer->finishCommits();  // the last commit on this host's disk first
       reportFailure(accord::rank(), e.what(), trainer ? trainer->globalStep() : 0,
                     trainer ? trainer->lastCommit() : -1);
       std::fflush(stdout);

@@ -394,6 +394,7 @@ EvalResult Trainer::run() {
   if (!opt_.dump_params.empty()) dumpParams();
   // Done: this job's commits are no longer needed on this host.
   if (!elastic_dir_.empty() && accord::local_rank() == 0) {
+    commit_writer_.join();  // the last commit's write, before its folder goes
     std::error_code ignored;
     std::filesystem::remove_all(elastic_dir_, ignored);
   }

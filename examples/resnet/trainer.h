@@ -14,6 +14,7 @@
 #pragma once
 
 #include "checkpoint.h"
+#include "commit_writer.h"
 #include "data.h"
 #include "distributed.h"
 #include "jpeg_source.h"
@@ -48,6 +49,9 @@ class Trainer {
   // step of the last elastic commit (-1: none).
   std::int64_t globalStep() const { return state_.global_step; }
   std::int64_t lastCommit() const { return last_commit_; }
+  // Returns once this host's last elastic commit is on its disk (a rank about to leave
+  // after a failure); a failed write is printed, not thrown.
+  void finishCommits();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -84,6 +88,7 @@ class Trainer {
               const EvalResult* val);
   void saveCheckpoint(const TrainState& state);
   void commitElastic();     // trainer_elastic.cc
+  TrainState committedState() const;
   bool resumeFromCommit();  // false: no host holds a commit of this job
   std::string keepMetricsOf(std::int64_t epochs);
   void dumpParams();
@@ -103,6 +108,7 @@ class Trainer {
   // (elastic.h); "" otherwise.
   std::string elastic_dir_;
   std::int64_t last_commit_ = -1;
+  CommitWriter commit_writer_;  // local rank 0's: the commits' writes to this host's disk
   bool resumed_ = false;              // from an elastic commit; the first step after it is logged
   std::vector<std::int32_t> labels_;  // (batch)
   // Synthetic data built on the GPU (useDevicePool): the batch's sample indices; empty

@@ -1,8 +1,10 @@
 // The trainer's elastic commits and its resume from the newest one; see elastic.h.
 //
 // A commit is collective: every rank averages the BN statistics (so every host's copy
-// is the same), each host's local rank 0 writes the state to its disk, and the ranks
-// agree that every write succeeded before any reports the commit made. A resume reads
+// is the same), and each host's local rank 0 copies the state and writes the copy to
+// its disk on the CommitWriter's thread. The ranks agree that every host's previous
+// write succeeded before a commit starts the next, and a rank that leaves after a
+// failure first finishes its write. A resume reads
 // which step each host's commit holds (one allreduce), and the lowest rank holding the
 // newest loads it and broadcasts it to the others, newcomers included.
 #include "elastic.h"
@@ -11,6 +13,7 @@
 #include <accord/error.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -39,32 +42,43 @@ std::string errorFrom(int root, const std::string& error) {
 
 }  // namespace
 
-void Trainer::commitElastic() {
-  syncBatchNormStats();
-  if (model_.device) pullToHost(model_, *sgd_);
+// The state a commit holds: the position and, with --precision fp16, the loss scale.
+TrainState Trainer::committedState() const {
   TrainState state = state_;
   if (loss_scaler_) {
     state.loss_scale = loss_scaler_->scale();
     state.loss_scale_good_steps = loss_scaler_->goodSteps();
   }
-  std::string error;
-  if (accord::local_rank() == 0) {
-    try {
-      std::filesystem::create_directories(elastic_dir_);
-      resnet::saveCheckpoint(elasticCommitPath(elastic_dir_), model_.cfg.describe(), state,
-                             checkpointTensors(), stepGeometry());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  // Every host's write is done before any rank counts the commit made.
+  return state;
+}
+
+void Trainer::commitElastic() {
+  syncBatchNormStats();
+  if (model_.device) pullToHost(model_, *sgd_);
+  // The previous commit's write is done on every host before this one starts: a failed
+  // write stops every rank at the commit after it, as Python's commit() does.
+  const std::string error = commit_writer_.wait();
   std::vector<double> failed = {error.empty() ? 0.0 : 1.0};
   sumDoubles(failed, "elastic.commit");
   if (failed[0] > 0)
     throw Error("elastic commit failed on " + std::to_string(static_cast<int>(failed[0])) +
                 " host(s)" + (error.empty() ? "" : ": " + error));
+  // One copy of the state in memory; the disk write goes on beside training.
+  const auto t0 = Clock::now();
+  if (accord::local_rank() == 0)
+    commit_writer_.start(elasticCommitPath(elastic_dir_), model_.cfg.describe(),
+                         committedState(), checkpointTensors(), stepGeometry());
+  char took[48];
+  std::snprintf(took, sizeof took, "%.1f ms", 1e3 * since(t0));
   last_commit_ = state_.global_step;
-  metrics_->message("commit " + positionOf(state_) + " on every host's disk");
+  metrics_->message("commit " + positionOf(state_) + ": state copied in " + took +
+                    ", written to every host's disk in the background");
+}
+
+void Trainer::finishCommits() {
+  const std::string error = commit_writer_.wait();
+  if (!error.empty())
+    std::fprintf(stderr, "accord-resnet (rank %d): elastic commit: %s\n", rank_, error.c_str());
 }
 
 bool Trainer::resumeFromCommit() {
@@ -82,7 +96,9 @@ bool Trainer::resumeFromCommit() {
   }
   sumDoubles(held, "elastic.commits");
   const int owner = static_cast<int>(std::max_element(held.begin(), held.end()) - held.begin());
-  if (held[static_cast<std::size_t>(owner)] == 0) return false;
+  const double newest = held[static_cast<std::size_t>(owner)];
+  if (newest == 0) return false;
+  const bool host_lacks_it = held[static_cast<std::size_t>(rank_)] < newest;
   std::vector<std::int64_t> s(8, 0);
   std::string error;
   if (rank_ == owner) {
@@ -122,6 +138,12 @@ bool Trainer::resumeFromCommit() {
   if (loss_scaler_ && s[3] > 0) loss_scaler_->restore(static_cast<double>(s[3]), s[4]);
   last_commit_ = state_.global_step;
   resumed_ = true;
+  // A host that held no copy of this commit (a newcomer, or one whose copy was older)
+  // writes one now: the commit must outlive the hosts it came from, not only until the
+  // next commit.
+  if (accord::local_rank() == 0 && host_lacks_it)
+    commit_writer_.start(path, model_.cfg.describe(), committedState(), checkpointTensors(),
+                         stepGeometry());
   metrics_->message("resumed from the commit on rank " + std::to_string(owner) + "'s host " +
                     "(step " + std::to_string(s[2]) + " of " + std::to_string(saved.ranks) +
                     " ranks x batch " + std::to_string(saved.batch_size) + "), now " +

@@ -1,13 +1,17 @@
 // The trainer's elastic pieces that need no job: where a commit's position lands with a
-// new number of ranks (reshard), and which ranks a runtime error blames (blamedRanks),
-// read from messages the runtime itself words (describeStopped).
+// new number of ranks (reshard), which ranks a runtime error blames (blamedRanks), read
+// from messages the runtime itself words (describeStopped), and the commit's copy and
+// background write (CommitWriter).
+#include "commit_writer.h"
 #include "elastic.h"
+#include "scratch_dir.h"
 
 #include "runtime/peer_watch.h"
 
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <vector>
 
 using namespace accord;
@@ -70,4 +74,50 @@ TEST_CASE("blamedRanks reads the ranks the runtime's own messages name", "[elast
   CHECK(blamedRanks(two) == std::vector<int>{2, 3});
 
   CHECK(blamedRanks("allreduce 'x': shapes differ").empty());
+}
+
+TEST_CASE("CommitWriter writes the state as it was at start(), on its own thread", "[elastic]") {
+  const auto dir = accord_test::scratchDir("commit_writer");
+  const std::string path = (dir / "host" / "accord-resnet.ckpt").string();  // made by the write
+  std::vector<float> w = {1, 2, 3}, m = {4, 5};
+  const std::vector<TensorRef> tensors = {{"w", w.data(), w.size()}, {"momentum.w", m.data(), 2}};
+  CommitWriter writer;
+  writer.start(path, "model", {1, 2, 7}, tensors, {32, 2, 100});
+  // Training goes on at once: what it changes now is not in this commit.
+  w[0] = -1;
+  m[1] = -5;
+  CHECK(writer.wait().empty());
+  CHECK_FALSE(writer.writing());
+  CheckpointContents c = readCheckpoint(path);
+  CHECK(c.state.global_step == 7);
+  CHECK(c.geometry.ranks == 2);
+  CHECK(c.values == std::vector<std::vector<float>>{{1, 2, 3}, {4, 5}});
+
+  // The next commit replaces it, from the same snapshot buffer.
+  writer.start(path, "model", {1, 3, 8}, tensors, {32, 2, 100});
+  CHECK(writer.wait().empty());
+  c = readCheckpoint(path);
+  CHECK(c.state.global_step == 8);
+  CHECK(c.values == std::vector<std::vector<float>>{{-1, 2, 3}, {4, -5}});
+}
+
+TEST_CASE("CommitWriter: a failed write is reported once, by the next wait()", "[elastic]") {
+  const auto dir = accord_test::scratchDir("commit_writer_fails");
+  std::ofstream(dir / "file") << "not a folder";
+  const std::string bad = (dir / "file" / "accord-resnet.ckpt").string();
+  std::vector<float> w = {1};
+  const std::vector<TensorRef> tensors = {{"w", w.data(), 1}};
+  CommitWriter writer;
+  writer.start(bad, "model", {}, tensors, {});
+  // A start() after a failed write keeps the failure for wait(), with this write's own.
+  writer.start(bad, "model", {}, tensors, {});
+  const std::string error = writer.wait();
+  INFO(error);
+  CHECK(error.find((dir / "file").string()) != std::string::npos);
+  CHECK(error.find("; then ") != std::string::npos);
+  CHECK(writer.wait().empty());
+  const std::string good = (dir / "ok.ckpt").string();
+  writer.start(good, "model", {}, tensors, {});
+  CHECK(writer.wait().empty());
+  CHECK(readCheckpoint(good).values.size() == 1);
 }
