@@ -88,8 +88,8 @@ class Trainer {
               const EvalResult* val);
   void saveCheckpoint(const TrainState& state);
   void commitElastic();     // trainer_elastic.cc
-  TrainState committedState() const;
   bool resumeFromCommit();  // false: no host holds a commit of this job
+  TrainState committedState() const;
   std::string keepMetricsOf(std::int64_t epochs);
   void dumpParams();
   std::string onDevice() const;
@@ -108,7 +108,7 @@ class Trainer {
   // (elastic.h); "" otherwise.
   std::string elastic_dir_;
   std::int64_t last_commit_ = -1;
-  CommitWriter commit_writer_;  // local rank 0's: the commits' writes to this host's disk
+  CommitWriter commit_writer_;        // local rank 0's: the commits' writes to this host's disk
   bool resumed_ = false;              // from an elastic commit; the first step after it is logged
   std::vector<std::int32_t> labels_;  // (batch)
   // Synthetic data built on the GPU (useDevicePool): the batch's sample indices; empty

@@ -66,8 +66,8 @@ void Trainer::commitElastic() {
   // One copy of the state in memory; the disk write goes on beside training.
   const auto t0 = Clock::now();
   if (accord::local_rank() == 0)
-    commit_writer_.start(elasticCommitPath(elastic_dir_), model_.cfg.describe(),
-                         committedState(), checkpointTensors(), stepGeometry());
+    commit_writer_.start(elasticCommitPath(elastic_dir_), model_.cfg.describe(), committedState(),
+                         checkpointTensors(), stepGeometry());
   char took[48];
   std::snprintf(took, sizeof took, "%.1f ms", 1e3 * since(t0));
   last_commit_ = state_.global_step;

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   std::string dir = std::filesystem::temp_directory_path() / "accord-commit-bench";
   app.add_option("--depth", depth, "ResNet depth: 18, 34, 50, 101, 152")->capture_default_str();
   app.add_option("--classes", classes, "classes of the last layer")->capture_default_str();
-  app.add_option("--repeat", repeat, "measured rounds of each")->capture_default_str()
+  app.add_option("--repeat", repeat, "measured rounds of each")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app.add_option("--dir", dir, "where the commits are written (removed after)")
       ->capture_default_str();
@@ -95,31 +96,37 @@ int main(int argc, char** argv) {
   const StepGeometry geometry{32, 4, 12000};
 
   std::vector<float> copy(values);
-  const Times c = timeIt(repeat, [&] {
-    float* out = copy.data();
-    for (const TensorRef& t : state) out = std::copy(t.data, t.data + t.n, out);
-  }, nullptr);
+  const Times c = timeIt(
+      repeat,
+      [&] {
+        float* out = copy.data();
+        for (const TensorRef& t : state) out = std::copy(t.data, t.data + t.n, out);
+      },
+      nullptr);
   print("copy", c, c.median);
 
   CommitWriter writer;
   std::vector<double> write_ms;
   Clock::time_point started;
-  const Times commit = timeIt(repeat, [&] {
-    writer.start(path, cfg.describe(), at, state, geometry);
-    started = Clock::now();
-  }, [&] {
-    const std::string error = writer.wait();
-    write_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - started).count());
-    if (!error.empty()) std::fprintf(stderr, "accord-commit-bench: %s\n", error.c_str());
-  });
+  const Times commit = timeIt(
+      repeat,
+      [&] {
+        writer.start(path, cfg.describe(), at, state, geometry);
+        started = Clock::now();
+      },
+      [&] {
+        const std::string error = writer.wait();
+        write_ms.push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+        if (!error.empty()) std::fprintf(stderr, "accord-commit-bench: %s\n", error.c_str());
+      });
   print("commit", commit, c.median);
   write_ms.erase(write_ms.begin());
   std::sort(write_ms.begin(), write_ms.end());
   print("write", {write_ms[write_ms.size() / 2], write_ms.front()}, c.median);
 
-  const Times sync = timeIt(repeat, [&] {
-    saveCheckpoint(path, cfg.describe(), at, state, geometry);
-  }, nullptr);
+  const Times sync = timeIt(
+      repeat, [&] { saveCheckpoint(path, cfg.describe(), at, state, geometry); }, nullptr);
   print("sync", sync, c.median);
   std::filesystem::remove_all(dir);
   return 0;
