@@ -54,7 +54,9 @@ def make_optimizer(kind, model):
         return torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)
     if kind == "adam":
         return torch.optim.Adam(groups, lr=0.01)
-    return torch.optim.AdamW(groups, lr=0.01, weight_decay=0.05)
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, lr=0.01, weight_decay=0.05)
+    return getattr(torch.optim, kind)(groups, lr=0.01)
 
 
 def wrap(hvd, opt, model, stage, process_set=None, **kwargs):
@@ -67,17 +69,19 @@ def wrap(hvd, opt, model, stage, process_set=None, **kwargs):
 
 
 def train(hvd, kind, stage, steps=STEPS, dtype=torch.float32, process_set=None, model=None,
-          opt=None, first_step=0, clip=None, **kwargs):
+          opt=None, first_step=0, clip=None, passes=1, **kwargs):
     """Stage 0 is DistributedOptimizer. Returns (model, optimizer)."""
     process_set = process_set or hvd.global_process_set
     if model is None:
         model = make_model(dtype)
-        opt = wrap(hvd, make_optimizer(kind, model), model, stage, process_set, **kwargs)
+        opt = wrap(hvd, make_optimizer(kind, model), model, stage, process_set,
+                   backward_passes_per_step=passes, **kwargs)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5)
     for step in range(first_step, first_step + steps):
-        x, y = batch(step, dtype, process_set)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x, step).float(), y.float()).backward()
+        for k in range(passes):
+            x, y = batch(step * passes + k, dtype, process_set)
+            torch.nn.functional.mse_loss(model(x, step).float(), y.float()).backward()
         if clip is not None:
             if stage == 0:
                 opt.synchronize()
@@ -128,8 +132,8 @@ def test_same_parameters_as_distributed_optimizer(hvd, kind, stage):
 
 @pytest.mark.parametrize("stage", [1, 2])
 def test_sum_and_accumulated_passes(hvd, stage):
-    model, _ = train(hvd, "adam", stage, steps=6, op=hvd.Sum)
-    assert_close(params(model), reference(hvd, "adam", steps=6, op=hvd.Sum),
+    model, _ = train(hvd, "adam", stage, steps=6, op=hvd.Sum, passes=2)
+    assert_close(params(model), reference(hvd, "adam", steps=6, op=hvd.Sum, passes=2),
                  exact=hvd.size() == 2)
 
 
@@ -137,6 +141,15 @@ def test_sum_and_accumulated_passes(hvd, stage):
 def test_clip_by_global_norm(hvd, stage):
     model, _ = train(hvd, "sgd", stage, steps=6, clip=0.05)
     assert_close(params(model), reference(hvd, "sgd", steps=6, clip=0.05), exact=False)
+
+
+@pytest.mark.parametrize("kind", ["Adadelta", "Adagrad", "Adamax", "ASGD", "NAdam", "RAdam",
+                                  "RMSprop", "Rprop"])
+def test_other_element_wise_optimizers(hvd, kind):
+    if not hasattr(torch.optim, kind):
+        pytest.skip(f"this PyTorch has no torch.optim.{kind}")
+    model, _ = train(hvd, kind, 2, steps=5)
+    assert_close(params(model), reference(hvd, kind, steps=5), exact=False)
 
 
 def test_step_with_closure(hvd):
@@ -172,6 +185,34 @@ def test_low_precision_parameters_fp32_state(hvd, dtype):
     expected = reference(hvd, "adam", steps=8)
     for name, p in params(model).items():
         torch.testing.assert_close(p.float(), expected[name], rtol=0.02, atol=0.02)
+
+
+def test_master_copies_follow_changes_from_outside(hvd):
+    # fp32 masters of bf16 parameters: a parameter set after wrapping (a broadcast, a
+    # loaded model) is what the next step starts from.
+    model = make_model(torch.bfloat16)
+    opt = hvd.ShardedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                               named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)  # hyperparameters only, no error
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(0.5)
+    model(torch.ones(2, 7, dtype=torch.bfloat16), 0).float().sum().backward()
+    opt.step()
+    assert all(torch.equal(p, torch.full_like(p, 0.5)) for p in model.parameters())
+
+
+def test_wrapping_an_optimizer_with_state(hvd):
+    # A resumed optimizer: its state is cut to this rank's part.
+    trained, replicated = train(hvd, "sgd", 0, steps=3)
+    model = make_model()
+    model.load_state_dict(trained.state_dict())
+    plain = make_optimizer("sgd", model)
+    plain.load_state_dict(replicated.state_dict())
+    opt = wrap(hvd, plain, model, 2)
+    assert not plain.state  # the whole state is let go of
+    train(hvd, "sgd", 2, steps=3, model=model, opt=opt, first_step=3)
+    assert_close(params(model), reference(hvd, "sgd", steps=6), exact=hvd.size() == 2)
 
 
 # ---- memory: 1/N of the state, and in stage 2 of the gradients ----------------------
@@ -217,6 +258,9 @@ def test_state_and_gradients_per_rank(hvd, stage):
         assert hvd.allreduce(torch.tensor([pieces]), op=hvd.Sum).item() == weights
     else:
         assert grads == weights
+    sharded.zero_grad()
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    assert all(s.piece.grad is None for s in sharded._shards)
 
 
 # ---- checkpoints ---------------------------------------------------------------------
@@ -299,6 +343,9 @@ def test_optimizer_without_per_parameter_state_is_refused(hvd):
     model = torch.nn.Linear(4, 3)
     with pytest.raises(TypeError, match="LBFGS cannot be sharded"):
         hvd.ShardedOptimizer(torch.optim.LBFGS(model.parameters()))
+    if hasattr(torch.optim, "Adafactor"):
+        with pytest.raises(TypeError, match="Adafactor cannot be sharded"):
+            hvd.ShardedOptimizer(torch.optim.Adafactor(model.parameters()))
 
     class WholeState(torch.optim.SGD):
         def step(self, closure=None):

@@ -69,6 +69,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     has no state yet, parameters that require a gradient and have none get a zero one,
     as Horovod leaves them. ``model`` is accepted for Horovod's signature and not
     needed."""
+    if hasattr(optimizer, "broadcast_state"):  # a ShardedOptimizer: each rank its own part
+        return optimizer.broadcast_state(root_rank)
     if not optimizer.state:
         _zero_missing_grads(optimizer)
     tensors = []

@@ -33,7 +33,7 @@ from accord.errors import MismatchError
 from accord.torch import sharded_state
 from accord.torch.allreduce import allreduce
 from accord.torch.compression import Compression
-from accord.torch.functions import allgather_object
+from accord.torch.functions import allgather_object, broadcast_object
 from accord.torch.gather import grouped_allgather_async, reducescatter_async
 from accord.torch.optimizer import _DistributedMixin, _names_of, _on_grad_ready
 
@@ -225,6 +225,7 @@ class _ShardedMixin:
             raise AssertionError("ShardedOptimizer: step() inside skip_synchronize() needs "
                                  "synchronize() or clip_grad_norm_() first")
         self._synchronized = False
+        self._consolidated = None  # it would no longer be this step's
         for s in self._shards:
             s.reseed_if_changed()
         for group, inner in zip(self.param_groups, self._inner.param_groups):
@@ -263,7 +264,7 @@ class _ShardedMixin:
                 s.param.copy_(flat.view(s.param.shape))
                 s.version = s.param._version
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError(
                 "optimizer.zero_grad() was called after loss.backward() but before "
@@ -271,15 +272,7 @@ class _ShardedMixin:
                 "still read the gradients")
         for s in self._shards:
             s.piece.grad = None
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.detach_()
-                    p.grad.zero_()
+        return super().zero_grad(*args, **kwargs)
 
     def add_param_group(self, param_group):
         raise NotImplementedError("ShardedOptimizer: add parameter groups before wrapping "
@@ -291,6 +284,17 @@ class _ShardedMixin:
             self._delay[s] = passes
 
     # ---- checkpoints (sharded_state.py) -------------------------------------------------
+    def broadcast_state(self, root_rank):
+        """What broadcast_optimizer_state does for a sharded optimizer: root's
+        hyperparameters to every rank. Each rank's state is its own part, so it is not
+        sent: a checkpoint is loaded on every rank (load_state_dict keeps each rank's
+        part of the whole)."""
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        hyper = broadcast_object(hyper, root_rank, name="sharded.hyperparameters",
+                                 process_set=self.process_set)
+        for group, values in zip(self.param_groups, hyper):
+            group.update(values)
+
     def consolidate_state_dict(self, to=0):
         """Collective: gathers the whole optimizer state, in torch's own format, to rank
         ``to`` of the process set, where state_dict() then returns it."""
