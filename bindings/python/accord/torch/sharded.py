@@ -18,8 +18,9 @@ brings every rank the updated parameters. Stage 1 leaves ``p.grad`` (this rank's
 gradient) in place; stage 2 lets go of it once its reduce-scatter has started, so after
 backward a rank holds only its part of the reduced gradients.
 
-Checkpoints (state_dict in torch's own format, or one shard per rank, loadable on any
-number of ranks) live in sharded_state.py.
+The cut and the check that every rank cuts the same parameters are in sharded_cut.py;
+checkpoints (state_dict in torch's own format, or one shard per rank, loadable on any
+number of ranks) in sharded_state.py.
 """
 
 from collections import defaultdict
@@ -27,18 +28,14 @@ from contextlib import contextmanager
 
 import torch
 
-from accord import _core
 from accord.basics import Adasum, Average, Max, Sum, global_process_set, resolve_op, synchronize
-from accord.errors import MismatchError
 from accord.torch import sharded_state
 from accord.torch.allreduce import allreduce
 from accord.torch.compression import Compression
-from accord.torch.functions import allgather_object, broadcast_object
+from accord.torch.functions import broadcast_object
 from accord.torch.gather import grouped_allgather_async, reducescatter_async
 from accord.torch.optimizer import _DistributedMixin, _names_of, _on_grad_ready
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
+from accord.torch.sharded_cut import Shard, check_same_parameters
 
 def _refused_types():
     """Optimizers whose update of an element depends on more than that element: LBFGS
@@ -48,43 +45,11 @@ def _refused_types():
     return tuple(getattr(torch.optim, n) for n in names if hasattr(torch.optim, n))
 
 
-def shard_extent(numel, rank, size):
-    """(offset, count): the elements of a flat parameter of ``numel`` elements that
-    ``rank`` of ``size`` holds; the reduce-scatter's row rule, asked of the runtime."""
-    offset = sum(_core.reducescatter_rows(numel, r, size) for r in range(rank))
-    return offset, _core.reducescatter_rows(numel, rank, size)
-
-
-class _Shard:
-    """One trainable parameter and this rank's part of it."""
-
-    def __init__(self, param, name, index, group, rank, size):
-        self.param, self.name, self.index, self.group = param, name, index, group
-        self.offset, self.count = shard_extent(param.numel(), rank, size)
-        flat = param.detach().reshape(-1)[self.offset:self.offset + self.count]
-        self.master = param.dtype in _LOW_PRECISION or not param.is_contiguous()
-        if self.master:
-            dtype = torch.float32 if param.dtype in _LOW_PRECISION else param.dtype
-            self.piece = flat.to(dtype, copy=True)
-        else:
-            self.piece = flat  # a view: stepping it updates the parameter itself
-        self.version = param._version  # a later change from outside reseeds the master
-
-    def reseed_if_changed(self):
-        if self.master and self.param._version != self.version:
-            with torch.no_grad():
-                self.piece.copy_(self.param.detach().reshape(-1)[
-                    self.offset:self.offset + self.count])
-
-    def describe(self):
-        return f"parameter '{self.name}' (shape {list(self.param.shape)})"
-
-
 class _ShardedMixin:
     """Placed before the optimizer's class in the wrapped object's MRO."""
 
-    def _sharded_setup(self, original, named_parameters, stage, compression, backward_passes_per_step,
-                       op, gradient_predivide_factor, process_set):
+    def _sharded_setup(self, original, named_parameters, stage, compression,
+                       backward_passes_per_step, op, gradient_predivide_factor, process_set):
         self.stage = stage
         self._compression = compression
         self.op = op
@@ -96,12 +61,12 @@ class _ShardedMixin:
             raise ValueError("ShardedOptimizer: a parameter appears twice in param_groups")
         self._parameter_names = _names_of(named_parameters, self.param_groups, params)
         size, rank = process_set.size(), process_set.rank()
-        _check_same_parameters(self.param_groups, self._parameter_names, process_set)
+        check_same_parameters(self.param_groups, self._parameter_names, process_set)
         self._shards, index = [], 0
         for g, group in enumerate(self.param_groups):
             for p in group["params"]:
                 if p.requires_grad:
-                    self._shards.append(_Shard(p, self._parameter_names[p], index, g, rank,
+                    self._shards.append(Shard(p, self._parameter_names[p], index, g, rank,
                                                size))
                 index += 1
         self._inner = self._make_inner(original)
@@ -325,36 +290,6 @@ class _ShardedMixin:
         """Loads the list of every rank's sharded_state_dict(), taken on any number of
         ranks; every rank keeps its own part."""
         sharded_state.load_shards(self, shards)
-
-
-def _check_same_parameters(param_groups, names, process_set):
-    """Every rank must cut the same parameters: a difference is an error on every rank
-    that names the first parameter concerned."""
-    mine = [(g, names[p], tuple(p.shape), str(p.dtype), p.requires_grad)
-            for g, group in enumerate(param_groups) for p in group["params"]]
-    if process_set.size() == 1:
-        return
-    every = allgather_object(mine, name="sharded.parameters", process_set=process_set)
-    for r, theirs in enumerate(every):
-        if theirs == every[0]:
-            continue
-        at = next((i for i, (a, b) in enumerate(zip(every[0], theirs)) if a != b),
-                  min(len(every[0]), len(theirs)))
-        rank0 = every[0][at] if at < len(every[0]) else None
-        other = theirs[at] if at < len(theirs) else None
-        name = (rank0 or other)[1]
-        raise MismatchError(
-            f"ShardedOptimizer: parameter '{name}' (number {at} of the param groups) differs "
-            f"between ranks: rank 0 has {_described(rank0)}, rank {r} has {_described(other)}."
-            " Every rank must wrap the same parameters, in the same order and groups")
-
-
-def _described(entry):
-    if entry is None:
-        return "no such parameter"
-    g, name, shape, dtype, trainable = entry
-    return (f"'{name}' in group {g}, shape {list(shape)}, {dtype.replace('torch.', '')}"
-            f"{'' if trainable else ', frozen'}")
 
 
 def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Compression.none,
