@@ -137,6 +137,19 @@ def test_sum_and_accumulated_passes(hvd, stage):
                  exact=hvd.size() == 2)
 
 
+@pytest.mark.parametrize("option", ["fp16", "predivide"])
+def test_compression_and_predivide_as_distributed_optimizer(hvd, option):
+    kwargs = ({"compression": hvd.Compression.fp16} if option == "fp16"
+              else {"gradient_predivide_factor": 2.0})
+    model, _ = train(hvd, "adam", 2, steps=4, **kwargs)
+    expected = reference(hvd, "adam", steps=4, **kwargs)
+    if hvd.size() == 2 or option == "predivide":
+        assert_close(params(model), expected, exact=hvd.size() == 2)
+    else:  # three fp16 gradients summed in another order: fp16's rounding, after Adam
+        for name, p in params(model).items():
+            torch.testing.assert_close(p, expected[name], rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("stage", [1, 2])
 def test_clip_by_global_norm(hvd, stage):
     model, _ = train(hvd, "sgd", stage, steps=6, clip=0.05)
