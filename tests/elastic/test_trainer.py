@@ -1,14 +1,23 @@
 """accord-resnet under accordrun's elastic driver on simulated hosts (run inside
 `simhosts.sh 2,2 --run`): Fashion-MNIST, the default model, --commit-every K.
 
-  test_trainer.py <accordrun> <accord-resnet>
+  test_trainer.py kill <accordrun> <accord-resnet>
+  test_trainer.py stop <accordrun> <accord-resnet>
 
-First an undisturbed run on 2+2 ranks; then the same run with simhost1's ranks SIGKILLed
-mid-epoch, after a commit, and simhost1's commit directory deleted (its disk is lost
-with it). The second run must finish on simhost0's 2 ranks, resumed from the newest
-commit made before the kill (so fewer than K steps are redone), with one reset naming
-simhost1 and signal 9, and a final test accuracy within BAND points of the first run's.
-Prints the recovery time (the kill to the first step after it) as a FIGURE line.
+kill: first an undisturbed run on 2+2 ranks; then the same run with simhost1's ranks
+SIGKILLed mid-epoch, after a commit, and simhost1's commit directory deleted (its disk
+is lost with it). The second run must finish on simhost0's 2 ranks, resumed from the
+newest commit made before the kill (so fewer than K steps are redone), with one reset
+naming simhost1 and signal 9, and a final test accuracy within BAND points of the first
+run's.
+
+stop: a shorter run (2 epochs of 4,096 images) with simhost1's ranks frozen (SIGSTOP)
+after a commit: the survivors report the frozen ranks within the stall bound
+(ACCORD_STALL_SHUTDOWN_TIME), the launcher blames simhost1's ranks, and the job finishes
+on simhost0's 2 ranks, resumed from the newest commit before the freeze.
+
+Both check that the first step after the restart comes within the stall bound + 10 s of
+the kill or freeze, and print that time as a FIGURE line.
 """
 import json
 import os
@@ -28,11 +37,13 @@ KILL_AFTER = 13 * COMMIT_EVERY  # step 104: early in the second epoch
 BAND = 6.0  # accuracy points; two undisturbed runs of different seeds differ by ~1-2
 TRAIN = ["--train-limit", "12000", "--epochs", "3", "--batch-size", "32", "--no-progress",
          "--commit-every", str(COMMIT_EVERY)]
+STALL = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5"))
+RECOVERY_BOUND = STALL + 10  # seconds from the failure to the first step after it
 
 
-def trainer(accordrun_path, resnet, out, name):
+def trainer(accordrun_path, resnet, out, name, train=TRAIN):
     cmd = [accordrun_path, "-np", "4", "--min-np", "2", "-H", os.environ["SIMHOSTS_HOSTS"],
-           "--elastic-store", os.path.join(out, name), "--", resnet] + TRAIN + [
+           "--elastic-store", os.path.join(out, name), "--", resnet] + train + [
            "--metrics", os.path.join(out, name + ".jsonl")]
     print("+", " ".join(cmd), flush=True)
     return Run(cmd, dict(os.environ))
@@ -65,8 +76,143 @@ def host_ranks(host_index):
     return pids
 
 
+def check_resumed(run, check, failed_at, steps_per_epoch_4, steps_per_epoch_2):
+    """The job resumed on 2 ranks from the newest commit before ``failed_at``, redid fewer
+    than COMMIT_EVERY steps, re-cut its position for 2 ranks, and took its first step on
+    them within RECOVERY_BOUND; returns the recovery time (None if unknown)."""
+    before = [int(m.group(1)) for tt, m in run.matching(r"^commit after step (\d+) ")
+              if failed_at and tt < failed_at]
+    resumed = run.matching(r"^resumed from the commit on rank (\d+)'s host \(step (\d+) of 4 ranks"
+                           r" x batch 32\), now after step (\d+) .* on 2 ranks")
+    # The newest commit announced before the failure: its copy was taken then, and its
+    # write to simhost0's disk finished before the survivors left. Or the next one, if the
+    # lost ranks took part in it just before they were lost (announced after).
+    check(len(resumed) == 1 and before and
+          int(resumed[0][1].group(2)) in (max(before), max(before) + COMMIT_EVERY),
+          f"resumed on 2 ranks from the newest commit before the failure (step "
+          f"{max(before) if before else None}): {[m.group(0) for _, m in resumed]}")
+    if not (resumed and before):
+        return None
+    start = int(resumed[0][1].group(2))
+    reports = [int(m.group(1)) for _, m in run.matching(r'"step": (\d+)')]
+    redone = max(reports) - start if reports else None
+    # Commits come every COMMIT_EVERY steps: no more than that were done past the newest.
+    check(redone is None or 0 <= redone <= COMMIT_EVERY,
+          f"redone steps {redone} (survivors' reports) <= {COMMIT_EVERY}")
+    # 2 ranks x 32 take half the samples a step of 4 x 32 took: the same sample of the
+    # same epoch, and the global step as if every epoch had had 2 ranks.
+    epoch, within = divmod(start, steps_per_epoch_4)
+    expected = epoch * steps_per_epoch_2 + 2 * within
+    check(int(resumed[0][1].group(3)) == expected,
+          f"the position re-cut for 2 ranks: step {resumed[0][1].group(3)} of 2 x 32 "
+          f"samples (expected {expected})")
+    after = run.matching(r"^first step after the restart")
+    check(bool(after), "the restarted job took a step")
+    if not after:
+        return None
+    took = after[0][0] - failed_at
+    check(took <= RECOVERY_BOUND, f"first step on 2 ranks {took:.1f} s after the failure "
+                                  f"(<= stall bound + 10 s = {RECOVERY_BOUND:g} s)")
+    return took, redone
+
+
+def scenario_kill(accordrun_path, resnet, out, check):
+    plain = trainer(accordrun_path, resnet, out, "plain")
+    rc = plain.finish(400)
+    base = accuracy(plain)
+    check(rc == 0 and base is not None, f"the undisturbed run finishes (exit {rc}, {base}%)")
+
+    run = trainer(accordrun_path, resnet, out, "killed")
+    # A commit early in the second epoch (an epoch is 93 steps of 4 x 32), so that
+    # the first epoch's metrics line was written before simhost1 is lost.
+    t, _ = run.wait_for(rf"^commit after step {KILL_AFTER} ", 300)
+    check(t is not None, f"the job committed at step {KILL_AFTER} on 4 ranks")
+    killed_at, killed = None, []
+    if t is not None:
+        time.sleep(1.0)  # a few steps past the commit: those are redone
+        killed = host_ranks(1)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        for job in os.listdir(os.path.join(out, "killed")):
+            shutil.rmtree(os.path.join(out, "killed", job, "simhost1"), ignore_errors=True)
+    check(len(killed) == 2, f"killed simhost1's 2 ranks ({killed})")
+    rc = run.finish(400)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "simhost1" in resets[0][1].group(2)
+          and "signal 9" in resets[0][1].group(2),
+          f"one reset, naming simhost1 and signal 9: {[m.group(0) for _, m in resets]}")
+    recovery = check_resumed(run, check, killed_at, 12000 // 128, 12000 // 64)
+    if recovery:
+        redone = recovery[1] if recovery[1] is not None else f"<= {COMMIT_EVERY}"
+        print(f"FIGURE recovery {recovery[0]:.1f} s from the kill to the first step on 2 ranks; "
+              f"redone steps {redone} (4-rank steps)", flush=True)
+    # The metrics file goes on across the restart: every epoch once, in order.
+    epochs = metric_epochs(os.path.join(out, "killed.jsonl"))
+    check(epochs == [1, 2, 3], f"killed.jsonl holds epochs 1, 2, 3 once each: {epochs}")
+    acc = accuracy(run)
+    check(acc is not None and base is not None and abs(acc - base) <= BAND,
+          f"test accuracy {acc}% within {BAND} points of the undisturbed run's {base}%")
+    check(base is not None and base >= 60, f"the undisturbed run learned ({base}% >= 60%)")
+    leftover = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(out, "killed")) for f in fs]
+    check(not leftover, f"the finished job removed its commits: {leftover}")
+
+
+STOP_TRAIN = ["--train-limit", "4096", "--epochs", "2", "--batch-size", "32", "--no-progress",
+              "--commit-every", str(COMMIT_EVERY)]
+STOP_AFTER = 2 * COMMIT_EVERY  # step 16 of the 32 steps of 4 x 32 in an epoch
+
+
+def scenario_stop(accordrun_path, resnet, out, check):
+    run = trainer(accordrun_path, resnet, out, "stopped", STOP_TRAIN)
+    t, _ = run.wait_for(rf"^commit after step {STOP_AFTER} ", 300)
+    check(t is not None, f"the job committed at step {STOP_AFTER} on 4 ranks")
+    frozen, frozen_at = [], None
+    try:
+        if t is not None:
+            time.sleep(1.0)  # a few steps past the commit: those are redone
+            frozen = host_ranks(1)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+        check(len(frozen) == 2, f"froze simhost1's 2 ranks ({frozen})")
+        rc = run.finish(300)
+    finally:
+        for pid in frozen:  # whatever mpirun did with them
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    # The survivors fail within the stall bound and name the frozen ranks.
+    reports = [(tt, m) for tt, m in run.matching(r'\[accord-elastic\] .*"lost_ranks": \[([0-9, ]*)\]')
+               if frozen_at and tt > frozen_at]
+    check(len(reports) == 2 and all(m.group(1) == "2, 3" for _, m in reports),
+          f"both survivors report ranks 2, 3 lost: {[m.group(0)[:160] for _, m in reports]}")
+    if reports:
+        failed = max(tt for tt, _ in reports) - frozen_at
+        # The bound, plus what a loaded 2-core machine adds to the roll call and the exit.
+        check(failed <= STALL + 5, f"the survivors failed {failed:.1f} s after the freeze "
+                                   f"(stall bound {STALL:g} s)")
+        print(f"FIGURE survivors failed {failed:.1f} s after SIGSTOP (stall bound {STALL:g} s)",
+              flush=True)
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "ranks 2, 3 on simhost1 stopped answering" in resets[0][1].group(2)
+          and "blacklisted simhost1" in resets[0][1].group(2),
+          f"one reset, blaming simhost1's frozen ranks: {[m.group(0) for _, m in resets]}")
+    recovery = check_resumed(run, check, frozen_at, 4096 // 128, 4096 // 64)
+    if recovery:
+        redone = recovery[1] if recovery[1] is not None else f"<= {COMMIT_EVERY}"
+        print(f"FIGURE recovery {recovery[0]:.1f} s from SIGSTOP to the first step on 2 ranks; "
+              f"redone steps {redone} (4-rank steps)", flush=True)
+    epochs = metric_epochs(os.path.join(out, "stopped.jsonl"))
+    check(epochs == [1, 2], f"stopped.jsonl holds epochs 1, 2 once each: {epochs}")
+    check(accuracy(run) is not None, "the job finished and evaluated")
+
+
 def main():
-    accordrun_path, resnet = sys.argv[1:3]
+    scenario, accordrun_path, resnet = sys.argv[1:4]
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         print("skipped: no Fashion-MNIST in /usr/share/datasets/fashion-mnist")
         return 77
@@ -76,71 +222,7 @@ def main():
     check = Checks()
     with tempfile.TemporaryDirectory() as out:
         try:
-            plain = trainer(accordrun_path, resnet, out, "plain")
-            rc = plain.finish(400)
-            base = accuracy(plain)
-            check(rc == 0 and base is not None, f"the undisturbed run finishes (exit {rc}, {base}%)")
-
-            run = trainer(accordrun_path, resnet, out, "killed")
-            # A commit early in the second epoch (an epoch is 93 steps of 4 x 32), so that
-            # the first epoch's metrics line was written before simhost1 is lost.
-            t, _ = run.wait_for(rf"^commit after step {KILL_AFTER} ", 300)
-            check(t is not None, f"the job committed at step {KILL_AFTER} on 4 ranks")
-            killed_at, killed = None, []
-            if t is not None:
-                time.sleep(1.0)  # a few steps past the commit: those are redone
-                killed = host_ranks(1)
-                for pid in killed:
-                    os.kill(pid, signal.SIGKILL)
-                killed_at = time.monotonic()
-                for job in os.listdir(os.path.join(out, "killed")):
-                    shutil.rmtree(os.path.join(out, "killed", job, "simhost1"), ignore_errors=True)
-            check(len(killed) == 2, f"killed simhost1's 2 ranks ({killed})")
-            rc = run.finish(400)
-            check(rc == 0, f"accordrun exits 0 (got {rc})")
-            resets = run.matching(r"accordrun: reset (\d+): (.*)")
-            check(len(resets) == 1 and "simhost1" in resets[0][1].group(2)
-                  and "signal 9" in resets[0][1].group(2),
-                  f"one reset, naming simhost1 and signal 9: {[m.group(0) for _, m in resets]}")
-            before = [int(m.group(1)) for tt, m in run.matching(r"^commit after step (\d+) ")
-                      if killed_at and tt < killed_at]
-            resumed = run.matching(r"^resumed from the commit on rank (\d+)'s host \(step (\d+) of 4 ranks"
-                                   r" x batch 32\), now after step (\d+) .* on 2 ranks")
-            # The newest commit announced before the kill, or the next one if simhost0 had
-            # written it when simhost1 died (announced only once every host has).
-            check(len(resumed) == 1 and before and
-                  int(resumed[0][1].group(2)) in (max(before), max(before) + COMMIT_EVERY),
-                  f"resumed on 2 ranks from the newest commit before the kill (step "
-                  f"{max(before) if before else None}): {[m.group(0) for _, m in resumed]}")
-            if resumed and before:
-                # Steps are made every COMMIT_EVERY: no commit after max(before) came before
-                # the kill, so fewer than COMMIT_EVERY steps of 4 ranks were done past it.
-                start = int(resumed[0][1].group(2))
-                reports = [int(m.group(1)) for _, m in run.matching(r'"step": (\d+)')]
-                redone = max(reports) - start if reports else None
-                check(redone is None or 0 <= redone <= COMMIT_EVERY,
-                      f"redone steps {redone} (survivors' reports) <= {COMMIT_EVERY}")
-                # 2 ranks x 32 take half the samples a step of 4 x 32 took: the same sample
-                # of the same epoch, and the global step as if every epoch had had 2 ranks.
-                epoch, within = divmod(start, 12000 // 128)
-                expected = epoch * (12000 // 64) + 2 * within
-                check(int(resumed[0][1].group(3)) == expected,
-                      f"the position re-cut for 2 ranks: step {resumed[0][1].group(3)} of 2 x 32 "
-                      f"samples (expected {expected})")
-                after = run.matching(r"^first step after the restart")
-                if after and killed_at:
-                    print(f"FIGURE recovery {after[0][0] - killed_at:.1f} s from the kill to the first "
-                          f"step on 2 ranks; redone steps {redone if redone is not None else '< 8'} "
-                          f"(4-rank steps)", flush=True)
-            # The metrics file goes on across the restart: every epoch once, in order.
-            epochs = metric_epochs(os.path.join(out, "killed.jsonl"))
-            check(epochs == [1, 2, 3], f"killed.jsonl holds epochs 1, 2, 3 once each: {epochs}")
-            acc = accuracy(run)
-            check(acc is not None and base is not None and abs(acc - base) <= BAND,
-                  f"test accuracy {acc}% within {BAND} points of the undisturbed run's {base}%")
-            check(base is not None and base >= 60, f"the undisturbed run learned ({base}% >= 60%)")
-            leftover = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(out, "killed")) for f in fs]
-            check(not leftover, f"the finished job removed its commits: {leftover}")
+            {"kill": scenario_kill, "stop": scenario_stop}[scenario](accordrun_path, resnet, out, check)
         finally:
             for r in RUNS:
                 if r.proc.poll() is None:
