@@ -16,6 +16,8 @@ commit (which the ranks keep on their hosts' disks; bindings/python/accord/elast
                next commit with EXIT_HOSTS_UPDATED; no step is lost
   failure      the failed hosts are blacklisted, the reset is logged once with its
                cause, and the job starts again, at most --reset-limit times
+  fatal        a rank reports an error that no restart mends (a process set naming
+               ranks the job no longer has): the driver stops with it, blaming no host
 """
 
 import json
@@ -254,6 +256,9 @@ class Driver:
                 return 0
             if self.stopping:
                 return rc
+            if blamed is None:  # an error no restart mends: the script's own, on every rank
+                log(f"not restarting: {cause}; exiting with status {rc}")
+                return rc
             now = time.monotonic()
             out = [f"{host} {for_how_long(self.hosts.blacklist(host, why, now))}"
                    for host, why in sorted(blamed.items())]
@@ -305,7 +310,8 @@ class Driver:
             time.sleep(min(self.opts.discovery_interval, max(0.1, deadline - time.monotonic())))
 
     def run_once(self, chosen):
-        """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed)."""
+        """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed), with
+        blamed None where a rank reported an error that no restart mends ("fatal")."""
         self.had = chosen
         cmd, env = self.command_for(chosen, self.environment())
         log(f"starting {sum(n for _, n in chosen)} ranks on " + ", ".join(f"{h}:{n}" for h, n in chosen)
@@ -338,6 +344,10 @@ class Driver:
                      [f"-{h}:{n}" for h, n in before.items() if after.get(h) != n]
             return rc, f"the hosts changed ({' '.join(change)}) at commit " \
                        f"{job.reports[0].get('commit')}", {}
+        fatal = [r for r in job.reports if r.get("event") == "fatal"]
+        if fatal:
+            r = min(fatal, key=lambda r: r.get("rank", 0))
+            return rc, f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}", None
         blamed, cause = failure_causes(job, rc, ranks_on(chosen))
         return rc, cause, blamed
 

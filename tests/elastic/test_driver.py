@@ -12,6 +12,9 @@ with train.py: real ranks, real signals, checked from the job's output.
            callback rescales the learning rate)
   shrink   discovery withdraws simhost1 from 2+2: the job goes on with 2 ranks at its
            next commit, no failure recorded, no step lost or repeated
+  raise    2+2 ranks; rank 2 (on simhost1) raises in user code at step 6: the others fail
+           within the stall bound, the launcher blames rank 2's host with the error, and
+           the job ends on simhost0's 2 ranks
   stop     2+2 ranks; simhost1's ranks frozen (SIGSTOP): the survivors blame them
            within ACCORD_STALL_SHUTDOWN_TIME and the job ends on simhost0's 2 ranks
   reset-limit  1+1+1 ranks, --reset-limit 1: the second failure stops the job, saying so
@@ -24,6 +27,12 @@ with train.py: real ranks, real signals, checked from the job's output.
   srun     (inside `slurm_cluster.sh 2`, no simulated hosts) 2 ranks started by srun on
            the allocation's node; rank 1 SIGKILLed: the node is left out for its 1 s
            cool-down, and the job resumes there on 2 ranks from the last commit
+  process-sets  2+2 ranks with process sets: [0, 1] given to hvd.init and the even
+           ranks of hvd.size() added after it; simhost1 killed: the restarted job on 2
+           ranks registers both anew ([0, 1] and [0]) and every step's allreduce over each
+           set counts its members. Then a job whose set [2, 3] outlives simhost1's ranks:
+           the restart raises an error naming ranks 2 and 3, and the launcher stops at once
+           with it (no host blamed for it, no waiting for --elastic-timeout)
   double   1+1+1 ranks: simhost2 killed, then simhost1 killed while the job restarts (its
            new rank is up, in a reset callback slowed to 2 s, before its first step): two resets, the job finishes on simhost0
 """
@@ -40,6 +49,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMIT_EVERY = 4
+STALL_BOUND = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5"))
 
 
 RUNS = []
@@ -267,6 +277,27 @@ def scenario_stop(accordrun_path, python, out, hosts):
     return check.failed
 
 
+def scenario_raise(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts],
+                    ["--raise-at", "6:2"])
+    raised, _ = run.wait_for(r"^STEP 6 ", 120)
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    check_training(run, check, 3, 2)
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "rank 2 on simhost1 raised RuntimeError: user code failed at step 6 "
+          "on rank 2" in resets[0][1].group(2) and "blacklisted simhost1" in resets[0][1].group(2),
+          f"one reset, naming rank 2 on simhost1 and its error: {[m.group(0) for _, m in resets]}")
+    after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
+    if raised is not None and after:
+        took = after[0] - raised
+        check(took <= STALL_BOUND + 10, f"first step on 2 ranks {took:.1f} s after the raise "
+                                        f"(<= stall bound + 10 s)")
+        print(f"FIGURE recovery {took:.1f} s from the raise to the first step on 2 ranks", flush=True)
+    return check.failed
+
+
 def scenario_reset_limit(accordrun_path, python, out, hosts):
     check = Checks()
     run = accordrun(accordrun_path, python, out, ["-np", "3", "--min-np", "1", "--reset-limit", "1",
@@ -389,6 +420,43 @@ def scenario_double(accordrun_path, python, out, hosts):
     return check.failed
 
 
+def scenario_process_sets(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts],
+                    ["--process-set", "0,1", "--process-set", "even"])
+    t, _ = run.wait_for(r"^STEP 6 ", 120)
+    check(t is not None and signal_host(out, 0, "simhost1", signal.SIGKILL) == [2, 3],
+          "killed simhost1's ranks at step 6")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    sets = [m.group(1) for _, m in run.matching(r"^SETS (.*)")]
+    check(sets == ["size 4 1=[0,1] 2=[0,2]", "size 2 0=[0,1] 1=[0]"],
+          f"the sets registered on 4 ranks, then anew on 2: {sets}")
+    check_training(run, check, 3, 2)
+
+    gone = os.path.join(out, "gone")
+    os.makedirs(gone)
+    run = accordrun(accordrun_path, python, gone, ["-np", "4", "--min-np", "2", "-H", hosts],
+                    ["--process-set", "2,3"])
+    t, _ = run.wait_for(r"^STEP 6 ", 120)
+    check(t is not None and signal_host(gone, 0, "simhost1", signal.SIGKILL) == [2, 3],
+          "killed simhost1's ranks (those of set [2, 3]) at step 6")
+    rc = run.finish(120)
+    check(rc not in (0, None), f"accordrun exits non-zero (got {rc})")
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and "simhost1" in resets[0][1].group(2),
+          f"one reset, for the kill: {[m.group(0) for _, m in resets]}")
+    stop = run.matching(r"accordrun: not restarting: rank 0 on simhost0 raised ProcessSetRanksError: "
+                        r"add_process_set: process set \[2, 3\] names ranks 2, 3, which this job does "
+                        r"not have: it runs on 2 ranks \(0\.\.1\), since accordrun's elastic driver "
+                        r"restarted it \(reset 1\)")
+    check(len(stop) == 1, f"the launcher stops, naming ranks 2 and 3: "
+                          f"{[line for _, line in run.lines if 'not restarting' in line]}")
+    check(not run.matching(r"accordrun: (reset 2|only \d+ slots usable)"),
+          "no second reset, no wait for hosts")
+    return check.failed
+
+
 def scenario_srun(accordrun_path, python, out, hosts):
     check = Checks()
     node = socket.gethostname()
@@ -428,7 +496,8 @@ def scenario_srun(accordrun_path, python, out, hosts):
 
 SCENARIOS = {"srun": scenario_srun, "kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
              "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit,
-             "min-np-offer": scenario_min_np_offer, "cooldown": scenario_cooldown, "double": scenario_double}
+             "min-np-offer": scenario_min_np_offer, "cooldown": scenario_cooldown, "double": scenario_double,
+             "process-sets": scenario_process_sets, "raise": scenario_raise}
 
 
 def main():

@@ -10,6 +10,7 @@ be exactly 1. Rank 0 prints, for the test to read:
   EPOCH <e> once <True|False> <min> <max>      at the end of each epoch
   RESET size <ranks> lr <lr>                   from the reset callback
   FINAL size <ranks> identical <True|False> epochs <e> checksum <x>
+  SETS size <ranks> <id>=<ranks> ...           the process sets registered (--process-set)
 and every rank writes its pid to <out>/pids/<reset>/<host>.<rank>.<pid>, for the test
 to signal one host's ranks.
 """
@@ -32,9 +33,18 @@ p.add_argument("--step-time", type=float, default=0.1)
 p.add_argument("--base-lr", type=float, default=0.01)
 p.add_argument("--reset-delay", type=float, default=0,
                help="seconds each reset callback takes (a slow recovery a test can fail into)")
+p.add_argument("--process-set", action="append", default=[],
+               help="ranks '0,1' (given to hvd.init), or 'even': the even ranks of hvd.size() "
+                    "(add_process_set after init); each step allreduces over every set")
+p.add_argument("--raise-at", default=None, metavar="STEP:RANK",
+               help="in the job's first run, RANK raises a RuntimeError at step STEP")
 args = p.parse_args()
 
-hvd.init()
+fixed = [hvd.ProcessSet([int(r) for r in spec.split(",")]) for spec in args.process_set
+         if spec != "even"]
+hvd.init(process_sets=fixed)
+sets = fixed + [hvd.add_process_set(list(range(0, hvd.size(), 2)))
+                for spec in args.process_set if spec == "even"]
 reset = os.environ.get("ACCORDRUN_ELASTIC_RESET", "0")
 pids = os.path.join(args.out, "pids", reset)
 os.makedirs(pids, exist_ok=True)
@@ -63,6 +73,21 @@ def rescale():
     say(f"RESET size {hvd.size()} lr {args.base_lr * hvd.size():g}")
 
 
+if sets:
+    say(f"SETS size {hvd.size()} " + " ".join(f"{ps.process_set_id}={ps.ranks}".replace(" ", "")
+                                               for ps in sets))
+
+
+def check_sets(step):
+    """Every member of each set sums one per member: the set has exactly its ranks."""
+    for ps in sets:
+        if ps.included():
+            got = hvd.allreduce(torch.ones(1), op=hvd.Sum, name=f"set.{step}",
+                                process_set=ps)
+            if int(got[0]) != len(ps.ranks):
+                raise AssertionError(f"{ps}: {int(got[0])} ranks took part")
+
+
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0,
                                counts=torch.zeros(N, dtype=torch.int64))
 state.register_reset_callbacks([rescale])
@@ -81,6 +106,10 @@ def train(state):
             seen = torch.zeros(N, dtype=torch.int64)
             seen[batch] += 1
             state.counts += hvd.allreduce(seen, op=hvd.Sum, name="seen")
+            check_sets(state.step)
+            if args.raise_at and reset == "0" and \
+                    args.raise_at == f"{state.step}:{hvd.rank()}":
+                raise RuntimeError(f"user code failed at step {state.step} on rank {hvd.rank()}")
             sampler.record_batch(b, args.batch_size)
             state.step += 1
             say(f"STEP {state.step} epoch {state.epoch} size {hvd.size()} "

@@ -8,7 +8,8 @@ import itertools
 import os
 import warnings
 
-from accord import _core
+from accord import _core, _driver
+from accord.errors import ProcessSetRanksError
 
 # ---- reduction ops ---------------------------------------------------------------
 # The runtime's own codes. Adasum has none: it is refused where an op is used.
@@ -280,12 +281,22 @@ _registered_sets = []
 def add_process_set(process_set):
     """Registers a process set on every rank (collective over all ranks, in the same
     order everywhere) and returns it; a list of ranks makes a new ProcessSet. The ranks
-    of a set already registered (the global set's included) are refused: ValueError."""
+    of a set already registered (the global set's included) are refused: ValueError;
+    except under accordrun's elastic driver, where a set of every rank of the job is
+    the global set (id 0). Ranks the job does not have: ProcessSetRanksError."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"add_process_set: {process_set} is already registered")
     if _core.is_initialized():  # before init(), the runtime says so below
+        _check_ranks_exist(process_set)
+        if _driver.under_driver() and process_set.ranks == list(range(_core.size())):
+            # Under the elastic driver the job's size is not the script's to choose: a set
+            # of ranks 0, 1 registered again on a job of 2 ranks is every rank, and
+            # becomes the global set rather than an error.
+            process_set._set_id(0)
+            _registered_sets.append(process_set)
+            return process_set
         for existing in [global_process_set, *_registered_sets]:
             if existing.ranks == process_set.ranks:
                 # As Horovod: two ids for one set of ranks would be two names for it.
@@ -295,6 +306,27 @@ def add_process_set(process_set):
     process_set._set_id(_core.add_process_set(process_set.ranks))
     _registered_sets.append(process_set)
     return process_set
+
+
+def _check_ranks_exist(process_set):
+    """Raises ProcessSetRanksError, on every rank alike, if the set names ranks beyond
+    this job's (a script's fixed sets after an elastic restart on fewer ranks)."""
+    n = _core.size()
+    gone = [r for r in process_set.ranks if r >= n]
+    if not gone:
+        return
+    which = ", ".join(map(str, gone))
+    message = (f"add_process_set: process set {process_set.ranks} names rank"
+               f"{'s' if len(gone) > 1 else ''} {which}, which this job does not have: it runs "
+               f"on {n} rank{'s' if n > 1 else ''} (0..{n - 1})")
+    restarts = _driver.restarts()
+    if restarts:
+        message += (f", since accordrun's elastic driver restarted it (reset {restarts}); build "
+                    "process sets from hvd.size() (every run registers its sets anew), or keep "
+                    "--min-np at the size the sets need")
+    error = ProcessSetRanksError(message)
+    _driver.report_if_uncaught(error, rank=_core.rank())
+    raise error
 
 
 def remove_process_set(process_set):

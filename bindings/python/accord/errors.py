@@ -46,6 +46,16 @@ class InvalidCollectiveError(HorovodInternalError, ValueError):
     as Accord reported them before."""
 
 
+class ProcessSetRanksError(ValueError):
+    """A process set names ranks this job does not have: most often a set of fixed ranks
+    registered again after accordrun's elastic driver restarted the job on fewer ranks.
+    Raised on every rank alike, before anything is submitted. Under the elastic driver it
+    ends the job (a restart on the same hosts would raise it again) instead of counting as
+    a failure of the host it was raised on."""
+
+    restart_cannot_help = True  # read by accord.elastic (notice.py) and the driver
+
+
 class NotInitializedError(ValueError):
     """Called before init(), or after shutdown()."""
 

@@ -7,14 +7,13 @@ file system. Rank 0 reads it on a thread of its own; commit() and check_host_upd
 then agree on it through one allreduce, so every rank acts on it in the same step.
 
 Reports (job -> launcher): one JSON line on standard error, prefixed with MARKER, which
-mpirun passes on to the launcher with the rest of the job's output.
+mpirun passes on to the launcher with the rest of the job's output (accord/_driver.py).
 """
 
-import json
 import os
 import threading
 
-MARKER = "[accord-elastic] "
+from accord._driver import MARKER, report, report_fatal  # noqa: F401
 
 # Exit statuses the launcher reads (tools/accord_elastic.py keeps the same numbers).
 EXIT_RESTART = 75        # a communication failure: restart from the last commit
@@ -64,9 +63,3 @@ def hosts_updated():
 
 def clear():
     _updated.clear()
-
-
-def report(event, **fields):
-    """One line for the launcher (and the person reading the log)."""
-    line = MARKER + json.dumps(dict(event=event, **fields), sort_keys=True) + "\n"
-    os.write(2, line.encode())

@@ -9,6 +9,8 @@ status the launcher reads (notice.py), after the last commit is on this host's d
 - HorovodInternalError (a rank died or stopped answering): the report names the ranks
   and hosts the runtime blamed, and the process exits EXIT_RESTART at once, without
   finalizing MPI (which would wait for the failed rank).
+- an exception whose class says ``restart_cannot_help`` (ProcessSetRanksError): reported
+  as fatal, then raised; the launcher stops the job with it rather than restart it.
 - any other exception: reported, then raised as usual (the process fails; the launcher
   takes its host as failed).
 """
@@ -19,6 +21,7 @@ import re
 import sys
 import traceback
 
+from accord._driver import restarts
 from accord.elastic import notice
 from accord.elastic.state import HostsUpdatedInterrupt
 from accord.errors import HorovodInternalError
@@ -37,14 +40,6 @@ def blamed_ranks(message):
     return sorted(ranks)
 
 
-def restarts():
-    """How many times the launcher restarted this job (0: its first start)."""
-    try:
-        return int(os.environ.get("ACCORDRUN_ELASTIC_RESET", "0"))
-    except ValueError:
-        return 0
-
-
 def run(func):
     """Horovod's decorator: ``@hvd.elastic.run def train(state, ...)``."""
 
@@ -61,7 +56,9 @@ def run(func):
         except HorovodInternalError as e:
             _leave_after_failure(state, e, me)
         except BaseException as e:
-            if not isinstance(e, (KeyboardInterrupt, SystemExit)) or \
+            if getattr(e, "restart_cannot_help", False):
+                notice.report_fatal(e, rank=me, host=_host(state, me))
+            elif not isinstance(e, (KeyboardInterrupt, SystemExit)) or \
                     (isinstance(e, SystemExit) and e.code not in (0, None)):
                 notice.report("raised", rank=me, host=_host(state, me),
                               error=f"{type(e).__name__}: {e}")
