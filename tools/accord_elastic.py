@@ -17,7 +17,9 @@ commit (which the ranks keep on their hosts' disks; bindings/python/accord/elast
   failure      the failed hosts are blacklisted, the reset is logged once with its
                cause, and the job starts again, at most --reset-limit times
   fatal        a rank reports an error that no restart mends (a process set naming
-               ranks the job no longer has): the driver stops with it, blaming no host
+               ranks the job no longer has), or ranks on every host raise the same error
+               in user code: the driver stops with it and the script's status, blaming
+               no host
 """
 
 import json
@@ -184,6 +186,17 @@ class Job:
         return rc
 
 
+def everywhere_raised(reports, chosen):
+    """The error, where ranks on every host of the run raised the same one in user code:
+    the script's own failure, which no restart on other hosts mends (Horovod's driver
+    stops when all its workers failed); None otherwise."""
+    raised = [r for r in reports if r.get("event") == "raised"]
+    errors = {r.get("error") for r in raised}
+    if raised and len(errors) == 1 and {r.get("host") for r in raised} >= {h for h, _ in chosen}:
+        return errors.pop()
+    return None
+
+
 def failure_causes(job, rc, rank_hosts):
     """{host: cause} for the hosts this run's output blames, and a cause for the log."""
     blamed = {}
@@ -348,6 +361,9 @@ class Driver:
         if fatal:
             r = min(fatal, key=lambda r: r.get("rank", 0))
             return rc, f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}", None
+        same = everywhere_raised(job.reports, chosen)
+        if same:
+            return rc, f"the script raised {same} on every host ({', '.join(h for h, _ in chosen)})", None
         blamed, cause = failure_causes(job, rc, ranks_on(chosen))
         return rc, cause, blamed
 

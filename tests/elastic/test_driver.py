@@ -14,7 +14,8 @@ with train.py: real ranks, real signals, checked from the job's output.
            next commit, no failure recorded, no step lost or repeated
   raise    2+2 ranks; rank 2 (on simhost1) raises in user code at step 6: the others fail
            within the stall bound, the launcher blames rank 2's host with the error, and
-           the job ends on simhost0's 2 ranks
+           the job ends on simhost0's 2 ranks. Then every rank raises the same error:
+           accordrun stops at once with the script's status, blaming no host
   stop     2+2 ranks; simhost1's ranks frozen (SIGSTOP): the survivors blame them
            within ACCORD_STALL_SHUTDOWN_TIME and the job ends on simhost0's 2 ranks
   reset-limit  1+1+1 ranks, --reset-limit 1: the second failure stops the job, saying so
@@ -295,6 +296,21 @@ def scenario_raise(accordrun_path, python, out, hosts):
         check(took <= STALL_BOUND + 10, f"first step on 2 ranks {took:.1f} s after the raise "
                                         f"(<= stall bound + 10 s)")
         print(f"FIGURE recovery {took:.1f} s from the raise to the first step on 2 ranks", flush=True)
+
+    # The same error raised on every rank is the script's own: no host is blamed, and
+    # accordrun stops with the script's status rather than restart it elsewhere.
+    every = os.path.join(out, "every")
+    os.makedirs(every)
+    run = accordrun(accordrun_path, python, every, ["-np", "4", "--min-np", "2", "-H", hosts],
+                    ["--raise-at", "6:all"])
+    rc = run.finish(120)
+    check(rc == 1, f"accordrun exits with the script's status 1 (got {rc})")
+    stop = run.matching(r"accordrun: not restarting: the script raised RuntimeError: user code failed "
+                        r"at step 6 on every rank on every host \(simhost0, simhost1\); exiting with "
+                        r"status 1")
+    check(len(stop) == 1, f"the launcher stops, saying why: "
+                          f"{[line for _, line in run.lines if line.startswith('accordrun: ')]}")
+    check(not run.matching(r"accordrun: reset "), "no reset, no host blamed")
     return check.failed
 
 

@@ -37,7 +37,8 @@ p.add_argument("--process-set", action="append", default=[],
                help="ranks '0,1' (given to hvd.init), or 'even': the even ranks of hvd.size() "
                     "(add_process_set after init); each step allreduces over every set")
 p.add_argument("--raise-at", default=None, metavar="STEP:RANK",
-               help="in the job's first run, RANK raises a RuntimeError at step STEP")
+               help="in the job's first run, RANK (or every rank: 'all') raises a "
+                    "RuntimeError at step STEP")
 args = p.parse_args()
 
 fixed = [hvd.ProcessSet([int(r) for r in spec.split(",")]) for spec in args.process_set
@@ -108,8 +109,9 @@ def train(state):
             state.counts += hvd.allreduce(seen, op=hvd.Sum, name="seen")
             check_sets(state.step)
             if args.raise_at and reset == "0" and \
-                    args.raise_at == f"{state.step}:{hvd.rank()}":
-                raise RuntimeError(f"user code failed at step {state.step} on rank {hvd.rank()}")
+                    args.raise_at in (f"{state.step}:{hvd.rank()}", f"{state.step}:all"):
+                who = "every rank" if args.raise_at.endswith(":all") else f"rank {hvd.rank()}"
+                raise RuntimeError(f"user code failed at step {state.step} on {who}")
             sampler.record_batch(b, args.batch_size)
             state.step += 1
             say(f"STEP {state.step} epoch {state.epoch} size {hvd.size()} "
