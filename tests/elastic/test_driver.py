@@ -34,6 +34,10 @@ with train.py: real ranks, real signals, checked from the job's output.
            set counts its members. Then a job whose set [2, 3] outlives simhost1's ranks:
            the restart raises an error naming ranks 2 and 3, and the launcher stops at once
            with it (no host blamed for it, no waiting for --elastic-timeout)
+  newcomer 4 ranks of 2+2+2 slots: simhost1 killed and its disk lost, the job restarts on
+           simhost0 and simhost2, which held no commit and writes the one it resumed
+           from at once; simhost0 then killed and its disk lost before the next commit:
+           the job resumes on simhost2 alone from that copy, not from the start
   double   1+1+1 ranks: simhost2 killed, then simhost1 killed while the job restarts (its
            new rank is up, in a reset callback slowed to 2 s, before its first step): two resets, the job finishes on simhost0
 """
@@ -473,6 +477,46 @@ def scenario_process_sets(accordrun_path, python, out, hosts):
     return check.failed
 
 
+def scenario_newcomer(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "--max-np", "4",
+                                                  "-H", hosts],
+                    ["--commit-every", "16", "--epochs", "2", "--step-time", "0.25"])
+    t, _ = run.wait_for(r"^STEP 18 ", 120)
+    check(t is not None and signal_host(out, 0, "simhost1", signal.SIGKILL) == [2, 3],
+          "killed simhost1's ranks at step 18, after the commit at step 16")
+    store = os.path.join(out, "store")
+    for job in os.listdir(store) if t is not None else []:
+        shutil.rmtree(os.path.join(store, job, "simhost1"), ignore_errors=True)
+    t, _ = run.wait_for(r"accordrun: starting 4 ranks on simhost0:2, simhost2:2 \(reset 1\)", 120)
+    check(t is not None, "the job restarts on simhost0 and simhost2")
+    copy, deadline = None, time.monotonic() + 60
+    while t is not None and copy is None and time.monotonic() < deadline:
+        found = [os.path.join(store, job, "simhost2", name) for job in os.listdir(store)
+                 for name in (os.listdir(os.path.join(store, job, "simhost2"))
+                              if os.path.isdir(os.path.join(store, job, "simhost2")) else [])]
+        copy = next((f for f in found if re.fullmatch(r"commit-\d+\.pt", os.path.basename(f))), None)
+        time.sleep(0.02)
+    check(copy is not None, f"simhost2, which held no commit, holds the one resumed from ({copy})")
+    # At once: the restarted job's next commit (at the epoch's end, 6 steps of 0.25 s on)
+    # would put one there anyway.
+    killed = signal_host(out, 1, "simhost0", signal.SIGKILL) if copy else []
+    commits = sorted(os.listdir(os.path.dirname(copy))) if copy else []
+    for job in os.listdir(store) if killed else []:
+        shutil.rmtree(os.path.join(store, job, "simhost0"), ignore_errors=True)
+    check(killed == [0, 1], f"killed simhost0's ranks of the second run ({killed})")
+    steps_before = [int(m.group(1)) for tt, m in run.matching(r"^STEP (\d+) epoch \d+ size 4 ")]
+    check(len(commits) == 1 and max(steps_before, default=0) < 24,
+          f"before the second run's first commit (simhost2 holds {commits})")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    check(bool(run.matching(r"accordrun: starting 2 ranks on simhost2:2 \(reset 2\)")),
+          "the job goes on on simhost2 alone")
+    # From simhost2's copy of the commit at step 16: the steps since it redone, twice.
+    check_training(run, check, 2, 2, 2 * 16)
+    return check.failed
+
+
 def scenario_srun(accordrun_path, python, out, hosts):
     check = Checks()
     node = socket.gethostname()
@@ -513,7 +557,8 @@ def scenario_srun(accordrun_path, python, out, hosts):
 SCENARIOS = {"srun": scenario_srun, "kill": scenario_kill, "min-np": scenario_min_np, "grow": scenario_grow,
              "shrink": scenario_shrink, "stop": scenario_stop, "reset-limit": scenario_reset_limit,
              "min-np-offer": scenario_min_np_offer, "cooldown": scenario_cooldown, "double": scenario_double,
-             "process-sets": scenario_process_sets, "raise": scenario_raise}
+             "process-sets": scenario_process_sets, "raise": scenario_raise,
+             "newcomer": scenario_newcomer}
 
 
 def main():

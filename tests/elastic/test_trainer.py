@@ -18,6 +18,13 @@ on simhost0's 2 ranks, resumed from the newest commit before the freeze.
 
 Both check that the first step after the restart comes within the stall bound + 10 s of
 the kill or freeze, and print that time as a FIGURE line.
+
+  test_trainer.py newcomer <accordrun> <accord-resnet>     (in `simhosts.sh 2,2,2 --run`)
+
+newcomer: 4 ranks of 6 slots, on simhost0 and simhost1. simhost1 is killed and its disk
+lost; the job restarts on simhost0 and simhost2, which held no commit and writes the one
+it resumed from at once. Then simhost0 is killed and its disk lost before the next
+commit: the job must resume on simhost2 alone from that copy, not from the start.
 """
 import json
 import os
@@ -162,6 +169,8 @@ def scenario_kill(accordrun_path, resnet, out, check):
 STOP_TRAIN = ["--train-limit", "4096", "--epochs", "2", "--batch-size", "32", "--no-progress",
               "--commit-every", str(COMMIT_EVERY)]
 STOP_AFTER = 2 * COMMIT_EVERY  # step 16 of the 32 steps of 4 x 32 in an epoch
+# Commits 16 steps apart: room to lose the restarted job's first host before its next.
+NEWCOMER_TRAIN = STOP_TRAIN[:-1] + ["16"]
 
 
 def scenario_stop(accordrun_path, resnet, out, check):
@@ -211,18 +220,69 @@ def scenario_stop(accordrun_path, resnet, out, check):
     check(accuracy(run) is not None, "the job finished and evaluated")
 
 
+def lose_host(out, name, host_index):
+    """SIGKILLs the trainer's ranks on simhost<host_index> and deletes its commits (its
+    disk is lost with it); returns the pids killed."""
+    killed = host_ranks(host_index)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    for job in os.listdir(os.path.join(out, name)):
+        shutil.rmtree(os.path.join(out, name, job, f"simhost{host_index}"), ignore_errors=True)
+    return killed
+
+
+def scenario_newcomer(accordrun_path, resnet, out, check):
+    hosts = os.environ["SIMHOSTS_HOSTS"]
+    cmd = [accordrun_path, "-np", "4", "--min-np", "2", "--max-np", "4", "-H", hosts,
+           "--elastic-store", os.path.join(out, "newcomer"), "--", resnet] + NEWCOMER_TRAIN
+    print("+", " ".join(cmd), flush=True)
+    run = Run(cmd, dict(os.environ))
+    t, _ = run.wait_for(r"^commit after step 16 ", 300)
+    check(t is not None and len(lose_host(out, "newcomer", 1)) == 2,
+          "killed simhost1's 2 ranks after the commit at step 16")
+    t, _ = run.wait_for(r"^accordrun: starting 4 ranks on simhost0:2, simhost2:2 \(reset 1\)", 120)
+    check(t is not None, "the job restarts on simhost0 and simhost2")
+    # simhost2's copy of the commit the job resumed from, written beside its first steps.
+    copy, deadline = None, time.monotonic() + 60
+    while t is not None and copy is None and time.monotonic() < deadline:
+        store = os.path.join(out, "newcomer")
+        found = [os.path.join(store, job, "simhost2", "accord-resnet.ckpt") for job in os.listdir(store)]
+        copy = next((f for f in found if os.path.exists(f)), None)
+        time.sleep(0.02)
+    first, _ = run.wait_for(r"^first step after the restart", 60)
+    own = [m.group(0) for tt, m in run.matching(r"^commit after step \d+") if t and tt > t]
+    check(copy is not None and first is not None and not own,
+          f"simhost2 holds the resumed commit ({copy}), before a commit of its own ({own})")
+    # At once: the restarted job's own next commit, 16 steps on, would put one there too.
+    killed = lose_host(out, "newcomer", 0) if copy and first else []
+    check(len(killed) == 2, f"killed simhost0's 2 ranks ({killed})")
+    rc = run.finish(300)
+    check(rc == 0, f"accordrun exits 0 (got {rc})")
+    resumed = run.matching(r"^resumed from the commit on rank (\d+)'s host \(step (\d+) of (\d+) ranks")
+    # The same step: the copy simhost2 wrote when the job resumed, no later commit.
+    check(len(resumed) == 2 and resumed[1][1].group(3) == "4"
+          and resumed[1][1].group(2) == resumed[0][1].group(2),
+          f"the second restart resumed from the commit simhost2 wrote: "
+          f"{[m.group(0) for _, m in resumed]}")
+    check(bool(run.matching(r"^accordrun: starting 2 ranks on simhost2:2 \(reset 2\)")),
+          "the job went on on simhost2 alone")
+    check(accuracy(run) is not None, "the job finished and evaluated")
+
+
 def main():
     scenario, accordrun_path, resnet = sys.argv[1:4]
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         print("skipped: no Fashion-MNIST in /usr/share/datasets/fashion-mnist")
         return 77
     if not os.environ.get("SIMHOSTS_HOSTS"):
-        print("test_trainer.py runs inside `simhosts.sh 2,2 --run`", file=sys.stderr)
+        print("test_trainer.py runs inside `simhosts.sh 2,2 --run` (newcomer: 2,2,2)",
+              file=sys.stderr)
         return 2
     check = Checks()
     with tempfile.TemporaryDirectory() as out:
         try:
-            {"kill": scenario_kill, "stop": scenario_stop}[scenario](accordrun_path, resnet, out, check)
+            {"kill": scenario_kill, "stop": scenario_stop,
+             "newcomer": scenario_newcomer}[scenario](accordrun_path, resnet, out, check)
         finally:
             for r in RUNS:
                 if r.proc.poll() is None:
