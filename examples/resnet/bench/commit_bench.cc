@@ -9,7 +9,8 @@
 //           if training waited for it
 //
 // Each is run --repeat times after one unmeasured round (which allocates the buffers);
-// the median and the fastest are printed. The collective part of a commit (one
+// the median and the fastest are printed. Copy and commit are timed in the same rounds,
+// each after the previous write is done. The collective part of a commit (one
 // allreduce of the BN statistics and one of a flag) is left out: it is the same either
 // way. Run it where the commits go (--dir): a commit is written to the host's local disk.
 #include "checkpoint.h"
@@ -36,17 +37,23 @@ struct Times {
   double median = 0, fastest = 0;
 };
 
-Times timeIt(int repeat, const std::function<void()>& once, const std::function<void()>& after) {
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+Times summary(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front()};
+}
+
+Times timeIt(int repeat, const std::function<void()>& once) {
   std::vector<double> ms;
   for (int i = 0; i <= repeat; ++i) {
     const auto t0 = Clock::now();
     once();
-    const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i > 0) ms.push_back(t);  // round 0 allocates and first touches the buffers
-    if (after) after();
+    if (i > 0) ms.push_back(msSince(t0));  // round 0 allocates and first touches the buffers
   }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front()};
+  return summary(ms);
 }
 
 void print(const char* what, const Times& t, double copy_ms) {
@@ -95,38 +102,34 @@ int main(int argc, char** argv) {
   const TrainState at{0, 1, 1};
   const StepGeometry geometry{32, 4, 12000};
 
+  // Each round times a plain copy and then a commit, both after the previous round's
+  // write is done: the same conditions for both (the machine may be busy with others).
   std::vector<float> copy(values);
-  const Times c = timeIt(
-      repeat,
-      [&] {
-        float* out = copy.data();
-        for (const TensorRef& t : state) out = std::copy(t.data, t.data + t.n, out);
-      },
-      nullptr);
-  print("copy", c, c.median);
-
   CommitWriter writer;
-  std::vector<double> write_ms;
-  Clock::time_point started;
-  const Times commit = timeIt(
-      repeat,
-      [&] {
-        writer.start(path, cfg.describe(), at, state, geometry);
-        started = Clock::now();
-      },
-      [&] {
-        const std::string error = writer.wait();
-        write_ms.push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - started).count());
-        if (!error.empty()) std::fprintf(stderr, "accord-commit-bench: %s\n", error.c_str());
-      });
-  print("commit", commit, c.median);
-  write_ms.erase(write_ms.begin());
-  std::sort(write_ms.begin(), write_ms.end());
-  print("write", {write_ms[write_ms.size() / 2], write_ms.front()}, c.median);
+  std::vector<double> copy_ms, commit_ms, write_ms;
+  for (int round = 0; round <= repeat; ++round) {
+    auto t0 = Clock::now();
+    float* out = copy.data();
+    for (const TensorRef& t : state) out = std::copy(t.data, t.data + t.n, out);
+    const double c_ms = msSince(t0);
+    t0 = Clock::now();
+    writer.start(path, cfg.describe(), at, state, geometry);
+    const double s_ms = msSince(t0);
+    t0 = Clock::now();
+    const std::string error = writer.wait();
+    if (!error.empty()) std::fprintf(stderr, "accord-commit-bench: %s\n", error.c_str());
+    if (round == 0) continue;  // allocates and first touches the buffers
+    copy_ms.push_back(c_ms);
+    commit_ms.push_back(s_ms);
+    write_ms.push_back(msSince(t0));
+  }
+  const Times c = summary(copy_ms);
+  print("copy", c, c.median);
+  print("commit", summary(commit_ms), c.median);
+  print("write", summary(write_ms), c.median);
 
-  const Times sync = timeIt(
-      repeat, [&] { saveCheckpoint(path, cfg.describe(), at, state, geometry); }, nullptr);
+  const Times sync =
+      timeIt(repeat, [&] { saveCheckpoint(path, cfg.describe(), at, state, geometry); });
   print("sync", sync, c.median);
   std::filesystem::remove_all(dir);
   return 0;
