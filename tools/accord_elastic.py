@@ -363,7 +363,7 @@ class Driver:
             return rc, f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}", None
         same = everywhere_raised(job.reports, chosen)
         if same:
-            return rc, f"the script raised {same} on every host ({', '.join(h for h, _ in chosen)})", None
+            return rc, f"ranks on every host ({', '.join(h for h, _ in chosen)}) raised {same}", None
         blamed, cause = failure_causes(job, rc, ranks_on(chosen))
         return rc, cause, blamed
 

@@ -21,6 +21,11 @@ std::string hostName() {
   return name;
 }
 
+// One write(2): the line reaches mpirun whole, even from a process about to _exit.
+void writeReport(const std::string& line) {
+  [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
+}
+
 }  // namespace
 
 std::string elasticStoreDirectory() {
@@ -74,8 +79,14 @@ void reportFailure(int rank, const std::string& error, std::int64_t step, std::i
                            ", \"event\": \"failed\", \"host\": " + jsonQuoted(hostName()) +
                            ", \"lost_ranks\": [" + lost + "], \"rank\": " + std::to_string(rank) +
                            ", \"step\": " + std::to_string(step) + "}\n";
-  // One write(2): the line reaches mpirun whole, even from a process about to _exit.
-  [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
+  writeReport(line);
+}
+
+void reportRaised(int rank, const std::string& error) {
+  const std::string first_line = error.substr(0, error.find('\n'));
+  writeReport("[accord-elastic] {\"error\": " + jsonQuoted("accord-resnet: " + first_line) +
+              ", \"event\": \"raised\", \"host\": " + jsonQuoted(hostName()) +
+              ", \"rank\": " + std::to_string(rank) + "}\n");
 }
 
 }  // namespace accord::resnet

@@ -44,5 +44,8 @@ std::vector<int> blamedRanks(const std::string& message);
 // One "[accord-elastic] {...}" line on standard error: this rank lost others (or the
 // job) to a communication failure at global step `step`; `commit` is the last commit.
 void reportFailure(int rank, const std::string& error, std::int64_t step, std::int64_t commit);
+// One "[accord-elastic]" line saying this rank failed with `error` of its own (not a
+// lost rank), as hvd.elastic.run reports an exception raised in user code.
+void reportRaised(int rank, const std::string& error);
 
 }  // namespace accord::resnet

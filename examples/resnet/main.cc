@@ -85,6 +85,10 @@ int train(const TrainOptions& opt) {
       std::fflush(stderr);
       _exit(kExitRestart);
     }
+    // Any other error is this rank's own (the driver blames its host), or, raised alike
+    // on every host, the job's (the driver stops with it).
+    if (opt.commit_every > 0 && !elasticStoreDirectory().empty())
+      reportRaised(accord::rank(), e.what());
     rc = 1;
   }
   // Negotiated with the other ranks: a rank that failed alone releases the others'

@@ -309,9 +309,8 @@ def scenario_raise(accordrun_path, python, out, hosts):
                     ["--raise-at", "6:all"])
     rc = run.finish(120)
     check(rc == 1, f"accordrun exits with the script's status 1 (got {rc})")
-    stop = run.matching(r"accordrun: not restarting: the script raised RuntimeError: user code failed "
-                        r"at step 6 on every rank on every host \(simhost0, simhost1\); exiting with "
-                        r"status 1")
+    stop = run.matching(r"accordrun: not restarting: ranks on every host \(simhost0, simhost1\) raised "
+                        r"RuntimeError: user code failed at step 6 on every rank; exiting with status 1")
     check(len(stop) == 1, f"the launcher stops, saying why: "
                           f"{[line for _, line in run.lines if line.startswith('accordrun: ')]}")
     check(not run.matching(r"accordrun: reset "), "no reset, no host blamed")

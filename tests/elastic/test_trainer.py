@@ -11,10 +11,12 @@ newest commit made before the kill (so fewer than K steps are redone), with one 
 naming simhost1 and signal 9, and a final test accuracy within BAND points of the first
 run's.
 
-stop: a shorter run (2 epochs of 4,096 images) with simhost1's ranks frozen (SIGSTOP)
-after a commit: the survivors report the frozen ranks within the stall bound
-(ACCORD_STALL_SHUTDOWN_TIME), the launcher blames simhost1's ranks, and the job finishes
-on simhost0's 2 ranks, resumed from the newest commit before the freeze.
+stop: first a job failing alike on every rank (--resume of a missing file): accordrun
+stops at once with its status. Then a shorter run (2 epochs of 4,096 images) with
+simhost1's ranks frozen (SIGSTOP) after a commit: the survivors report the frozen ranks
+within the stall bound (ACCORD_STALL_SHUTDOWN_TIME), the launcher blames simhost1's
+ranks, and the job finishes on simhost0's 2 ranks, resumed from the newest commit
+before the freeze.
 
 Both check that the first step after the restart comes within the stall bound + 10 s of
 the kill or freeze, and print that time as a FIGURE line.
@@ -174,6 +176,18 @@ NEWCOMER_TRAIN = STOP_TRAIN[:-1] + ["16"]
 
 
 def scenario_stop(accordrun_path, resnet, out, check):
+    # First an error of the job's own, alike on every rank (a --resume file that is not
+    # there): accordrun stops at once with the trainer's status, blaming no host.
+    missing = os.path.join(out, "missing.ckpt")
+    run = trainer(accordrun_path, resnet, out, "missing", STOP_TRAIN + ["--resume", missing])
+    rc = run.finish(120)
+    check(rc == 1, f"a job failing alike on every rank: accordrun exits 1 (got {rc})")
+    stop = run.matching(r"^accordrun: not restarting: ranks on every host \(simhost0, simhost1\) "
+                        r"raised accord-resnet: --resume failed on rank 0: " + re.escape(missing))
+    check(len(stop) == 1 and not run.matching(r"^accordrun: reset "),
+          f"it stops, naming the error, with no reset: "
+          f"{[line for _, line in run.lines if line.startswith('accordrun: ')]}")
+
     run = trainer(accordrun_path, resnet, out, "stopped", STOP_TRAIN)
     t, _ = run.wait_for(rf"^commit after step {STOP_AFTER} ", 300)
     check(t is not None, f"the job committed at step {STOP_AFTER} on 4 ranks")
@@ -194,11 +208,14 @@ def scenario_stop(accordrun_path, resnet, out, check):
             except ProcessLookupError:
                 pass
     check(rc == 0, f"accordrun exits 0 (got {rc})")
-    # The survivors fail within the stall bound and name the frozen ranks.
+    # Both survivors fail within the stall bound, blaming no rank but the frozen ones. A
+    # survivor waiting on rank 0 (which waits on the frozen ranks) may name none: its roll
+    # call can find every rank it asks answering.
     reports = [(tt, m) for tt, m in run.matching(r'\[accord-elastic\] .*"lost_ranks": \[([0-9, ]*)\]')
                if frozen_at and tt > frozen_at]
-    check(len(reports) == 2 and all(m.group(1) == "2, 3" for _, m in reports),
-          f"both survivors report ranks 2, 3 lost: {[m.group(0)[:160] for _, m in reports]}")
+    named = [set(map(int, m.group(1).split(", "))) if m.group(1) else set() for _, m in reports]
+    check(len(reports) == 2 and all(n <= {2, 3} for n in named) and {2, 3} in named,
+          f"both survivors report, blaming only ranks 2, 3: {[m.group(0)[:160] for _, m in reports]}")
     if reports:
         failed = max(tt for tt, _ in reports) - frozen_at
         # The bound, plus what a loaded 2-core machine adds to the roll call and the exit.
