@@ -47,12 +47,18 @@ _homogeneous = None
 
 def init(comm=None, process_sets=None):
     """Starts Accord on every rank (collective). ``process_sets``: ProcessSet objects
-    to register right away, in the same order on every rank."""
+    to register right away, in the same order on every rank; or Horovod's "dynamic",
+    which Accord needs not be told (add_process_set works after init() in any case)."""
     global _homogeneous
     if comm is not None:
         raise NotImplementedError(
             "init(comm=...): Accord always spans all ranks of the job (MPI_COMM_WORLD); "
             "use process sets (add_process_set) for collectives over a subset")
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError(f'init(process_sets={process_sets!r}): give a list of ProcessSet '
+                             'objects, or "dynamic"')
+        process_sets = None
     _core.init()
     # Whether every host runs the same number of ranks must read the same on every
     # rank: compare the local sizes once here, through the runtime itself.
