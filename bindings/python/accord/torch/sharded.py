@@ -13,8 +13,9 @@ refused).
 
 A step: each gradient is reduce-scattered the moment backward finalises it (a hook, as
 DistributedOptimizer starts its allreduces; the runtime fuses them into buffers), each
-rank steps its pieces with its part of the reduced gradient, and one grouped allgather
-brings every rank the updated parameters. Stage 1 leaves ``p.grad`` (this rank's local
+rank steps its pieces with its part of the reduced gradient, in rounds, and each
+round's allgather brings every rank that round's updated parameters while the next
+round is stepped. Stage 1 leaves ``p.grad`` (this rank's local
 gradient) in place; stage 2 lets go of it once its reduce-scatter has started, so after
 backward a rank holds only its part of the reduced gradients.
 
@@ -70,6 +71,7 @@ class _ShardedMixin:
                                                size))
                 index += 1
         self._inner = self._make_inner(original)
+        self._rounds = _rounds(self._shards)
         self.state = self._inner.state  # this rank's pieces' state only
         self._handles = {}  # shard -> (handle, compression context)
         self._delay = {s: backward_passes_per_step for s in self._shards}
@@ -195,10 +197,9 @@ class _ShardedMixin:
             s.reseed_if_changed()
         for group, inner in zip(self.param_groups, self._inner.param_groups):
             inner.update({k: v for k, v in group.items() if k != "params"})
-        self._inner.step()
+        self._step_and_gather()
         if not self._state_checked:
             self._check_state_per_element()
-        self._gather_parameters()
         return loss
 
     def _check_state_per_element(self):
@@ -215,19 +216,32 @@ class _ShardedMixin:
                     "DistributedOptimizer")
         self._state_checked = True
 
-    def _gather_parameters(self):
-        if not self._shards:
-            return
-        parts = [s.piece.detach().to(s.param.dtype) for s in self._shards]
-        if self.process_set.size() == 1:
-            full = parts
-        else:
-            full = synchronize(grouped_allgather_async(parts, name="sharded.params",
-                                                       process_set=self.process_set))
+    def _step_and_gather(self):
+        """Steps this rank's pieces round by round, starting each round's allgather as
+        soon as it is stepped, so that the background thread gathers one round while
+        this thread steps the next; then writes the gathered parameters."""
+        groups = self._inner.param_groups
+        everything = [group["params"] for group in groups]
+        gathers = []
+        try:
+            for r, shards in enumerate(self._rounds):
+                for g, group in enumerate(groups):
+                    group["params"] = [s.piece for s in shards if s.group == g and s.count]
+                self._inner.step()
+                parts = [s.piece.detach().to(s.param.dtype) for s in shards]
+                if self.process_set.size() > 1:
+                    parts = grouped_allgather_async(parts, name=f"sharded.params.{r}",
+                                                    process_set=self.process_set)
+                gathers.append((shards, parts))
+        finally:
+            for group, params in zip(groups, everything):
+                group["params"] = params
         with torch.no_grad():
-            for s, flat in zip(self._shards, full):
-                s.param.copy_(flat.view(s.param.shape))
-                s.version = s.param._version
+            for shards, parts in gathers:  # every round's handle, even after a failure
+                full = parts if isinstance(parts, list) else synchronize(parts)
+                for s, flat in zip(shards, full):
+                    s.param.copy_(flat.view(s.param.shape))
+                    s.version = s.param._version
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
@@ -290,6 +304,23 @@ class _ShardedMixin:
         """Loads the list of every rank's sharded_state_dict(), taken on any number of
         ranks; every rank keeps its own part."""
         sharded_state.load_shards(self, shards)
+
+
+# Pieces are stepped and gathered in rounds of about this many bytes (of this rank's
+# parts), a few per model: small enough that gathering one round overlaps stepping the
+# next, large enough that each allgather still fuses into big buffers.
+_ROUND_BYTES = 16 << 20
+
+
+def _rounds(shards):
+    rounds, current, size = [], [], 0
+    for s in shards:
+        current.append(s)
+        size += s.count * s.piece.element_size()
+        if size >= _ROUND_BYTES:
+            rounds.append(current)
+            current, size = [], 0
+    return rounds + [current] if current else rounds
 
 
 def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Compression.none,

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""ShardedOptimizer (stages 1 and 2) against DistributedOptimizer and PyTorch's
+ZeroRedundancyOptimizer (over DistributedDataParallel, gloo), in one run on the same ranks.
+
+    mpirun -np 2 --bind-to none python3 examples/python/bench_sharded.py
+
+For each model - torchvision's ResNet-50 and an nn.TransformerEncoder of about 100 M
+parameters (12 layers, width 768, feed-forward 3072, plus a 16k-token embedding) - on a
+fixed synthetic batch with AdamW, four variants train from the same weights:
+
+  replicated  hvd.DistributedOptimizer (every rank holds the whole optimizer state)
+  sharded-1   hvd.ShardedOptimizer(stage=1)
+  sharded-2   hvd.ShardedOptimizer(stage=2)
+  torch-zero  torch.distributed.optim.ZeroRedundancyOptimizer over DDP (gloo)
+
+Printed per variant: the step time (mean +- 95% confidence interval; a sample is the
+slowest rank's step) and the part of it spent in ``optimizer.step()`` (where the
+variants differ most: the replicated and torch-zero gradients are reduced during
+backward, the sharded ones too, but their parameters are gathered in step(), as
+torch-zero's are broadcast), the optimizer-state bytes this rank holds (measured from the
+state tensors after the steps: they are allocated at the first step and never grow) and
+the gradient bytes it still holds after the step; then the ratios the sharded variants
+are judged by: step time against replicated and against torch-zero, state against
+replicated / N. The variants run interleaved, in alternating order, as in bench_ddp.py.
+
+Memory: the four variants of the transformer live side by side, about 8 GiB per rank;
+--layers makes it smaller. Needs torchvision (ResNet-50 and bench_ddp.py's helpers).
+"""
+import argparse
+import copy
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torchvision
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
+
+import accord.torch as hvd
+from bench_ddp import init_torch_distributed, interleave, slowest
+from bench_stats import format_ci, mean_ci
+
+MIB = 1 << 20
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="resnet50,transformer",
+                   help="comma-separated: resnet50, transformer (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="ResNet-50 images per rank and step (default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=128,
+                   help="image height and width (default: %(default)s)")
+    p.add_argument("--sequences", type=int, default=4,
+                   help="transformer sequences per rank and step (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=16,
+                   help="tokens per sequence (default: %(default)s)")
+    p.add_argument("--layers", type=int, default=12,
+                   help="transformer layers (default: %(default)s: about 100 M parameters)")
+    p.add_argument("--rounds", type=int, default=4, help="rounds (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=1,
+                   help="steps per variant and round (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed steps per variant first (default: %(default)s)")
+    return p.parse_args()
+
+
+class Transformer(torch.nn.Module):
+    def __init__(self, layers, vocab=16384, width=768):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        layer = torch.nn.TransformerEncoderLayer(width, nhead=12, dim_feedforward=4 * width,
+                                                 dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers)
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def model_and_batch(args, name):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1 + hvd.rank())  # each rank its own batch
+    if name == "resnet50":
+        model = torchvision.models.resnet50()
+        x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g)
+        y = torch.randint(0, 1000, (args.batch_size,), generator=g)
+        what = f"ResNet-50, batch {args.batch_size} per rank, {args.image_size}x{args.image_size}"
+        return model, x, y, lambda out: F.cross_entropy(out, y), what
+    model = Transformer(args.layers)
+    x = torch.randint(0, 16384, (args.sequences, args.seq_len), generator=g)
+    y = torch.randint(0, 16384, (args.sequences, args.seq_len), generator=g)
+    what = (f"nn.TransformerEncoder, {args.layers} layers, width 768, batch {args.sequences} "
+            f"x {args.seq_len} tokens per rank")
+    return model, x, y, lambda out: F.cross_entropy(out.flatten(0, 1), y.flatten()), what
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+
+
+def variants_of(base):
+    """{name: (model, optimizer)}, every model with rank 0's initial weights."""
+    hvd.broadcast_parameters(base.state_dict(), root_rank=0)
+    out = {}
+    model = copy.deepcopy(base)
+    out["replicated"] = (model, hvd.DistributedOptimizer(
+        adamw(model.parameters()), named_parameters=model.named_parameters()))
+    for stage in (1, 2):
+        model = copy.deepcopy(base)
+        out[f"sharded-{stage}"] = (model, hvd.ShardedOptimizer(
+            adamw(model.parameters()), named_parameters=model.named_parameters(), stage=stage))
+    model = DistributedDataParallel(base, gradient_as_bucket_view=True)
+    out["torch-zero"] = (model, ZeroRedundancyOptimizer(
+        model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4, weight_decay=0.01))
+    return out
+
+
+def state_bytes(opt):
+    if isinstance(opt, ZeroRedundancyOptimizer):
+        opt = opt.optim  # this rank's partition
+    return sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
+               if isinstance(v, torch.Tensor))
+
+
+def grad_bytes(model, opt):
+    tensors = [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [s.piece.grad for s in getattr(opt, "_shards", []) if s.piece.grad is not None]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def bench(args, name, log):
+    base, x, y, loss_fn, what = model_and_batch(args, name)
+    params = sum(p.numel() for p in base.parameters())
+    runs = variants_of(base)
+
+    update = {v: [] for v in runs}  # seconds in opt.step() alone, per timed step
+
+    def step(model, opt, name):
+        opt.zero_grad()
+        loss_fn(model(x)).backward()
+        start = time.perf_counter()
+        opt.step()
+        update[name].append(time.perf_counter() - start)
+
+    variants = {v: (lambda m=m, o=o, v=v: step(m, o, v)) for v, (m, o) in runs.items()}
+    for run in variants.values():
+        for _ in range(args.warmup):
+            run()
+    for v in update:
+        update[v].clear()
+    times = interleave(variants, args.rounds, args.steps)
+    update = {v: slowest(t) for v, t in update.items()}
+    held = {v: (state_bytes(o), grad_bytes(m, o)) for v, (m, o) in runs.items()}
+    first = dict(runs["replicated"][0].named_parameters())
+    gap = {v: max((p.detach() - first[n.replace("module.", "", 1)].detach()).abs().max().item()
+                  for n, p in m.named_parameters()) for v, (m, _) in runs.items()}
+    if not log:
+        return
+    n = hvd.size()
+    steps = args.warmup + args.rounds * args.steps
+    print(f"{what}: {params / 1e6:.1f} M parameters, AdamW, {n} ranks "
+          f"({args.rounds} rounds x {args.steps} steps)", flush=True)
+    print(f"  {'variant':<11} {'step (ms)':>18} {'of it step() (ms)':>18} "
+          f"{'state MiB/rank':>15} {'grads MiB/rank':>15} {'max |param - replicated|':>25}",
+          flush=True)
+    for v in runs:
+        flat = [s for r in times[v] for s in r]
+        print(f"  {v:<11} {format_ci(flat, 1e3):>18} {format_ci(update[v], 1e3):>18} "
+              f"{held[v][0] / MIB:>15.1f} {held[v][1] / MIB:>15.1f} {gap[v]:>25.2e}",
+              flush=True)
+    for v in ("sharded-1", "sharded-2"):
+        for other in ("replicated", "torch-zero"):
+            ratios = [mean_ci(a)[0] / mean_ci(o)[0] for a, o in zip(times[v], times[other])]
+            print(f"  step time {v} / {other}: {format_ci(ratios, 1.0, 3)}", flush=True)
+        share = held["replicated"][0] / n
+        largest = max(p.numel() * p.element_size() for p in base.parameters())
+        print(f"  state {v} / (replicated / {n}): {held[v][0] / share:.4f} "
+              f"(excess {(held[v][0] - share) / MIB:+.2f} MiB; largest parameter "
+              f"{largest / MIB:.2f} MiB)", flush=True)
+    print(f"  (parameters compared after {steps} steps of each variant)", flush=True)
+
+
+def main():
+    args = parse_args()
+    hvd.init()
+    torch.set_num_threads(1)
+    init_torch_distributed()
+    log = hvd.rank() == 0
+    for name in args.models.split(","):
+        bench(args, name, log)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
