@@ -43,8 +43,8 @@ args = p.parse_args()
 
 fixed = [hvd.ProcessSet([int(r) for r in spec.split(",")]) for spec in args.process_set
          if spec != "even"]
-# Horovod's "dynamic" where no set is fixed: sets are added after init (add_process_set).
-hvd.init(process_sets=fixed or "dynamic")
+# With sets but none fixed, Horovod's "dynamic": the sets are added after init.
+hvd.init(process_sets=fixed or ("dynamic" if args.process_set else None))
 sets = fixed + [hvd.add_process_set(list(range(0, hvd.size(), 2)))
                 for spec in args.process_set if spec == "even"]
 reset = os.environ.get("ACCORDRUN_ELASTIC_RESET", "0")
