@@ -3,8 +3,8 @@
 // snapshot to disk in the checkpoint format (checkpoint.h: temporary file, fsync,
 // rename), while training goes on. The next start(), wait() and the destructor wait for
 // that write, so a commit is on disk before the next one begins and before the process
-// leaves. The snapshot is one buffer kept across commits: after the first commit, no
-// commit allocates or touches new memory.
+// leaves. The snapshot is one buffer kept across commits: after the first commit, the
+// state's copy goes into memory already allocated and touched.
 //
 // Threads: start() and wait() are called by one thread (the training thread); the
 // writer thread reads only the snapshot, which start() fills before it starts and does

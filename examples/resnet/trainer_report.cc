@@ -151,6 +151,9 @@ void Trainer::checkOutputPaths() {
 }
 
 void Trainer::saveCheckpoint(const TrainState& at) {
+  // One checkpoint file written at a time: the guard that removes a half-written one on
+  // SIGTERM is process-wide (checkpoint.cc), and the commit's writer may be writing.
+  commit_writer_.join();
   if (model_.device) pullToHost(model_, *sgd_);  // trained on the GPU: bring them down
   TrainState state = at;
   if (loss_scaler_) {
@@ -176,6 +179,7 @@ void Trainer::saveCheckpoint(const TrainState& at) {
 // equivalence tests' `accord-resnet compare A B`.
 void Trainer::dumpParams() {
   if (rank_ != 0) return;
+  commit_writer_.join();  // one checkpoint file at a time, as saveCheckpoint()
   if (model_.device) pullToHost(model_, *sgd_);
   std::vector<TensorRef> tensors;
   for (const ParamRef& p : parameterList(model_)) tensors.push_back({p.name, p.w, p.n});
