@@ -37,7 +37,9 @@ with train.py: real ranks, real signals, checked from the job's output.
   newcomer 4 ranks of 2+2+2 slots: simhost1 killed and its disk lost, the job restarts on
            simhost0 and simhost2, which held no commit and writes the one it resumed
            from at once; simhost0 then killed and its disk lost before the next commit:
-           the job resumes on simhost2 alone from that copy, not from the start
+           the job resumes on simhost2 alone from that copy, not from the start. The
+           script inits with process_sets="dynamic" and adds the even ranks' set, which
+           each run registers anew
   double   1+1+1 ranks: simhost2 killed, then simhost1 killed while the job restarts (its
            new rank is up, in a reset callback slowed to 2 s, before its first step): two resets, the job finishes on simhost0
 """
@@ -478,9 +480,12 @@ def scenario_process_sets(accordrun_path, python, out, hosts):
 
 def scenario_newcomer(accordrun_path, python, out, hosts):
     check = Checks()
+    # With a process set of the even ranks, after hvd.init(process_sets="dynamic"):
+    # registered anew by each run, whatever its size.
     run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "--max-np", "4",
                                                   "-H", hosts],
-                    ["--commit-every", "16", "--epochs", "2", "--step-time", "0.25"])
+                    ["--commit-every", "16", "--epochs", "2", "--step-time", "0.25",
+                     "--process-set", "even"])
     t, _ = run.wait_for(r"^STEP 18 ", 120)
     check(t is not None and signal_host(out, 0, "simhost1", signal.SIGKILL) == [2, 3],
           "killed simhost1's ranks at step 18, after the commit at step 16")
@@ -513,6 +518,9 @@ def scenario_newcomer(accordrun_path, python, out, hosts):
           "the job goes on on simhost2 alone")
     # From simhost2's copy of the commit at step 16: the steps since it redone, twice.
     check_training(run, check, 2, 2, 2 * 16)
+    sets = [m.group(1) for _, m in run.matching(r"^SETS (.*)")]
+    check(sets == ["size 4 1=[0,2]", "size 4 1=[0,2]", "size 2 1=[0]"],
+          f"the even ranks' set registered by each run: {sets}")
     return check.failed
 
 
