@@ -6,6 +6,7 @@ cannot be sharded is refused on every rank."""
 import pytest
 import torch
 
+import accord.torch as hvd_module
 from accord.torch import sharded
 
 STEPS = 20
@@ -71,18 +72,18 @@ def wrap(hvd, opt, model, stage, process_set=None, **kwargs):
 
 
 def train(hvd, kind, stage, steps=STEPS, dtype=torch.float32, process_set=None, model=None,
-          opt=None, first_step=0, clip=None, passes=1, **kwargs):
+          opt=None, first_step=0, clip=None, passes=1, device="cpu", **kwargs):
     """Stage 0 is DistributedOptimizer. Returns (model, optimizer)."""
     process_set = process_set or hvd.global_process_set
     if model is None:
-        model = make_model(dtype)
+        model = make_model(dtype).to(device)
         opt = wrap(hvd, make_optimizer(kind, model), model, stage, process_set,
                    backward_passes_per_step=passes, **kwargs)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5)
     for step in range(first_step, first_step + steps):
         opt.zero_grad()
         for k in range(passes):
-            x, y = batch(step * passes + k, dtype, process_set)
+            x, y = (t.to(device) for t in batch(step * passes + k, dtype, process_set))
             torch.nn.functional.mse_loss(model(x, step).float(), y.float()).backward()
         if clip is not None:
             if stage == 0:
@@ -99,7 +100,7 @@ def train(hvd, kind, stage, steps=STEPS, dtype=torch.float32, process_set=None, 
 
 
 def params(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
 def assert_close(actual, expected, exact):
@@ -376,3 +377,18 @@ def test_optimizer_without_per_parameter_state_is_refused(hvd):
     model(torch.ones(2, 4)).sum().backward()
     with pytest.raises(TypeError, match="not per element.*'seen'"):
         opt.step()
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and hvd_module.cuda_built()),
+                    reason="needs a GPU and a build with the GPU path")
+@pytest.mark.parametrize("stage", [1, 2])
+def test_on_the_gpu_as_on_the_cpu(hvd, stage):
+    # The runtime's GPU path: reduce-scatter and allgather of CUDA tensors.
+    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    model, opt = train(hvd, "adamw", stage, steps=6, device=device)
+    assert all(p.device == device for p in model.parameters())
+    assert all(v.device == device for v in _state_tensors(opt))
+    for name, p in params(model).items():
+        torch.testing.assert_close(p, reference(hvd, "adamw", steps=6)[name], rtol=1e-4,
+                                   atol=1e-5)
