@@ -21,7 +21,9 @@ torch-zero's are broadcast), the optimizer-state bytes this rank holds (measured
 state tensors after the steps: they are allocated at the first step and never grow) and
 the gradient bytes it still holds after the step; then the ratios the sharded variants
 are judged by: step time against replicated and against torch-zero, state against
-replicated / N. The variants run interleaved, in alternating order, as in bench_ddp.py.
+replicated / N (the step-time ratios as the mean of each round's ratio, and as the ratio
+of the median steps, which a burst of load from other processes on a shared machine
+moves less). The variants run interleaved, in alternating order, as in bench_ddp.py.
 
 Memory: the four variants of the transformer live side by side, about 8 GiB per rank;
 --layers makes it smaller. Needs torchvision (ResNet-50 and bench_ddp.py's helpers).
@@ -131,6 +133,12 @@ def grad_bytes(model, opt):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def median(rounds):
+    """A shared machine's bursts land on single steps; the median step shrugs them off."""
+    flat = sorted(s for r in rounds for s in r)
+    return (flat[(len(flat) - 1) // 2] + flat[len(flat) // 2]) / 2
+
+
 def bench(args, name, log):
     base, x, y, loss_fn, what = model_and_batch(args, name)
     params = sum(p.numel() for p in base.parameters())
@@ -174,7 +182,9 @@ def bench(args, name, log):
     for v in ("sharded-1", "sharded-2"):
         for other in ("replicated", "torch-zero"):
             ratios = [mean_ci(a)[0] / mean_ci(o)[0] for a, o in zip(times[v], times[other])]
-            print(f"  step time {v} / {other}: {format_ci(ratios, 1.0, 3)}", flush=True)
+            print(f"  step time {v} / {other}: {format_ci(ratios, 1.0, 3)} "
+                  f"(median step {v} / {other}: {median(times[v]) / median(times[other]):.3f})",
+                  flush=True)
         share = held["replicated"][0] / n
         largest = max(p.numel() * p.element_size() for p in base.parameters())
         print(f"  state {v} / (replicated / {n}): {held[v][0] / share:.4f} "
