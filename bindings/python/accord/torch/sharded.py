@@ -233,11 +233,19 @@ class _ShardedMixin:
                     parts = grouped_allgather_async(parts, name=f"sharded.params.{r}",
                                                     process_set=self.process_set)
                 gathers.append((shards, parts))
+        except BaseException:
+            for _, parts in gathers:  # let go of the rounds already started
+                if not isinstance(parts, list):
+                    try:
+                        synchronize(parts)
+                    except Exception:  # the first failure is the one to raise
+                        pass
+            raise
         finally:
             for group, params in zip(groups, everything):
                 group["params"] = params
         with torch.no_grad():
-            for shards, parts in gathers:  # every round's handle, even after a failure
+            for shards, parts in gathers:
                 full = parts if isinstance(parts, list) else synchronize(parts)
                 for s, flat in zip(shards, full):
                     s.param.copy_(flat.view(s.param.shape))
