@@ -302,6 +302,9 @@ def test_consolidated_state_is_torch_format(hvd):
             torch.testing.assert_close(mine["state"][index][key], value, rtol=1e-5, atol=1e-7)
     plain = torch.optim.AdamW(make_optimizer("adamw", model).param_groups)
     plain.load_state_dict(mine)  # a plain optimizer takes it
+    mine["state"][0]["exp_avg"] = mine["state"][0]["exp_avg"][:, :3]  # another model's
+    with pytest.raises(ValueError, match=r"'exp_avg' of parameter 'first.weight' .*\[5, 3\]"):
+        sharded.load_state_dict(mine)
 
 
 def _save(hvd, opt, form, process_set):

@@ -155,6 +155,10 @@ def load_full(opt, state_dict):
         shape, end = tuple(s.param.shape), s.offset + s.count
         values = {}
         for k, v in state_dict["state"].get(s.index, {}).items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and not _per_element(v, shape):
+                raise ValueError(
+                    f"ShardedOptimizer.load_state_dict: state '{k}' of {s.describe()} has "
+                    f"shape {list(v.shape)}: the checkpoint is of another model")
             values[k] = v.reshape(-1)[s.offset:end] if _per_element(v, shape) else v
         master = masters.get(s.index)
         if master is not None:
