@@ -370,8 +370,8 @@ def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Comp
                              if k not in ("step", "zero_grad", "state")})
     wrapped.state = optimizer.state
     existing = optimizer.state_dict() if len(optimizer.state) else None
-    wrapped._sharded_setup(optimizer, named_parameters, stage, compression, backward_passes_per_step, op,
-                           gradient_predivide_factor, process_set)
+    wrapped._sharded_setup(optimizer, named_parameters, stage, compression,
+                           backward_passes_per_step, op, gradient_predivide_factor, process_set)
     if existing is not None:  # a resumed optimizer: keep only this rank's part
         wrapped.load_state_dict(existing)
         optimizer.state.clear()
