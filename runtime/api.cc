@@ -276,7 +276,7 @@ void shutdown() {
   if (detail::forked()) throw NotInitialized(detail::forkedError("accord::shutdown"));
   if (onBackgroundThread())
     throw InvalidArgument(
-        "accord::shutdown: called on Accord's background thread (from an Allocator), "
+        "accord::shutdown: called from an Allocator, inside Accord's background cycle, "
         "which would wait for itself to end; an Allocator must only allocate");
   std::lock_guard<std::mutex> lock(g_lifetime_mu);
   if (!g_runtime) return;

@@ -1,4 +1,4 @@
-// The background loop: one thread per rank, the only thread that calls MPI.
+// The background loop: one thread per rank that runs the runtime's cycles.
 //
 // Each cycle reads as the data flow: take what the application submitted, negotiate
 // every process set this rank belongs to (in id order, the same on every rank, so
@@ -6,9 +6,17 @@
 // then apply process-set changes. Between cycles the thread sleeps on the queue's
 // condition variable (after a cycle that completed something, it yields the core for
 // a moment first).
+//
+// A cycle belongs to whichever thread holds the cycle lock: this one, or (with
+// ACCORD_INLINE_CYCLES) an application thread that waits on a handle and finds the
+// background thread between cycles, which then runs the next cycle itself. One thread
+// at a time calls MPI either way; the inline cycle only saves the hand-off to this
+// thread and back, two thread switches that cost more than a small collective where
+// both threads share one core (mpirun binds each rank to one).
 #include "runtime/autotune.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
+#include "runtime/handle_state.h"
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
 #include "runtime/mpi_check.h"
@@ -19,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -62,10 +71,24 @@ class BackgroundLoop {
   }
 
   void run() noexcept;
+  // Runs one cycle on the calling thread, which holds the cycle lock. False when the
+  // loop ended in it: shutdown was negotiated, or a failure failed everything pending.
+  bool step() noexcept;
+  // Whether an application thread may run the next cycle: not where ACCORD_CYCLE_TIME
+  // (perhaps as autotune set it) spaces the cycles to batch what arrives between them.
+  bool runsInline() const { return rt_.config.cycle_time.count() == 0; }
 
  private:
+  // How the background thread waits before its next cycle (decided under the cycle
+  // lock, waited without it).
+  struct Pause {
+    std::optional<Clock::time_point> not_before;  // ACCORD_CYCLE_TIME
+    std::chrono::microseconds wait{0};             // for queue work, at most this long
+    std::chrono::microseconds yielding{0};         // of which yielding the core
+  };
   bool runOnce();
-  void pace();
+  Pause pace();
+  void finish();
   void admitNew(Clock::time_point now);
   void noteAnnounced(const std::vector<std::pair<int, std::string>>& announced);
   void applyChanges(std::vector<SetChange>& changes);
@@ -85,33 +108,34 @@ class BackgroundLoop {
   Clock::time_point cycle_start_{};
 };
 
-void BackgroundLoop::pace() {
+BackgroundLoop::Pause BackgroundLoop::pace() {
+  Pause pause;
   // ACCORD_CYCLE_TIME > 0 batches: a cycle starts no sooner than that after the last
   // one, so what is submitted meanwhile is negotiated, and fused, together.
-  if (rt_.config.cycle_time.count() > 0)
-    std::this_thread::sleep_until(cycle_start_ + rt_.config.cycle_time);
-  if (rt_.queue.hasWork() || rt_.queue.shutdownRequested()) return;
+  if (rt_.config.cycle_time.count() > 0) pause.not_before = cycle_start_ + rt_.config.cycle_time;
+  if (rt_.queue.hasWork() || rt_.queue.shutdownRequested()) return pause;
   bool local_pending = false;
   bool rounds_sleep = true;
   for (auto* set : rt_.sets.memberSets()) {
     // A joined rank must answer the others' collectives promptly.
-    if (set->pending.joined()) return;
+    if (set->pending.joined()) return pause;
     local_pending = local_pending || !set->pending.empty();
     rounds_sleep = rounds_sleep && set->transport->channel().sleepsUntilJoined();
   }
   if (last_progress_) busy_wait_ = kMinBusyWait;
-  if ((last_progress_ || rounds_sleep) && local_pending) return;
+  if ((last_progress_ || rounds_sleep) && local_pending) return pause;
   if (local_pending) {
     idle_wait_ = kMinBusyWait;
-    rt_.queue.waitForWork(busy_wait_);
+    pause.wait = busy_wait_;
     busy_wait_ = std::min<std::chrono::microseconds>(busy_wait_ * 2, kMaxBusyWait);
-    return;
+    return pause;
   }
   busy_wait_ = kMinBusyWait;
   if (last_progress_) idle_wait_ = std::min(idle_wait_, kMaxBusyWait);
-  rt_.queue.waitForWork(idle_wait_,
-                        last_progress_ ? kYieldAfterProgress : std::chrono::microseconds(0));
+  pause.wait = idle_wait_;
+  if (last_progress_) pause.yielding = kYieldAfterProgress;
   idle_wait_ = std::min<std::chrono::microseconds>(idle_wait_ * 2, kIdleMax);
+  return pause;
 }
 
 // Device collectives that fail name these ranks (PeerWatch::suspects).
@@ -138,7 +162,6 @@ void BackgroundLoop::admitNew(Clock::time_point now) {
 }
 
 bool BackgroundLoop::runOnce() {
-  pace();
   const auto now = Clock::now();
   cycle_start_ = now;
   admitNew(now);
@@ -267,15 +290,22 @@ void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
   for (auto* set : rt_.sets.memberSets()) set->pending.failAll(why);
 }
 
-void BackgroundLoop::run() noexcept {
+// The cycle lock, and the loop while it runs (null before and after: no cycle to run).
+struct CycleOwner {
+  std::mutex mu;
+  BackgroundLoop* loop = nullptr;
+};
+
+CycleOwner& cycleOwner() {
+  static CycleOwner owner;
+  return owner;
+}
+
+bool BackgroundLoop::step() noexcept {
   try {
-    while (runOnce()) {
-    }
+    if (runOnce()) return true;
     log().debug("background loop finished: shutdown negotiated");
-    if (tuner_) tuner_->finish();
-    // Every rank leaves the loop in this same cycle, so the collective frees line up.
-    for (auto* set : rt_.sets.memberSets()) set->transport.reset();
-    failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
+    finish();
   } catch (const Error& e) {
     log().error("background loop failed: {}", e.what());
     failEverything(std::current_exception(), false);
@@ -285,9 +315,60 @@ void BackgroundLoop::run() noexcept {
                        CommError(std::string("Accord's background loop failed: ") + e.what())),
                    false);
   }
+  cycleOwner().loop = nullptr;
+  return false;
+}
+
+void BackgroundLoop::finish() {
+  if (tuner_) tuner_->finish();
+  // Every rank leaves the loop in this same cycle, so the collective frees line up.
+  for (auto* set : rt_.sets.memberSets()) set->transport.reset();
+  failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
+}
+
+void BackgroundLoop::run() noexcept {
+  CycleOwner& owner = cycleOwner();
+  {
+    std::lock_guard<std::mutex> lock(owner.mu);
+    owner.loop = this;
+  }
+  for (;;) {
+    Pause pause;
+    {
+      std::lock_guard<std::mutex> lock(owner.mu);
+      if (!owner.loop) break;  // the loop ended in a cycle an application thread ran
+      pause = pace();
+    }
+    if (pause.not_before) std::this_thread::sleep_until(*pause.not_before);
+    if (pause.wait.count() > 0) rt_.queue.waitForWork(pause.wait, pause.yielding);
+    std::lock_guard<std::mutex> lock(owner.mu);
+    if (!owner.loop || !step()) break;
+  }
 }
 
 thread_local bool t_background = false;
+
+// An application thread's inline cycle (handle_state.h). Not from a thread already in a
+// cycle: an allocator that the cycle calls, and that waits on a handle, must not take
+// the lock its own thread holds.
+bool runInlineCycle() {
+  if (t_background) return false;
+  CycleOwner& owner = cycleOwner();
+  std::unique_lock<std::mutex> lock(owner.mu, std::try_to_lock);
+  if (!lock.owns_lock() || !owner.loop || !owner.loop->runsInline()) return false;
+  // The cycle runs as the background thread's do: allocators see it as the cycle's
+  // thread, and a write to a dead peer's socket fails instead of raising SIGPIPE (see
+  // runBackgroundLoop); the application's own mask comes back after it.
+  sigset_t pipe, before;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &before);
+  t_background = true;
+  owner.loop->step();
+  t_background = false;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  return true;
+}
 
 }  // namespace
 
@@ -306,7 +387,9 @@ void runBackgroundLoop(Runtime& rt) noexcept {
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   BackgroundLoop loop(rt);
+  detail::setInlineCycle(rt.config.inline_cycles ? &runInlineCycle : nullptr);
   loop.run();
+  detail::setInlineCycle(nullptr);
 }
 
 }  // namespace accord

@@ -112,7 +112,7 @@ Submission start(Runtime& rt, RequestType type, const std::string& name, Process
   // Before a name is drawn: an unnamed collective refused here leaves the count alone.
   if (onBackgroundThread())
     throw InvalidArgument(std::string("accord::") + requestTypeName(type) +
-                          ": called on Accord's background thread (from an Allocator), which "
+                          ": called from an Allocator, inside Accord's background cycle, which "
                           "would wait on itself; an Allocator must only allocate");
   rt.sets.member(set, requestTypeName(type));
   Submission s;

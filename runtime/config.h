@@ -34,6 +34,9 @@ struct Config {
   // (ACCORD_SHARED_MEMORY=0), where by default it does not, having measured slower.
   bool carry_on_one_host = false;
   bool shared_memory = true;  // ACCORD_SHARED_MEMORY: allreduce through shared memory on one host
+  // ACCORD_INLINE_CYCLES: a thread waiting on a handle runs the negotiation cycle itself
+  // while the background thread is between cycles (background_loop.cc).
+  bool inline_cycles = true;
   // ACCORD_HIERARCHICAL_ALLREDUCE: allreduces of a set that spans hosts reduce inside
   // each host (shared memory; NCCL for CUDA tensors) and only each rank's share crosses
   // hosts.

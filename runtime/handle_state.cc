@@ -1,5 +1,6 @@
-// Handle completion: the background thread calls completePart()/fail(); application
-// threads wait in wait(), briefly yielding, then on the condition variable.
+// Handle completion: the runtime's cycle calls completePart()/fail(); application
+// threads wait in wait(), briefly running cycles themselves or yielding, then on the
+// condition variable.
 #include "handle_state.h"
 
 #include <algorithm>
@@ -18,8 +19,17 @@ int g_forked_from = 0;  // the pid that called init(), in a process forked from 
 // one. For this long the waiter yields the core instead, which costs nothing when no
 // other thread wants it, and then sleeps.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
+// A cycle run inline returns when every rank has reached it: within the 20 ms an idle
+// rank sleeps between cycles, and only later where a rank stopped answering. A wait
+// shorter than this stays within its timeout instead, leaving the cycle to the
+// background thread.
+constexpr auto kInlineFrom = std::chrono::milliseconds(100);
+
+std::atomic<InlineCycle> g_inline_cycle{nullptr};
 
 }  // namespace
+
+void setInlineCycle(InlineCycle cycle) { g_inline_cycle.store(cycle, std::memory_order_release); }
 
 void markForkedFrom(int owner) { g_forked_from = owner; }
 bool forked() { return g_forked_from != 0; }
@@ -62,21 +72,25 @@ bool HandleState::done() const {
 
 void HandleState::yieldAwhile(std::chrono::microseconds longest) const {
   const auto until = std::chrono::steady_clock::now() + std::min(longest, kWaitSpin);
-  while (!settled.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-    std::this_thread::yield();
+  const InlineCycle cycle =
+      longest >= kInlineFrom ? g_inline_cycle.load(std::memory_order_acquire) : nullptr;
+  while (!settled.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    if (!cycle || !cycle()) std::this_thread::yield();
+  }
 }
 
 void HandleState::wait() const {
-  yieldAwhile(kWaitSpin);
+  yieldAwhile(std::chrono::microseconds::max());
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [this] { return finished; });
   if (error) std::rethrow_exception(error);
 }
 
 bool HandleState::waitFor(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   yieldAwhile(timeout);
   std::unique_lock<std::mutex> lock(mu);
-  if (!cv.wait_for(lock, timeout, [this] { return finished; })) return false;
+  if (!cv.wait_until(lock, deadline, [this] { return finished; })) return false;
   if (error) std::rethrow_exception(error);
   return true;
 }

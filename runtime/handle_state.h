@@ -34,6 +34,15 @@ bool forked();
 // The error for `what` (e.g. "accord::allreduce") in such a child.
 std::string forkedError(const char* what);
 
+// Runs one cycle of the runtime on the calling thread when the background thread is
+// between cycles, and says whether it did (background_loop.cc sets it at start, when
+// ACCORD_INLINE_CYCLES allows). wait() calls it while it spins: a small collective then
+// completes on the thread that waits for it, without the two thread switches of a
+// hand-off to the background thread and back, which cost more than the collective
+// itself where both threads share one core.
+using InlineCycle = bool (*)();
+void setInlineCycle(InlineCycle cycle);
+
 struct HandleState {
   explicit HandleState(int parts = 1) : pending(parts), unlaunched(parts) {}
 
@@ -54,8 +63,8 @@ struct HandleState {
   // or nullptr when the state failed or no part ran on a device.
   void* waitLaunched() const;
 
-  // Yields until finished, for at most `longest` and at most the spin handle_state.cc
-  // allows.
+  // Runs inline cycles or yields until finished, for at most `longest` and at most the
+  // spin handle_state.cc allows (a cycle started within it runs to its end).
   void yieldAwhile(std::chrono::microseconds longest) const;
 
   mutable std::mutex mu;

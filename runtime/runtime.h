@@ -53,8 +53,13 @@ Runtime& runtime(const char* what);
 void noteStallTimeout(const std::string& error);
 
 // The background thread's body.
+//
+// Throughout the runtime, "the background thread" names the thread that runs a cycle:
+// the background thread itself, or an application thread that waits on a handle and
+// runs one cycle in its place, holding the cycle lock (ACCORD_INLINE_CYCLES). One thread
+// at a time either way, so state that is "background thread only" needs no lock.
 void runBackgroundLoop(Runtime& rt) noexcept;
-// True on that thread (where Allocators run).
+// True on the thread running a cycle (where Allocators run).
 bool onBackgroundThread();
 
 }  // namespace accord

@@ -1,9 +1,10 @@
 // The hand-off between application threads and the background thread.
 //
-// Thread boundary: any application thread push()es; only the background thread
-// drain()s and release()s. A name may be in flight once per process set: pushing it
-// again before its collective completes is an immediate InvalidArgument, because two
-// live requests with one name could pair with the wrong requests on other ranks.
+// Thread boundary: any application thread push()es; only the background thread (the
+// thread running a cycle, runtime.h) drain()s and release()s. A name may be in flight
+// once per process set: pushing it again before its collective completes is an
+// immediate InvalidArgument, because two live requests with one name could pair with
+// the wrong requests on other ranks.
 #pragma once
 
 #include "runtime/message.h"

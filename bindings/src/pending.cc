@@ -55,7 +55,8 @@ std::uintptr_t PendingOp::cudaEvent() const {
 
 Allocator allocateInto(std::shared_ptr<OutputSlot> slot, DType dtype) {
   return [slot = std::move(slot), dtype](const Shape& shape) {
-    // Background thread: plain C++ memory, no GIL.
+    // In the runtime's cycle (on the background thread, or on a waiting thread that has
+    // released the GIL): plain C++ memory, no GIL.
     slot->buffer = std::make_shared<Buffer>(dtype, shape);
     return slot->buffer->view();
   };

@@ -114,10 +114,15 @@ class Handle {
 
   bool valid() const { return state_ != nullptr; }
   bool poll() const;  // true once the collective finished (successfully or not)
-  void wait() const;  // blocks; rethrows the failure in the caller's thread
+  // Blocks; rethrows the failure in the caller's thread. With ACCORD_INLINE_CYCLES (the
+  // default) the waiting thread may run Accord's negotiation cycle itself for a moment,
+  // which is what makes small collectives fast.
+  void wait() const;
   // Blocks for at most `timeout`: false if the collective is still running, true once it
   // finished (rethrowing its failure as wait() does). Lets a caller that must stay
-  // responsive (an interpreter checking for Ctrl-C) wait in slices.
+  // responsive (an interpreter checking for Ctrl-C) wait in slices. From 100 ms up it
+  // may run a cycle as wait() does, and then return up to one cycle late (normally
+  // under 20 ms: as long as the slowest rank takes to reach its next cycle).
   bool wait_for(std::chrono::milliseconds timeout) const;
 
   // Results of particular collectives, valid after wait():

@@ -229,7 +229,8 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
   for (const char* var :
        {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
         "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_CARRY_BYTES=65536 bytes",
-        "ACCORD_SHARED_MEMORY=0", "ACCORD_NCCL=1", "ACCORD_CACHE_CAPACITY=1024",
+        "ACCORD_SHARED_MEMORY=0", "ACCORD_INLINE_CYCLES=1", "ACCORD_NCCL=1",
+        "ACCORD_CACHE_CAPACITY=1024",
         "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
         "ACCORD_TIMELINE=(off)", "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0",
         "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)",
@@ -237,8 +238,8 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 17);
-  CHECK(Config::knownVariables().size() == 17);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 18);
+  CHECK(Config::knownVariables().size() == 18);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 
