@@ -87,7 +87,7 @@ void SharedMemory::bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage
   }
   // Every carried slot that survived is reduced from rank 0's copy onwards, so that every
   // rank does the same arithmetic in the same order.
-  std::vector<std::size_t> at(size_, 0);
+  at_.assign(size_, 0);
   peers_.resize(size_ - 1);
   const std::uint64_t* survived = bits.data() + carriage.word0;
   for (std::size_t m = 0; m < mine.size(); ++m) {
@@ -95,14 +95,14 @@ void SharedMemory::bitwiseAndCarrying(std::vector<std::uint64_t>& bits, Carriage
     if (!(survived[s / 64] >> (s % 64) & 1)) continue;
     for (int r = 0; r < size_; ++r) {
       auto& layout = layouts_[r];
-      while (layout[at[r]].first < s) ++at[r];  // every rank carried it: it is there
-      const char* copy = negotiationSlot(r, rounds_) + layout[at[r]].second;
+      while (layout[at_[r]].first < s) ++at_[r];  // every rank carried it: it is there
+      const char* copy = negotiationSlot(r, rounds_) + layout[at_[r]].second;
       if (r > 0) peers_[r - 1] = copy;
     }
     const CarriedTensor& t = tensors[m];
     const std::size_t bytes = t.count * dtype_size(t.dtype);
     carried_.resize(std::max(carried_.size(), bytes));
-    std::memcpy(carried_.data(), negotiationSlot(0, rounds_) + layouts_[0][at[0]].second, bytes);
+    std::memcpy(carried_.data(), negotiationSlot(0, rounds_) + layouts_[0][at_[0]].second, bytes);
     cpu::reduceScaleMirror(carried_.data(), peers_, t.count, t.dtype, t.op, t.postscale, t.divisor,
                            t.data);
   }

@@ -137,6 +137,7 @@ class SharedMemory {
   const std::string* what_ = nullptr;  // the allreduce under way, for messages
   std::vector<const void*> peers_;     // per-piece scratch, kept to avoid allocations
   std::vector<char> carried_;          // a carried tensor's accumulator
+  std::vector<std::size_t> at_;        // per peer, where its carried layout was read up to
   // Per rank, the carried slots of the round and their offsets (reused, not reallocated).
   std::vector<std::vector<std::pair<std::uint32_t, std::size_t>>> layouts_;
   std::vector<cpu::CopyPiece> collect_;
