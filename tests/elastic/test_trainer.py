@@ -85,6 +85,19 @@ def host_ranks(host_index):
     return pids
 
 
+def check_reset_and_recovery(run, check, causes, since, what, *steps):
+    """One reset, whose line names every text in ``causes``; then check_resumed from
+    ``since`` (``what`` happened then), printing the recovery figure."""
+    resets = run.matching(r"accordrun: reset (\d+): (.*)")
+    check(len(resets) == 1 and all(c in resets[0][1].group(2) for c in causes),
+          f"one reset, naming {causes}: {[m.group(0) for _, m in resets]}")
+    recovery = check_resumed(run, check, since, *steps)
+    if recovery:
+        redone = recovery[1] if recovery[1] is not None else f"<= {COMMIT_EVERY}"
+        print(f"FIGURE recovery {recovery[0]:.1f} s from {what} to the first step on 2 ranks; "
+              f"redone steps {redone} (4-rank steps)", flush=True)
+
+
 def check_resumed(run, check, failed_at, steps_per_epoch_4, steps_per_epoch_2):
     """The job resumed on 2 ranks from the newest commit before ``failed_at``, redid fewer
     than COMMIT_EVERY steps, re-cut its position for 2 ranks, and took its first step on
@@ -148,15 +161,8 @@ def scenario_kill(accordrun_path, resnet, out, check):
     check(len(killed) == 2, f"killed simhost1's 2 ranks ({killed})")
     rc = run.finish(400)
     check(rc == 0, f"accordrun exits 0 (got {rc})")
-    resets = run.matching(r"accordrun: reset (\d+): (.*)")
-    check(len(resets) == 1 and "simhost1" in resets[0][1].group(2)
-          and "signal 9" in resets[0][1].group(2),
-          f"one reset, naming simhost1 and signal 9: {[m.group(0) for _, m in resets]}")
-    recovery = check_resumed(run, check, killed_at, 12000 // 128, 12000 // 64)
-    if recovery:
-        redone = recovery[1] if recovery[1] is not None else f"<= {COMMIT_EVERY}"
-        print(f"FIGURE recovery {recovery[0]:.1f} s from the kill to the first step on 2 ranks; "
-              f"redone steps {redone} (4-rank steps)", flush=True)
+    check_reset_and_recovery(run, check, ["simhost1", "signal 9"], killed_at, "the kill",
+                             12000 // 128, 12000 // 64)
     # The metrics file goes on across the restart: every epoch once, in order.
     epochs = metric_epochs(os.path.join(out, "killed.jsonl"))
     check(epochs == [1, 2, 3], f"killed.jsonl holds epochs 1, 2, 3 once each: {epochs}")
@@ -226,15 +232,9 @@ def scenario_stop(accordrun_path, resnet, out, check):
                                    f"(stall bound {STALL:g} s)")
         print(f"FIGURE survivors failed {failed:.1f} s after SIGSTOP (stall bound {STALL:g} s)",
               flush=True)
-    resets = run.matching(r"accordrun: reset (\d+): (.*)")
-    check(len(resets) == 1 and "ranks 2, 3 on simhost1 stopped answering" in resets[0][1].group(2)
-          and "blacklisted simhost1" in resets[0][1].group(2),
-          f"one reset, blaming simhost1's frozen ranks: {[m.group(0) for _, m in resets]}")
-    recovery = check_resumed(run, check, frozen_at, 4096 // 128, 4096 // 64)
-    if recovery:
-        redone = recovery[1] if recovery[1] is not None else f"<= {COMMIT_EVERY}"
-        print(f"FIGURE recovery {recovery[0]:.1f} s from SIGSTOP to the first step on 2 ranks; "
-              f"redone steps {redone} (4-rank steps)", flush=True)
+    check_reset_and_recovery(run, check,
+                             ["ranks 2, 3 on simhost1 stopped answering", "blacklisted simhost1"],
+                             frozen_at, "SIGSTOP", 4096 // 128, 4096 // 64)
     epochs = metric_epochs(os.path.join(out, "stopped.jsonl"))
     check(epochs == [1, 2], f"stopped.jsonl holds epochs 1, 2 once each: {epochs}")
     check(accuracy(run) is not None, "the job finished and evaluated")
