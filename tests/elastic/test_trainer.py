@@ -85,6 +85,20 @@ def host_ranks(host_index):
     return pids
 
 
+def signal_after_commit(run, check, step, sig):
+    """Waits for the commit after ``step`` on 4 ranks, lets a few steps pass (those are
+    redone), then sends ``sig`` to simhost1's ranks; returns their pids and when."""
+    t, _ = run.wait_for(rf"^commit after step {step} ", 300)
+    check(t is not None, f"the job committed at step {step} on 4 ranks")
+    if t is None:
+        return [], None
+    time.sleep(1.0)
+    pids = host_ranks(1)
+    for pid in pids:
+        os.kill(pid, sig)
+    return pids, time.monotonic()
+
+
 def check_reset_and_recovery(run, check, causes, since, what, *steps):
     """One reset, whose line names every text in ``causes``; then check_resumed from
     ``since`` (``what`` happened then), printing the recovery figure."""
@@ -147,15 +161,8 @@ def scenario_kill(accordrun_path, resnet, out, check):
     run = trainer(accordrun_path, resnet, out, "killed")
     # A commit early in the second epoch (an epoch is 93 steps of 4 x 32), so that
     # the first epoch's metrics line was written before simhost1 is lost.
-    t, _ = run.wait_for(rf"^commit after step {KILL_AFTER} ", 300)
-    check(t is not None, f"the job committed at step {KILL_AFTER} on 4 ranks")
-    killed_at, killed = None, []
-    if t is not None:
-        time.sleep(1.0)  # a few steps past the commit: those are redone
-        killed = host_ranks(1)
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
+    killed, killed_at = signal_after_commit(run, check, KILL_AFTER, signal.SIGKILL)
+    if killed_at is not None:
         for job in os.listdir(os.path.join(out, "killed")):
             shutil.rmtree(os.path.join(out, "killed", job, "simhost1"), ignore_errors=True)
     check(len(killed) == 2, f"killed simhost1's 2 ranks ({killed})")
@@ -195,16 +202,9 @@ def scenario_stop(accordrun_path, resnet, out, check):
           f"{[line for _, line in run.lines if line.startswith('accordrun: ')]}")
 
     run = trainer(accordrun_path, resnet, out, "stopped", STOP_TRAIN)
-    t, _ = run.wait_for(rf"^commit after step {STOP_AFTER} ", 300)
-    check(t is not None, f"the job committed at step {STOP_AFTER} on 4 ranks")
-    frozen, frozen_at = [], None
+    frozen = []
     try:
-        if t is not None:
-            time.sleep(1.0)  # a few steps past the commit: those are redone
-            frozen = host_ranks(1)
-            for pid in frozen:
-                os.kill(pid, signal.SIGSTOP)
-            frozen_at = time.monotonic()
+        frozen, frozen_at = signal_after_commit(run, check, STOP_AFTER, signal.SIGSTOP)
         check(len(frozen) == 2, f"froze simhost1's 2 ranks ({frozen})")
         rc = run.finish(300)
     finally:
