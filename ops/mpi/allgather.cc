@@ -2,7 +2,8 @@
 //
 // Ranks contribute different numbers of rows (response.rank_rows[t * size + r]). A
 // lone tensor is gathered straight into its output: this rank's rows are copied into
-// place and the ring fills in the rest. A fused group goes through the fusion buffer,
+// place (unless the input already is that place: an in-place allgather, as the sharded
+// optimizer does into each parameter) and the ring fills in the rest. A fused group goes through the fusion buffer,
 // laid out rank-major (rank 0's rows of every tensor, then rank 1's, ...) so that each
 // rank's contribution is one block; afterwards every tensor's output is assembled from
 // the ranks' blocks with one parallel copy. A joined rank contributes the rows the
@@ -45,9 +46,9 @@ void gatherDirect(Context& ctx, const Response& response, const std::vector<std:
   }
   if (plan.total == 0) return;  // every rank knows: nothing to move
   char* own = static_cast<char*>(out) + plan.blocks[ctx.rank()].at;
-  if (in && mine > 0)
-    std::memcpy(own, in, mine);
-  else if (mine > 0)
+  if (in && mine > 0) {
+    if (in != own) std::memcpy(own, in, mine);  // equal: gathered in place
+  } else if (mine > 0)
     std::memset(own, 0, mine);
   ringAllgather(ctx, out, ringBlocks(plan.blocks), describe(response));
 }

@@ -54,10 +54,11 @@ void gatherDirect(Launch& l, const std::vector<std::size_t>& bytes) {
   if (plan.total == 0) return;
   char* own = out + plan.blocks[me].at;
   if (bytes[me] > 0) {
-    if (input)
-      ACCORD_CUDA_CHECK(cudaMemcpyAsync(own, l.entries[0]->tensor.data, bytes[me],
-                                        cudaMemcpyDeviceToDevice, l.stream));
-    else
+    if (input) {
+      if (l.entries[0]->tensor.data != own)  // equal: gathered in place
+        ACCORD_CUDA_CHECK(cudaMemcpyAsync(own, l.entries[0]->tensor.data, bytes[me],
+                                          cudaMemcpyDeviceToDevice, l.stream));
+    } else
       ACCORD_CUDA_CHECK(cudaMemsetAsync(own, 0, bytes[me], l.stream));
   }
   exchangeBlocks(l, out, blockOffsets(plan), bytes);
