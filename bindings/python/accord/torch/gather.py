@@ -48,12 +48,15 @@ def _exchanged_rows(values, name, what, process_set):
     return from_buffer(op.output()).tolist()
 
 
-def _submit_allgather(tensor, name, process_set):
-    """(core op, what to keep alive, the output)"""
+def _submit_allgather(tensor, name, process_set, out=None):
+    """(core op, what to keep alive, the output). ``out``: a contiguous tensor of the
+    caller's, on the input's device, of the gathered shape (which the caller knows), to
+    gather into; the runtime checks it against the negotiated shape. It may hold the
+    input itself at this rank's place (an in-place allgather), and spares a CUDA
+    allgather the exchange of row counts."""
     work, code = contiguous_input(tensor, "allgather", name)
     device, stream = placement(work)
-    out = None
-    if device >= 0 and work.dim() > 0:
+    if out is None and device >= 0 and work.dim() > 0:
         out = _device_output(work, sum(_exchanged_rows([work.shape[0]], name, "rows",
                                                         process_set)))
     core = _core.allgather_async(work.data_ptr(), code, work.shape, device, name or "",
@@ -74,8 +77,14 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """allgather_async of each tensor, under one handle that gives the list."""
-    submitted = [_submit_allgather(t, n, process_set)
-                 for t, n in zip(tensors, _names(name, len(tensors)))]
+    return grouped_allgather_into(tensors, [None] * len(tensors), name, process_set)
+
+
+def grouped_allgather_into(tensors, outputs, name=None, process_set=global_process_set):
+    """grouped_allgather_async with the caller's outputs where not None (for Accord's
+    own callers, which know the gathered shapes: _submit_allgather)."""
+    submitted = [_submit_allgather(t, n, process_set, o)
+                 for t, n, o in zip(tensors, _names(name, len(tensors)), outputs)]
     return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
                     lambda: [output() for _, _, output in submitted])
 
@@ -199,12 +208,12 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 # ---- reducescatter -------------------------------------------------------------------
-def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor):
-    """(core op, what to keep alive, the output)"""
+def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor,
+                          out=None):
+    """(core op, what to keep alive, the output); ``out`` as for _submit_allgather."""
     work, code = contiguous_input(tensor, "reducescatter", name)
     device, stream = placement(work)
-    out = None
-    if device >= 0 and work.dim() > 0 and process_set.included():
+    if out is None and device >= 0 and work.dim() > 0 and process_set.included():
         rows = _core.reducescatter_rows(work.shape[0], process_set.rank(), process_set.size())
         out = _device_output(work, rows)
     core = _core.reducescatter_async(work.data_ptr(), code, work.shape, device, name or "", op,
@@ -217,12 +226,14 @@ def _submit_reducescatter(tensor, name, op, process_set, prescale_factor, postsc
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
+                        prescale_factor=1.0, postscale_factor=1.0, output=None):
     """Starts reducing ``tensor`` (same shape on every rank) and giving each rank its
-    block of rows; the first ranks get a row more when the rows do not divide evenly."""
+    block of rows; the first ranks get a row more when the rows do not divide evenly.
+    ``output`` (for Accord's own callers, which know the shape): a tensor of this rank's
+    block's shape to reduce into, rather than one Accord allocates."""
     op = resolve_op(op, None, "reducescatter")
     core, keep, output = _submit_reducescatter(tensor, name, op, process_set, prescale_factor,
-                                               postscale_factor)
+                                               postscale_factor, output)
     return register([core], keep, output)
 
 
