@@ -29,12 +29,13 @@ from contextlib import contextmanager
 
 import torch
 
-from accord.basics import Adasum, Average, Max, Sum, global_process_set, resolve_op, synchronize
+from accord.basics import (Adasum, Average, Max, Sum, global_process_set, poll, resolve_op,
+                           synchronize)
 from accord.torch import sharded_state
 from accord.torch.allreduce import allreduce
 from accord.torch.compression import Compression
 from accord.torch.functions import broadcast_object
-from accord.torch.gather import grouped_allgather_async, reducescatter_async
+from accord.torch.gather import grouped_allgather_into, reducescatter_async
 from accord.torch.optimizer import _DistributedMixin, _names_of, _on_grad_ready
 from accord.torch.sharded_cut import Shard, check_same_parameters
 
@@ -74,6 +75,7 @@ class _ShardedMixin:
         self._rounds = _rounds(self._shards)
         self.state = self._inner.state  # this rank's pieces' state only
         self._handles = {}  # shard -> (handle, compression context)
+        self._reduced = {}  # shard -> its part of the reduced gradient, or the failure
         self._delay = {s: backward_passes_per_step for s in self._shards}
         self._grad_accs = [_on_grad_ready(s.param, self._make_hook(s)) for s in self._shards]
         self._synchronized = False
@@ -121,27 +123,47 @@ class _ShardedMixin:
         pre, post = self._scale_factors()
         handle = reducescatter_async(compressed, name=f"shard.{s.name}", op=self.op,
                                      process_set=self.process_set, prescale_factor=pre,
-                                     postscale_factor=post)
+                                     postscale_factor=post, output=s.reduced_into(compressed))
         self._handles[s] = (handle, ctx)
         if self.stage == 2:
             p.grad = None  # the handle keeps the flat gradient until it is reduced
+            self._collect_finished()
+
+    def _collect_finished(self):
+        """Stage 2: takes the results of the reduce-scatters that have finished, in the
+        order they were started, so that their flat gradients are let go of during
+        backward. A rank then holds only the gradients still in flight, not all of
+        them, and the gradients computed later reuse the memory, already faulted in,
+        of the ones let go of."""
+        for s, (handle, ctx) in list(self._handles.items()):
+            if not poll(handle):
+                return
+            del self._handles[s]
+            self._reduced[s] = self._result(s, handle, ctx)
+
+    def _result(self, s, handle, ctx):
+        try:
+            return self._compression.decompress(synchronize(handle), ctx)
+        except Exception as e:  # raised by synchronize(), after the others complete
+            return e
 
     def synchronize(self):
         """Waits for every gradient's reduce-scatter, starting those not started
         (parameters without a gradient on this rank send zeros, as DistributedOptimizer
         does), and gives each piece its part of the reduced gradient."""
         for s in self._shards:
-            if s not in self._handles:
+            if s not in self._handles and s not in self._reduced:
                 self._submit(s)
-        error = None
         for s, (handle, ctx) in self._handles.items():
-            try:
-                part = self._compression.decompress(synchronize(handle), ctx)
-            except Exception as e:  # the other handles must still complete
-                error = error or e
-                continue
-            s.piece.grad = part.to(s.piece.dtype) if s.count else None
+            self._reduced[s] = self._result(s, handle, ctx)
         self._handles.clear()
+        error = None
+        for s, part in self._reduced.items():
+            if isinstance(part, Exception):
+                error = error or part
+            else:
+                s.piece.grad = part.to(s.piece.dtype) if s.count else None
+        self._reduced.clear()
         for s in self._delay:
             self._delay[s] = self.backward_passes_per_step
         if error is not None:
@@ -230,8 +252,9 @@ class _ShardedMixin:
                 self._inner.step()
                 parts = [s.piece.detach().to(s.param.dtype) for s in shards]
                 if self.process_set.size() > 1:
-                    parts = grouped_allgather_async(parts, name=f"sharded.params.{r}",
-                                                    process_set=self.process_set)
+                    parts = grouped_allgather_into(parts, [s.gathered for s in shards],
+                                                   name=f"sharded.params.{r}",
+                                                   process_set=self.process_set)
                 gathers.append((shards, parts))
         except BaseException:
             for _, parts in gathers:  # let go of the rounds already started
@@ -248,11 +271,12 @@ class _ShardedMixin:
             for shards, parts in gathers:
                 full = parts if isinstance(parts, list) else synchronize(parts)
                 for s, flat in zip(shards, full):
-                    s.param.copy_(flat.view(s.param.shape))
+                    if flat.data_ptr() != s.param.data_ptr():  # not gathered in place
+                        s.param.copy_(flat.view(s.param.shape))
                     s.version = s.param._version
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._handles or self._reduced:
             raise AssertionError(
                 "optimizer.zero_grad() was called after loss.backward() but before "
                 "optimizer.step() or optimizer.synchronize(): the pending reduce-scatters "

@@ -38,6 +38,21 @@ class Shard:
         else:
             self.piece = flat  # a view: stepping it updates the parameter itself
         self.version = param._version  # a later change from outside reseeds the master
+        # The parameter as the flat vector its allgather writes straight into (this rank's
+        # part of it may be the piece itself: an in-place allgather), None where it is
+        # not contiguous and is written back from a gathered copy.
+        self.gathered = param.detach().view(-1) if param.is_contiguous() else None
+        self._reduced = None
+
+    def reduced_into(self, grad):
+        """Where this rank's part of the reduced ``grad`` (flat) goes: one buffer kept
+        from step to step, so that no step allocates (and faults in) fresh memory for
+        it; None (the runtime allocates) for a compressed gradient of another dtype."""
+        if grad.dtype != self.param.dtype or grad.device != self.param.device:
+            return None
+        if self._reduced is None:
+            self._reduced = torch.empty(self.count, dtype=grad.dtype, device=grad.device)
+        return self._reduced
 
     def reseed_if_changed(self):
         if self.master and self.param._version != self.version:
