@@ -234,6 +234,65 @@ def test_wrapping_an_optimizer_with_state(hvd):
     assert_close(params(model), reference(hvd, "sgd", steps=6), exact=hvd.size() == 2)
 
 
+def _train_adding_a_group(hvd, stage, steps=12, added_at=5):
+    """AdamW on everything but the branch, which a group added at step ``added_at``
+    brings in with an LR of its own. Stage 0: a plain optimizer stepping the
+    allreduced gradients (zeros where a rank has none, as both wrappers send)."""
+    model = make_model()
+    groups = [{"params": [*model.first.parameters(), *model.frozen.parameters(), model.scale]},
+              {"params": [*model.last.parameters()], "lr": 0.02}]
+    opt = torch.optim.AdamW(groups, lr=0.01, weight_decay=0.05)
+    if stage:
+        opt = wrap(hvd, opt, model, stage)
+    for step in range(steps):
+        if step == added_at:
+            opt.add_param_group({"params": list(model.branch.parameters()), "lr": 0.03})
+        model.zero_grad()
+        x, y = batch(step, process_set=hvd.global_process_set)
+        torch.nn.functional.mse_loss(model(x, step), y).backward()
+        if not stage:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad:
+                        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                        p.grad = hvd.allreduce(grad, op=hvd.Average)
+        opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_group_added_after_wrapping(hvd, stage):
+    model, opt = _train_adding_a_group(hvd, stage)
+    expected, _ = _train_adding_a_group(hvd, 0)
+    assert_close(params(model), params(expected), exact=hvd.size() == 2)
+    assert len(opt.param_groups) == 3 and opt.param_groups[2]["lr"] == 0.03
+    branch = {id(p) for p in model.branch.parameters()}
+    assert sum(1 for s in opt._shards if id(s.param) in branch) == 2
+    assert [p for p in opt.param_groups[2]["params"]] == list(model.branch.parameters())
+
+
+def test_a_group_that_differs_between_ranks_is_an_error(hvd):
+    model = make_model()
+    opt = wrap(hvd, torch.optim.SGD(model.first.parameters(), lr=0.1), model, 2)
+    added = [model.last.weight] if hvd.rank() == 0 else [model.last.bias]
+    with pytest.raises(hvd.MismatchError, match="'last.weight'.*differs between ranks"):
+        opt.add_param_group({"params": added})
+    assert len(opt.param_groups) == 1  # as before the call
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [model.first.weight]})  # torch's own check
+
+
+def test_a_layer_unfrozen_after_wrapping_is_an_error(hvd):
+    # Its gradient would be dropped: no rank holds a part of it.
+    model = make_model()
+    opt = wrap(hvd, make_optimizer("adam", model), model, 2)
+    model.frozen.requires_grad_(True)
+    x, y = batch(0, process_set=hvd.global_process_set)
+    torch.nn.functional.mse_loss(model(x, 0), y).backward()
+    with pytest.raises(ValueError, match="'frozen.weight'.*frozen.*when the optimizer was"):
+        opt.step()
+
+
 # ---- memory: 1/N of the state, and in stage 2 of the gradients ----------------------
 def _bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)

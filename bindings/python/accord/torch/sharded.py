@@ -82,6 +82,7 @@ class _ShardedMixin:
         self._should_synchronize = True
         self._state_checked = False
         self._consolidated = None
+        self._unsharded = self._frozen_at_wrapping()
 
     def _make_inner(self, original):
         """The optimizer that steps this rank's pieces: a shallow copy of the wrapped one
@@ -215,6 +216,7 @@ class _ShardedMixin:
                                  "synchronize() or clip_grad_norm_() first")
         self._synchronized = False
         self._consolidated = None  # it would no longer be this step's
+        self._check_frozen_stay_frozen()
         for s in self._shards:
             s.reseed_if_changed()
         for group, inner in zip(self.param_groups, self._inner.param_groups):
@@ -286,8 +288,55 @@ class _ShardedMixin:
         return super().zero_grad(*args, **kwargs)
 
     def add_param_group(self, param_group):
-        raise NotImplementedError("ShardedOptimizer: add parameter groups before wrapping "
-                                  "(the shards are cut once, from the parameter list)")
+        """Adds a group as torch's optimizers do (an LR scheduler or an unfrozen layer
+        in fine-tuning): a collective, called on every rank of the process set with the
+        same parameters, which are checked, cut and hooked as the first ones were."""
+        if self._handles or self._reduced:
+            raise AssertionError(
+                "ShardedOptimizer.add_param_group() was called between loss.backward() and "
+                "optimizer.step(): add groups before backward or after the step")
+        super().add_param_group(param_group)  # torch checks it and fills in the defaults
+        g = len(self.param_groups) - 1
+        group = self.param_groups[g]
+        for j, p in enumerate(group["params"]):
+            self._parameter_names.setdefault(p, f"sharded.noname.{g}.{j}")
+        try:
+            check_same_parameters(self.param_groups, self._parameter_names, self.process_set)
+        except Exception:
+            self.param_groups.pop()  # as it was: the ranks disagree on the new group
+            raise
+        index = sum(len(x["params"]) for x in self.param_groups[:g])
+        rank, size = self.process_set.rank(), self.process_set.size()
+        new = [Shard(p, self._parameter_names[p], index + j, g, rank, size)
+               for j, p in enumerate(group["params"]) if p.requires_grad]
+        self._shards.extend(new)
+        self._inner.param_groups.append(
+            {**{k: v for k, v in group.items() if k != "params"},
+             "params": [s.piece for s in new if s.count]})
+        self._rounds = _rounds(self._shards)
+        for s in new:
+            self._delay[s] = self.backward_passes_per_step
+            self._grad_accs.append(_on_grad_ready(s.param, self._make_hook(s)))
+        self._unsharded = self._frozen_at_wrapping()
+        self._state_checked = False
+
+    def _frozen_at_wrapping(self):
+        sharded = {id(s.param) for s in self._shards}
+        return [p for group in self.param_groups for p in group["params"]
+                if id(p) not in sharded]
+
+    def _check_frozen_stay_frozen(self):
+        """A parameter frozen when it was wrapped has no part on any rank: a gradient it
+        got since (requires_grad set later) would be dropped without a word."""
+        for p in self._unsharded:
+            if p.requires_grad and p.grad is not None:
+                name = self._parameter_names.get(p, "a parameter")
+                raise ValueError(
+                    f"ShardedOptimizer: parameter '{name}' (shape {list(p.shape)}) has a "
+                    "gradient, but it was frozen (requires_grad=False) when the optimizer was "
+                    "wrapped, so no rank holds a part of it and the step would ignore it: set "
+                    "requires_grad before wrapping, or add unfrozen parameters in a new group "
+                    "with optimizer.add_param_group()")
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
