@@ -293,6 +293,22 @@ def test_a_layer_unfrozen_after_wrapping_is_an_error(hvd):
         opt.step()
 
 
+def test_grad_scaler_is_refused(hvd):
+    # It would check and unscale p.grad: this rank's local gradient, or nothing.
+    try:
+        scaler = torch.amp.GradScaler("cpu")
+    except (AttributeError, TypeError, RuntimeError):
+        pytest.skip("this PyTorch has no GradScaler for the CPU")
+    model = make_model()
+    opt = wrap(hvd, make_optimizer("adam", model), model, 1)
+    before = params(model)
+    x, y = batch(0, process_set=hvd.global_process_set)
+    scaler.scale(torch.nn.functional.mse_loss(model(x, 0), y)).backward()
+    with pytest.raises(NotImplementedError, match="does not work with GradScaler"):
+        scaler.step(opt)
+    assert_close(params(model), before, exact=True)  # nothing stepped
+
+
 # ---- memory: 1/N of the state, and in stage 2 of the gradients ----------------------
 def _bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)

@@ -50,6 +50,11 @@ def _refused_types():
 class _ShardedMixin:
     """Placed before the optimizer's class in the wrapped object's MRO."""
 
+    # GradScaler.step() then hands the step to step() (setting grad_scale and
+    # found_inf) instead of unscaling p.grad itself, which here is this rank's local
+    # gradient (stage 1) or None (stage 2), not the reduced one: step() refuses it.
+    _step_supports_amp_scaling = True
+
     def _sharded_setup(self, original, named_parameters, stage, compression,
                        backward_passes_per_step, op, gradient_predivide_factor, process_set):
         self.stage = stage
@@ -216,6 +221,12 @@ class _ShardedMixin:
                                  "synchronize() or clip_grad_norm_() first")
         self._synchronized = False
         self._consolidated = None  # it would no longer be this step's
+        if hasattr(self, "grad_scale") or hasattr(self, "found_inf"):
+            raise NotImplementedError(
+                "ShardedOptimizer does not work with GradScaler: the scaler checks and "
+                "unscales p.grad, but no rank holds the whole reduced gradient there. Train "
+                "in bfloat16 (torch.autocast(dtype=torch.bfloat16) needs no loss scaling), or "
+                "use DistributedOptimizer")
         self._check_frozen_stay_frozen()
         for s in self._shards:
             s.reseed_if_changed()
