@@ -17,7 +17,10 @@ Printed per variant: the step time (mean +- 95% confidence interval; a sample is
 slowest rank's step) and the part of it spent in ``optimizer.step()`` (where the
 variants differ most: the replicated and torch-zero gradients are reduced during
 backward, the sharded ones too, but their parameters are gathered in step(), as
-torch-zero's are broadcast), the optimizer-state bytes this rank holds (measured from the
+torch-zero's are broadcast), the page faults per step (rank 0's median: memory
+freed to the system and touched again; with glibc's malloc the gradients a variant
+lets go of and the optimizer's temporaries come back this way), the optimizer-state
+bytes this rank holds (measured from the
 state tensors after the steps: they are allocated at the first step and never grow) and
 the gradient bytes it still holds after the step; then the ratios the sharded variants
 are judged by: step time against replicated and against torch-zero, state against
@@ -30,6 +33,7 @@ Memory: the four variants of the transformer live side by side, about 8 GiB per 
 """
 import argparse
 import copy
+import resource
 import time
 
 import torch
@@ -145,13 +149,16 @@ def bench(args, name, log):
     runs = variants_of(base)
 
     update = {v: [] for v in runs}  # seconds in opt.step() alone, per timed step
+    faults = {v: [] for v in runs}  # this process's page faults per timed step
 
     def step(model, opt, name):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         opt.zero_grad()
         loss_fn(model(x)).backward()
         start = time.perf_counter()
         opt.step()
         update[name].append(time.perf_counter() - start)
+        faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
     variants = {v: (lambda m=m, o=o, v=v: step(m, o, v)) for v, (m, o) in runs.items()}
     for run in variants.values():
@@ -159,6 +166,7 @@ def bench(args, name, log):
             run()
     for v in update:
         update[v].clear()
+        faults[v].clear()
     times = interleave(variants, args.rounds, args.steps)
     update = {v: slowest(t) for v, t in update.items()}
     held = {v: (state_bytes(o), grad_bytes(m, o)) for v, (m, o) in runs.items()}
@@ -172,11 +180,12 @@ def bench(args, name, log):
     print(f"{what}: {params / 1e6:.1f} M parameters, AdamW, {n} ranks "
           f"({args.rounds} rounds x {args.steps} steps)", flush=True)
     print(f"  {'variant':<11} {'step (ms)':>18} {'of it step() (ms)':>18} "
-          f"{'state MiB/rank':>15} {'grads MiB/rank':>15} {'max |param - replicated|':>25}",
-          flush=True)
+          f"{'page faults/step':>17} {'state MiB/rank':>15} {'grads MiB/rank':>15} "
+          f"{'max |param - replicated|':>25}", flush=True)
     for v in runs:
         flat = [s for r in times[v] for s in r]
         print(f"  {v:<11} {format_ci(flat, 1e3):>18} {format_ci(update[v], 1e3):>18} "
+              f"{sorted(faults[v])[len(faults[v]) // 2]:>17} "
               f"{held[v][0] / MIB:>15.1f} {held[v][1] / MIB:>15.1f} {gap[v]:>25.2e}",
               flush=True)
     for v in ("sharded-1", "sharded-2"):
