@@ -309,6 +309,29 @@ def test_grad_scaler_is_refused(hvd):
     assert_close(params(model), before, exact=True)  # nothing stepped
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_parameters_given_new_data_after_wrapping(hvd, stage):
+    # model.to(device) after making the optimizer sets p.data, as this does: before
+    # the first step, and again with state, the training goes on as if nothing happened.
+    def move(model):
+        for p in model.parameters():
+            p.data = p.data.clone()
+
+    model = make_model()
+    opt = wrap(hvd, make_optimizer("adamw", model), model, stage)
+    move(model)
+    train(hvd, "adamw", stage, steps=3, model=model, opt=opt)
+    move(model)
+    train(hvd, "adamw", stage, steps=3, model=model, opt=opt, first_step=3)
+    assert_close(params(model), reference(hvd, "adamw", steps=6), exact=hvd.size() == 2)
+    # Each part is cut from the parameter's new memory, not stepped in the old one (kept
+    # alive beside it) and copied over.
+    def memory(t):  # untyped_storage: torch >= 2.0
+        return getattr(t, "untyped_storage", t.storage)().data_ptr()
+
+    assert all(memory(s.piece) == memory(s.param) for s in opt._shards)
+
+
 # ---- memory: 1/N of the state, and in stage 2 of the gradients ----------------------
 def _bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)

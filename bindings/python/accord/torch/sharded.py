@@ -163,6 +163,7 @@ class _ShardedMixin:
         for s, (handle, ctx) in self._handles.items():
             self._reduced[s] = self._result(s, handle, ctx)
         self._handles.clear()
+        self._follow_moved_parameters()
         error = None
         for s, part in self._reduced.items():
             if isinstance(part, Exception):
@@ -175,6 +176,23 @@ class _ShardedMixin:
         if error is not None:
             raise error
         self._synchronized = True
+
+    def _follow_moved_parameters(self):
+        """A parameter whose data was replaced after wrapping (``model.to(device)``, or
+        ``p.data = ...``, as plain torch optimizers allow) is cut again, and its part's
+        state moves with it; otherwise the step would update, and the allgather write
+        into, memory the parameter no longer uses."""
+        for s in self._shards:
+            if not s.moved():
+                continue
+            old = s.rebind()
+            state = self._inner.state.pop(old, None)
+            if state is not None:
+                self._inner.state[s.piece] = {
+                    k: v.to(s.piece.device) if isinstance(v, torch.Tensor) and v.dim() > 0
+                    else v for k, v in state.items()}
+            for group in self._inner.param_groups:
+                group["params"] = [s.piece if q is old else q for q in group["params"]]
 
     @contextmanager
     def skip_synchronize(self):

@@ -30,6 +30,10 @@ class Shard:
     def __init__(self, param, name, index, group, rank, size):
         self.param, self.name, self.index, self.group = param, name, index, group
         self.offset, self.count = shard_extent(param.numel(), rank, size)
+        self._bind()
+
+    def _bind(self):
+        param = self.param
         flat = param.detach().reshape(-1)[self.offset:self.offset + self.count]
         self.master = param.dtype in _LOW_PRECISION or not param.is_contiguous()
         if self.master:
@@ -43,6 +47,22 @@ class Shard:
         # not contiguous and is written back from a gathered copy.
         self.gathered = param.detach().view(-1) if param.is_contiguous() else None
         self._reduced = None
+        self._bound_to = self._data()
+
+    def _data(self):
+        return self.param.data_ptr(), self.param.dtype, self.param.device
+
+    def moved(self):
+        """True once the parameter's data was replaced since it was cut (``model.to()``,
+        ``p.data = ...``): the piece and the gathered view still point at the old."""
+        return self._data() != self._bound_to
+
+    def rebind(self):
+        """Cuts the parameter's new data (which holds its current values); returns the
+        old piece, whose optimizer state the caller moves to the new one."""
+        old = self.piece
+        self._bind()
+        return old
 
     def reduced_into(self, grad):
         """Where this rank's part of the reduced ``grad`` (flat) goes: one buffer kept
