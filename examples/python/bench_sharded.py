@@ -6,12 +6,14 @@ ZeroRedundancyOptimizer (over DistributedDataParallel, gloo), in one run on the 
 
 For each model - torchvision's ResNet-50 and an nn.TransformerEncoder of about 100 M
 parameters (12 layers, width 768, feed-forward 3072, plus a 16k-token embedding) - on a
-fixed synthetic batch with AdamW, four variants train from the same weights:
+fixed synthetic batch with AdamW, four variants train from the same weights, beside a
+fifth that only computes:
 
   replicated  hvd.DistributedOptimizer (every rank holds the whole optimizer state)
   sharded-1   hvd.ShardedOptimizer(stage=1)
   sharded-2   hvd.ShardedOptimizer(stage=2)
   torch-zero  torch.distributed.optim.ZeroRedundancyOptimizer over DDP (gloo)
+  compute     forward and backward alone, no communication and no update: the floor
 
 Printed per variant: the step time (mean +- 95% confidence interval; a sample is the
 slowest rank's step) and the part of it spent in ``optimizer.step()`` (where the
@@ -20,15 +22,15 @@ backward, the sharded ones too, but their parameters are gathered in step(), as
 torch-zero's are broadcast), the page faults per step (rank 0's median: memory
 freed to the system and touched again; with glibc's malloc the gradients a variant
 lets go of and the optimizer's temporaries come back this way), the optimizer-state
-bytes this rank holds (measured from the
-state tensors after the steps: they are allocated at the first step and never grow) and
-the gradient bytes it still holds after the step; then the ratios the sharded variants
-are judged by: step time against replicated and against torch-zero, state against
-replicated / N (the step-time ratios as the mean of each round's ratio, and as the ratio
-of the median steps, which a burst of load from other processes on a shared machine
-moves less). The variants run interleaved, in alternating order, as in bench_ddp.py.
+bytes this rank holds (measured from the state tensors after the steps: they are
+allocated at the first step and never grow) and the gradient bytes it still holds after
+the step; then the ratios the sharded variants are judged by: step time against
+replicated and against torch-zero, state against replicated / N (the step-time ratios as
+the mean of each round's ratio, and as the ratio of the median steps, which a burst of
+load from other processes on a shared machine moves less), and the floor's step time
+against torch-zero's, under which no ratio can go. The variants run interleaved, in alternating order, as in bench_ddp.py.
 
-Memory: the four variants of the transformer live side by side, about 8 GiB per rank;
+Memory: the five copies of the transformer live side by side, about 8 GiB per rank;
 --layers makes it smaller. Needs torchvision (ResNet-50 and bench_ddp.py's helpers).
 """
 import argparse
@@ -121,10 +123,13 @@ def variants_of(base):
     model = DistributedDataParallel(base, gradient_as_bucket_view=True)
     out["torch-zero"] = (model, ZeroRedundancyOptimizer(
         model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4, weight_decay=0.01))
+    out["compute"] = (copy.deepcopy(base), None)
     return out
 
 
 def state_bytes(opt):
+    if opt is None:
+        return 0
     if isinstance(opt, ZeroRedundancyOptimizer):
         opt = opt.optim  # this rank's partition
     return sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
@@ -153,10 +158,11 @@ def bench(args, name, log):
 
     def step(model, opt, name):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        opt.zero_grad()
+        (opt or model).zero_grad()
         loss_fn(model(x)).backward()
         start = time.perf_counter()
-        opt.step()
+        if opt is not None:
+            opt.step()
         update[name].append(time.perf_counter() - start)
         faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
@@ -172,7 +178,7 @@ def bench(args, name, log):
     held = {v: (state_bytes(o), grad_bytes(m, o)) for v, (m, o) in runs.items()}
     first = dict(runs["replicated"][0].named_parameters())
     gap = {v: max((p.detach() - first[n.replace("module.", "", 1)].detach()).abs().max().item()
-                  for n, p in m.named_parameters()) for v, (m, _) in runs.items()}
+                  for n, p in m.named_parameters()) for v, (m, o) in runs.items() if o}
     if not log:
         return
     n = hvd.size()
@@ -186,8 +192,8 @@ def bench(args, name, log):
         flat = [s for r in times[v] for s in r]
         print(f"  {v:<11} {format_ci(flat, 1e3):>18} {format_ci(update[v], 1e3):>18} "
               f"{sorted(faults[v])[len(faults[v]) // 2]:>17} "
-              f"{held[v][0] / MIB:>15.1f} {held[v][1] / MIB:>15.1f} {gap[v]:>25.2e}",
-              flush=True)
+              f"{held[v][0] / MIB:>15.1f} {held[v][1] / MIB:>15.1f} "
+              f"{format(gap[v], '.2e') if v in gap else '-':>25}", flush=True)
     for v in ("sharded-1", "sharded-2"):
         for other in ("replicated", "torch-zero"):
             ratios = [mean_ci(a)[0] / mean_ci(o)[0] for a, o in zip(times[v], times[other])]
@@ -199,6 +205,10 @@ def bench(args, name, log):
         print(f"  state {v} / (replicated / {n}): {held[v][0] / share:.4f} "
               f"(excess {(held[v][0] - share) / MIB:+.2f} MiB; largest parameter "
               f"{largest / MIB:.2f} MiB)", flush=True)
+    ratios = [mean_ci(a)[0] / mean_ci(o)[0] for a, o in zip(times["compute"], times["torch-zero"])]
+    print(f"  step time compute / torch-zero: {format_ci(ratios, 1.0, 3)} (median step "
+          f"{median(times['compute']) / median(times['torch-zero']):.3f}): the floor, below "
+          "which no variant that also communicates and updates can go", flush=True)
     print(f"  (parameters compared after {steps} steps of each variant)", flush=True)
 
 
