@@ -223,6 +223,21 @@ void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t 
   });
 }
 
+void reduceScaleFrom(const void* first, std::span<const void* const> ins, std::size_t count,
+                     DType dtype, ReduceOp op, double factor, double divisor, void* out) {
+  const bool scaled = !(factor == 1.0 && divisor == 1.0);
+  visitDType(dtype, [&]<class T>() {
+    using S = Storage<T>;
+    const auto* f = static_cast<const S*>(first);
+    auto* o = static_cast<S*>(out);
+    forL1Blocks(count, sizeof(S), [&](std::size_t b, std::size_t n) {
+      std::memcpy(o + b, f + b, n * sizeof(S));
+      for (const void* in : ins) reduceStored<T>(o + b, static_cast<const S*>(in) + b, n, op);
+      if (scaled) scaleStored<T>(o + b, n, factor, divisor);
+    });
+  });
+}
+
 void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtype, ReduceOp op,
                      double factor, double divisor) {
   const bool scaled = !(factor == 1.0 && divisor == 1.0);

@@ -33,6 +33,13 @@ void reduce(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp 
 void reduceScaleMirror(void* acc, std::span<const void* const> ins, std::size_t count,
                        DType dtype, ReduceOp op, double factor, double divisor, void* mirror);
 
+// out = scale(op(...op(first, ins[0])..., ins[k-1])): reduceScaleMirror's values with
+// `first` as the accumulator's starting value, which stays as it was. Where the first
+// operand is not ours to modify (a reduce-scatter's input), this saves a pass copying it
+// into the output beforehand: each L1 block is copied, reduced and scaled in one go.
+void reduceScaleFrom(const void* first, std::span<const void* const> ins, std::size_t count,
+                     DType dtype, ReduceOp op, double factor, double divisor, void* out);
+
 // inout = scale(op(acc, inout)): reduceScaleMirror's values for one input, written into
 // that input and acc left as it was. Where the result belongs in the input's place (a
 // ring's last reduction step in place), this saves writing acc and copying it over.

@@ -525,6 +525,33 @@ TEST_CASE("reduceScaleInto gives reduceScaleMirror's values in the input's place
   }
 }
 
+TEST_CASE("reduceScaleFrom gives reduceScaleMirror's values in a separate output", "[kernels]") {
+  std::mt19937 rng(19);
+  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
+                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
+                          DType::Float32, DType::Float64};
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
+    for (DType dtype : dtypes)
+      for (ReduceOp op : kOps)
+        for (int inputs : {0, 1, 3})
+          for (double divisor : {1.0, 3.0}) {
+            const auto first = randomBytes(dtype, n, rng);
+            std::vector<std::vector<unsigned char>> ins;
+            std::vector<const void*> ptrs;
+            for (int k = 0; k < inputs; ++k) ins.push_back(randomBytes(dtype, n, rng));
+            for (auto& in : ins) ptrs.push_back(in.data());
+            auto expect = first;
+            reduceScaleMirror(expect.data(), ptrs, n, dtype, op, 1.0, divisor, nullptr);
+            auto first_after = first;
+            std::vector<unsigned char> out(first.size(), 0xAB);
+            reduceScaleFrom(first_after.data(), ptrs, n, dtype, op, 1.0, divisor, out.data());
+            INFO(dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n
+                                   << " inputs=" << inputs << " divisor=" << divisor);
+            REQUIRE(out == expect);
+            REQUIRE(first_after == first);
+          }
+}
+
 TEST_CASE("parallelCopy moves many pieces of mixed sizes", "[kernels]") {
   std::mt19937 rng(11);
   // 2000 small pieces (some empty, with null pointers) and three of several MiB.
