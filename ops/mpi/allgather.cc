@@ -1,4 +1,6 @@
-// Allgather on host memory, as a ring (ring.h).
+// Allgather on host memory: through the shared-memory window when the set's ranks share
+// this host (SharedMemory::allgather), else as a ring (ring.h). Both gather in place,
+// each rank's contribution at its block of one buffer.
 //
 // Ranks contribute different numbers of rows (response.rank_rows[t * size + r]). A
 // lone tensor is gathered straight into its output: this rank's rows are copied into
@@ -15,6 +17,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/mpi/mpi_ops.h"
 #include "ops/mpi/ring.h"
+#include "ops/shm/shared_memory.h"
 
 #include <cstring>
 
@@ -22,13 +25,25 @@ namespace accord::mpi {
 
 namespace {
 
-Blocks ringBlocks(const std::vector<Region>& blocks) {
-  Blocks out;
-  for (const Region& b : blocks) {
-    out.offset.push_back(b.at);
-    out.bytes.push_back(b.bytes);
+// On entry block rank() of `data` holds this rank's contribution; on return every block
+// holds its owner's.
+void gatherBlocks(Context& ctx, void* data, const std::vector<Region>& blocks,
+                  const std::string& what) {
+  if (ctx.shm) {
+    shm::SharedMemory::Blocks b;
+    for (const Region& r : blocks) {
+      b.first.push_back(r.at);
+      b.count.push_back(r.bytes);
+    }
+    ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
+    return ctx.shm->allgather(data, b, what);
   }
-  return out;
+  Blocks b;
+  for (const Region& r : blocks) {
+    b.offset.push_back(r.at);
+    b.bytes.push_back(r.bytes);
+  }
+  ringAllgather(ctx, data, b, what);
 }
 
 // A lone tensor, gathered straight into its output.
@@ -50,7 +65,7 @@ void gatherDirect(Context& ctx, const Response& response, const std::vector<std:
     if (in != own) std::memcpy(own, in, mine);  // equal: gathered in place
   } else if (mine > 0)
     std::memset(own, 0, mine);
-  ringAllgather(ctx, out, ringBlocks(plan.blocks), describe(response));
+  gatherBlocks(ctx, out, plan.blocks, describe(response));
 }
 
 // A fused group, rank-major in the fusion buffer (fused_layout.h).
@@ -86,7 +101,7 @@ void gatherFused(Context& ctx, const Response& response,
       out.push_back({outputs[t] + plan.dst[t][r], fused + plan.at[t][r], bytes[t][r]});
   }
   cpu::parallelCopy(in);
-  ringAllgather(ctx, fused, ringBlocks(plan.blocks), describe(response));
+  gatherBlocks(ctx, fused, plan.blocks, describe(response));
   cpu::parallelCopy(out);
 }
 

@@ -1,12 +1,14 @@
-// Reducescatter on host memory, as a ring (ring.h).
+// Reducescatter on host memory: through the shared-memory window when the set's ranks
+// share this host (SharedMemory::reduceScatter), else as a ring (ring.h).
 //
 // Every rank holds the same input shape; rank r receives reducescatter_rows(rows, r, n)
-// rows of the reduced tensor (the first ranks one more when rows do not divide). The
-// ring wants rank r's rows as block r, which a lone tensor already is, so it reduces
-// straight from the input into the output. A fused group is packed rank-major (rank
-// 0's rows of every tensor, then rank 1's, ...) into the fusion buffer, reduced into a
-// region after it, and unpacked. We also pack when a prescale is requested (the input
-// is not ours to modify) and on a joined rank (it contributes the neutral element).
+// rows of the reduced tensor (the first ranks one more when rows do not divide). Both
+// transports want rank r's rows as block r, which a lone tensor already is, so it is
+// reduced straight from the input into the output. A fused group is packed rank-major
+// (rank 0's rows of every tensor, then rank 1's, ...) into the fusion buffer, reduced
+// into a region after it, and unpacked. We also pack on a joined rank (it contributes
+// the neutral element) and, for the ring, when a prescale is requested (the input is
+// not ours to modify; the shared-memory transport scales its copies in the window).
 // Average and postscale are applied as each result block is completed.
 #include "ops/common/checks.h"
 #include "ops/common/layouts.h"
@@ -14,6 +16,9 @@
 #include "ops/cpu/kernels.h"
 #include "ops/mpi/mpi_ops.h"
 #include "ops/mpi/ring.h"
+#include "ops/shm/shared_memory.h"
+
+#include <accord/error.h>
 
 #include <algorithm>
 
@@ -23,11 +28,20 @@ namespace {
 
 using Plan = ScatterPlan;
 
-// The ring over `blocks` (in elements here), in pieces of at most ACCORD_CHUNK_BYTES per
-// block, so that the ring's temporaries stay small and in cache.
+// Block r of `input` (elements [first[r], first[r] + count[r])) reduced over the ranks
+// into `output` on rank r, `pre` applied to the inputs. Through the shared-memory window,
+// or as a ring in pieces of at most ACCORD_CHUNK_BYTES per block, so that the ring's
+// temporaries stay small and in cache; the ring takes inputs already prescaled.
 void reduceInPieces(Context& ctx, const Response& response, const char* input,
                     const std::vector<std::size_t>& first, const std::vector<std::size_t>& count,
-                    char* output) {
+                    char* output, const Scaling& pre = {}) {
+  if (ctx.shm) {
+    ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
+    ctx.shm->reduceScatter(input, output, response.dtype, response.op, pre,
+                           postScaling(response, ctx.size()), {first, count}, describe(response));
+    return;
+  }
+  if (!pre.isOne()) throw Error("reducescatter: the ring takes prescaled inputs only");
   const std::size_t elem = dtype_size(response.dtype);
   const std::size_t largest = *std::max_element(count.begin(), count.end());
   const std::size_t step = std::max<std::size_t>(1, ctx.config.chunk_bytes / elem);
@@ -55,7 +69,7 @@ void reduceDirect(Context& ctx, const Response& response, const Plan& plan, cons
     count.push_back(plan.per_rank[r]);
   }
   reduceInPieces(ctx, response, static_cast<const char*>(input), first, count,
-                 static_cast<char*>(output));
+                 static_cast<char*>(output), preScaling(response));
 }
 
 void reducePacked(Context& ctx, const Response& response, const Plan& plan,
@@ -117,7 +131,7 @@ class ReducescatterOp final : public Op {
       outputs[t] = outputOrSpare(ctx.spare, response, t, *e, shape);
     }
     if (plan.total == 0) return;  // every rank knows: nothing to reduce
-    if (entries.size() == 1 && local[0] && response.prescale == 1.0)
+    if (entries.size() == 1 && local[0] && (ctx.shm || response.prescale == 1.0))
       reduceDirect(ctx, response, plan, entries[0]->tensor.data, outputs[0]);
     else
       reducePacked(ctx, response, plan, entries, local, outputs);

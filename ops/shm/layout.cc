@@ -1,12 +1,18 @@
 #include "ops/shm/layout.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace accord::shm {
 
 Pieces::Pieces(std::size_t count, std::size_t step) : count(count) {
   step = std::max<std::size_t>(step, 1);
   pieces = count <= 2 * step ? 1 : (count + step - 1) / step;
+}
+
+Rounds::Rounds(std::vector<std::size_t> lengths, std::size_t step) : length(std::move(lengths)) {
+  const std::size_t longest = length.empty() ? 0 : *std::max_element(length.begin(), length.end());
+  rounds = Pieces(longest, step).pieces;
 }
 
 std::size_t carriedLayout(const std::uint64_t* words, const Carriage& carriage, std::size_t head,

@@ -22,6 +22,24 @@ struct Pieces {
   std::size_t begin(std::size_t piece) const { return count * piece / pieces; }
 };
 
+// One block per rank, of lengths that may differ (0 included), all cut into the same
+// number of rounds, as a reduce-scatter or an allgather moves them: round i takes
+// [begin(b, i), begin(b, i + 1)) of block b. The longest block is cut as Pieces cuts a
+// buffer with `step`, every other one into as many near-equal pieces, so that no piece
+// is longer than two steps, nor than one step when there are several rounds. Lengths
+// count elements or bytes alike.
+struct Rounds {
+  std::vector<std::size_t> length;
+  std::size_t rounds = 1;
+  Rounds(std::vector<std::size_t> length, std::size_t step);
+  std::size_t begin(int block, std::size_t round) const {
+    return length[static_cast<std::size_t>(block)] * round / rounds;
+  }
+  std::size_t size(int block, std::size_t round) const {
+    return begin(block, round + 1) - begin(block, round);
+  }
+};
+
 // Block `block` of `ranks` equal blocks of a piece of `count` elements: its first element
 // (block == ranks gives the end). Blocks differ by at most one element.
 inline std::size_t blockBegin(std::size_t count, int block, int ranks) {

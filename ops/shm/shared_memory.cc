@@ -1,7 +1,7 @@
 // SharedMemory (see shared_memory.h).
 //
-// Region of one rank: four counters, each on its own cache line (allreduce pieces
-// published, reduced and collected; negotiation rounds), two negotiation slots, then
+// Region of one rank: four counters, each on its own cache line (data pieces published,
+// reduced and collected; negotiation rounds), two negotiation slots, then
 // one data slot of two pieces.
 //
 // A buffer of up to two pieces is reduced whole, a larger one in pieces of piece_bytes.
@@ -18,6 +18,14 @@
 // One data slot rather than two alternating ones keeps the working set small enough to
 // stay in L2 between pieces; the wait of step 0 is nearly always over at once, since
 // peers collect while I finish my own collection.
+//
+// Reduce-scatter and allgather rounds (scatter_gather.cc) take their generation from the
+// same count of pieces and keep the same promise: collected = gen once a rank has read
+// everything it needs from its peers' slots in piece gen, and nobody writes its slot
+// for piece gen before every peer's collected >= gen - 1. A round that has no reduced
+// step leaves that counter behind, which no wait mistakes for progress (every wait is
+// for the generation of its own piece). So the three collectives interleave in any
+// order on one window.
 //
 // A rank that waits long for a peer's counter sleeps in the kernel on it (a futex on
 // the counter's low 32 bits, which works across processes on this shared mapping) and
@@ -56,8 +64,7 @@ namespace accord::shm {
 namespace {
 
 constexpr std::size_t kLine = 64;
-constexpr int kPublished = 0, kReduced = 1, kCollected = 2, kNegotiated = 3;
-static_assert(kNegotiated == SharedMemory::kRoundsCounter);
+constexpr int kNegotiated = SharedMemory::kRoundsCounter;
 // What a peer did not do, by counter, for messages.
 constexpr const char* kSteps[] = {"publish its part", "reduce its block", "collect the result",
                                   "join a negotiation round"};
@@ -255,14 +262,15 @@ void SharedMemory::giveUp(int which, int rank) {
   throw CommError(broken_);
 }
 
+// Peers normally arrive within microseconds. One that was descheduled (more ranks than
+// cores, or the application's compute on them) needs a core, so yield; past 100 us sleep
+// on the futex until it arrives, leaving the core to the compute.
+const SharedMemory::Patience SharedMemory::kDataPatience{
+    std::chrono::microseconds(20), std::chrono::microseconds(100), std::chrono::microseconds(20),
+    std::chrono::microseconds(100000), true};
+
 void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op,
                          const Scaling& post, const Across& across) {
-  // Peers normally arrive within microseconds. One that was descheduled (more ranks
-  // than cores, or the application's compute on them) needs a core, so yield; past
-  // 100 us sleep on the futex until it arrives, leaving the core to the compute.
-  static constexpr Patience kPatience{std::chrono::microseconds(20), std::chrono::microseconds(100),
-                                      std::chrono::microseconds(20),
-                                      std::chrono::microseconds(100000), true};
   const std::size_t elem = dtype_size(dtype);
   const std::uint64_t gen = ++pieces_;
   auto begin = [&](int block) { return blockBegin(count, block, size_) * elem; };
@@ -270,13 +278,13 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
   char* mine = dataSlot(rank_);
 
   // 0-1. Once the peers are done with my slot, publish the blocks they reduce.
-  waitForPeers(kCollected, gen - 1, kPatience);
+  waitForPeers(kCollected, gen - 1, kDataPatience);
   const cpu::CopyPiece publish[] = {
       {mine, data, begin(rank_)},
       {mine + begin(rank_ + 1), data + begin(rank_ + 1), count * elem - begin(rank_ + 1)}};
   cpu::parallelCopy(publish);
   advance(kPublished, gen);
-  waitForPeers(kPublished, gen, kPatience);
+  waitForPeers(kPublished, gen, kDataPatience);
 
   // 2. Reduce my block from every peer's copy, in rank order, and publish it.
   peers_.clear();
@@ -301,7 +309,7 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
     std::memcpy(mine + begin(rank_), data + begin(rank_), length(rank_));
   }
   advance(kReduced, gen);
-  waitForPeers(kReduced, gen, kPatience);
+  waitForPeers(kReduced, gen, kDataPatience);
 
   // 3. Collect the other reduced blocks.
   collect_.clear();

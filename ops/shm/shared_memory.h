@@ -1,6 +1,6 @@
 // Collectives through an MPI-3 shared-memory window, for a communicator whose ranks all
-// live on one host: the data allreduce, and the bitwise AND that every negotiation
-// cycle runs.
+// live on one host: the data allreduce, reduce-scatter and allgather, and the bitwise
+// AND that every negotiation cycle runs.
 //
 // MPI_Allreduce between processes of one host moves large messages with a rendezvous
 // and a kernel copy (CMA) per message. Here each rank reads its peers' memory
@@ -9,7 +9,9 @@
 // and publishes the result in the same pass (post-scale included, while each stretch
 // is in L1), then copies the other reduced blocks back. Each block is reduced by one
 // rank only, so every rank ends with bit-identical results. Ranks signal progress
-// through counters in the window, one cache line each.
+// through counters in the window, one cache line each. Reduce-scatter and allgather are
+// the first and last halves of that: each rank reduces its own block from its peers'
+// copies, or copies each peer's block out of its slot (scatter_gather.cc).
 //
 // The negotiation's AND goes the same way: each rank writes its bit vector and bumps a
 // counter, then ANDs its peers' vectors. That touches a few cache lines where MPI's
@@ -34,6 +36,8 @@
 #include <vector>
 
 namespace accord::shm {
+
+struct Rounds;  // layout.h
 
 struct SharedMemoryOptions {
   // Allreduce piece; a buffer of up to two pieces goes whole. The same everywhere.
@@ -76,6 +80,22 @@ class SharedMemory {
   // `post`, which `across` then applies.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
                  const Scaling& post, const std::string& what, const Across& across = nullptr);
+  // The blocks of a reduceScatter or an allgather, one per rank, the same on every rank:
+  // rank r's starts at first[r] and holds count[r] elements (reduceScatter) or bytes
+  // (allgather). Lengths may differ between ranks, and be 0.
+  struct Blocks {
+    std::vector<std::size_t> first, count;
+  };
+  // Reduce-scatter: `input` holds this rank's contribution to every block and is only
+  // read; `output` (which must not overlap it) receives this rank's block reduced over
+  // every rank. `pre` scales each rank's contribution (in the window, never in `input`),
+  // `post` the result. Each block is reduced by its owner alone, in the order allreduce
+  // uses (the owner's contribution, then the others' in rank order).
+  void reduceScatter(const void* input, void* output, DType dtype, ReduceOp op, const Scaling& pre,
+                     const Scaling& post, const Blocks& blocks, const std::string& what);
+  // In-place allgather: on entry block rank() of `data` holds this rank's bytes; on
+  // return every block holds its owner's.
+  void allgather(void* data, const Blocks& blocks, const std::string& what);
   // The allreduce piece from now on (ACCORD_AUTOTUNE changes it while running): at most
   // the options' piece_bytes, for which the window was sized. The same on every rank.
   void setPieceBytes(std::size_t bytes);
@@ -106,6 +126,11 @@ class SharedMemory {
     bool block = false;
   };
 
+  // The data counters, one cache line each (the region's layout: shared_memory.cc).
+  static constexpr int kPublished = 0, kReduced = 1, kCollected = 2;
+  // How long data collectives wait for a peer (shared_memory.cc).
+  static const Patience kDataPatience;
+
   SharedMemory() = default;
   char* counterLine(int rank, int which) const;
   void advance(int which, std::uint64_t value);  // my counter `which` = value; wakes waiters
@@ -119,6 +144,11 @@ class SharedMemory {
   char* dataSlot(int rank) const;
   void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
              const Across& across);
+  // One round of reduceScatter / allgather (scatter_gather.cc), with its generation.
+  void scatterRound(const char* input, char* output, DType dtype, ReduceOp op, const Scaling& pre,
+                    const Scaling& post, const Blocks& blocks, const Rounds& rounds,
+                    std::size_t round);
+  void gatherRound(char* data, const Blocks& blocks, const Rounds& rounds, std::size_t round);
   // Waits until every other rank's counter `which` reaches gen.
   void waitForPeers(int which, std::uint64_t gen, const Patience& patience);
   [[noreturn]] void giveUp(int which, int rank);
@@ -141,6 +171,8 @@ class SharedMemory {
   // Per rank, the carried slots of the round and their offsets (reused, not reallocated).
   std::vector<std::vector<std::pair<std::uint32_t, std::size_t>>> layouts_;
   std::vector<cpu::CopyPiece> collect_;
+  // Where each block's piece of a reduce-scatter round starts in every rank's slot (elements).
+  std::vector<std::size_t> slot_at_;
 };
 
 }  // namespace accord::shm

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 using namespace accord;
@@ -60,4 +61,27 @@ TEST_CASE("shared memory: carried tensors in slot order at 64-byte offsets", "[s
   const std::uint64_t none[] = {0, 0};
   CHECK(shm::carriedLayout(none, carriage, 64, layout) == 64);
   CHECK(layout.empty());
+}
+
+TEST_CASE("shared memory: blocks of different lengths in the same rounds, pieces bounded",
+          "[shm]") {
+  const std::vector<std::vector<std::size_t>> cases = {
+      {0, 0}, {1, 0, 1}, {5, 4, 4}, {0, 1000, 999}, {4099, 4098, 0, 4098}, {513, 2}, {7}};
+  for (const auto& lengths : cases) {
+    for (std::size_t step : {1u, 3u, 256u, 1000u}) {
+      const shm::Rounds r(lengths, step);
+      const std::size_t longest = *std::max_element(lengths.begin(), lengths.end());
+      CHECK(r.rounds == shm::Pieces(longest, step).pieces);
+      for (int b = 0; b < static_cast<int>(lengths.size()); ++b) {
+        CHECK(r.begin(b, 0) == 0);
+        CHECK(r.begin(b, r.rounds) == lengths[b]);
+        for (std::size_t i = 0; i < r.rounds; ++i) {
+          INFO("block " << b << " of length " << lengths[b] << ", step " << step << ", round " << i
+                        << " of " << r.rounds);
+          CHECK(r.begin(b, i) <= r.begin(b, i + 1));
+          CHECK(r.size(b, i) <= (r.rounds > 1 ? step : 2 * step));
+        }
+      }
+    }
+  }
 }
