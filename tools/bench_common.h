@@ -29,7 +29,10 @@ struct Options {
   bool quick = false;
   std::string device = "cpu";  // cpu: host memory against MPI; cuda: GPU memory against NCCL
   bool hierarchical = false;   // the hierarchical allreduce against the flat one and MPI
-  int repeats = 3;             // --hierarchical: Accord restarts per setting
+  int repeats = 3;             // --hierarchical, --scatter-gather: restarts per setting
+
+  bool scatter_gather = false;  // reducescatter and allgather, shared memory against MPI
+  int tensors = 100;            // --scatter-gather: tensors in the set sharing --max-bytes
 };
 
 // The benchmark's MPI context: a duplicate of MPI_COMM_WORLD, so that raw MPI's traffic
@@ -108,6 +111,12 @@ inline bool checkedSum(const Bench& bench, float* data, std::int64_t count,
 // must not be initialized when it is called. `buffer` holds max_bytes. Returns the exit
 // status.
 int runHierarchicalBench(const Bench& bench, const Options& options, float* buffer);
+
+// accord-bench --scatter-gather (scatter_gather_bench.cc): reducescatter, allgather and
+// allreduce with ACCORD_SHARED_MEMORY=1 against =0 over the size sweep and a set of
+// tensors, Accord started once per setting and repeat; Accord must not be initialized
+// when it is called. Returns the exit status.
+int runScatterGatherBench(const Bench& bench, const Options& options);
 
 // The device benchmarks (device_bench.cc where Accord was built with CUDA and NCCL):
 // the same sweep, latency and ResNet-50 gradient set on GPU memory, against raw NCCL.

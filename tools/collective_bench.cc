@@ -3,6 +3,7 @@
 //   mpirun -np 4 accord-bench [--min-bytes 4K] [--max-bytes 256M] [--iters 20] [--csv out.csv]
 //   mpirun -np 1 accord-bench --device cuda   (GPU memory against raw NCCL: device_bench.cc)
 //   mpirun -np 4 -H a:2,b:2 accord-bench --hierarchical   (hierarchical_bench.cc)
+//   mpirun -np 2 accord-bench --scatter-gather   (scatter_gather_bench.cc)
 //
 // Three parts, each printed by rank 0 in the style of nccl-tests:
 //  1. a size sweep (float32 Sum): Accord allreduce vs MPI_Allreduce on a duplicate of
@@ -266,7 +267,7 @@ int run(const Options& opt) {
     MPI_Comm_free(&bench.comm);
     return 2;
   }
-  if (bench.rank == 0 && opt.device == "cpu") {
+  if (bench.rank == 0 && opt.device == "cpu" && !opt.scatter_gather) {
     std::printf("# accord-bench: %d ranks; Accord allreduce vs raw MPI on a duplicate of "
                 "MPI_COMM_WORLD\n# algbw = bytes / time; busbw = algbw * 2(n-1)/n; time = max over "
                 "ranks, median over iterations\n", bench.size);
@@ -284,6 +285,8 @@ int run(const Options& opt) {
   int rc = 0;
   if (opt.hierarchical) {
     rc = accord_bench::runHierarchicalBench(bench, opt, buffer.get());
+  } else if (opt.scatter_gather) {
+    rc = accord_bench::runScatterGatherBench(bench, opt);
   } else {
     if (!opt.resnet_only) {
       sweep(bench, opt, buffer.get());
@@ -336,7 +339,15 @@ int main(int argc, char** argv) {
   app.add_flag("--hierarchical", opt.hierarchical,
                "Across hosts: ACCORD_HIERARCHICAL_ALLREDUCE=1 against =0 and MPI_Allreduce in "
                "one run (sizes 64K..64M unless given; Accord restarts per setting)");
-  app.add_option("--repeats", opt.repeats, "--hierarchical: alternating restarts per setting")
+  app.add_flag("--scatter-gather", opt.scatter_gather,
+               "On one host: reducescatter and allgather with ACCORD_SHARED_MEMORY=1 against =0, "
+               "beside allreduce, in one run (sizes 4K..64M unless given, then --tensors "
+               "tensors sharing --max-bytes; Accord restarts per setting)");
+  app.add_option("--tensors", opt.tensors, "--scatter-gather: tensors in the last row's set")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--repeats", opt.repeats,
+                 "--hierarchical, --scatter-gather: alternating restarts per setting")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -347,6 +358,12 @@ int main(int argc, char** argv) {
   if (opt.hierarchical) {
     if (app.count("--min-bytes") == 0) opt.min_bytes = 64 << 10;
     if (app.count("--max-bytes") == 0) opt.max_bytes = 64 << 20;
+  }
+  if (opt.scatter_gather && app.count("--max-bytes") == 0) opt.max_bytes = 64 << 20;
+  if (opt.scatter_gather && (opt.hierarchical || opt.device != "cpu")) {
+    std::fprintf(stderr, "accord-bench: --scatter-gather is a run of its own, on host memory "
+                         "(no --hierarchical, no --device cuda)\n");
+    return 2;
   }
   if (opt.quick) {
     opt.min_bytes = 4 << 10;
@@ -378,10 +395,12 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
-    // --hierarchical starts and stops Accord itself, once per setting.
-    if (!opt.hierarchical) accord::init();
+    // --hierarchical and --scatter-gather start and stop Accord themselves, once per
+    // setting.
+    const bool restarts = opt.hierarchical || opt.scatter_gather;
+    if (!restarts) accord::init();
     rc = run(opt);
-    if (!opt.hierarchical) accord::shutdown();
+    if (!restarts) accord::shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-bench: %s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
