@@ -346,4 +346,14 @@ int worldRank() {
   return cached;
 }
 
+std::int64_t rowsFor(std::int64_t rows, int rank, int n) {
+  return rows / n + (rank < rows % n ? 1 : 0);
+}
+
+std::int64_t firstRow(std::int64_t rows, int rank, int n) {
+  std::int64_t first = 0;
+  for (int r = 0; r < rank; ++r) first += rowsFor(rows, r, n);
+  return first;
+}
+
 }  // namespace accord_test

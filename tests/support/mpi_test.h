@@ -93,6 +93,11 @@ Tolerance toleranceFor(DType dtype, ReduceOp op);
 
 std::vector<int> allRanks(int size);  // {0, 1, ..., size-1}
 
+// A reduce-scatter's rows for `rank` of `n` (the first rows % n ranks one more), and the
+// first of them: computed here, independently of accord::reducescatter_rows.
+std::int64_t rowsFor(std::int64_t rows, int rank, int n);
+std::int64_t firstRow(std::int64_t rows, int rank, int n);
+
 // ---- buffers ------------------------------------------------------------------------
 
 // An owned tensor; view() is what a collective gets.

@@ -15,17 +15,6 @@ using namespace accord_test;
 
 namespace {
 
-// Computed here, independently of accord::reducescatter_rows.
-std::int64_t rowsFor(std::int64_t rows, int rank, int n) {
-  return rows / n + (rank < rows % n ? 1 : 0);
-}
-
-std::int64_t firstRow(std::int64_t rows, int rank, int n) {
-  std::int64_t first = 0;
-  for (int r = 0; r < rank; ++r) first += rowsFor(rows, r, n);
-  return first;
-}
-
 struct Scatter {
   std::string name;
   ReduceOp op;

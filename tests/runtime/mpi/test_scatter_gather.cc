@@ -21,16 +21,6 @@ using namespace accord_test;
 
 namespace {
 
-std::int64_t rowsFor(std::int64_t rows, int rank, int n) {
-  return rows / n + (rank < rows % n ? 1 : 0);
-}
-
-std::int64_t firstRow(std::int64_t rows, int rank, int n) {
-  std::int64_t first = 0;
-  for (int r = 0; r < rank; ++r) first += rowsFor(rows, r, n);
-  return first;
-}
-
 struct Scaled {
   ReduceOp op;
   double pre, post;
