@@ -141,7 +141,8 @@ class _ShardedMixin:
         backward. A rank then holds only the gradients still in flight, not all of
         them, and the gradients computed later reuse the memory, already faulted in,
         of the ones let go of."""
-        for s, (handle, ctx) in list(self._handles.items()):
+        while self._handles:
+            s, (handle, ctx) = next(iter(self._handles.items()))  # the oldest
             if not poll(handle):
                 return
             del self._handles[s]
