@@ -124,6 +124,36 @@ def test_reducescatter_default_is_average_with_scale_factors(hvd):
     assert_equal(out, full[me:me + 1])
 
 
+def test_into_prepared_outputs(hvd):
+    # Accord's own callers (the sharded optimizer) reduce-scatter into a kept buffer and
+    # allgather in place: this rank's rows of the output are the input itself.
+    from accord.torch.gather import grouped_allgather_into
+
+    me, n = hvd.rank(), hvd.size()
+    rows = 2 * n + 1
+    start = sum(rows // n + (1 if r < rows % n else 0) for r in range(me))
+    mine = rows // n + (1 if me < rows % n else 0)
+    x = sent(me, (rows, COLS), torch.float32, hvd.Sum)
+    kept = torch.full((mine, COLS), -1.0)
+    out = hvd.synchronize(hvd.reducescatter_async(x, name="rs.into", op=hvd.Sum, output=kept))
+    assert out is kept
+    assert_equal(kept, reduced(list(range(n)), (rows, COLS), torch.float32,
+                               hvd.Sum)[start:start + mine], "reducescatter into")
+
+    whole = torch.zeros(rows, COLS)
+    whole[start:start + mine] = rows_of(me, mine, COLS, torch.float32)
+    parts = [whole[start:start + mine], whole[start:start + 1]]
+    outs = hvd.synchronize(grouped_allgather_into(parts, [whole, None], name="ag.into"))
+    assert outs[0] is whole
+    expected = torch.cat([rows_of(r, rows // n + (1 if r < rows % n else 0), COLS,
+                                  torch.float32) for r in range(n)])
+    assert_equal(whole, expected, "allgather in place")
+    assert outs[1].shape == (n, COLS)  # None: Accord allocates, as without outputs
+    with pytest.raises(hvd.InvalidCollectiveError, match=r"prepared for \[1,3\] does not fit"):
+        hvd.synchronize(grouped_allgather_into([parts[1]], [torch.zeros(1, COLS)],
+                                                name="ag.wrong"))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_collectives_on_process_sets(hvd, process_sets, dtype):
     me = hvd.rank()
