@@ -91,6 +91,9 @@ double refReal(double a, double b, ReduceOp op) {
   return 0;
 }
 
+const DType kDTypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
+                         DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
+                         DType::Float32, DType::Float64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max,
                          ReduceOp::Product};
 // Small sizes stay on one thread; 300'007 elements cross the parallel grain with a tail.
@@ -455,15 +458,12 @@ std::vector<unsigned char> randomBytes(DType dtype, std::size_t n, std::mt19937&
 
 TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", "[kernels]") {
   std::mt19937 rng(13);
-  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
-                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
-                          DType::Float32, DType::Float64};
   struct Factors {
     double factor, divisor;
   };
   // 8191 crosses the 8 KiB block for 1-byte types with a tail; 300'007 the parallel grain.
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
-    for (DType dtype : dtypes)
+    for (DType dtype : kDTypes)
       for (ReduceOp op : kOps)
         for (int inputs : {1, 3})
           for (Factors f : {Factors{1, 1}, Factors{1, 3}, Factors{0.5, 1}}) {
@@ -493,11 +493,8 @@ TEST_CASE("reduceScaleMirror equals reduce per input, then scale, then a copy", 
 
 TEST_CASE("reduceScaleInto gives reduceScaleMirror's values in the input's place", "[kernels]") {
   std::mt19937 rng(17);
-  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
-                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
-                          DType::Float32, DType::Float64};
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
-    for (DType dtype : dtypes)
+    for (DType dtype : kDTypes)
       for (ReduceOp op : kOps)
         for (double divisor : {1.0, 3.0}) {
           const auto acc = randomBytes(dtype, n, rng);
@@ -527,11 +524,8 @@ TEST_CASE("reduceScaleInto gives reduceScaleMirror's values in the input's place
 
 TEST_CASE("reduceScaleFrom gives reduceScaleMirror's values in a separate output", "[kernels]") {
   std::mt19937 rng(19);
-  const DType dtypes[] = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::UInt16,
-                          DType::Int32,   DType::Int64,    DType::Float16, DType::BFloat16,
-                          DType::Float32, DType::Float64};
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8191}, std::size_t{300'007}})
-    for (DType dtype : dtypes)
+    for (DType dtype : kDTypes)
       for (ReduceOp op : kOps)
         for (int inputs : {0, 1, 3})
           for (double divisor : {1.0, 3.0}) {
