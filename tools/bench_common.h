@@ -2,6 +2,7 @@
 // context with its timing of one iteration, medians and alternating pairs, CSV rows.
 #pragma once
 
+#include <accord/tensor.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -13,6 +14,15 @@
 #include <vector>
 
 namespace accord_bench {
+
+// `count` float32 elements of host memory at `data`, as the runtime takes them.
+inline accord::TensorView floatView(float* data, std::int64_t count) {
+  accord::TensorView v;
+  v.data = data;
+  v.dtype = accord::DType::Float32;
+  v.shape = {count};
+  return v;
+}
 
 struct Options {
   std::uint64_t min_bytes = 4 << 10;

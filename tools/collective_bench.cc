@@ -45,18 +45,11 @@
 namespace {
 
 using accord_bench::Bench;
+using accord_bench::floatView;
 using accord_bench::median;
 using accord_bench::Options;
 using accord_bench::resnet50Params;
 using accord_bench::timePair;
-
-accord::TensorView floatView(float* data, std::int64_t count) {
-  accord::TensorView v;
-  v.data = data;
-  v.dtype = accord::DType::Float32;
-  v.shape = {count};
-  return v;
-}
 
 void accordAllreduce(float* data, std::int64_t count, const std::string& name) {
   accord::AllreduceOptions options;

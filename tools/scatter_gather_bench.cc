@@ -32,14 +32,6 @@ namespace {
 enum Kind { kScatter, kGather, kReduce, kKinds };
 constexpr const char* kKindNames[] = {"reducescatter", "allgather", "allreduce"};
 
-accord::TensorView floats(float* data, std::int64_t count) {
-  accord::TensorView v;
-  v.data = data;
-  v.dtype = accord::DType::Float32;
-  v.shape = {count};
-  return v;
-}
-
 // An allocator that hands out `data`, whatever shape is asked for.
 accord::Allocator into(float* data) {
   return [data](const accord::Shape& shape) {
@@ -92,18 +84,18 @@ void run(Kind kind, const Set& set, const Buffers& b, int rank, int size) {
       accord::ReducescatterOptions o;
       o.name = name;
       handles.push_back(
-          accord::reducescatter_async(floats(b.input + at, count), into(b.shard + at), o));
+          accord::reducescatter_async(floatView(b.input + at, count), into(b.shard + at), o));
     } else if (kind == kGather) {
       accord::AllgatherOptions o;
       o.name = name;
       const std::int64_t first = firstRow(count, rank, size);
       const auto mine = accord::reducescatter_rows(count, rank, size);
       handles.push_back(
-          accord::allgather_async(floats(b.gathered + at + first, mine), into(b.gathered + at), o));
+          accord::allgather_async(floatView(b.gathered + at + first, mine), into(b.gathered + at), o));
     } else {
       accord::AllreduceOptions o;
       o.name = name;
-      handles.push_back(accord::allreduce_async(floats(b.reduced + at, count), o));
+      handles.push_back(accord::allreduce_async(floatView(b.reduced + at, count), o));
     }
   }
   for (auto& h : handles) h.wait();
