@@ -138,9 +138,8 @@ class _ShardedMixin:
     def _collect_finished(self):
         """Stage 2: takes the results of the reduce-scatters that have finished, in the
         order they were started, so that their flat gradients are let go of during
-        backward. A rank then holds only the gradients still in flight, not all of
-        them, and the gradients computed later reuse the memory, already faulted in,
-        of the ones let go of."""
+        backward: a rank then holds only the gradients still in flight, not all of
+        them until step()."""
         while self._handles:
             s, (handle, ctx) = next(iter(self._handles.items()))  # the oldest
             if not poll(handle):
