@@ -14,6 +14,7 @@ from accord.torch.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from accord.torch.optimizer import DistributedOptimizer  # noqa: F401
 from accord.torch.sharded import ShardedOptimizer  # noqa: F401
+from accord.torch.sharded_scaler import ShardedGradScaler  # noqa: F401
 from accord.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from accord.errors import (  # noqa: F401
     CommError, HorovodInternalError, InvalidCollectiveError, MismatchError, NotInitializedError,

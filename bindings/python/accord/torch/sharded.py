@@ -50,9 +50,11 @@ def _refused_types():
 class _ShardedMixin:
     """Placed before the optimizer's class in the wrapped object's MRO."""
 
-    # GradScaler.step() then hands the step to step() (setting grad_scale and
-    # found_inf) instead of unscaling p.grad itself, which here is this rank's local
-    # gradient (stage 1) or None (stage 2), not the reduced one: step() refuses it.
+    # torch's GradScaler.step() then hands the step to step() (setting grad_scale and
+    # found_inf, or passing grad_scaler=) instead of unscaling p.grad itself, which here
+    # is this rank's local gradient (stage 1) or None (stage 2), not the reduced one:
+    # step() refuses it. ShardedGradScaler (sharded_scaler.py) steps through
+    # _synchronize_once(), _reduced_parts() and _skip_step() instead.
     _step_supports_amp_scaling = True
 
     def _sharded_setup(self, original, named_parameters, stage, compression,
@@ -194,6 +196,19 @@ class _ShardedMixin:
             for group in self._inner.param_groups:
                 group["params"] = [s.piece if q is old else q for q in group["params"]]
 
+    def _synchronize_once(self):
+        if not self._synchronized:
+            self.synchronize()
+
+    def _reduced_parts(self):
+        """This rank's parts of the reduced gradients (after synchronize())."""
+        return [s.piece.grad for s in self._shards if s.piece.grad is not None]
+
+    def _skip_step(self):
+        """ShardedGradScaler found an inf or a NaN on some rank: every rank leaves its
+        parameters and state as they are, and the next step reduces afresh."""
+        self._synchronized = False
+
     @contextmanager
     def skip_synchronize(self):
         """Within it, step() does not synchronize: call synchronize() (or
@@ -208,10 +223,9 @@ class _ShardedMixin:
         """torch.nn.utils.clip_grad_norm_ over the reduced gradients, which no rank
         holds whole: the norm of every piece's gradient is combined across the ranks.
         Synchronizes first if step() has not; returns the total norm."""
-        if not self._synchronized:
-            self.synchronize()
+        self._synchronize_once()
         norm_type = float(norm_type)
-        grads = [s.piece.grad for s in self._shards if s.piece.grad is not None]
+        grads = self._reduced_parts()
         if norm_type == float("inf"):
             local = max((g.detach().abs().max() for g in grads),
                         default=torch.tensor(0.0)).double().reshape(1)
@@ -227,7 +241,11 @@ class _ShardedMixin:
         return total.float()
 
     # ---- the step ----------------------------------------------------------------------
-    def step(self, closure=None):
+    def step(self, closure=None, **kwargs):
+        unknown = sorted(set(kwargs) - {"grad_scaler"})  # PyTorch 1.13's GradScaler
+        if unknown:
+            raise TypeError(f"ShardedOptimizer.step() got unexpected keyword arguments "
+                            f"{unknown}")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -239,12 +257,12 @@ class _ShardedMixin:
                                  "synchronize() or clip_grad_norm_() first")
         self._synchronized = False
         self._consolidated = None  # it would no longer be this step's
-        if hasattr(self, "grad_scale") or hasattr(self, "found_inf"):
-            raise NotImplementedError(
-                "ShardedOptimizer does not work with GradScaler: the scaler checks and "
-                "unscales p.grad, but no rank holds the whole reduced gradient there. Train "
-                "in bfloat16 (torch.autocast(dtype=torch.bfloat16) needs no loss scaling), or "
-                "use DistributedOptimizer")
+        if kwargs or hasattr(self, "grad_scale") or hasattr(self, "found_inf"):
+            raise TypeError(
+                "ShardedOptimizer needs accord.torch.ShardedGradScaler in place of torch's "
+                "GradScaler (it takes the same arguments): torch's checks and unscales "
+                "p.grad, but no rank holds the whole reduced gradient there, and an inf on "
+                "one rank must skip the step on all of them")
         self._check_frozen_stay_frozen()
         for s in self._shards:
             s.reseed_if_changed()
