@@ -8,7 +8,12 @@
 #               on this GPU at ResNet-50's shapes, and their times against today's passes;
 #   3. trainer: accord-resnet ResNet-50 bf16 at batch 256, 20 timed steps (after an epoch
 #               of 20 that warms up), graphed and layer by layer (the latter with
-#               --gpu-profile), each without and with --fuse-residual.
+#               --gpu-profile), each without and with --fuse-residual;
+#   4. data:    the same graphed run on JPEGs (5120 photos of 256-500 px from
+#               accord-make-jpegs, packed by accord-pack) decoded by this machine's CPU
+#               cores, with ACCORD_PROBE_WORKERS data workers (default: the cores less
+#               two) and half as many, against synthetic data in the same call: img/s and
+#               the data wait's share of the epoch (the issue's bound: under 5%).
 # Results go to $OUT (the device tool's folder; ./gpu-trainer-probe-out elsewhere): a
 # summary (printed last) and the logs in one archive.
 #
@@ -16,7 +21,7 @@
 # (carry build-device, .debs, .data):
 #   bash ci/device-run.sh bash ci/gpu-trainer-probe.sh --budget 120
 #
-#   bash ci/gpu-trainer-probe.sh [--budget SECONDS] [--rehearse] [tests] [probe] [trainer]
+#   bash ci/gpu-trainer-probe.sh [--budget SECONDS] [--rehearse] [tests] [probe] [trainer] [data]
 # runs the steps named (all when none is). --budget (default 120) bounds the whole run:
 # each step gets at most what is left, the probe stops starting rows in time, and the
 # trainer runs that no longer fit are reported NOT RUN. --rehearse goes on without a GPU
@@ -42,14 +47,14 @@ while [ $# -gt 0 ]; do
         exit 2
       } ;;
     --rehearse) rehearse=1 ;;
-    tests | probe | trainer) steps+=("$1") ;;
-    *) echo "ci/gpu-trainer-probe.sh: unknown argument '$1' (expected tests, probe, trainer," \
+    tests | probe | trainer | data) steps+=("$1") ;;
+    *) echo "ci/gpu-trainer-probe.sh: unknown argument '$1' (expected tests, probe, trainer, data," \
             "--budget SECONDS or --rehearse)" >&2
        exit 2 ;;
   esac
   shift
 done
-[ ${#steps[@]} -gt 0 ] || steps=(tests probe trainer)
+[ ${#steps[@]} -gt 0 ] || steps=(tests probe trainer data)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 build=${ACCORD_PROBE_BUILD:-build}
 test_tags=${ACCORD_PROBE_TESTS:-residual|block|fusion}
@@ -58,6 +63,10 @@ test_tags=${ACCORD_PROBE_TESTS:-residual|block|fusion}
 for setting in ${!ACCORD_PROBE_@}; do export -n "$setting"; done
 resnet=$build/examples/resnet/accord-resnet
 probe=$build/examples/resnet/accord-fusion-probe
+make_jpegs=$build/tools/accord-make-jpegs
+packer=$build/tools/accord-pack
+cores=$(nproc)
+workers=${ACCORD_PROBE_WORKERS:-$((cores > 3 ? cores - 2 : 1))}
 tests_bin=$build/tests/trainer/gpu/accord_gpu_cudnn_tests
 out=${OUT:-$PWD/gpu-trainer-probe-out}
 mkdir -p "$out"
@@ -77,7 +86,7 @@ seconds_for() {  # <wanted> <least>
 }
 
 say "== gpu-trainer-probe: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || cat "$build/COMMIT" 2>/dev/null || echo '?'), budget $budget s"
-for f in "$resnet" "$probe" "$tests_bin"; do
+for f in "$resnet" "$probe" "$tests_bin" "$make_jpegs" "$packer"; do
   [ -x "$f" ] || { say "FAILED: $f is missing: build it (ci/device-prepare.sh builds accord-fusion-probe too)"; exit 2; }
 done
 # The trainer links cuDNN and cuBLAS, found on the build machine under the CUDA toolkit:
@@ -138,6 +147,7 @@ fi
 
 # 3. The trainer, without and with --fuse-residual: graphed, then layer by layer with the
 #    profile. img/s is the second epoch's (the first pays the one-time costs).
+data_flags=(--dataset synthetic --synthetic-size 5120 --classes 1000)
 run_trainer() {  # <name> <flags...>
   local name=$1; shift
   local t
@@ -147,8 +157,8 @@ run_trainer() {  # <name> <flags...>
   local search=()
   [ "${ACCORD_PROBE_SEARCH:-0}" = 1 ] && search=(--cudnn-search)
   timeout -k 5 "$t" "$resnet" --device cuda --precision bf16 --model resnet50 --width 1 \
-      --stem imagenet --dataset synthetic --image-size 224 --classes 1000 --batch-size 256 \
-      --steps 40 --synthetic-size 5120 --epochs 2 --no-eval --no-progress \
+      --stem imagenet "${data_flags[@]}" --image-size 224 --batch-size 256 \
+      --steps 40 --epochs 2 --no-eval --no-progress \
       --metrics "$logs/$name.jsonl" "${search[@]}" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   local ips
@@ -159,9 +169,17 @@ run_trainer() {  # <name> <flags...>
     return
   fi
   rates[$name]=$ips
-  local base=${name%+fused} versus=''
+  local base=${ACCORD_VERSUS:-${name%+fused}} versus=''
   if [ "$base" != "$name" ] && [ -n "${rates[$base]:-}" ]; then
     versus=$(awk -v a="$ips" -v b="${rates[$base]}" 'BEGIN {printf "  (%.3fx of %s)", a / b, "'"$base"'"}')
+  fi
+  # The data wait's share of the second epoch, where the loader is the host's.
+  if [[ " ${data_flags[*]} " != *" synthetic "* ]]; then
+    local last wait epoch
+    last=$(tail -1 "$logs/$name.jsonl")
+    wait=$(grep -o '"data_wait_s":[0-9.]*' <<< "$last" | cut -d: -f2)
+    epoch=$(grep -o '"seconds":[0-9.]*' <<< "$last" | cut -d: -f2)
+    versus+=$(awk -v w="$wait" -v s="$epoch" 'BEGIN {printf "; data wait %.1f%% of the epoch", 100 * w / s}')
   fi
   printf '  %-14s %9.1f img/s%s\n' "$name" "$ips" "$versus" | tee -a "$summary"
 }
@@ -177,6 +195,34 @@ if wants trainer; then
     say "GPU time by kind, $name:"
     sed -n '/GPU time by kind/,/timed total/p' "$logs/$name.log" | sed 's/^/  /' | tee -a "$summary"
   done
+fi
+
+# 4. JPEGs decoded on this machine's cores against synthetic data, graphed.
+if wants data; then
+  say "data (ResNet-50, bf16, batch 256, graphed; $cores cores here; JPEGs of 256-500 px, packed):"
+  jpegs=$(mktemp -d)
+  # Fashion-MNIST scaled up, tinted and grained: the slice carried in .data on the device
+  # machine (ci/device-prepare.sh), Debian's package elsewhere, else synthetic patterns.
+  source=(--source synthetic)
+  for dir in .data/fashion-mnist /usr/share/datasets/fashion-mnist; do
+    [ -d "$dir" ] && { source=(--fashion-dir "$dir"); break; }
+  done
+  if t=$(seconds_for 60 20) &&
+     timeout -k 5 "$t" "$make_jpegs" "$jpegs" "${source[@]}" --train 5120 --val 0 \
+       > "$logs/make-jpegs.log" 2>&1 &&
+     "$packer" "$jpegs/train" "$jpegs/packed/train" --shards 16 > "$logs/pack.log" 2>&1; then
+    say "  $(grep -m1 'images of' "$logs/pack.log")"
+    [ -n "${rates[graphs]:-}" ] || run_trainer graphs --cuda-graphs
+    data_flags=(--dataset packed --data-dir "$jpegs/packed" --prefetch 4)
+    for w in $(printf '%s\n' "$workers" $((workers / 2 > 0 ? workers / 2 : 1)) | uniq); do
+      ACCORD_VERSUS=graphs run_trainer "packed-w$w" --cuda-graphs --data-workers "$w"; pack
+    done
+    data_flags=(--dataset synthetic --synthetic-size 5120 --classes 1000)
+  else
+    say "  FAILED or NOT RUN: JPEGs not made and packed (${t}s): $(tail -1 "$logs/make-jpegs.log" 2>/dev/null) $(tail -1 "$logs/pack.log" 2>/dev/null)"
+    status=1
+  fi
+  rm -rf "$jpegs"
 fi
 
 outcome='all passed'
