@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 gpu_targets=(accord accord_gpu_tests gpu_test_device_collectives gpu_test_device_errors gpu_test_device_fault
              accord-bench mpi_test_allreduce mpi_test_allgather mpi_test_broadcast mpi_test_errors
-             accord_gpu_cudnn_tests accord-resnet accord-make-jpegs accord-pack accord-fusion-probe)
+             accord_gpu_cudnn_tests accord-resnet accord-make-jpegs accord-pack accord-data-bench
+             accord-fusion-probe)
 dir=build  # what the checks below look at
 if [ "${ACCORD_DEVICE_TARGETS:-}" = gpu ]; then
   dir=build-gpu

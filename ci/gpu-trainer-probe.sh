@@ -13,7 +13,9 @@
 #               accord-make-jpegs, packed by accord-pack) decoded by this machine's CPU
 #               cores, with ACCORD_PROBE_WORKERS data workers (default: the cores less
 #               two) and half as many, against synthetic data in the same call: img/s and
-#               the data wait's share of the epoch (the issue's bound: under 5%).
+#               the data wait's share of the epoch (the issue's bound: under 5%); and the
+#               loader alone (accord-data-bench) with as many workers, what the cores
+#               can decode at most.
 # Results go to $OUT (the device tool's folder; ./gpu-trainer-probe-out elsewhere): a
 # summary (printed last) and the logs in one archive.
 #
@@ -65,6 +67,7 @@ resnet=$build/examples/resnet/accord-resnet
 probe=$build/examples/resnet/accord-fusion-probe
 make_jpegs=$build/tools/accord-make-jpegs
 packer=$build/tools/accord-pack
+data_bench=$build/tools/accord-data-bench
 cores=$(nproc)
 workers=${ACCORD_PROBE_WORKERS:-$((cores > 3 ? cores - 2 : 1))}
 tests_bin=$build/tests/trainer/gpu/accord_gpu_cudnn_tests
@@ -86,7 +89,7 @@ seconds_for() {  # <wanted> <least>
 }
 
 say "== gpu-trainer-probe: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || cat "$build/COMMIT" 2>/dev/null || echo '?'), budget $budget s"
-for f in "$resnet" "$probe" "$tests_bin" "$make_jpegs" "$packer"; do
+for f in "$resnet" "$probe" "$tests_bin" "$make_jpegs" "$packer" "$data_bench"; do
   [ -x "$f" ] || { say "FAILED: $f is missing: build it (ci/device-prepare.sh builds accord-fusion-probe too)"; exit 2; }
 done
 # The trainer links cuDNN and cuBLAS, found on the build machine under the CUDA toolkit:
@@ -212,6 +215,12 @@ if wants data; then
        > "$logs/make-jpegs.log" 2>&1 &&
      "$packer" "$jpegs/train" "$jpegs/packed/train" --shards 16 > "$logs/pack.log" 2>&1; then
     say "  $(grep -m1 'images of' "$logs/pack.log")"
+    for w in $(printf '%s\n' "$cores" "$workers" | uniq); do
+      t=$(seconds_for 20 5) || break
+      timeout -k 5 "$t" "$data_bench" --dataset packed --data-dir "$jpegs/packed/train" \
+          --data-workers "$w" --batch-size 256 --epochs 2 > "$logs/data-bench-w$w.log" 2>&1
+      say "  the loader alone: $(tail -1 "$logs/data-bench-w$w.log")"
+    done
     [ -n "${rates[graphs]:-}" ] || run_trainer graphs --cuda-graphs
     data_flags=(--dataset packed --data-dir "$jpegs/packed" --prefetch 4)
     for w in $(printf '%s\n' "$workers" $((workers / 2 > 0 ? workers / 2 : 1)) | uniq); do
