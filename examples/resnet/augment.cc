@@ -98,21 +98,40 @@ void cropResize(const RgbImage& img, int full_w, int full_h, const CropBox& box,
     scale[c] = 1.0f / (255.0f * norm.std[c]);
     shift[c] = -norm.mean[c] / norm.std[c];
   }
+  // Separably: each source row an output row blends is interpolated along x once, into
+  // one float row per channel, and kept while the next output rows blend it too (they
+  // share most of their source rows); the blend along y then runs over whole rows. The
+  // same arithmetic as blending each output pixel's four taps in turn, in fewer steps.
   const std::size_t plane = static_cast<std::size_t>(S) * S;
   const std::size_t stride = static_cast<std::size_t>(img.width) * 3;
-  for (int y = 0; y < S; ++y) {
-    const std::uint8_t* r0 = img.pixels.data() + ty.i0[y] * stride;
-    const std::uint8_t* r1 = img.pixels.data() + ty.i1[y] * stride;
-    const float wy = ty.w1[y];
-    float* o = out + static_cast<std::size_t>(y) * S;
+  std::vector<float> along_x(static_cast<std::size_t>(2) * 3 * S);
+  int held[2] = {-1, -1};  // the source row in each half of along_x
+  // The source row `row` interpolated along x, computing it into the half not holding
+  // `keep` unless a half already holds it.
+  const auto rowAlongX = [&](int row, int keep) -> const float* {
+    for (int h = 0; h < 2; ++h)
+      if (held[h] == row) return along_x.data() + static_cast<std::size_t>(h) * 3 * S;
+    const int h = held[0] == keep ? 1 : 0;
+    held[h] = row;
+    float* dst = along_x.data() + static_cast<std::size_t>(h) * 3 * S;
+    const std::uint8_t* src = img.pixels.data() + row * stride;
     for (int x = 0; x < S; ++x) {
       const int a = tx.i0[x] * 3, b = tx.i1[x] * 3;
       const float wx = tx.w1[x];
-      for (int c = 0; c < 3; ++c) {
-        const float top = r0[a + c] + wx * (r0[b + c] - r0[a + c]);
-        const float bottom = r1[a + c] + wx * (r1[b + c] - r1[a + c]);
-        o[c * plane + x] = (top + wy * (bottom - top)) * scale[c] + shift[c];
-      }
+      for (int c = 0; c < 3; ++c) dst[c * S + x] = src[a + c] + wx * (src[b + c] - src[a + c]);
+    }
+    return dst;
+  };
+  for (int y = 0; y < S; ++y) {
+    const float* top = rowAlongX(ty.i0[y], -1);
+    const float* bottom = rowAlongX(ty.i1[y], ty.i0[y]);
+    const float wy = ty.w1[y];
+    for (int c = 0; c < 3; ++c) {
+      const float* t = top + c * S;
+      const float* b = bottom + c * S;
+      float* o = out + c * plane + static_cast<std::size_t>(y) * S;
+      const float k = scale[c], m = shift[c];
+      for (int x = 0; x < S; ++x) o[x] = (t[x] + wy * (b[x] - t[x])) * k + m;
     }
   }
 }

@@ -11,10 +11,13 @@
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
+#include <tuple>
 
 using namespace accord::resnet;
 namespace fs = std::filesystem;
@@ -261,6 +264,48 @@ TEST_CASE("crop-resize maps the crop onto the output, mirrored and normalised", 
       for (int c = 0; c < 3; ++c) half.pixels.push_back(static_cast<std::uint8_t>(2 * x));
   cropResize(half, 256, 64, CropBox{64, 0, 64, 64}, S, false, norm, out.data());
   for (int x : {0, 7, 31}) CHECK(value(2, 3, x) == Approx(64 + 2 * x).margin(1e-3));
+}
+
+TEST_CASE("crop-resize is bilinear in x and y, whatever the crop, scale and flip", "[augment]") {
+  // Noise in every channel apart, so that a tap taken from the wrong row, column or
+  // channel shows; part of a 200 x 150 photo decoded at half size from row 3, column 8
+  // on (as a cropped, scaled decode hands it over).
+  RgbImage img{60, 50, {}};
+  img.scaled_width = 100;
+  img.scaled_height = 75;
+  img.x0 = 8;
+  img.y0 = 3;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 60 * 50 * 3; ++i) img.pixels.push_back(static_cast<std::uint8_t>(rng()));
+  const Normalize norm;
+  // Output pixel o of S over [start, start + length) of a row of `limit` source pixels:
+  // centres aligned, clamped at the edges; the two taps and the second one's weight.
+  auto tap = [](double start, double length, int S, int o, int limit) {
+    const double s = std::clamp(start + (o + 0.5) * length / S - 0.5, 0.0, limit - 1.0);
+    const int i = static_cast<int>(s);
+    return std::tuple<int, int, double>{i, std::min(i + 1, limit - 1), s - i};
+  };
+  for (const auto& [box, S, flip] : {std::tuple{CropBox{30, 20, 80, 60}, 24, false},
+                                     std::tuple{CropBox{30, 20, 80, 60}, 24, true},
+                                     std::tuple{CropBox{40, 30, 30, 25}, 37, false},
+                                     std::tuple{CropBox{20, 10, 100, 90}, 7, true}}) {
+    std::vector<float> out(3 * S * S);
+    cropResize(img, 200, 150, box, S, flip, norm, out.data());
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x)
+        for (int c = 0; c < 3; ++c) {
+          const auto [y0, y1, wy] = tap(box.y * 0.5 - img.y0, box.h * 0.5, S, y, img.height);
+          const auto [x0, x1, wx] =
+              tap(box.x * 0.5 - img.x0, box.w * 0.5, S, flip ? S - 1 - x : x, img.width);
+          auto at = [&](int row, int col) { return img.pixels[(row * 60 + col) * 3 + c]; };
+          const double top = at(y0, x0) + wx * (at(y0, x1) - at(y0, x0));
+          const double bottom = at(y1, x0) + wx * (at(y1, x1) - at(y1, x0));
+          const double grey = top + wy * (bottom - top);
+          const double expected = (grey / 255.0 - norm.mean[c]) / norm.std[c];
+          INFO("S " << S << " flip " << flip << " at y " << y << " x " << x << " c " << c);
+          REQUIRE(out[(c * S + y) * S + x] == Approx(expected).margin(1e-4));
+        }
+  }
 }
 
 TEST_CASE("a folder sample decodes, crops and normalises to its colour", "[augment][jpeg]") {
