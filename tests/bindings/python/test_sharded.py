@@ -34,6 +34,16 @@ class Net(torch.nn.Module):
         return out
 
 
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and hvd_module.cuda_built()),
+                               reason="needs a GPU and a build with the GPU path")
+
+
+def this_ranks_gpu(hvd):
+    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def make_model(dtype=torch.float32):
     torch.manual_seed(3)
     return Net().to(dtype)
@@ -332,8 +342,8 @@ def train_scaled(hvd, stage, steps=10, clip=None, device="cpu"):
     first rank's part only: every rank must skip that step. Returns (model, scaler)."""
     model = make_model().to(device)
     opt = wrap(hvd, make_optimizer("adamw", model), model, stage)
-    scaler = _scaler(torch_grad_scaler() if stage == 0 else hvd.ShardedGradScaler, device,
-                     init_scale=2.0 ** 10, growth_interval=3)
+    scaler = _scaler(torch_grad_scaler() if stage == 0 else hvd.ShardedGradScaler,
+                     torch.device(device).type, init_scale=2.0 ** 10, growth_interval=3)
     poisoned = hvd.rank() == hvd.size() - 1
 
     def poison(g):
@@ -378,14 +388,12 @@ def test_grad_scaler_as_distributed_optimizer(hvd, stage, clip):
     assert_close(params(model), params(expected_model), exact=False)
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and hvd_module.cuda_built()),
-                    reason="needs a GPU and a build with the GPU path")
+@needs_gpu
 @pytest.mark.parametrize("stage", [1, 2])
 def test_grad_scaler_on_the_gpu(hvd, stage):
-    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    expected_model, expected_scaler = train_scaled(hvd, 0, device="cuda")
-    model, scaler = train_scaled(hvd, stage, device="cuda")
+    device = this_ranks_gpu(hvd)
+    expected_model, expected_scaler = train_scaled(hvd, 0, device=device)
+    model, scaler = train_scaled(hvd, stage, device=device)
     assert scaler.get_scale() == expected_scaler.get_scale()
     assert_close(params(model), params(expected_model), exact=False)
 
@@ -561,13 +569,11 @@ def test_optimizer_without_per_parameter_state_is_refused(hvd):
         opt.step()
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and hvd_module.cuda_built()),
-                    reason="needs a GPU and a build with the GPU path")
+@needs_gpu
 @pytest.mark.parametrize("stage", [1, 2])
 def test_on_the_gpu_as_on_the_cpu(hvd, stage):
     # The runtime's GPU path: reduce-scatter and allgather of CUDA tensors.
-    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
-    torch.cuda.set_device(device)
+    device = this_ranks_gpu(hvd)
     model, opt = train(hvd, "adamw", stage, steps=6, device=device)
     assert all(p.device == device for p in model.parameters())
     assert all(v.device == device for v in _state_tensors(opt))
