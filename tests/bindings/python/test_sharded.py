@@ -335,12 +335,12 @@ def _scaler(cls, device, **kwargs):
 INF_STEP = 4  # the step in which the last rank's gradient of first.weight[0, 0] is inf
 
 
-def train_scaled(hvd, stage, steps=10, clip=None, device="cpu"):
+def train_scaled(hvd, stage, steps=10, clip=None, device="cpu", dtype=torch.float32):
     """Loss scaling, as torch's recipes have it, with DistributedOptimizer (stage 0,
     torch's GradScaler) and ShardedOptimizer (ShardedGradScaler). In step INF_STEP the
     last rank's gradient gets an inf in one element, which the reduction carries into the
     first rank's part only: every rank must skip that step. Returns (model, scaler)."""
-    model = make_model().to(device)
+    model = make_model(dtype).to(device)
     opt = wrap(hvd, make_optimizer("adamw", model), model, stage)
     scaler = _scaler(torch_grad_scaler() if stage == 0 else hvd.ShardedGradScaler,
                      torch.device(device).type, init_scale=2.0 ** 10, growth_interval=3)
@@ -355,8 +355,9 @@ def train_scaled(hvd, stage, steps=10, clip=None, device="cpu"):
         opt.zero_grad()
         hook = (model.first.weight.register_hook(poison)
                 if poisoned and step == INF_STEP else None)
-        x, y = (t.to(device) for t in batch(step, process_set=hvd.global_process_set))
-        scaler.scale(torch.nn.functional.mse_loss(model(x, step), y)).backward()
+        x, y = (t.to(device) for t in batch(step, dtype, process_set=hvd.global_process_set))
+        loss = torch.nn.functional.mse_loss(model(x, step).float(), y.float())
+        scaler.scale(loss).backward()
         if hook is not None:
             hook.remove()
         if stage == 0:
@@ -386,6 +387,23 @@ def test_grad_scaler_as_distributed_optimizer(hvd, stage, clip):
     assert scaler.get_scale() == expected_scaler.get_scale() == 2.0 ** 10 * 2 / 2 * 2
     assert set(hvd.allgather_object(scaler.get_scale())) == {scaler.get_scale()}
     assert_close(params(model), params(expected_model), exact=False)
+
+
+@needs_cpu_scaler
+def test_grad_scaler_with_fp16_parameters(hvd):
+    # torch's scaler refuses fp16 gradients; here the reduced fp16 gradients are
+    # unscaled in the fp32 master copies' gradients, and the same steps are skipped.
+    try:
+        torch.nn.functional.linear(torch.ones(1, 1).half(), torch.ones(1, 1).half())
+    except RuntimeError:
+        pytest.skip("this PyTorch has no CPU matrix product in float16")
+    expected_model, expected_scaler = train_scaled(hvd, 1)
+    model, scaler = train_scaled(hvd, 2, dtype=torch.float16)
+    assert all(p.dtype == torch.float16 for p in model.parameters())
+    assert scaler.get_scale() == expected_scaler.get_scale()
+    for name, p in params(model).items():
+        torch.testing.assert_close(p.float(), params(expected_model)[name], rtol=0.02,
+                                   atol=0.02)
 
 
 @needs_gpu
