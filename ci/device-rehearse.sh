@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rehearses, on this build machine, a run on a lent GPU machine, so that device time is
 # not lost to a script that cannot start there. It copies what the device tool would
-# (the working tree git knows of, and the carried build-device/, .debs/ and .data/)
+# (the working tree git knows of, and the carried build-device/, .debs/, .data/ and,
+# where it is, .horovod/)
 # into a scratch folder and runs ci/device-run.sh there in a mount namespace made to
 # look like that machine: every file of the Debian packages in .debs/ hidden (an empty
 # file in its place, so that whatever still reaches for one fails loudly), this
@@ -55,6 +56,8 @@ rm -rf "$scratch" && mkdir -p "$scratch/repo" "$scratch/out"
 git ls-files -z --cached --others --exclude-standard |
   tar -cf - --null --ignore-failed-read -T - 2> /dev/null | tar -xf - -C "$scratch/repo"
 cp -a build-device .debs .data "$scratch/repo/"
+# Horovod's test file, where it was fetched (ci/gpu-session.sh's horovod part reads it).
+[ ! -d .horovod ] || cp -a .horovod "$scratch/repo/"
 # The device's python3 is the one with PyTorch: its folder comes first on PATH (a link
 # to a virtual environment's interpreter would not find the environment).
 python_bin=$(dirname "$python")

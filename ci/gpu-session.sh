@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Every GPU question the open issues still ask, in one device call, most pressing first,
+# within one budget (a lease is about 15 minutes, starts included; a call at most 600 s):
+#   checks   ci/gpu-check.sh tests python: the device collectives through NCCL ranks
+#            sharing the GPU, their faults and the simulated hosts' hierarchy (issue
+#            38; ACCORD_GPU_TESTS_MATCHING narrows them), beside accord.torch on CUDA
+#            tensors, the sharded optimizer's and its loss scaler's GPU tests among them
+#            (issues 34 and 37);
+#   horovod  Horovod's own test_torch.py on CUDA tensors at -np 1, then at -np 2 with
+#            the ranks sharing the GPU through NCCL (issue 34), when the file was
+#            carried in .horovod/ (after checks, whose Python step compiles accord._core
+#            for this machine's python3);
+#   trainer  ci/gpu-trainer-probe.sh: the fused block's tests, cuDNN's fused patterns,
+#            ResNet-50 graphed and layer by layer, and packed JPEGs decoded by this
+#            machine's cores against synthetic data (issue 39); ACCORD_SESSION_PROBE
+#            names its steps (default: tests probe trainer data).
+# Each part writes under $OUT/<part>/ (./gpu-session-out elsewhere) and gets its share of
+# what is left (checks 45%, horovod a half of the rest, trainer all that remains); a
+# summary of all three is printed last.
+#
+# On the build machine, then through the device tool:
+#   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
+#   bash ci/device-rehearse.sh bash ci/gpu-session.sh --budget 540
+#   run: bash ci/device-run.sh bash ci/gpu-session.sh --budget 540
+#        (timeout_s 600; carry build-device, .debs, .data and .horovod)
+#
+#   bash ci/gpu-session.sh [--budget SECONDS] [checks] [horovod] [trainer]
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+budget=540
+parts=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget | --budget=*)
+      if [ "$1" = --budget ]; then budget=${2:-}; shift; else budget=${1#--budget=}; fi
+      [[ "$budget" =~ ^[0-9]+$ ]] && [ "$budget" -ge 120 ] || {
+        echo "ci/gpu-session.sh: --budget '$budget': expected whole seconds, at least 120" >&2
+        exit 2
+      } ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    checks | horovod | trainer) parts+=("$1") ;;
+    *) echo "ci/gpu-session.sh: unknown argument '$1' (expected checks, horovod, trainer or" \
+            "--budget SECONDS)" >&2
+       exit 2 ;;
+  esac
+  shift
+done
+[ ${#parts[@]} -gt 0 ] || parts=(checks horovod trainer)
+wants() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+out=${OUT:-$PWD/gpu-session-out}
+mkdir -p "$out"
+summary=$out/session-summary.txt
+: > "$summary"
+started=$SECONDS
+status=0
+left() { echo $((budget - (SECONDS - started) - 5)); }
+# The summary is printed whole at the end; while the parts run, one line each on stdout.
+say() { echo "$*" >> "$summary"; }
+progress() { echo "gpu-session: $* ($((SECONDS - started)) s)"; }
+say "== gpu-session: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), budget $budget s, parts: ${parts[*]}"
+
+# A part's own summary, whole, into the session's.
+collect() {  # <part> <its summary file>
+  if [ -f "$2" ]; then
+    sed 's/^/  /' "$2" >> "$summary"
+  else
+    say "  (no summary: the part stopped before writing one)"
+  fi
+}
+
+if wants checks; then
+  share=$(( $(left) * 45 / 100 ))
+  if [ "$share" -ge 60 ]; then
+    say "checks ($share s):"
+    progress "checks, $share s"
+    OUT=$out/checks bash ci/gpu-check.sh --budget "$share" tests python > "$out/checks.log" 2>&1 || status=1
+    collect checks "$out/checks/summary.txt"
+  else
+    say "checks: NOT RUN: $share s of the budget for it"; status=1
+  fi
+fi
+
+if wants horovod; then
+  core=$(ls /tmp/accord-python/accord/_core*.so 2>/dev/null | head -1)
+  if [ ! -f .horovod/test_torch.py ]; then
+    say "horovod: NOT RUN: no .horovod/test_torch.py (fetch Horovod's v0.28.1 file there and carry .horovod)"
+    status=1
+  elif [ -z "$core" ]; then
+    say "horovod: NOT RUN: no accord._core for this python3 in /tmp/accord-python (the checks part's Python step compiles it)"
+    status=1
+  else
+    share=$(left)
+    wants trainer && share=$((share / 2))
+    for run in 1 2; do
+      t=$(( run == 1 ? share * 2 / 5 : share - (share * 2 / 5) ))
+      [ "$t" -le "$(left)" ] || t=$(left)
+      if [ "$t" -lt 30 ]; then
+        say "horovod -np $run: NOT RUN: $t s of the budget for it"; status=1; continue
+      fi
+      progress "horovod -np $run, $t s"
+      prefix=()
+      [ $run = 2 ] && prefix=(--prefix 'bash ci/nccl-one-gpu.sh')
+      timeout -k 10 "$t" bash ci/horovod-acceptance.sh .horovod/test_torch.py --cuda --np "$run" \
+          --python python3 --pythonpath /tmp/accord-python "${prefix[@]}" --timeout 60 \
+          --total $((t - 10)) --out "$out/horovod-np$run" > "$out/horovod-np$run.log" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || status=1
+      say "horovod test_torch.py, CUDA, -np $run$([ $run = 2 ] && echo ', sharing the GPU through NCCL') (exit $rc$([ $rc -eq 124 ] && echo ', stopped at the budget')):"
+      grep -E '^rank [0-9]+:|^  FAILED' "$out/horovod-np$run.log" | sed 's/^/  /' >> "$summary"
+    done
+  fi
+fi
+
+if wants trainer; then
+  t=$(left)
+  if [ "$t" -ge 60 ]; then
+    say "trainer ($t s):"
+    progress "trainer, $t s"
+    # shellcheck disable=SC2086  # a list of step names
+    OUT=$out/trainer bash ci/gpu-trainer-probe.sh --budget "$t" ${ACCORD_SESSION_PROBE:-tests probe trainer data} \
+        > "$out/trainer.log" 2>&1 || status=1
+    collect trainer "$out/trainer/summary.txt"
+  else
+    say "trainer: NOT RUN: $t s of the budget left"; status=1
+  fi
+fi
+
+say "== gpu-session (${parts[*]}, $((SECONDS - started)) s of $budget): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES or parts not run, see each part')"
+cat "$summary"
+exit $status
