@@ -64,7 +64,8 @@ def run_cpp(a):
     if build.returncode != 0:
         sys.exit(f"README.md's C++ example does not build (target {a.target}, {a.source})")
     out = mpirun(a.mpiexec, [a.exe])
-    lines = sorted(re.findall(r"^rank \d+ of \d+: grad\[0\] = .*$", out, re.MULTILINE))
+    # Anywhere in the output: one rank's line may land before another's newline.
+    lines = sorted(re.findall(r"rank \d+ of \d+: grad\[0\] = [-+.0-9e]+", out))
     want = [f"rank {r} of {RANKS}: grad[0] = 0.5" for r in range(RANKS)]
     if lines != want:
         sys.exit(f"expected the lines {want}, got {lines}")
@@ -104,7 +105,9 @@ def run_python(a):
             f.write(code)
         env = dict(os.environ, PYTHONPATH=a.pythonpath)
         out = mpirun(a.mpiexec, [a.python, script], env=env)
-    found = dict(re.findall(r"^rank (\d+) of %d: bias (\S+)$" % RANKS, out, re.MULTILINE))
+    # Anywhere in the output, not line by line: mpirun forwards each rank's writes as
+    # they come, so one rank's line can land before the other's newline.
+    found = dict(re.findall(r"rank (\d+) of %d: bias (-?\d+\.\d{6})" % RANKS, out))
     if sorted(found) != [str(r) for r in range(RANKS)]:
         sys.exit(f"expected a bias line from each of {RANKS} ranks, got {found}")
     want, grads = reference_bias()
