@@ -57,7 +57,7 @@ left() { echo $((budget - (SECONDS - started) - 5)); }
 # The summary is printed whole at the end; while the parts run, one line each on stdout.
 say() { echo "$*" >> "$summary"; }
 progress() { echo "gpu-session: $* ($((SECONDS - started)) s)"; }
-say "== gpu-session: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), budget $budget s, parts: ${parts[*]}"
+say "== gpu-session: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || cat build/COMMIT 2>/dev/null || echo "?"), budget $budget s, parts: ${parts[*]}"
 
 # A part's own summary, whole, into the session's.
 collect() {  # <part> <its summary file>
@@ -99,7 +99,8 @@ if wants horovod; then
       fi
       progress "horovod -np $run, $t s"
       prefix=()
-      [ $run = 2 ] && prefix=(--prefix 'bash ci/nccl-one-gpu.sh')
+      # Each rank a simulated host of its own: local_rank() 0 on both, the one GPU.
+      [ $run = 2 ] && prefix=(--prefix 'bash ci/nccl-one-gpu.sh --hosts 1,1')
       timeout -k 10 "$t" bash ci/horovod-acceptance.sh .horovod/test_torch.py --cuda --np "$run" \
           --python python3 --pythonpath /tmp/accord-python "${prefix[@]}" --timeout 60 \
           --total $((t - 10)) --out "$out/horovod-np$run" > "$out/horovod-np$run.log" 2>&1
