@@ -26,6 +26,9 @@
 #   --out DIR         logs and per-rank JUnit files (default $OUT, else a new folder in /tmp)
 #   after --           further pytest arguments (a later -k replaces the default one)
 #
+# Accord's settings in the environment (ACCORD_*) reach every rank; the stall bound is
+# 60 s unless ACCORD_STALL_SHUTDOWN_TIME says otherwise.
+#
 # Exit status: 0 when no rank had a failure or error, 1 otherwise, 2 for bad usage.
 #
 # Examples (CPU, this machine; the counts Horovod 0.28.1 itself gets are 103 passed,
@@ -152,6 +155,10 @@ env_vars=(
 [ $cuda = 1 ] || env_vars+=("CUDA_VISIBLE_DEVICES=")
 mpi_env=()
 for v in "${env_vars[@]}"; do mpi_env+=(-x "$v"); done
+# Accord's other settings of this shell (a log level, a timeline) reach every rank.
+while read -r v; do
+  [ "$v" = ACCORD_STALL_SHUTDOWN_TIME ] || mpi_env+=(-x "$v")
+done < <(compgen -e | grep '^ACCORD_')
 read -r -a prefix_words <<< "$prefix"
 # Files the prefix names (a wrapper script) are found from here, before the cd below.
 for i in "${!prefix_words[@]}"; do
