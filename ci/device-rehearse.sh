@@ -17,7 +17,9 @@
 # Needs root (a mount namespace). The device machine's python3 has PyTorch and pybind11:
 # ACCORD_REHEARSE_PYTHON names one here that has both (default: the PyTorch 2 virtual
 # environment of ci/python-env.sh). Output goes to $ACCORD_REHEARSE_DIR/out (default
-# /var/tmp/accord-rehearse/out), as $OUT on the device.
+# /var/tmp/accord-rehearse/out), as $OUT on the device; what the device tool would not
+# bring back from there (more than 8 files, too deep, too big, odd names) is named at
+# the end. Exit status: the command's; 3 where it passed but $OUT breaks those limits.
 set -euo pipefail
 case ${1:-} in
   -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
@@ -75,7 +77,8 @@ rm -rf /tmp/accord-debs /tmp/accord-python
 
 # Inside the namespace: hide, then run as the device tool does (from the repository
 # root, $OUT set, a plain environment).
-unshare --mount --propagation private bash -s -- "$scratch" "$gone" "$python_bin" "$@" <<'INSIDE'
+rc=0
+unshare --mount --propagation private bash -s -- "$scratch" "$gone" "$python_bin" "$@" <<'INSIDE' || rc=$?
 set -euo pipefail
 scratch=$1 gone=$2 python_bin=$3
 shift 3
@@ -86,3 +89,32 @@ exec env -i HOME="$HOME" TERM=dumb OUT="$scratch/out" \
   PATH="$python_bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
   bash ci/device-run.sh "$@" < /dev/null
 INSIDE
+
+# What the device tool would not bring back from $OUT: more than 8 files, files more
+# than two folders down, over 16 MiB, or with names outside letters, digits, '.', '_'
+# and '-'.
+(
+  cd "$scratch/out"
+  bad=0
+  files=$(find . -type f | wc -l)
+  if [ "$files" -gt 8 ]; then
+    echo "ci/device-rehearse.sh: \$OUT holds $files files; the device tool brings back 8:" >&2
+    find . -type f | sed 's/^/  /' >&2
+    bad=1
+  fi
+  while read -r f; do
+    echo "ci/device-rehearse.sh: \$OUT/${f#./} would not come back (more than two folders down)" >&2
+    bad=1
+  done < <(find . -mindepth 4 -type f)
+  while read -r f; do
+    echo "ci/device-rehearse.sh: \$OUT/${f#./} would not come back (over 16 MiB)" >&2
+    bad=1
+  done < <(find . -type f -size +16M)
+  while read -r f; do
+    echo "ci/device-rehearse.sh: \$OUT/${f#./} would not come back (its name)" >&2
+    bad=1
+  done < <(find . -mindepth 1 -name '*[!A-Za-z0-9._-]*')
+  [ $bad = 0 ] && echo "ci/device-rehearse.sh: \$OUT ($scratch/out): $files file(s), all within the device tool's limits"
+  exit $bad
+) || { [ $rc -ne 0 ] || rc=3; }
+exit $rc
