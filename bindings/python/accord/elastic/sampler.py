@@ -10,6 +10,8 @@ batch_size for this guarantee; without it the sampler deals one sample at a time
 Horovod's does.
 """
 
+import operator
+
 import torch
 import torch.utils.data
 
@@ -35,7 +37,14 @@ def deal(remaining, replicas, batch_size):
 class ElasticSampler(torch.utils.data.Sampler):
     """Horovod's ElasticSampler(dataset, shuffle=True, seed=0), plus ``batch_size``.
     Call record_batch(batch_idx, batch_size) (or record_indices) after each batch and
-    set_epoch(epoch) at the start of each epoch; keep it in the TorchState."""
+    set_epoch(epoch) at the start of each epoch; keep it in the TorchState.
+
+    Where Horovod counts processed samples, Accord records which ones: record_batch
+    records the next ``batch_size`` of this rank's samples that this pass over the
+    sampler has not recorded yet (``batch_idx`` is taken for Horovod's signature; a
+    loop over the DataLoader records the batch it has just taken, also when it numbers
+    its batches from where an interrupted epoch left off). A pass starts at iter() and
+    after every reset (set_epoch, a restore or sync of the TorchState)."""
 
     def __init__(self, dataset, shuffle=True, seed=0, batch_size=None):
         self.dataset = dataset
@@ -45,6 +54,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.epoch = 0
         self.processed_indices = set()
         self._new = set()
+        self._recorded = 0  # this pass's samples recorded so far: the next start
         self.reset()
 
     def set_epoch(self, epoch):
@@ -53,8 +63,26 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._new = set()
         self.reset()
 
+    @property
+    def processed_num(self):
+        """Horovod's count: the samples of this epoch processed by every rank together,
+        as far as this rank knows: every rank's up to the last commit (which gathers
+        them), and this rank's own since then once for each rank (ranks take the same
+        number of batches)."""
+        return len(self.processed_indices) + len(self._new) * (self.num_replicas - 1)
+
     def record_batch(self, batch_idx, batch_size):
-        self.record_indices(self.get_indices(batch_idx, batch_size))
+        """Records this rank's next ``batch_size`` samples of the pass as processed."""
+        try:
+            count = operator.index(batch_size)
+        except TypeError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"ElasticSampler.record_batch: batch_size {batch_size!r}: "
+                             "expected a positive integer")
+        start = self._recorded
+        self._recorded = min(start + count, len(self.indices))
+        self.record_indices(self.indices[start:self._recorded])
 
     def record_indices(self, indices):
         indices = [int(i) for i in indices]
@@ -62,6 +90,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._new.update(indices)
 
     def get_indices(self, batch_idx, batch_size):
+        """This rank's batch ``batch_idx`` of the current deal."""
         return self.indices[batch_idx * batch_size:(batch_idx + 1) * batch_size]
 
     def _take_new_indices(self):
@@ -90,8 +119,10 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.indices = deal(self.remaining_indices, self.num_replicas,
                             self.batch_size or 1)[self.rank]
         self.num_samples = len(self.indices)
+        self._recorded = 0
 
     def __iter__(self):
+        self._recorded = 0
         return iter(self.indices)
 
     def __len__(self):

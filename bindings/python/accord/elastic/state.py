@@ -58,8 +58,9 @@ class State:
     def __init__(self):
         object.__setattr__(self, "_handlers", {})
         self._reset_callbacks = []
-        self._saved = None          # the last commit, in this process
-        self._commits = 0           # its number; the same on every rank
+        self._saved = None          # what restore() puts back: the last commit or sync
+        self._saved_number = 0      # the commit _saved is (0: a sync's, not a commit)
+        self._commits = 0           # the last commit's number; the same on every rank
         self._root = 0              # the rank sync() broadcasts from
         self._store = None
         self.hosts = None           # every rank's host, in rank order (after sync)
@@ -97,13 +98,14 @@ class State:
 
     def save(self):
         """Takes a snapshot of every handler (collective: every rank saves together)."""
-        snapshot = {name: h.snapshot() for name, h in self._handlers.items()}
+        snapshot = self._snapshot()
         self._saved = snapshot
         self._commits += 1
+        self._saved_number = self._commits
         self.store().write(self._commits, {"number": self._commits, "state": snapshot})
 
     def restore(self):
-        """Puts the last commit of this process back into the live objects."""
+        """Puts back what this process last committed or synced, whichever came later."""
         if self._saved is None:
             raise ValueError("restore(): nothing was committed or synced yet")
         for name, h in self._handlers.items():
@@ -111,9 +113,15 @@ class State:
 
     def sync(self):
         """Makes every rank's live state the root's (rank 0, or after a restart the rank
-        that held the newest commit)."""
+        that held the newest commit); restore() puts that state back until the next
+        commit (in memory: a sync is no commit)."""
         for h in self._handlers.values():
             h.sync(self._root)
+        self._saved = self._snapshot()
+        self._saved_number = 0
+
+    def _snapshot(self):
+        return {name: h.snapshot() for name, h in self._handlers.items()}
 
     def reset(self):
         """Called on a reset, before the callbacks; subclasses re-read hvd.size()."""
@@ -135,7 +143,7 @@ class State:
         from accord.torch.mpi_ops import Max, Min, allreduce_
         self.hosts = allgather_object(host_name(), name="accord.elastic.hosts")
         on_disk = self.store().newest()
-        have = max(on_disk, self._commits if self._saved is not None else 0)
+        have = max(on_disk, self._saved_number)
         newest = torch.tensor([have], dtype=torch.int64)
         allreduce_(newest, op=Max, name="accord.elastic.newest")
         newest = int(newest[0])
@@ -143,7 +151,7 @@ class State:
         allreduce_(holder, op=Min, name="accord.elastic.holder")
         self._root = int(holder[0]) if newest else 0
         if newest and rank() == self._root:
-            if self._saved is not None and self._commits == newest:
+            if self._saved_number == newest:
                 self.restore()
             else:
                 loaded = self.store().load(newest)
@@ -153,10 +161,9 @@ class State:
             self.on_reset()
         self.sync()
         self._root = 0
-        # Every rank now holds the commit: in memory for restore(), and on each host's
-        # disk, so that it outlives the hosts it came from.
-        self._commits = newest
-        self._saved = {name: h.snapshot() for name, h in self._handlers.items()} if newest else None
+        # Every rank now holds the commit: in memory (the sync's snapshot) for restore(),
+        # and on each host's disk, so that it outlives the hosts it came from.
+        self._commits = self._saved_number = newest
         if newest and on_disk < newest:
             self.store().write(newest, {"number": newest, "state": self._saved})
 

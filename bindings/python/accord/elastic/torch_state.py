@@ -82,22 +82,71 @@ class SamplerHandler:
 
 
 class TorchState(State):
-    """Horovod's TorchState(model, optimizer, **kwargs): ElasticSampler keywords keep
-    their epoch and processed indices, the other keywords become attributes."""
+    """Horovod's TorchState(model, optimizer, **kwargs). Every keyword whose value is a
+    torch.nn.Module, a torch.optim.Optimizer or an ElasticSampler has its state
+    committed, restored and synced as such (a model's state_dict, an optimizer's, a
+    sampler's epoch and processed indices), the others are plain attributes (pickled).
+    Assigning another object of the same kind to such an attribute
+    (``state.model = model``) makes the state keep that one from then on; assigning a
+    model, an optimizer or a sampler to ``model`` or ``optimizer`` given as None, too."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         super().__init__()
-        self.model, self.optimizer = model, optimizer
-        if model is not None:
-            self._add_handler("model", ModelHandler(model))
-        if optimizer is not None:
-            self._add_handler("optimizer", OptimizerHandler(optimizer))
+        object.__setattr__(self, "_kinds", {})  # attribute name -> handler key
         plain = {}
-        for name, value in kwargs.items():
-            setattr(self, name, value)
-            if isinstance(value, ElasticSampler):
-                self._add_handler(f"sampler.{name}", SamplerHandler(value, name))
+        for name, value in dict(model=model, optimizer=optimizer, **kwargs).items():
+            if _kind_of(value) is not None:
+                setattr(self, name, value)  # a handler of its kind (__setattr__)
+            elif value is None and name in ("model", "optimizer"):
+                object.__setattr__(self, name, None)  # one may be assigned later
             else:
+                object.__setattr__(self, name, value)
                 plain[name] = value
         if plain:
             self._add_handler("objects", ObjectHandler(self, plain))
+
+    def __setattr__(self, name, value):
+        kinds = self.__dict__.get("_kinds")
+        if kinds is None or name.startswith("_"):
+            return object.__setattr__(self, name, value)
+        key = kinds.get(name)
+        if key is not None:
+            kind = key.split(".", 1)[0]
+            if _kind_of(value) != kind:
+                raise TypeError(
+                    f"TorchState.{name} holds a {_KIND_NAMES[kind]}, whose state is committed "
+                    f"and synced as one; got {type(value).__name__}. Give the state a new "
+                    "attribute for another kind of object")
+            self._handlers[key] = _handler(kind, value, name)
+        elif _kind_of(value) is not None and not self._is_plain(name):
+            kind = _kind_of(value)
+            key = name if name in ("model", "optimizer") and kind == name else f"{kind}.{name}"
+            kinds[name] = key
+            self._add_handler(key, _handler(kind, value, name))
+        object.__setattr__(self, name, value)
+
+    def _is_plain(self, name):
+        objects = self._handlers.get("objects")
+        return objects is not None and name in objects.names
+
+
+_KIND_NAMES = {"model": "torch.nn.Module", "optimizer": "torch.optim.Optimizer",
+               "sampler": "accord.elastic.ElasticSampler"}
+
+
+def _kind_of(value):
+    if isinstance(value, torch.nn.Module):
+        return "model"
+    if isinstance(value, torch.optim.Optimizer):
+        return "optimizer"
+    if isinstance(value, ElasticSampler):
+        return "sampler"
+    return None
+
+
+def _handler(kind, value, name):
+    if kind == "model":
+        return ModelHandler(value)
+    if kind == "optimizer":
+        return OptimizerHandler(value)
+    return SamplerHandler(value, name)
