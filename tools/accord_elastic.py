@@ -114,6 +114,11 @@ class Hosts:
     def usable(self, now):
         return {h: s for h, s in self.offered.items() if self.until.get(h, 0) <= now}
 
+    def may_change(self, now):
+        """Whether waiting can bring more slots: discovery may offer hosts, or a host's
+        cool-down ends. Fixed hosts blacklisted for good never come back."""
+        return self.fixed is None or any(now < t < float("inf") for t in self.until.values())
+
 
 def for_how_long(seconds):
     return "for good" if seconds == float("inf") else f"for {seconds:g} s"
@@ -308,19 +313,29 @@ class Driver:
             total = sum(n for _, n in chosen)
             if total >= self.opts.min_np:
                 return chosen
+            if not self.hosts.may_change(time.monotonic()):
+                self._stop_for_want_of_hosts(
+                    total, chosen, "none can come back (fixed hosts, -H or --hostfile, and each "
+                    "one left out is blacklisted for good: give --blacklist-cooldown-range for "
+                    "hosts to return, or --host-discovery-script for new ones)")
+                return None
             if not waiting and not self.stopping:
                 waiting = True
                 log(f"only {total} slots usable, fewer than --min-np {self.opts.min_np}; waiting up to "
                     f"{self.opts.elastic_timeout:g} s (--elastic-timeout) for more hosts")
             if time.monotonic() >= deadline or self.stopping:
-                lost = "; ".join(f"{h}: {why}" for h, why in self.hosts.causes.items()) or "none"
-                had = ", ".join(f"{h}:{n}" for h, n in self.had) or "none yet"
-                left = ", ".join(f"{h}:{n}" for h, n in chosen) or "none"
-                log(f"only {total} slots usable ({left}), fewer than --min-np {self.opts.min_np}, and no "
-                    f"host was offered within --elastic-timeout {self.opts.elastic_timeout:g} s; the job "
-                    f"had {had}; lost: {lost}. Stopping.")
+                self._stop_for_want_of_hosts(
+                    total, chosen, "no host was offered within --elastic-timeout "
+                    f"{self.opts.elastic_timeout:g} s")
                 return None
             time.sleep(min(self.opts.discovery_interval, max(0.1, deadline - time.monotonic())))
+
+    def _stop_for_want_of_hosts(self, total, chosen, why):
+        lost = "; ".join(f"{h}: {cause}" for h, cause in self.hosts.causes.items()) or "none"
+        had = ", ".join(f"{h}:{n}" for h, n in self.had) or "none yet"
+        left = ", ".join(f"{h}:{n}" for h, n in chosen) or "none"
+        log(f"only {total} slots usable ({left}), fewer than --min-np {self.opts.min_np}, and "
+            f"{why}; the job had {had}; lost: {lost}. Stopping.")
 
     def run_once(self, chosen):
         """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed), with

@@ -19,8 +19,10 @@ with train.py: real ranks, real signals, checked from the job's output.
   stop     2+2 ranks; simhost1's ranks frozen (SIGSTOP): the survivors blame them
            within ACCORD_STALL_SHUTDOWN_TIME and the job ends on simhost0's 2 ranks
   reset-limit  1+1+1 ranks, --reset-limit 1: the second failure stops the job, saying so
-  min-np   2+2 ranks with --min-np 4; simhost1's ranks killed: the launcher waits
-           --elastic-timeout for hosts, then exits non-zero naming the hosts it had and lost
+  min-np   2+2 ranks with --min-np 4 under a discovery script that offers no other host;
+           simhost1's ranks killed: the launcher waits --elastic-timeout for hosts, then
+           exits non-zero naming the hosts it had and lost (with fixed hosts it stops at
+           once, nothing being able to come back: test elastic.no-hosts-left)
   min-np-offer  the same on 2+2(+2) ranks under a discovery script, which offers simhost2:2
            while the launcher waits: the job goes on on simhost0 and simhost2 and finishes
   cooldown 2+2 ranks, --blacklist-cooldown-range 3 60: simhost1 killed, left out for 3 s,
@@ -185,8 +187,10 @@ def scenario_kill(accordrun_path, python, out, hosts):
 
 def scenario_min_np(accordrun_path, python, out, hosts):
     check = Checks()
+    script = discovery(out, "".join(f"{h}\n" for h in hosts.split(",")))
     run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout", "4",
-                                                  "-H", hosts])
+                                                  "--host-discovery-script", script,
+                                                  "--discovery-interval", "0.5"])
     t, _ = run.wait_for(r"^STEP 3 ", 120)
     check(t is not None, "training reached step 3 on 4 ranks")
     if t is not None:
