@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds everything into ${ACCORD_BUILD_DIR:-build} (incremental).
+#
+#   bash ci/build.sh [cmake arguments for the first configure...]
+#
+# ACCORD_JOBS compile jobs (default: every core).
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${ACCORD_BUILD_DIR:-build}

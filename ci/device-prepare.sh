@@ -15,6 +15,7 @@
 # Carry `build-device`, `.debs` and `.data`; ci/device-run.sh puts build-device in place
 # there.
 # What travels must stay under the device tool's 64 MiB; the size is printed.
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh

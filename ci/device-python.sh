@@ -10,6 +10,7 @@
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
 #   run: bash ci/device-run.sh bash ci/device-python.sh [pytest arguments]
 #                                                      (carry: build-device, .debs)
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/device-python-out}

@@ -4,6 +4,7 @@
 # PATH, LD_LIBRARY_PATH and OPAL_PREFIX at it, and makes the build tree's absolute paths
 # (CTest's) valid. Example, from the repository root on that machine:
 #   bash ci/device-run.sh ctest --test-dir build -L mpi
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -d "$root/.debs" ] || { echo "ci/device-run.sh: no .debs/: run ci/device-prepare.sh and carry .debs" >&2; exit 2; }

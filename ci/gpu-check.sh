@@ -36,6 +36,7 @@
 # test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
 # machine that has one. The logs are archived after every step, so a call cut off at
 # its limit still brings back what finished.
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 budget=0

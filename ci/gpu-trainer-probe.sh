@@ -35,6 +35,7 @@
 # then costs several seconds more per run); ACCORD_PROBE_ARGS adds probe flags
 # ('--block-ends --dtype bf16': only the block ends' rows, our batch-norm backward and
 # cuDNN's Ex call among them, in a few seconds).
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 budget=120

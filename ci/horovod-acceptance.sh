@@ -36,6 +36,7 @@
 #   bash ci/horovod-acceptance.sh .horovod/test_torch.py --np 2
 #   bash ci/horovod-acceptance.sh .horovod/test_torch.py --np 3 \
 #        --python ~/.cache/accord/torch2-venv/bin/python
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '11,14p' "$0" >&2; exit 2; }

@@ -4,6 +4,7 @@
 # /usr/bin/python3. Prints the environment's python. Safe to run again: an environment
 # that already imports torch 2 is left as it is.
 #   ACCORD_TORCH2_VENV  where it lives (default ~/.cache/accord/torch2-venv)
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 venv=${ACCORD_TORCH2_VENV:-$HOME/.cache/accord/torch2-venv}
 python=$venv/bin/python

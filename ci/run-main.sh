@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main job: the ResNet trainer under
 # mpirun -np 2 on Fashion-MNIST (CPU). Extra arguments go to accord-resnet.
+#
+#   bash ci/run-main.sh [accord-resnet arguments...]
+#   bash ci/run-main.sh --epochs 1
+#
+# accord-resnet's own flags: build/examples/resnet/accord-resnet --help (once built).
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh

@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite (what CI runs).
+#
+#   bash ci/test.sh [ctest arguments...]
+#   bash ci/test.sh -L python             only the Python tests
+#   bash ci/test.sh -R elastic -j 2       the elastic tests, two at a time
+#
+# The build folder is $ACCORD_BUILD_DIR (default build); ACCORD_JOBS compile jobs.
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh --tests

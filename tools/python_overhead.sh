@@ -3,6 +3,7 @@
 # and from Python (tools/python_latency.py), alternately, each run on 2 ranks.
 #   bash tools/python_overhead.sh [rounds] [python]
 # Needs a build (bash ci/build.sh); python defaults to Debian's python3.
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
