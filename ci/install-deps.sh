@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Accord needs on Debian 12 and nothing already there: safe to run again.
 #   bash ci/install-deps.sh [--tests]    --tests: also what only the test suite needs
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 
 packages=(

@@ -9,6 +9,7 @@
 #            bounds, use after free, leaks (LeakSanitizer), undefined behaviour
 #
 # Builds are incremental; -j comes from ACCORD_JOBS (default: nproc).
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
