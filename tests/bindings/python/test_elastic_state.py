@@ -184,3 +184,18 @@ def test_a_model_or_optimizer_assigned_to_the_state_is_the_one_it_keeps(hvd):
     with pytest.raises(TypeError, match=r"TorchState.optimizer holds a torch.optim.Optimizer.*got NoneType"):
         state.optimizer = None
     assert state.model is second and state.optimizer is opt
+
+
+def test_a_sharded_optimizer_is_refused_with_the_way_out(hvd):
+    model = rank_model(0)
+    sharded = hvd.ShardedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    with pytest.raises(TypeError, match=r"TorchState.optimizer: a ShardedOptimizer .* "
+                                        r"use DistributedOptimizer under hvd.elastic.run"):
+        hvd.elastic.TorchState(model, sharded)
+    state = hvd.elastic.TorchState(model)
+    with pytest.raises(TypeError, match=r"TorchState.second: a ShardedOptimizer"):
+        state.second = sharded
+    assert not hasattr(state, "second")
+    state.second = torch.optim.SGD(model.parameters(), lr=0.1)  # a plain one is kept
+    state.sync()

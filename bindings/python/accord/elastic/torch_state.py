@@ -121,8 +121,9 @@ class TorchState(State):
         elif _kind_of(value) is not None and not self._is_plain(name):
             kind = _kind_of(value)
             key = name if name in ("model", "optimizer") and kind == name else f"{kind}.{name}"
+            handler = _handler(kind, value, name)  # may refuse: nothing changed yet
             kinds[name] = key
-            self._add_handler(key, _handler(kind, value, name))
+            self._add_handler(key, handler)
         object.__setattr__(self, name, value)
 
     def _is_plain(self, name):
@@ -148,5 +149,13 @@ def _handler(kind, value, name):
     if kind == "model":
         return ModelHandler(value)
     if kind == "optimizer":
+        if hasattr(value, "sharded_state_dict"):
+            # A commit must outlive any host, so each host would need every rank's part:
+            # not built yet. Refused here rather than failing at the first commit.
+            raise TypeError(
+                f"TorchState.{name}: a ShardedOptimizer holds a different part of the "
+                "optimizer state on every rank, and elastic commits of it are not "
+                "supported: use DistributedOptimizer under hvd.elastic.run, or save "
+                "sharded_state_dict() on every rank as a checkpoint of your own")
         return OptimizerHandler(value)
     return SamplerHandler(value, name)
