@@ -186,16 +186,64 @@ def test_a_model_or_optimizer_assigned_to_the_state_is_the_one_it_keeps(hvd):
     assert state.model is second and state.optimizer is opt
 
 
-def test_a_sharded_optimizer_is_refused_with_the_way_out(hvd):
-    model = rank_model(0)
-    sharded = hvd.ShardedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
-    with pytest.raises(TypeError, match=r"TorchState.optimizer: a ShardedOptimizer .* "
-                                        r"use DistributedOptimizer under hvd.elastic.run"):
-        hvd.elastic.TorchState(model, sharded)
-    state = hvd.elastic.TorchState(model)
-    with pytest.raises(TypeError, match=r"TorchState.second: a ShardedOptimizer"):
-        state.second = sharded
-    assert not hasattr(state, "second")
-    state.second = torch.optim.SGD(model.parameters(), lr=0.1)  # a plain one is kept
+def sharded_run(hvd, stage):
+    torch.manual_seed(11)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    opt = hvd.ShardedOptimizer(torch.optim.AdamW(model.parameters(), lr=0.01),
+                               named_parameters=model.named_parameters(), stage=stage)
+    return model, opt
+
+
+def sharded_steps(model, opt, first, count, rank):
+    for step in range(first, first + count):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        opt.zero_grad()
+        model(torch.randn(4, 5, generator=g)).pow(2).mean().backward()
+        opt.step()
+
+
+def parts_equal(a, b):
+    """Two sharded_state_dict()s hold the same values."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(parts_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(parts_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_sharded_optimizer_is_committed_restored_and_resumed(hvd, stage):
+    me = hvd.rank()
+    model, opt = sharded_run(hvd, stage)
+    state = hvd.elastic.TorchState(model, opt, step=0)
     state.sync()
+    sharded_steps(model, opt, 0, 2, me)
+    state.commit()
+    committed = {k: v.clone() for k, v in model.state_dict().items()}
+    part = opt.sharded_state_dict()
+    assert all(p.numel() < sum(q.numel() for q in model.parameters())
+               for p in part["state"][0].values() if isinstance(p, torch.Tensor) and p.dim())
+    sharded_steps(model, opt, 2, 2, me)  # not committed
+    state.restore()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, committed[k]), k
+    assert parts_equal(opt.sharded_state_dict(), part)
+    # After the restore the run goes on as one that was never interrupted.
+    sharded_steps(model, opt, 2, 2, me)
+    reference, ref_opt = sharded_run(hvd, stage)
+    sharded_steps(reference, ref_opt, 0, 4, me)
+    for (k, v), (_, r) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(v, r), k
+    # resume() loads the commit on one rank and hands every rank its part.
+    state.restore()
+    with torch.no_grad():
+        for s in opt._inner.state.values():
+            for v in s.values():
+                if isinstance(v, torch.Tensor) and v.dim() and me != 0:
+                    v.add_(1.0)  # every rank but the loading one goes astray
+    state.resume(after_reset=False)
+    assert parts_equal(opt.sharded_state_dict(), part)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, committed[k]), k

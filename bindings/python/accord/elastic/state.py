@@ -109,7 +109,7 @@ class State:
         if self._saved is None:
             raise ValueError("restore(): nothing was committed or synced yet")
         for name, h in self._handlers.items():
-            h.load(self._saved[name])
+            getattr(h, "restore", h.load)(self._saved[name])
 
     def sync(self):
         """Makes every rank's live state the root's (rank 0, or after a restart the rank
@@ -151,12 +151,11 @@ class State:
         allreduce_(holder, op=Min, name="accord.elastic.holder")
         self._root = int(holder[0]) if newest else 0
         if newest and rank() == self._root:
-            if self._saved_number == newest:
-                self.restore()
-            else:
-                loaded = self.store().load(newest)
-                for name, h in self._handlers.items():
-                    h.load(loaded["state"][name])
+            # Loaded here, then handed to every rank by sync().
+            state = self._saved if self._saved_number == newest else \
+                self.store().load(newest)["state"]
+            for name, h in self._handlers.items():
+                h.load(state[name])
         if after_reset:
             self.on_reset()
         self.sync()

@@ -53,6 +53,54 @@ class OptimizerHandler:
         broadcast_optimizer_state(self.optimizer, root_rank=root)
 
 
+class ShardedOptimizerHandler:
+    """A ShardedOptimizer: each rank steps its own part of the state, but a commit must
+    outlive any host and resume on any number of ranks, so a snapshot gathers every
+    rank's part (sharded_state_dict()) and every rank keeps the whole list: the live
+    state stays 1/N per rank, the commit is the whole state, as a replicated
+    optimizer's is. Loading the list keeps this rank's part of it, re-cut for the ranks
+    there are now. A sync after a load (resume() loads on one rank) hands the list that
+    rank loaded to all; otherwise each rank's part is its own and only the
+    hyperparameters are root's."""
+
+    def __init__(self, optimizer, name):
+        from accord.basics import global_process_set
+        if optimizer.process_set is not global_process_set:
+            raise TypeError(
+                f"TorchState.{name}: a ShardedOptimizer over a process set "
+                f"({optimizer.process_set!r}): elastic state is committed over every rank; "
+                "shard over the global set")
+        self.optimizer, self.name = optimizer, name
+        self._loaded = None  # the list of parts last loaded, for the next sync
+
+    def snapshot(self):
+        from accord.torch.functions import allgather_object
+        return allgather_object(self.optimizer.sharded_state_dict(),
+                                name=f"accord.elastic.sharded.{self.name}")
+
+    def load(self, snapshot):
+        """On the rank that resume() loads on: the next sync() hands it to all."""
+        self.optimizer.load_sharded_state_dict(snapshot)
+        self._loaded = snapshot
+
+    def restore(self, snapshot):
+        """On every rank, each from its own copy of the same commit."""
+        self.optimizer.load_sharded_state_dict(snapshot)
+
+    def sync(self, root):
+        from accord.basics import rank
+        from accord.torch.functions import broadcast_object
+        loaded = broadcast_object(self._loaded is not None if rank() == root else None, root,
+                                  name=f"accord.elastic.sharded.{self.name}.loaded")
+        if loaded:
+            parts = broadcast_object(self._loaded if rank() == root else None, root,
+                                     name=f"accord.elastic.sharded.{self.name}.parts")
+            if rank() != root:
+                self.optimizer.load_sharded_state_dict(parts)
+        self.optimizer.broadcast_state(root)
+        self._loaded = None
+
+
 class SamplerHandler:
     """An ElasticSampler's epoch and the indices processed in it. Each rank records only
     the batches it took; a snapshot first gathers what every rank recorded since the
@@ -150,12 +198,6 @@ def _handler(kind, value, name):
         return ModelHandler(value)
     if kind == "optimizer":
         if hasattr(value, "sharded_state_dict"):
-            # A commit must outlive any host, so each host would need every rank's part:
-            # not built yet. Refused here rather than failing at the first commit.
-            raise TypeError(
-                f"TorchState.{name}: a ShardedOptimizer holds a different part of the "
-                "optimizer state on every rank, and elastic commits of it are not "
-                "supported: use DistributedOptimizer under hvd.elastic.run, or save "
-                "sharded_state_dict() on every rank as a checkpoint of your own")
+            return ShardedOptimizerHandler(value, name)
         return OptimizerHandler(value)
     return SamplerHandler(value, name)
