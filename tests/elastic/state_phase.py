@@ -9,6 +9,11 @@ run() across a restart on one host, with the commit store on disk.
           rest of the epoch takes every remaining sample exactly once
   notice  2 ranks: rank 0's standard input announces new hosts; check_host_updates()
           raises on every rank in the same call and run() exits 76
+  sharded-first, sharded-second
+          the same restart from 2 ranks to 3 with a ShardedOptimizer (AdamW, stage 2)
+          in the state: every rank resumes with the committed parameters and its part
+          of the committed optimizer state cut for 3 ranks (consolidated, equal to the
+          committed state), and the ranks train on in step
 """
 import os
 import sys
@@ -31,9 +36,14 @@ def check(cond, what):
         print(f"rank {me}: FAILED {what}", file=sys.stderr, flush=True)
 
 
-torch.manual_seed(1 if phase == "first" else 2)
-model = torch.nn.Linear(4, 3)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+torch.manual_seed(1 if phase in ("first", "sharded-first") else 2)
+if phase.startswith("sharded"):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 11), torch.nn.Tanh(), torch.nn.Linear(11, 3))
+    optimizer = hvd.ShardedOptimizer(torch.optim.AdamW(model.parameters(), lr=0.01),
+                                     named_parameters=model.named_parameters(), stage=2)
+else:
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 data = torch.arange(N * 4, dtype=torch.float32).reshape(N, 4) / 100
 labels = torch.arange(N) % 3
 sampler = hvd.elastic.ElasticSampler(range(N), shuffle=True, seed=5, batch_size=BATCH)
@@ -122,7 +132,61 @@ def notice(state):
     check(False, "check_host_updates() raised within 30 s")
 
 
-{"first": first, "second": second, "notice": notice}[phase](state)
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def sharded_steps(count):
+    for _ in range(count):
+        g = torch.Generator().manual_seed(100 * state.batch + me)
+        indices = torch.randint(0, N, (4,), generator=g)
+        optimizer.zero_grad()  # the sharded optimizer reduces the gradients itself
+        torch.nn.functional.cross_entropy(model(data[indices]), labels[indices]).backward()
+        optimizer.step()
+        state.batch += 1
+
+
+@hvd.elastic.run
+def sharded_first(state):
+    sharded_steps(3)
+    state.commit()
+    optimizer.consolidate_state_dict(0)
+    if me == 0:
+        torch.save({"model": {k: v.clone() for k, v in model.state_dict().items()},
+                    "optimizer": optimizer.state_dict()}, os.path.join(out, "sharded.pt"))
+    sharded_steps(2)  # not committed: lost by the restart
+    state.store().wait()
+    sys.stdout.flush()
+    hvd.barrier()
+    os._exit(75 if not failures else 1)
+
+
+@hvd.elastic.run
+def sharded_second(state):
+    expected = torch.load(os.path.join(out, "sharded.pt"))
+    check(state.batch == 3, f"resume() gives the committed step: {state.batch}")
+    check(all(torch.equal(v, expected["model"][k]) for k, v in model.state_dict().items()),
+          "resume() gives every rank the committed parameters")
+    optimizer.consolidate_state_dict(0)
+    if me == 0:
+        check(same(optimizer.state_dict(), expected["optimizer"]),
+              "the optimizer state, cut for 3 ranks and consolidated, is the committed one")
+    part = optimizer.sharded_state_dict()["accord_sharded"]
+    check((part["size"], part["rank"]) == (3, me), f"each rank holds its part of 3: {part}")
+    sharded_steps(2)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = hvd.allgather_object(params)
+    check(all(torch.equal(p, everyone[0]) for p in everyone), "the ranks train on in step")
+
+
+{"first": first, "second": second, "notice": notice, "sharded-first": sharded_first,
+ "sharded-second": sharded_second}[phase](state)
 bad = hvd.allreduce(torch.tensor([len(failures)]), op=hvd.Sum, name="failures")
 if me == 0:
     print(f"PHASE {phase} {'OK' if int(bad) == 0 else 'FAILED'}", flush=True)

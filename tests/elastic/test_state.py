@@ -1,6 +1,7 @@
 """hvd.elastic on one host, under mpirun (state_phase.py): a commit survives the
-processes that made it and resumes on a different number of ranks; the sampler's epoch
-goes on exactly once; a host notice raises HostsUpdatedInterrupt on every rank.
+processes that made it and resumes on a different number of ranks, with a plain and
+with a sharded optimizer; the sampler's epoch goes on exactly once; a host notice raises
+HostsUpdatedInterrupt on every rank.
 
   test_state.py <mpirun> <python>
 """
@@ -51,6 +52,14 @@ def main():
                              p.stderr)
         if p.returncode != 76 or sorted(reports) != ["0", "1"]:
             failures.append(f"notice: exit {p.returncode} (want 76), reports from ranks {reports}")
+        # A ShardedOptimizer in the state: committed on 2 ranks, resumed on 3.
+        env = dict(env, ACCORDRUN_ELASTIC_JOB="sharded-test")
+        p = mpi(2, "sharded-first", out, env)
+        if p.returncode != 75 or "FAILED" in p.stderr:
+            failures.append("phase sharded-first")
+        p = mpi(3, "sharded-second", out, dict(env, ACCORDRUN_ELASTIC_RESET="1"))
+        if p.returncode != 0 or "PHASE sharded-second OK" not in p.stdout:
+            failures.append("phase sharded-second")
     for f in failures:
         print("FAILED:", f)
     print("OK" if not failures else "FAILED")
