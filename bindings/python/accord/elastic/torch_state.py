@@ -55,12 +55,12 @@ class OptimizerHandler:
 
 class ShardedOptimizerHandler:
     """A ShardedOptimizer: each rank steps its own part of the state, but a commit must
-    outlive any host and resume on any number of ranks, so a snapshot gathers every
-    rank's part (sharded_state_dict()) and every rank keeps the whole list: the live
-    state stays 1/N per rank, the commit is the whole state, as a replicated
-    optimizer's is. Loading the list keeps this rank's part of it, re-cut for the ranks
-    there are now. A sync after a load (resume() loads on one rank) hands the list that
-    rank loaded to all; otherwise each rank's part is its own and only the
+    outlive any host and resume on any number of ranks, so a snapshot consolidates the
+    whole state, in torch's format, on every rank (tensor allgathers a few parameters at
+    a time): the live state stays 1/N per rank, the commit is the whole state, as a
+    replicated optimizer's is. Loading it keeps this rank's part, cut for the ranks
+    there are now. A sync after a load (resume() loads on one rank) hands the state
+    that rank loaded to all; otherwise each rank's part is its own and only the
     hyperparameters are root's."""
 
     def __init__(self, optimizer, name):
@@ -71,21 +71,20 @@ class ShardedOptimizerHandler:
                 f"({optimizer.process_set!r}): elastic state is committed over every rank; "
                 "shard over the global set")
         self.optimizer, self.name = optimizer, name
-        self._loaded = None  # the list of parts last loaded, for the next sync
+        self._loaded = None  # the state last loaded, for the next sync
 
     def snapshot(self):
-        from accord.torch.functions import allgather_object
-        return allgather_object(self.optimizer.sharded_state_dict(),
-                                name=f"accord.elastic.sharded.{self.name}")
+        from accord.torch import sharded_state
+        return sharded_state.consolidate(self.optimizer, None)
 
     def load(self, snapshot):
         """On the rank that resume() loads on: the next sync() hands it to all."""
-        self.optimizer.load_sharded_state_dict(snapshot)
+        self.optimizer.load_state_dict(snapshot)
         self._loaded = snapshot
 
     def restore(self, snapshot):
         """On every rank, each from its own copy of the same commit."""
-        self.optimizer.load_sharded_state_dict(snapshot)
+        self.optimizer.load_state_dict(snapshot)
 
     def sync(self, root):
         from accord.basics import rank
@@ -93,10 +92,10 @@ class ShardedOptimizerHandler:
         loaded = broadcast_object(self._loaded is not None if rank() == root else None, root,
                                   name=f"accord.elastic.sharded.{self.name}.loaded")
         if loaded:
-            parts = broadcast_object(self._loaded if rank() == root else None, root,
-                                     name=f"accord.elastic.sharded.{self.name}.parts")
+            state = broadcast_object(self._loaded if rank() == root else None, root,
+                                     name=f"accord.elastic.sharded.{self.name}.state")
             if rank() != root:
-                self.optimizer.load_sharded_state_dict(parts)
+                self.optimizer.load_state_dict(state)
         self.optimizer.broadcast_state(root)
         self._loaded = None
 

@@ -56,7 +56,7 @@ def _layout(opt):
 
 def consolidate(opt, to):
     """Collective over opt.process_set; the whole state on rank ``to`` of the set, None
-    elsewhere."""
+    elsewhere (``to`` None: on every rank)."""
     ps = opt.process_set
     layouts = allgather_object(_layout(opt), name="sharded.state.layout", process_set=ps) \
         if ps.size() > 1 else [_layout(opt)]
@@ -90,14 +90,14 @@ def consolidate(opt, to):
             continue
         full = parts if ps.size() == 1 else synchronize(
             grouped_allgather_async(parts, name="sharded.state", process_set=ps))
-        if ps.rank() != to:
+        if to is not None and ps.rank() != to:
             continue
         for (s, k), flat in zip(where, full):
             if k == _MASTER:
                 masters[s.index] = flat.view(s.param.shape).clone()
             else:
                 state[s.index][k] = flat.view(s.param.shape).clone()
-    if ps.rank() != to:
+    if to is not None and ps.rank() != to:
         return None
     out = {"state": state, "param_groups": _groups(opt)}
     if masters:
