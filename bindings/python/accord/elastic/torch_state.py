@@ -74,8 +74,8 @@ class ShardedOptimizerHandler:
         self._loaded = None  # the state last loaded, for the next sync
 
     def snapshot(self):
-        from accord.torch import sharded_state
-        return sharded_state.consolidate(self.optimizer, None)
+        from accord.torch.sharded_state import consolidate
+        return consolidate(self.optimizer, None)
 
     def load(self, snapshot):
         """On the rank that resume() loads on: the next sync() hands it to all."""
