@@ -7,22 +7,16 @@ rank), as a script with a mistake does. On this host, no simulated hosts needed.
 
   test_no_hosts_left.py <accordrun> <python>
 """
-import os
 import subprocess
 import sys
 import time
+import unittest
 
 ACCORDRUN, PYTHON = sys.argv[1], sys.argv[2]
-failed = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAILED: ") + what, flush=True)
-    if not cond:
-        failed.append(what)
 
 
 def accordrun(*flags):
+    """(exit status or None if still running after 120 s, stderr, seconds taken)."""
     cmd = [ACCORDRUN, "-np", "2", "--min-np", "2", "-H", "localhost:2", "--elastic-timeout", "300",
            *flags, PYTHON, "-c", "raise SystemExit(3)"]
     start = time.monotonic()
@@ -36,21 +30,27 @@ def accordrun(*flags):
     return rc, err, took
 
 
-rc, err, took = accordrun()
-check(rc not in (0, None), f"accordrun exits non-zero (got {rc})")
-check(took < 60, f"it stops at once, not after --elastic-timeout 300 s ({took:.1f} s)")
-check("reset 1: " in err and "localhost exited with status 3" in err and "blacklisted localhost for good" in err,
-      "the reset names the host and the status")
-check("only 0 slots usable (none), fewer than --min-np 2, and none can come back" in err
-      and "--blacklist-cooldown-range" in err and "lost: localhost: " in err and "Stopping." in err,
-      "the end says why no host can come back, and what was lost")
-check("waiting up to" not in err, "it does not say it waits")
+class NoHostsLeft(unittest.TestCase):
+    def test_fixed_hosts_blacklisted_for_good_stop_the_job_at_once(self):
+        rc, err, took = accordrun()
+        self.assertNotIn(rc, (0, None))
+        self.assertLess(took, 60, "stopped at once, not after --elastic-timeout 300 s")
+        self.assertIn("reset 1: ", err)
+        self.assertIn("localhost exited with status 3", err)
+        self.assertIn("blacklisted localhost for good", err)
+        self.assertIn("only 0 slots usable (none), fewer than --min-np 2, and none can come back", err)
+        self.assertIn("--blacklist-cooldown-range", err)
+        self.assertIn("lost: localhost: ", err)
+        self.assertIn("Stopping.", err)
+        self.assertNotIn("waiting up to", err)
 
-rc, err, took = accordrun("--blacklist-cooldown-range", "1", "1", "--reset-limit", "1")
-check(rc not in (0, None), f"with a cool-down: accordrun exits non-zero (got {rc})")
-check("blacklisted localhost for 1 s" in err and "(reset 1)" in err,
-      "with a cool-down: the host comes back and the job starts again")
-check("reset limit 1 reached" in err, "with a cool-down: the reset limit ends it")
+    def test_a_cool_down_brings_the_host_back(self):
+        rc, err, _ = accordrun("--blacklist-cooldown-range", "1", "1", "--reset-limit", "1")
+        self.assertNotIn(rc, (0, None))
+        self.assertIn("blacklisted localhost for 1 s", err)
+        self.assertIn("(reset 1)", err)
+        self.assertIn("reset limit 1 reached", err)
 
-print("OK" if not failed else f"FAILED: {len(failed)} check(s)")
-sys.exit(1 if failed else 0)
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -8,31 +8,31 @@ import os
 import subprocess
 import sys
 import tempfile
+import unittest
 
 SOURCE = os.path.abspath(sys.argv[1])
-scripts = sorted(glob.glob(os.path.join(SOURCE, "ci", "*.sh")) +
+SCRIPTS = sorted(glob.glob(os.path.join(SOURCE, "ci", "*.sh")) +
                  glob.glob(os.path.join(SOURCE, "tools", "*.sh")))
-failed = []
-for script in scripts:
-    name = os.path.relpath(script, SOURCE)
-    for flag in ("--help", "-h"):
-        # From an empty folder with no PATH but the system's: a script that went to work
-        # instead would fail or take long, not print its usage in a moment.
-        with tempfile.TemporaryDirectory() as cwd:
-            try:
-                p = subprocess.run(["bash", script, flag], cwd=cwd, capture_output=True, text=True,
-                                   timeout=10, stdin=subprocess.DEVNULL,
-                                   env={"PATH": "/usr/bin:/bin", "HOME": cwd})
-                ok = p.returncode == 0 and p.stdout.strip() and not os.listdir(cwd)
-                why = f"exit {p.returncode}, {len(p.stdout.splitlines())} lines, wrote {os.listdir(cwd)}"
-            except subprocess.TimeoutExpired:
-                ok, why = False, "still running after 10 s"
-        print(f"{'ok' if ok else 'FAILED'}: {name} {flag} ({why})", flush=True)
-        if not ok:
-            failed.append(f"{name} {flag}")
-check = len(scripts) >= 15
-print(f"{'ok' if check else 'FAILED'}: {len(scripts)} scripts found", flush=True)
-if failed or not check:
-    print(f"FAILED: {failed}")
-    sys.exit(1)
-print("OK")
+
+
+class ScriptHelp(unittest.TestCase):
+    def test_the_scripts_are_found(self):
+        self.assertGreaterEqual(len(SCRIPTS), 15)
+
+    def test_every_script_prints_its_usage_and_starts_nothing(self):
+        for script in SCRIPTS:
+            for flag in ("--help", "-h"):
+                with self.subTest(script=os.path.relpath(script, SOURCE), flag=flag), \
+                        tempfile.TemporaryDirectory() as cwd:
+                    # From an empty folder with only the system's PATH: a script that
+                    # went to work instead would fail, write, or take long.
+                    p = subprocess.run(["bash", script, flag], cwd=cwd, capture_output=True,
+                                       text=True, timeout=10, stdin=subprocess.DEVNULL,
+                                       env={"PATH": "/usr/bin:/bin", "HOME": cwd})
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertTrue(p.stdout.strip(), "no usage printed")
+                    self.assertEqual(os.listdir(cwd), [], "it wrote files")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
