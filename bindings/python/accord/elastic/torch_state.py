@@ -89,13 +89,11 @@ class ShardedOptimizerHandler:
     def sync(self, root):
         from accord.basics import rank
         from accord.torch.functions import broadcast_object
-        loaded = broadcast_object(self._loaded is not None if rank() == root else None, root,
-                                  name=f"accord.elastic.sharded.{self.name}.loaded")
-        if loaded:
-            state = broadcast_object(self._loaded if rank() == root else None, root,
-                                     name=f"accord.elastic.sharded.{self.name}.state")
-            if rank() != root:
-                self.optimizer.load_state_dict(state)
+        # None where root loaded nothing: then each rank's part stays its own.
+        state = broadcast_object(self._loaded if rank() == root else None, root,
+                                 name=f"accord.elastic.sharded.{self.name}")
+        if state is not None and rank() != root:
+            self.optimizer.load_state_dict(state)
         self.optimizer.broadcast_state(root)
         self._loaded = None
 
