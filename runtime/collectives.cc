@@ -61,6 +61,23 @@ void checkLogical(const Request& r) {
                           std::to_string(r.postscale) + ")");
 }
 
+// Adasum combines whole tensors of floating point in pairs of ranks, level by level: an
+// allreduce only, and a power-of-two number of ranks (with others, the tree would weigh
+// some ranks' tensors more than the rest).
+void checkAdasum(const Request& r, int set_size) {
+  if (r.op != ReduceOp::Adasum) return;
+  if (r.type != RequestType::Allreduce)
+    throw InvalidArgument(describe(r) + ": Adasum applies to allreduce only, not to " +
+                          requestTypeName(r.type) + "; use Sum or Average");
+  if (!is_floating_point(r.dtype))
+    throw InvalidArgument(describe(r) + ": Adasum needs a floating-point tensor (float16, "
+                          "bfloat16, float32, float64), got " + dtype_name(r.dtype));
+  if (set_size < 1 || (set_size & (set_size - 1)) != 0)
+    throw InvalidArgument(describe(r) + ": Adasum needs a power-of-two number of ranks, and the "
+                          "process set has " + std::to_string(set_size) +
+                          "; use Average, or a process set of 1, 2, 4, 8... ranks");
+}
+
 std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::string& name) {
   if (!name.empty()) return name;
   std::lock_guard<std::mutex> lock(rt.names_mu);
@@ -169,6 +186,7 @@ std::shared_ptr<detail::HandleState> submit(Runtime& rt, ProcessSetId set,
     if (std::string bad = invalidEnum(s.request.op); !bad.empty())
       throw InvalidArgument(describe(s.request) + ": " + bad);
     checkLogical(s.request);
+    checkAdasum(s.request, rt.sets.member(set, requestTypeName(s.request.type)).second);
   }
   auto state = std::make_shared<detail::HandleState>(std::max<int>(1, subs.size()));
   if (subs.empty()) {

@@ -74,6 +74,8 @@ constexpr const char* opName(ReduceOp op) {
       return "max";
     case ReduceOp::Product:
       return "product";
+    case ReduceOp::Adasum:
+      return "adasum";
   }
   return nullptr;
 }

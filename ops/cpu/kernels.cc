@@ -137,6 +137,7 @@ T neutral(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Average:
+    case ReduceOp::Adasum:  // adasum(a, 0) = a
       return T{0};
     case ReduceOp::Min:
       return L::has_infinity ? L::infinity() : L::max();
@@ -249,6 +250,129 @@ void reduceScaleInto(const void* acc, void* inout, std::size_t count, DType dtyp
       reduceStored<T, true>(a + b, x + b, n, op);
       if (scaled) scaleStored<T>(x + b, n, factor, divisor);
     });
+  });
+}
+
+namespace {
+
+constexpr std::size_t kDotBlock = 4096;  // elements per partial sum
+
+// Adds a block's products to eight partial sums per quantity, so the loop vectorizes
+// without reassociating a sum (which would make the bits depend on the compiler).
+template <class F>
+void addDots(const F* a, const F* b, std::size_t n, double (&s)[3][8]) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const double x = a[i + l], y = b[i + l];
+      s[0][l] += x * y;
+      s[1][l] += x * x;
+      s[2][l] += y * y;
+    }
+  }
+  for (int l = 0; i < n; ++i, ++l) {
+    const double x = a[i], y = b[i];
+    s[0][l] += x * y;
+    s[1][l] += x * x;
+    s[2][l] += y * y;
+  }
+}
+
+template <class T>
+AdasumDots dotsOfBlock(const Storage<T>* a, const Storage<T>* b, std::size_t n) {
+  double s[3][8] = {};
+  if constexpr (kIsHalf<T>) {
+    float fa[kHalfBlock], fb[kHalfBlock];
+    for (std::size_t off = 0; off < n; off += kHalfBlock) {
+      const std::size_t m = std::min(kHalfBlock, n - off);
+      T::toFloat(a + off, fa, m);
+      T::toFloat(b + off, fb, m);
+      addDots(fa, fb, m, s);
+    }
+  } else {
+    addDots(a, b, n, s);
+  }
+  AdasumDots d;
+  for (int l = 0; l < 8; ++l) {
+    d.ab += s[0][l];
+    d.aa += s[1][l];
+    d.bb += s[2][l];
+  }
+  return d;
+}
+
+template <class T>
+constexpr bool kAdasumType = kIsHalf<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+[[noreturn]] void notAdasumType(DType dtype) {
+  throw InvalidArgument(std::string("cpu kernel: Adasum needs a floating-point dtype, got ") +
+                        dtype_name(dtype));
+}
+
+}  // namespace
+
+AdasumDots adasumDots(const void* a, const void* b, std::size_t count, DType dtype) {
+  AdasumDots total;
+  visitDType(dtype, [&]<class T>() {
+    if constexpr (!kAdasumType<T>) {
+      notAdasumType(dtype);
+    } else {
+      using S = Storage<T>;
+      const auto* x = static_cast<const S*>(a);
+      const auto* y = static_cast<const S*>(b);
+      const std::size_t blocks = (count + kDotBlock - 1) / kDotBlock;
+      std::vector<AdasumDots> part(blocks);
+      forRanges(blocks, kDotBlock * sizeof(S), [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t k = lo; k < hi; ++k) {
+          const std::size_t at = k * kDotBlock;
+          part[k] = dotsOfBlock<T>(x + at, y + at, std::min(kDotBlock, count - at));
+        }
+      });
+      for (const AdasumDots& p : part) {
+        total.ab += p.ab;
+        total.aa += p.aa;
+        total.bb += p.bb;
+      }
+    }
+  });
+  return total;
+}
+
+AdasumWeights adasumWeights(const AdasumDots& d) {
+  constexpr double kTiny = std::numeric_limits<double>::min();
+  AdasumWeights w;
+  if (d.aa >= kTiny) w.a = 1.0 - d.ab / (2.0 * d.aa);
+  if (d.bb >= kTiny) w.b = 1.0 - d.ab / (2.0 * d.bb);
+  return w;
+}
+
+void adasumCombine(const void* a, const void* b, void* out, std::size_t count, DType dtype,
+                   const AdasumWeights& w) {
+  visitDType(dtype, [&]<class T>() {
+    if constexpr (!kAdasumType<T>) {
+      notAdasumType(dtype);
+    } else {
+      using S = Storage<T>;
+      const auto* x = static_cast<const S*>(a);
+      const auto* y = static_cast<const S*>(b);
+      auto* z = static_cast<S*>(out);
+      forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
+        if constexpr (kIsHalf<T>) {
+          float fa[kHalfBlock], fb[kHalfBlock];
+          for (std::size_t off = lo; off < hi; off += kHalfBlock) {
+            const std::size_t m = std::min(kHalfBlock, hi - off);
+            T::toFloat(x + off, fa, m);
+            T::toFloat(y + off, fb, m);
+            for (std::size_t i = 0; i < m; ++i)
+              fa[i] = static_cast<float>(w.a * fa[i] + w.b * static_cast<double>(fb[i]));
+            T::fromFloat(fa, z + off, m);
+          }
+        } else {
+          for (std::size_t i = lo; i < hi; ++i)
+            z[i] = static_cast<T>(w.a * x[i] + w.b * static_cast<double>(y[i]));
+        }
+      });
+    }
   });
 }
 

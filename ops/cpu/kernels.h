@@ -62,6 +62,28 @@ void scale(void* data, std::size_t count, DType dtype, double factor, double div
 // contributes this so it does not change the result.
 void fillNeutral(void* data, std::size_t count, DType dtype, ReduceOp op);
 
+// Adasum's arithmetic on one tensor (floating point only; InvalidArgument otherwise).
+// The dot product a.b and the squared norms |a|^2, |b|^2, summed in double: a tensor of
+// values near float's smallest or largest keeps its direction. The sum runs in fixed
+// blocks, added in order, so that every rank computing the same pair gets the same bits
+// whatever the thread count.
+struct AdasumDots {
+  double ab = 0, aa = 0, bb = 0;
+};
+AdasumDots adasumDots(const void* a, const void* b, std::size_t count, DType dtype);
+// The weights of a and b in Adasum(a, b) = wa a + wb b: wa = 1 - a.b / (2 |a|^2), and
+// 1 where |a|^2 is below the smallest normal double (a is zero then, near enough, and
+// b passes unchanged); wb alike.
+struct AdasumWeights {
+  double a = 1, b = 1;
+};
+AdasumWeights adasumWeights(const AdasumDots& dots);
+// out[i] = wa * a[i] + wb * b[i], in double, rounded once to the dtype (16-bit formats
+// through float). `out` may be a or b. Both ranks of a pair pass their operands in the
+// same order, so that they compute the same expression and hold the same bits.
+void adasumCombine(const void* a, const void* b, void* out, std::size_t count, DType dtype,
+                   const AdasumWeights& w);
+
 struct CopyPiece {
   void* dst;
   const void* src;

@@ -63,6 +63,8 @@ template <class T, bool kIntoIn = false>
       return each([](T a, T x) { return a < x ? x : a; });
     case ReduceOp::Product:
       return each([](T a, T x) { return mul(a, x); });
+    case ReduceOp::Adasum:
+      break;  // not element-wise: ops/cpu/adasum.h
   }
   throw InvalidArgument("cpu kernel: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }

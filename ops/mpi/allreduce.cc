@@ -9,6 +9,8 @@
 // when small, by recursive doubling (doubling.h), or, under
 // ACCORD_HIERARCHICAL_ALLREDUCE across hosts, through both (hierarchical.h).
 //
+// Adasum, which is not element-wise, has an algorithm of its own (adasum.h).
+//
 // A joined rank (null entry) contributes the op's neutral element from scratch space
 // in the fusion buffer and throws the result away. Prescale runs on the inputs only
 // (scaling a neutral 1 or +inf would change it); postscale and Average's division run
@@ -19,6 +21,7 @@
 #include "ops/common/fused_layout.h"
 #include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
+#include "ops/mpi/adasum.h"
 #include "ops/mpi/doubling.h"
 #include "ops/mpi/hierarchical.h"
 #include "ops/mpi/link.h"
@@ -123,6 +126,7 @@ class AllreduceOp final : public Op {
   void execute(ExecContext& exec, const Response& response,
                std::vector<TensorEntry*>& entries) override {
     Context ctx = contextOf(exec);
+    if (response.op == ReduceOp::Adasum) return adasumAllreduce(ctx, response, entries);
     if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
       for (std::size_t i = 0; i < response.names.size(); ++i)
         reduceInPlace(ctx, response, i, entries[i]);

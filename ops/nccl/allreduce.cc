@@ -181,8 +181,10 @@ class AllreduceOp final : public Op {
   explicit AllreduceOp(std::shared_ptr<cuda::Devices> devices) : devices_(std::move(devices)) {}
 
   bool enabled(const Response& response) const override {
+    // Adasum goes through the staged host op: it needs per-tensor dot products between
+    // the exchanges, which NCCL's collectives do not offer.
     return response.type == ResponseType::Allreduce && response.device.type == DeviceType::CUDA &&
-           reducesOnNccl(response.dtype);
+           reducesOnNccl(response.dtype) && response.op != ReduceOp::Adasum;
   }
 
   void execute(ExecContext& ctx, const Response& response,

@@ -29,6 +29,8 @@ ReductionPlan planReduction(const Response& response, int set_size) {
         plan.post = Scaling{};
       }
       break;
+    case ReduceOp::Adasum:  // the staged host op takes it (allreduce.cc's enabled())
+      throw InvalidArgument("NCCL has no Adasum reduction");
   }
   return plan;
 }

@@ -9,22 +9,24 @@ import os
 import warnings
 
 from accord import _core, _driver
-from accord.errors import ProcessSetRanksError
+from accord.errors import InvalidCollectiveError, ProcessSetRanksError
 
 # ---- reduction ops ---------------------------------------------------------------
-# The runtime's own codes. Adasum has none: it is refused where an op is used.
+# The runtime's own codes.
 Sum = _core.reduce_ops["sum"]
 Average = _core.reduce_ops["average"]
 Min = _core.reduce_ops["min"]
 Max = _core.reduce_ops["max"]
 Product = _core.reduce_ops["product"]
-Adasum = 1000
+Adasum = _core.reduce_ops["adasum"]  # floating point, allreduce only, 2^k ranks
 
 _OP_NAMES = {v: k for k, v in _core.reduce_ops.items()}
 
 
-def resolve_op(op, average, what):
-    """The op a call means, from Horovod's op= and its deprecated average=."""
+def resolve_op(op, average, what, adasum=True):
+    """The op a call means, from Horovod's op= and its deprecated average=. With
+    ``adasum=False`` (the reduce-scatters) Adasum is refused as Horovod refuses it there:
+    with an error that is a RuntimeError (and, as Accord's refusals, a ValueError)."""
     if op is not None and average is not None:
         raise ValueError(f"{what}: pass op= or the deprecated average=, not both")
     if average is not None:
@@ -33,11 +35,12 @@ def resolve_op(op, average, what):
         return Average if average else Sum
     if op is None:
         return Average
-    if op == Adasum:
-        raise NotImplementedError(
-            f"{what}: Adasum is not implemented in Accord yet; use op=Average or op=Sum")
     if op not in _OP_NAMES:
-        raise ValueError(f"{what}: op {op!r} is not one of Average, Sum, Min, Max, Product")
+        raise ValueError(f"{what}: op {op!r} is not one of Average, Sum, Min, Max, Product, "
+                         "Adasum")
+    if op == Adasum and not adasum:
+        raise InvalidCollectiveError(f"{what}: Adasum applies to allreduce only; use Sum or "
+                                     "Average")
     return op
 
 

@@ -180,7 +180,7 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(array, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    op = resolve_op(op, None, "reducescatter")
+    op = resolve_op(op, None, "reducescatter", adasum=False)
     work = np.asarray(array, order="C")  # a 0-d array stays 0-d, and is refused
     data, code, shape = _view(work, "reducescatter", name)
     core = _core.reducescatter_async(data, code, shape, -1, name or "", op,

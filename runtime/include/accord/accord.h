@@ -40,8 +40,13 @@ namespace detail {
 struct HandleState;
 }
 
-enum class ReduceOp : std::uint8_t { Sum, Average, Min, Max, Product };
-inline constexpr int kNumReduceOps = 5;  // one past the last ReduceOp (asserted in tensor.cc)
+// Adasum (added last, so that the values before it keep their meaning between ranks):
+// an adaptive sum of floating-point tensors, allreduce only, over a power-of-two number
+// of ranks. Ranks combine in pairs, level by level as in a binary tree, each tensor as
+// (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b: orthogonal gradients add up, parallel
+// ones average. See docs/adasum.md.
+enum class ReduceOp : std::uint8_t { Sum, Average, Min, Max, Product, Adasum };
+inline constexpr int kNumReduceOps = 6;  // one past the last ReduceOp (asserted in tensor.cc)
 const char* reduce_op_name(ReduceOp op);
 
 using ProcessSetId = std::int32_t;

@@ -231,7 +231,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     block of rows; the first ranks get a row more when the rows do not divide evenly.
     ``output`` (for Accord's own callers, which know the shape): a tensor of this rank's
     block's shape to reduce into, rather than one Accord allocates."""
-    op = resolve_op(op, None, "reducescatter")
+    op = resolve_op(op, None, "reducescatter", adasum=False)
     core, keep, output = _submit_reducescatter(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor, output)
     return register([core], keep, output)
@@ -239,7 +239,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    op = resolve_op(op, None, "grouped_reducescatter")
+    op = resolve_op(op, None, "grouped_reducescatter", adasum=False)
     submitted = [_submit_reducescatter(t, n, op, process_set, prescale_factor, postscale_factor)
                  for t, n in zip(tensors, _names(name, len(tensors)))]
     return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
@@ -270,7 +270,7 @@ class _Reducescatter(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Returns this rank's block of ``tensor`` reduced over the ranks, differentiable."""
-    op = resolve_op(op, None, "reducescatter")
+    op = resolve_op(op, None, "reducescatter", adasum=False)
     compressed, ctx = compression.compress(tensor)
     reduced = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                    postscale_factor)
@@ -295,7 +295,7 @@ class _GroupedReducescatter(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
-    op = resolve_op(op, None, "grouped_reducescatter")
+    op = resolve_op(op, None, "grouped_reducescatter", adasum=False)
     compressed = [compression.compress(t) for t in tensors]
     reduced = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
                                           postscale_factor, *[t for t, _ in compressed])

@@ -24,6 +24,8 @@ from accord.torch.sparse import sparse_allreduce_async
 class _DistributedMixin:
     """Placed before the optimizer's class in the wrapped object's MRO."""
 
+    _accord_wrapper = True  # as on adasum.py's mixin: already distributed
+
     def _accord_setup(self, original, named_parameters, compression, backward_passes_per_step,
                       op, gradient_predivide_factor, groups, sparse_as_dense, process_set):
         # Attributes under the names Horovod's wrapper gives them, which scripts (and
@@ -338,9 +340,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         one unit; num_groups is its deprecated name.
     sparse_as_dense: reduce sparse gradients as dense tensors.
     """
-    if op == Adasum:
-        raise NotImplementedError("DistributedOptimizer: Adasum is not implemented in Accord "
-                                  "yet; use op=Average")
     op = resolve_op(op, None, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -352,8 +351,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("groups should be a positive integer or a list of lists of tensors")
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
-    if isinstance(optimizer, _DistributedMixin):
+    if getattr(optimizer, "_accord_wrapper", False):
         raise ValueError("DistributedOptimizer: the optimizer is already distributed")
+    if op == Adasum and process_set.included() and process_set.size() > 1:
+        # Horovod's way: each rank steps on its own gradients and the steps are combined
+        from accord.torch.adasum import adasum_optimizer  # (adasum.py builds on this module)
+        return adasum_optimizer(optimizer, named_parameters, compression,
+                                backward_passes_per_step, process_set)
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedMixin, base), {"__module__": base.__module__})
     wrapped = cls.__new__(cls)

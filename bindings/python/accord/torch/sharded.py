@@ -472,7 +472,7 @@ def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Comp
         raise ValueError("backward_passes_per_step must be > 0")
     if isinstance(optimizer, _ShardedMixin):
         raise ValueError("ShardedOptimizer: the optimizer is already sharded")
-    if isinstance(optimizer, _DistributedMixin):
+    if getattr(optimizer, "_accord_wrapper", False):
         raise ValueError("ShardedOptimizer: wrap the plain torch optimizer, not a "
                          "DistributedOptimizer")
     if isinstance(optimizer, _refused_types()):
