@@ -99,11 +99,14 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
   return to_send;
 }
 
-// A hit whose cached response is a host allreduce is a candidate for carrying.
+// A hit whose cached response is a host allreduce is a candidate for carrying; not an
+// Adasum, which the channels' element-wise reduction cannot compute.
 void Controller::offerToCarry(const ProcessSet& set, std::uint32_t slot, TensorEntry& entry,
                               Carriage& carriage) {
   const Response& r = set.cache->response(slot);
-  if (r.type != ResponseType::Allreduce || r.device.type != DeviceType::CPU) return;
+  if (r.type != ResponseType::Allreduce || r.device.type != DeviceType::CPU ||
+      r.op == ReduceOp::Adasum)
+    return;
   const std::size_t bytes = r.tensorBytes(0);
   // A tensor that does not fit its response takes the ordinary path, which reports it.
   if (entry.tensor.dtype != r.dtype || entry.tensor.bytes() != bytes) return;

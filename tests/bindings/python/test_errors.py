@@ -112,11 +112,12 @@ def test_bad_arguments_are_value_errors(hvd):
         hvd.allreduce(torch.ones(2, 2).to_sparse())
 
 
-def test_adasum_is_not_implemented(hvd):
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.grouped_allreduce_async([torch.ones(2)], op=hvd.Adasum)
+def test_adasum_refusals_are_catchable_as_horovod_scripts_catch_them(hvd):
+    # Horovod's test_horovod_reducescatter_adasum catches RuntimeError.
+    with pytest.raises(hvd.HorovodInternalError, match="Adasum applies to allreduce only"):
+        hvd.reducescatter(torch.ones(2 * hvd.size()), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="Adasum needs a floating-point tensor"):
+        hvd.grouped_allreduce_async([torch.ones(2, dtype=torch.int64)], op=hvd.Adasum)
 
 
 def test_tensors_on_other_devices_name_the_devices_accord_takes(hvd):

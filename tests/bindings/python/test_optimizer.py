@@ -220,8 +220,8 @@ def test_process_set_optimizer(hvd, process_sets):
 def test_argument_checks(hvd):
     model = make_model()
     opt = make_optimizer("sgd", model.parameters())
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(opt, op=hvd.Adasum)
+    with pytest.raises(ValueError, match="predivide"):
+        hvd.DistributedOptimizer(opt, op=hvd.Adasum, gradient_predivide_factor=2.0)
     with pytest.raises(ValueError, match="predivide"):
         hvd.DistributedOptimizer(opt, op=hvd.Sum, gradient_predivide_factor=2.0)
     with pytest.raises(ValueError, match="backward_passes_per_step"):
