@@ -275,3 +275,17 @@ def test_cuda_tensors_as_on_the_cpu(hvd, pair):
                                process_set=pair)
         assert on_gpu.is_cuda
         assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
+def test_a_joined_rank_contributes_zeros(hvd, pair):
+    """adasum(a, 0) = a: what rank 0 submits while every other rank has joined comes
+    back unchanged. (Over the global set: a joined rank stands in for that set's
+    collectives only, so on 3 ranks there is nothing to run.)"""
+    if hvd.size() & (hvd.size() - 1):
+        return
+    if hvd.rank() == 0:
+        for dtype in (torch.float32, torch.bfloat16):
+            t = torch.tensor([1.0, -2.0, 3.5], dtype=dtype)
+            out = hvd.allreduce(t, op=hvd.Adasum, name=f"ad.joined.{dtype}")
+            assert torch.equal(out, t)
+    assert hvd.join() == 0  # rank 0 joins last

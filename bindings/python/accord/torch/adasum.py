@@ -23,7 +23,7 @@ import torch
 from accord.basics import Adasum, synchronize
 from accord.torch.allreduce import allreduce_async_
 from accord.torch.functions import load_state_dict_in_place
-from accord.torch.optimizer import _names_of
+from accord.torch.param_names import names_of as _names_of
 
 
 class _AdasumMixin:

@@ -15,9 +15,11 @@ from contextlib import contextmanager
 import torch
 
 from accord.basics import Adasum, Average, global_process_set, resolve_op, synchronize
+from accord.torch.adasum import adasum_optimizer
 from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
+from accord.torch.param_names import names_of as _names_of
 from accord.torch.sparse import sparse_allreduce_async
 
 
@@ -303,27 +305,6 @@ def _on_grad_ready(p, hook):
     return accumulator
 
 
-def _names_of(named_parameters, param_groups, params):
-    if named_parameters is None:
-        return {p: f"allreduce.noname.{i}.{j}"
-                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
-    named = list(named_parameters)
-    if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
-        raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                         "usually model.named_parameters()")
-    names = [n for n, _ in named]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError("Parameter names in named_parameters must be unique; duplicates: "
-                         + ", ".join(duplicates))
-    by_param = {p: n for n, p in named}
-    unnamed = [p for p in params if p not in by_param]
-    if unnamed:
-        raise ValueError(f"named_parameters was given, but {len(unnamed)} parameter(s) of the "
-                         f"optimizer are not in it (shapes: {[tuple(p.shape) for p in unnamed]})")
-    return by_param
-
-
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -355,7 +336,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("DistributedOptimizer: the optimizer is already distributed")
     if op == Adasum and process_set.included() and process_set.size() > 1:
         # Horovod's way: each rank steps on its own gradients and the steps are combined
-        from accord.torch.adasum import adasum_optimizer  # (adasum.py builds on this module)
         return adasum_optimizer(optimizer, named_parameters, compression,
                                 backward_passes_per_step, process_set)
     base = type(optimizer)

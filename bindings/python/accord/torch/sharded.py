@@ -36,7 +36,8 @@ from accord.torch.allreduce import allreduce
 from accord.torch.compression import Compression
 from accord.torch.functions import broadcast_object
 from accord.torch.gather import grouped_allgather_into, reducescatter_async
-from accord.torch.optimizer import _DistributedMixin, _names_of, _on_grad_ready
+from accord.torch.optimizer import _on_grad_ready
+from accord.torch.param_names import names_of as _names_of
 from accord.torch.sharded_cut import Shard, check_same_parameters
 
 def _refused_types():
