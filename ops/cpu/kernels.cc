@@ -304,35 +304,38 @@ AdasumDots dotsOfBlock(const Storage<T>* a, const Storage<T>* b, std::size_t n) 
 template <class T>
 constexpr bool kAdasumType = kIsHalf<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-[[noreturn]] void notAdasumType(DType dtype) {
-  throw InvalidArgument(std::string("cpu kernel: Adasum needs a floating-point dtype, got ") +
-                        dtype_name(dtype));
+// Calls fn.operator()<T>() for the floating-point dtypes, which Adasum takes.
+template <class Fn>
+void visitAdasumType(DType dtype, Fn&& fn) {
+  visitDType(dtype, [&]<class T>() {
+    if constexpr (kAdasumType<T>)
+      fn.template operator()<T>();
+    else
+      throw InvalidArgument(std::string("cpu kernel: Adasum needs a floating-point dtype, got ") +
+                            dtype_name(dtype));
+  });
 }
 
 }  // namespace
 
 AdasumDots adasumDots(const void* a, const void* b, std::size_t count, DType dtype) {
   AdasumDots total;
-  visitDType(dtype, [&]<class T>() {
-    if constexpr (!kAdasumType<T>) {
-      notAdasumType(dtype);
-    } else {
-      using S = Storage<T>;
-      const auto* x = static_cast<const S*>(a);
-      const auto* y = static_cast<const S*>(b);
-      const std::size_t blocks = (count + kDotBlock - 1) / kDotBlock;
-      std::vector<AdasumDots> part(blocks);
-      forRanges(blocks, kDotBlock * sizeof(S), [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t k = lo; k < hi; ++k) {
-          const std::size_t at = k * kDotBlock;
-          part[k] = dotsOfBlock<T>(x + at, y + at, std::min(kDotBlock, count - at));
-        }
-      });
-      for (const AdasumDots& p : part) {
-        total.ab += p.ab;
-        total.aa += p.aa;
-        total.bb += p.bb;
+  visitAdasumType(dtype, [&]<class T>() {
+    using S = Storage<T>;
+    const auto* x = static_cast<const S*>(a);
+    const auto* y = static_cast<const S*>(b);
+    const std::size_t blocks = (count + kDotBlock - 1) / kDotBlock;
+    std::vector<AdasumDots> part(blocks);
+    forRanges(blocks, kDotBlock * sizeof(S), [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t k = lo; k < hi; ++k) {
+        const std::size_t at = k * kDotBlock;
+        part[k] = dotsOfBlock<T>(x + at, y + at, std::min(kDotBlock, count - at));
       }
+    });
+    for (const AdasumDots& p : part) {
+      total.ab += p.ab;
+      total.aa += p.aa;
+      total.bb += p.bb;
     }
   });
   return total;
@@ -348,31 +351,27 @@ AdasumWeights adasumWeights(const AdasumDots& d) {
 
 void adasumCombine(const void* a, const void* b, void* out, std::size_t count, DType dtype,
                    const AdasumWeights& w) {
-  visitDType(dtype, [&]<class T>() {
-    if constexpr (!kAdasumType<T>) {
-      notAdasumType(dtype);
-    } else {
-      using S = Storage<T>;
-      const auto* x = static_cast<const S*>(a);
-      const auto* y = static_cast<const S*>(b);
-      auto* z = static_cast<S*>(out);
-      forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
-        if constexpr (kIsHalf<T>) {
-          float fa[kHalfBlock], fb[kHalfBlock];
-          for (std::size_t off = lo; off < hi; off += kHalfBlock) {
-            const std::size_t m = std::min(kHalfBlock, hi - off);
-            T::toFloat(x + off, fa, m);
-            T::toFloat(y + off, fb, m);
-            for (std::size_t i = 0; i < m; ++i)
-              fa[i] = static_cast<float>(w.a * fa[i] + w.b * static_cast<double>(fb[i]));
-            T::fromFloat(fa, z + off, m);
-          }
-        } else {
-          for (std::size_t i = lo; i < hi; ++i)
-            z[i] = static_cast<T>(w.a * x[i] + w.b * static_cast<double>(y[i]));
+  visitAdasumType(dtype, [&]<class T>() {
+    using S = Storage<T>;
+    const auto* x = static_cast<const S*>(a);
+    const auto* y = static_cast<const S*>(b);
+    auto* z = static_cast<S*>(out);
+    forRanges(count, sizeof(S), [&](std::size_t lo, std::size_t hi) {
+      if constexpr (kIsHalf<T>) {
+        float fa[kHalfBlock], fb[kHalfBlock];
+        for (std::size_t off = lo; off < hi; off += kHalfBlock) {
+          const std::size_t m = std::min(kHalfBlock, hi - off);
+          T::toFloat(x + off, fa, m);
+          T::toFloat(y + off, fb, m);
+          for (std::size_t i = 0; i < m; ++i)
+            fa[i] = static_cast<float>(w.a * fa[i] + w.b * static_cast<double>(fb[i]));
+          T::fromFloat(fa, z + off, m);
         }
-      });
-    }
+      } else {
+        for (std::size_t i = lo; i < hi; ++i)
+          z[i] = static_cast<T>(w.a * x[i] + w.b * static_cast<double>(y[i]));
+      }
+    });
   });
 }
 
