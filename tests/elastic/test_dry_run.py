@@ -9,15 +9,9 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import unittest
 
-ACCORDRUN = sys.argv[1]
-failed = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAILED: ") + what, flush=True)
-    if not cond:
-        failed.append(what)
+ACCORDRUN = None  # set from the command line below
 
 
 def accordrun(*args):
@@ -43,49 +37,55 @@ def after(argv, flag):
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
 
 
-with tempfile.TemporaryDirectory() as tmp:
-    marker = os.path.join(tmp, "ran")
+class DryRun(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.marker = os.path.join(self.tmp.name, "ran")
+        self.script = os.path.join(self.tmp.name, "hosts.sh")
+        with open(self.script, "w") as f:
+            f.write("#!/bin/sh\necho nodea:2\necho nodeb:3\n")
+        os.chmod(self.script, 0o755)
 
-    # Fixed hosts: the first run takes every slot up to -np.
-    p = accordrun("--dry-run", "-np", "3", "--min-np", "2", "-H", "nodea:2,nodeb:2",
-                  "--elastic-store", os.path.join(tmp, "store"), "touch", marker)
-    check(p.returncode == 0, f"exit 0 (got {p.returncode})")
-    lines = p.stdout.strip().splitlines()
-    check(len(lines) == 1, f"one line printed ({len(lines)})")
-    env, argv = words(lines[0] if lines else "")
-    check(os.path.basename(argv[0]) == "mpirun" if argv else False, f"an mpirun command: {argv[:1]}")
-    check(after(argv, "-np") == ["3"], f"-np 3 (the first run's ranks): {after(argv, '-np')}")
-    check(after(argv, "-H") == ["nodea:2,nodeb:1"], f"-H nodea:2,nodeb:1: {after(argv, '-H')}")
-    check(argv[-2:] == ["touch", marker], f"the program last: {argv[-2:]}")
-    passed = set(after(argv, "-x"))
-    check({"ACCORDRUN_ELASTIC_JOB", "ACCORDRUN_ELASTIC_RESET", "ACCORDRUN_ELASTIC_NOTICE",
-           "ACCORDRUN_ELASTIC_STORE"} <= passed, f"the driver's variables passed to the ranks: {sorted(passed)}")
-    check(env.get("ACCORDRUN_ELASTIC_RESET") == "0" and
-          env.get("ACCORDRUN_ELASTIC_STORE") == os.path.join(tmp, "store"),
-          f"and set: reset 0, the store: {env}")
-    check(not os.path.exists(marker), "nothing started")
-    check("accordrun: starting" not in p.stderr, "the driver did not start a job")
+    def tearDown(self):
+        self.assertFalse(os.path.exists(self.marker), "the dry run started the program")
+        self.tmp.cleanup()
 
-    # A discovery script: run once; --max-np caps the ranks.
-    script = os.path.join(tmp, "hosts.sh")
-    with open(script, "w") as f:
-        f.write("#!/bin/sh\necho nodea:2\necho nodeb:3\n")
-    os.chmod(script, 0o755)
-    p = accordrun("--dry-run", "--min-np", "2", "--max-np", "4", "--host-discovery-script", script,
-                  "touch", marker)
-    env, argv = words(p.stdout.strip())
-    check(p.returncode == 0 and after(argv, "-np") == ["4"] and after(argv, "-H") == ["nodea:2,nodeb:2"],
-          f"discovered hosts, capped at --max-np 4: exit {p.returncode}, -np {after(argv, '-np')}, "
-          f"-H {after(argv, '-H')}")
-    check(not os.path.exists(marker), "nothing started")
+    def test_fixed_hosts_first_run_takes_every_slot_up_to_np(self):
+        store = os.path.join(self.tmp.name, "store")
+        p = accordrun("--dry-run", "-np", "3", "--min-np", "2", "-H", "nodea:2,nodeb:2",
+                      "--elastic-store", store, "touch", self.marker)
+        self.assertEqual(p.returncode, 0)
+        lines = p.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 1, "one command printed")
+        env, argv = words(lines[0])
+        self.assertEqual(os.path.basename(argv[0]), "mpirun")
+        self.assertEqual(after(argv, "-np"), ["3"])
+        self.assertEqual(after(argv, "-H"), ["nodea:2,nodeb:1"])
+        self.assertEqual(argv[-2:], ["touch", self.marker], "the program last")
+        self.assertLessEqual({"ACCORDRUN_ELASTIC_JOB", "ACCORDRUN_ELASTIC_RESET",
+                              "ACCORDRUN_ELASTIC_NOTICE", "ACCORDRUN_ELASTIC_STORE"},
+                             set(after(argv, "-x")), "the driver's variables passed to the ranks")
+        self.assertEqual(env.get("ACCORDRUN_ELASTIC_RESET"), "0")
+        self.assertEqual(env.get("ACCORDRUN_ELASTIC_STORE"), store)
+        self.assertNotIn("accordrun: starting", p.stderr, "the driver started a job")
 
-    # Fewer slots than --min-np: no command, a message, exit 1 (and no wait).
-    p = accordrun("--dry-run", "--min-np", "6", "--host-discovery-script", script,
-                  "--elastic-timeout", "300", "touch", marker)
-    check(p.returncode == 1 and p.stdout == "" and "fewer than --min-np 6" in p.stderr
-          and "nodea:2, nodeb:3" in p.stderr,
-          f"below --min-np: exit 1 naming the hosts, nothing printed (exit {p.returncode})")
-    check(not os.path.exists(marker), "nothing started")
+    def test_discovery_script_run_once_capped_at_max_np(self):
+        p = accordrun("--dry-run", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
+                      self.script, "touch", self.marker)
+        self.assertEqual(p.returncode, 0)
+        env, argv = words(p.stdout.strip())
+        self.assertEqual(after(argv, "-np"), ["4"])
+        self.assertEqual(after(argv, "-H"), ["nodea:2,nodeb:2"])
 
-print("OK" if not failed else f"FAILED: {len(failed)} checks")
-sys.exit(1 if failed else 0)
+    def test_below_min_np_says_so_and_exits_1_without_waiting(self):
+        p = accordrun("--dry-run", "--min-np", "6", "--host-discovery-script", self.script,
+                      "--elastic-timeout", "300", "touch", self.marker)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stdout, "")
+        self.assertIn("fewer than --min-np 6", p.stderr)
+        self.assertIn("nodea:2, nodeb:3", p.stderr)
+
+
+if __name__ == "__main__":
+    ACCORDRUN = sys.argv[1]
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
