@@ -276,25 +276,25 @@ TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its
   };
   if (me == n - 1) {  // these never become collectives, so the other ranks need not call them
     accord::AllreduceOptions unnamed;
-    unnamed.op = static_cast<ReduceOp>(5);
+    unnamed.op = static_cast<ReduceOp>(6);
     const Outcome o =
         attemptSubmit([&] { return accord::allreduce_async(b.view(), unnamed); }, "unnamed op");
-    INFO(describe(o, "unnamed op 5"));
+    INFO(describe(o, "unnamed op 6"));
     CHECK(o.kind == "InvalidArgument");
-    CHECK(contains(o.message, "op 5 is not a ReduceOp"));
+    CHECK(contains(o.message, "op 6 is not a ReduceOp"));
     accord::AllreduceOptions bad_op;
     bad_op.name = "err.bad.op";
     bad_op.op = static_cast<ReduceOp>(17);
     expectRefused(attemptSubmit([&] { return accord::allreduce_async(b.view(), bad_op); }, "op"),
                   "op 17",
-                  "allreduce 'err.bad.op': op 17 is not a ReduceOp (expected 0..4: sum, "
-                  "average, min, max, product)");
+                  "allreduce 'err.bad.op': op 17 is not a ReduceOp (expected 0..5: sum, "
+                  "average, min, max, product, adasum)");
     bad_op.name = "err.bad.group";
     expectRefused(attemptSubmit([&] { return accord::grouped_allreduce_async({b.view()}, bad_op); },
                                 "grouped op"),
                   "grouped op 17",
                   "allreduce 'err.bad.group.0': op 17 is not a ReduceOp "
-                  "(expected 0..4: sum, average, min, max, product)");
+                  "(expected 0..5: sum, average, min, max, product, adasum)");
     accord::ReducescatterOptions rs;
     rs.name = "err.bad.rs.op";
     rs.op = static_cast<ReduceOp>(255);
@@ -303,7 +303,7 @@ TEST_CASE("bad enum values and overflowing shapes on one rank are refused in its
                       "reducescatter op"),
         "reducescatter op 255",
         "reducescatter 'err.bad.rs.op': op 255 is not a ReduceOp "
-        "(expected 0..4: sum, average, min, max, product)");
+        "(expected 0..5: sum, average, min, max, product, adasum)");
     accord::TensorView bad_dtype = b.view();
     bad_dtype.dtype = static_cast<DType>(12);
     accord::AllgatherOptions g;

@@ -105,9 +105,9 @@ TEST_CASE("values outside an enum are named with the range the enum derives", "[
   for (int v = 0; v < kNumDTypes; ++v) CHECK(invalidEnum(static_cast<DType>(v)).empty());
   for (int v = 0; v < kNumDeviceTypes; ++v) CHECK(invalidEnum(static_cast<DeviceType>(v)).empty());
   CHECK(invalidEnum(static_cast<ReduceOp>(17)) ==
-        "op 17 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+        "op 17 is not a ReduceOp (expected 0..5: sum, average, min, max, product, adasum)");
   CHECK(invalidEnum(static_cast<ReduceOp>(kNumReduceOps)) ==
-        "op 5 is not a ReduceOp (expected 0..4: sum, average, min, max, product)");
+        "op 6 is not a ReduceOp (expected 0..5: sum, average, min, max, product, adasum)");
   CHECK(invalidEnum(static_cast<DType>(kNumDTypes)) ==
         "dtype 11 is not a DType (expected 0..10: uint8, int8, int32, int64, float16, bfloat16, "
         "float32, float64, int16, uint16, bool)");

@@ -213,8 +213,8 @@ TEST_CASE("enum values out of range are rejected", "[wire]") {
   CHECK(at(27, 11) ==
         "corrupt negotiation message: value 11 at byte 27 is out of range (0..10) (request 0 "
         "dtype)");
-  CHECK(at(28, 5) ==
-        "corrupt negotiation message: value 5 at byte 28 is out of range (0..4) (request 0 reduce "
+  CHECK(at(28, 6) ==
+        "corrupt negotiation message: value 6 at byte 28 is out of range (0..5) (request 0 reduce "
         "op)");
   CHECK(at(29, 2) ==
         "corrupt negotiation message: value 2 at byte 29 is out of range (0..1) (request 0 device "
