@@ -5,7 +5,8 @@
 // later collectives fail at once, and shutdown() returns at once so that the survivor
 // can exit.
 //
-//   mpi_test_fault --fault freeze|exit --collective allreduce|broadcast|allgather|alltoall|reducescatter
+//   mpi_test_fault --fault freeze|exit
+//                  --collective allreduce|broadcast|allgather|alltoall|reducescatter|adasum
 //                  [--victim last|middle]
 //
 // The victim is the last rank, or with `middle` rank n/2 (for 4 ranks rank 2, which
@@ -13,7 +14,10 @@
 // stops (SIGSTOP, as a debugger or a hung process would) or leaves (_exit, as a crash
 // the launcher is told to ignore would) in the middle of the collective: for allreduce
 // and broadcast as soon as the first piece of its buffer has changed (the buffers are
-// large and go in 4 KiB pieces, so most of the collective is still ahead); for the
+// large and go in 4 KiB pieces, so most of the collective is still ahead); for an
+// Adasum allreduce (victim last only: a power of two of ranks) as soon as the last
+// element changed, which the last rank combines itself before the rounds that gather
+// the result back; for the
 // others inside its output allocator, which Accord calls on its background thread once
 // the collective runs.
 //
@@ -64,10 +68,12 @@ Args parse(int argc, char** argv) {
                   (a.victim == "last" || a.victim == "middle") &&
                   (a.collective == "allreduce" || a.collective == "broadcast" ||
                    a.collective == "allgather" || a.collective == "alltoall" ||
-                   a.collective == "reducescatter");
+                   a.collective == "reducescatter" || a.collective == "adasum") &&
+                  (a.collective != "adasum" || a.victim == "last");
   if (!ok) {
     std::fprintf(stderr, "usage: %s --fault freeze|exit --collective allreduce|broadcast|"
-                 "allgather|alltoall|reducescatter [--victim last|middle]\n", argv[0]);
+                 "allgather|alltoall|reducescatter|adasum [--victim last|middle] (adasum: "
+                 "last)\n", argv[0]);
     std::exit(2);
   }
   return a;
@@ -130,6 +136,19 @@ accord::Handle run(const std::string& collective, bool victim, std::vector<float
       h = accord::broadcast_async(view, o);
     }
     if (victim) failOnceChanged(in.data(), before);
+    return h;
+  }
+  if (collective == "adasum") {
+    // Rank r's tensor is r + 1 times the others': parallel, so every element becomes
+    // their average, unlike the victim's own value.
+    in.assign(std::size_t{16} << 20, static_cast<float>(me + 1));
+    accord::TensorView view{in.data(), accord::DType::Float32,
+                            {static_cast<std::int64_t>(in.size())}, {}};
+    accord::AllreduceOptions o;
+    o.name = name;
+    o.op = accord::ReduceOp::Adasum;
+    accord::Handle h = accord::allreduce_async(view, o);
+    if (victim) failOnceChanged(&in.back(), static_cast<float>(me + 1));
     return h;
   }
   const std::int64_t rows = 1024 * n;
@@ -197,7 +216,8 @@ int main(int argc, char** argv) {
   // the hierarchical allreduce, whose host peer may be alive and stuck behind the victim
   // across hosts. Elsewhere a shared-memory wait watches every host peer itself and
   // names the one that stopped: the victim.
-  const std::string name = args.collective + " 'fault." + args.collective + "'";
+  const std::string type = args.collective == "adasum" ? "allreduce" : args.collective;
+  const std::string name = type + " 'fault." + args.collective + "'";
   const bool named = contains(message, name);
   const char* shm_env = std::getenv("ACCORD_SHARED_MEMORY");
   const bool over_mpi = shm_env && std::string(shm_env) == "0";
