@@ -191,6 +191,45 @@ def test_distributed_optimizer_combines_the_ranks_steps(hvd, pair, kind):
                 q.copy_(p)
 
 
+def test_fp16_deltas_and_accumulated_gradients(hvd, pair):
+    """compression=fp16 sends the deltas as float16 (the reference rounds them alike);
+    backward_passes_per_step=2 steps once on two passes' gradients."""
+    if not pair.included():
+        return
+    size, me = pair.size(), pair.rank()
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum,
+                                   compression=hvd.Compression.fp16, backward_passes_per_step=2,
+                                   process_set=pair)
+    local = copy.deepcopy(model)
+    local_opt = torch.optim.SGD(local.parameters(), lr=0.1, momentum=0.5)
+    for step in range(2):
+        start = [p.detach().clone() for p in model.parameters()]
+        for m in (model, local):
+            for k in range(2):
+                x, y = batch(me, 10 * step + k)
+                torch.nn.functional.mse_loss(m(x), y).backward()
+        local_opt.step()
+        local_opt.zero_grad()
+        opt.step()
+        opt.zero_grad()
+        deltas = torch.cat([(q.detach() - s).flatten() for q, s in zip(local.parameters(), start)])
+        gathered = hvd.allgather(deltas.half().unsqueeze(0), name=f"ad.half.{step}",
+                                 process_set=pair)
+        at = 0
+        for p, s in zip(model.parameters(), start):
+            n = p.numel()
+            expected = s.double().flatten() + reference([gathered[r, at:at + n]
+                                                         for r in range(size)])
+            check(p.detach(), expected, 2e-3)
+            at += n
+        assert_same_on_every_rank(hvd, [p.detach() for p in model.parameters()], pair)
+        with torch.no_grad():
+            for q, p in zip(local.parameters(), model.parameters()):
+                q.copy_(p)
+
+
 def test_optimizer_calls_and_attributes(hvd, pair):
     if not pair.included():
         return
