@@ -146,6 +146,25 @@ def batch(rank, step):
     return torch.randn(8, 6, generator=g), torch.randn(8, 3, generator=g)
 
 
+def check_step(hvd, pair, model, local, start, name, tolerance, wire=torch.float32):
+    """After one step: each parameter of `model` is its start plus the reference tree
+    over every rank's own step (`local`'s change, sent as `wire`), the same on every
+    rank; then `local` continues from the combined parameters."""
+    deltas = torch.cat([(q.detach() - s).flatten() for q, s in zip(local.parameters(), start)])
+    gathered = hvd.allgather(deltas.to(wire).unsqueeze(0), name=name, process_set=pair)
+    at = 0
+    for p, s in zip(model.parameters(), start):
+        n = p.numel()
+        expected = s.double().flatten() + reference([gathered[r, at:at + n]
+                                                     for r in range(pair.size())])
+        check(p.detach(), expected, tolerance)
+        at += n
+    assert_same_on_every_rank(hvd, [p.detach() for p in model.parameters()], pair)
+    with torch.no_grad():
+        for q, p in zip(local.parameters(), model.parameters()):
+            q.copy_(p)
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_distributed_optimizer_combines_the_ranks_steps(hvd, pair, kind):
     """Each step: every rank's own step from the same parameters (a plain optimizer on
@@ -153,7 +172,7 @@ def test_distributed_optimizer_combines_the_ranks_steps(hvd, pair, kind):
     the parameters: what DistributedOptimizer(op=Adasum) must hold on every rank."""
     if not pair.included():
         return
-    size, me = pair.size(), pair.rank()
+    me = pair.rank()
 
     def make_opt(params):
         if kind == "sgd":
@@ -172,23 +191,10 @@ def test_distributed_optimizer_combines_the_ranks_steps(hvd, pair, kind):
         local_opt.zero_grad()
         torch.nn.functional.mse_loss(local(x), y).backward()
         local_opt.step()
-        deltas = [(q.detach() - s).flatten() for q, s in zip(local.parameters(), start)]
-        gathered = hvd.allgather(torch.cat(deltas).unsqueeze(0), name=f"ad.deltas.{kind}.{step}",
-                                 process_set=pair)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
-        at = 0
-        for p, s in zip(model.parameters(), start):
-            n = p.numel()
-            expected = s.double().flatten() + reference([gathered[r, at:at + n]
-                                                         for r in range(size)])
-            check(p.detach(), expected, 1e-5)
-            at += n
-        assert_same_on_every_rank(hvd, [p.detach() for p in model.parameters()], pair)
-        with torch.no_grad():  # the next local step from the combined parameters
-            for q, p in zip(local.parameters(), model.parameters()):
-                q.copy_(p)
+        check_step(hvd, pair, model, local, start, f"ad.deltas.{kind}.{step}", 1e-5)
 
 
 def test_fp16_deltas_and_accumulated_gradients(hvd, pair):
@@ -196,7 +202,7 @@ def test_fp16_deltas_and_accumulated_gradients(hvd, pair):
     backward_passes_per_step=2 steps once on two passes' gradients."""
     if not pair.included():
         return
-    size, me = pair.size(), pair.rank()
+    me = pair.rank()
     model = make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
                                    named_parameters=model.named_parameters(), op=hvd.Adasum,
@@ -214,20 +220,7 @@ def test_fp16_deltas_and_accumulated_gradients(hvd, pair):
         local_opt.zero_grad()
         opt.step()
         opt.zero_grad()
-        deltas = torch.cat([(q.detach() - s).flatten() for q, s in zip(local.parameters(), start)])
-        gathered = hvd.allgather(deltas.half().unsqueeze(0), name=f"ad.half.{step}",
-                                 process_set=pair)
-        at = 0
-        for p, s in zip(model.parameters(), start):
-            n = p.numel()
-            expected = s.double().flatten() + reference([gathered[r, at:at + n]
-                                                         for r in range(size)])
-            check(p.detach(), expected, 2e-3)
-            at += n
-        assert_same_on_every_rank(hvd, [p.detach() for p in model.parameters()], pair)
-        with torch.no_grad():
-            for q, p in zip(local.parameters(), model.parameters()):
-                q.copy_(p)
+        check_step(hvd, pair, model, local, start, f"ad.half.{step}", 2e-3, torch.float16)
 
 
 def test_optimizer_calls_and_attributes(hvd, pair):
