@@ -134,6 +134,9 @@ def accordrun(accordrun_path, python, out, flags, train_flags=()):
 
 
 class Checks:
+    """Records every check of a scenario (a failed one does not stop the job early, so
+    that one run reports all that went wrong); assert_none_failed() is the verdict."""
+
     def __init__(self):
         self.failed = []
 
@@ -141,6 +144,10 @@ class Checks:
         print(("ok: " if cond else "FAILED: ") + what, flush=True)
         if not cond:
             self.failed.append(what)
+
+
+def assert_none_failed(failed):
+    assert not failed, f"{len(failed)} check(s) failed: " + "; ".join(failed)
 
 
 def check_training(run, check, epochs, final_size, redone_limit=COMMIT_EVERY):
@@ -592,8 +599,9 @@ def main():
                 if run.proc.poll() is None:
                     os.killpg(run.proc.pid, signal.SIGKILL)
                     run.proc.wait()
-    print("OK" if not failed else f"FAILED: {len(failed)} checks")
-    return 1 if failed else 0
+    assert_none_failed(failed)
+    print("OK")
+    return 0
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_driver import Checks, Run, RUNS  # noqa: E402  (the same log reader)
+from test_driver import Checks, Run, RUNS, assert_none_failed  # noqa: E402  (the same log reader)
 
 COMMIT_EVERY = 8
 KILL_AFTER = 13 * COMMIT_EVERY  # step 104: early in the second epoch
@@ -308,8 +308,9 @@ def main():
                 if r.proc.poll() is None:
                     os.killpg(r.proc.pid, signal.SIGKILL)
                     r.proc.wait()
-    print("OK" if not check.failed else f"FAILED: {len(check.failed)} checks")
-    return 1 if check.failed else 0
+    assert_none_failed(check.failed)
+    print("OK")
+    return 0
 
 
 if __name__ == "__main__":
