@@ -17,7 +17,8 @@
 // collectives take the response cache's path, and every few rounds the same names come
 // back with another kind, dtype or size, so the cache must let go of its entries; one
 // thread works on a process set that leaves rank 0 out, and the main thread meanwhile
-// adds a process set, reduces on it and removes it again, over and over.
+// adds a process set, reduces on it and removes it again, over and over. In the third,
+// ranks run out of data at different rounds and join while the others go on.
 //
 // Catch2's assertions are not thread-safe: the threads collect failures as strings and
 // the main thread CHECKs them after joining.
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -80,13 +82,16 @@ struct Place {
   int n = 1;   // the set's size
 };
 
-// What a thread's rounds are named after.
+// What a thread's rounds are named after, and how many a rank runs.
 struct Naming {
   std::string prefix;
   // 0: every round's names are its own. Otherwise a round's names are those of round
   // (round % slots), and their jobs change every `epoch` rounds.
   int slots = 0;
   int epoch = 1;
+  // Set where ranks run different numbers of rounds and then join: only allreduces, and
+  // a round's result is that of the ranks still running it.
+  std::function<int(int)> rounds_of;
 };
 
 struct Job {
@@ -101,6 +106,7 @@ struct Job {
   int root = 0;                     // broadcast, within the set
   std::uint64_t rows_seed = 0;      // allgather and alltoall rows
   std::int64_t scatter_rows = 0;    // reduce-scatter: the input's first dimension
+  std::vector<int> active;          // the ranks that contribute; the others have joined
 
   // Allgather: rank r's rows.
   std::int64_t rows(int rank) const { return static_cast<std::int64_t>((rows_seed + rank) % 3); }
@@ -127,6 +133,13 @@ Job makeJob(int t, int round, int j, const Place& at, const Naming& naming) {
   const Kind mixed[] = {Kind::Allreduce, Kind::Grouped,       Kind::Allgather,
                         Kind::Broadcast, Kind::Reducescatter, Kind::Alltoall};
   job.kind = j < kGradients ? Kind::Allreduce : pick(mixed, h >> 4);
+  if (naming.rounds_of) {
+    job.kind = (h >> 4) % 2 ? Kind::Allreduce : Kind::Grouped;
+    for (int r = 0; r < at.n; ++r)
+      if (naming.rounds_of(r) > round) job.active.push_back(r);
+  } else {
+    job.active = allRanks(at.n);
+  }
   job.dtype = j < kGradients ? DType::Float32 : pick(kAllDTypes, h);
   job.op = j < kGradients ? ReduceOp::Sum : pick(kAllOps, h >> 8);
   job.shift = static_cast<std::int64_t>((h >> 16) % kFillPeriod);
@@ -303,8 +316,10 @@ std::string check(const Flight& f) {
             job.dtype, b.data(), b.numel(),
             [&](std::int64_t i) {
               if (job.op == ReduceOp::Adasum) return tagValue(job.dtype, 0, job.tag, i);
-              return job.prescale * job.postscale *
-                     reducedValue(job.dtype, job.op, allRanks(n), i + offset);
+              // Average divides by every rank, the joined ones too.
+              const double share = job.op == ReduceOp::Average ? double(job.active.size()) / n : 1.0;
+              return job.prescale * job.postscale * share *
+                     reducedValue(job.dtype, job.op, job.active, i + offset);
             },
             tol);
         if (!diff.empty()) diff = "member " + std::to_string(m) + ": " + diff;
@@ -404,7 +419,7 @@ void report(const std::vector<ThreadResult>& results, const std::vector<int>& ex
 // the groups' members): seconds for 4 ranks sharing 2 cores.
 TEST_CASE("stress: 4 threads per rank, distinct names, every result checked") {
   constexpr int kRounds = 300;
-  const Naming naming{"stress", 0, 1};
+  const Naming naming{"stress", 0, 1, {}};
   const Place global = placeIn(accord::kGlobalProcessSet);
   std::vector<ThreadResult> results(kThreads);
   std::vector<std::thread> threads;
@@ -426,7 +441,7 @@ TEST_CASE("stress: names reused as in training, a process set beside, sets added
   std::iota(part_ranks.begin(), part_ranks.end(), n > 1 ? 1 : 0);
   const std::vector<int> churn_ranks = n > 2 ? std::vector<int>{0, n - 1} : std::vector<int>{0};
   const accord::ProcessSetId part = accord::add_process_set(part_ranks);
-  const Naming naming{"reused", 5, 20};
+  const Naming naming{"reused", 5, 20, {}};
   const Place global = placeIn(accord::kGlobalProcessSet);
   const Place in_part = accord::process_set_included(part) ? placeIn(part) : Place{};
   std::vector<ThreadResult> results(kThreads + 1);  // the last: the main thread's churn
@@ -437,7 +452,7 @@ TEST_CASE("stress: names reused as in training, a process set beside, sets added
     threads.emplace_back(runThread, t, kRounds, std::cref(on_part ? in_part : global),
                          std::cref(naming), std::ref(results[static_cast<std::size_t>(t)]));
   }
-  const Naming churn_naming{"churn", 0, 1};
+  const Naming churn_naming{"churn", 0, 1, {}};
   for (int c = 0; c < kChurns; ++c) {
     const accord::ProcessSetId churn = accord::add_process_set(churn_ranks);
     if (accord::process_set_included(churn)) {
@@ -457,6 +472,29 @@ TEST_CASE("stress: names reused as in training, a process set beside, sets added
   const bool in_churn = std::find(churn_ranks.begin(), churn_ranks.end(), me) != churn_ranks.end();
   expected.push_back(in_churn ? kChurns * kChurnJobs : 0);
   report(results, expected);
+}
+
+// Rank r runs 40 + 30 * ((r + 1) % n) rounds of allreduces, names reused as in training,
+// then joins: the ranks still running a round get the joined ranks' neutral elements
+// (Adasum's zeros too), fused and carried with theirs, and every join names rank n - 2,
+// the one with the most rounds.
+TEST_CASE("stress: ranks run out of data at different rounds and join") {
+  const int n = accord::size(), me = accord::rank();
+  Naming naming{"joining", 5, 20, {}};
+  naming.rounds_of = [n](int r) { return 40 + 30 * ((r + 1) % n); };
+  const Place global = placeIn(accord::kGlobalProcessSet);
+  std::vector<ThreadResult> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back(runThread, t, naming.rounds_of(me), std::cref(global), std::cref(naming),
+                         std::ref(results[static_cast<std::size_t>(t)]));
+  for (auto& thread : threads) thread.join();
+  const accord::Handle joined = accord::join_async();
+  const auto error = describe(finish(joined, "join"), "join");
+  INFO(error);
+  CHECK(error.empty());
+  if (error.empty()) CHECK(joined.last_joined_rank() == n - 2);
+  report(results, std::vector<int>(kThreads, naming.rounds_of(me) * kJobsPerRound));
 }
 
 int main(int argc, char** argv) { return runMain(argc, argv); }
