@@ -53,76 +53,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from job_log import RUNS, Checks, Run, assert_none_failed, signal_host  # noqa: E402
 COMMIT_EVERY = 4
 STALL_BOUND = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5"))
-
-
-RUNS = []
-
-
-class Run:
-    """accordrun in the background; its lines kept with the time each arrived."""
-
-    def __init__(self, cmd, env):
-        RUNS.append(self)
-        self.lines = []
-        self.cond = threading.Condition()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
-        self.threads = [threading.Thread(target=self._read, args=(s,), daemon=True)
-                        for s in (self.proc.stdout, self.proc.stderr)]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, stream):
-        for line in stream:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            with self.cond:
-                self.lines.append((time.monotonic(), line.rstrip("\n")))
-                self.cond.notify_all()
-
-    def wait_for(self, pattern, timeout):
-        """The first line matching ``pattern`` (its time and match), waiting up to timeout."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for t, line in self.lines:
-                    m = re.search(pattern, line)
-                    if m:
-                        return t, m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    return None, None
-                self.cond.wait(min(left, 0.5))
-
-    def finish(self, timeout):
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            rc = self.proc.wait()
-        for t in self.threads:
-            t.join(timeout=10)
-        return rc
-
-    def matching(self, pattern):
-        return [(t, m) for t, line in self.lines for m in [re.search(pattern, line)] if m]
-
-
-def signal_host(out, reset, host, sig):
-    """Sends ``sig`` to every rank of ``host`` in run ``reset``; returns their ranks."""
-    ranks = []
-    for name in os.listdir(os.path.join(out, "pids", str(reset))):
-        h, rank, pid = name.rsplit(".", 2)
-        if h == host:
-            os.kill(int(pid), sig)
-            ranks.append(int(rank))
-    return sorted(ranks)
 
 
 def accordrun(accordrun_path, python, out, flags, train_flags=()):
@@ -131,23 +68,6 @@ def accordrun(accordrun_path, python, out, flags, train_flags=()):
                                       "--commit-every", str(COMMIT_EVERY)] + list(train_flags)
     print("+", " ".join(cmd), flush=True)
     return Run(cmd, dict(os.environ, ACCORD_STALL_SHUTDOWN_TIME=os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5")))
-
-
-class Checks:
-    """Records every check of a scenario (a failed one does not stop the job early, so
-    that one run reports all that went wrong); assert_none_failed() is the verdict."""
-
-    def __init__(self):
-        self.failed = []
-
-    def __call__(self, cond, what):
-        print(("ok: " if cond else "FAILED: ") + what, flush=True)
-        if not cond:
-            self.failed.append(what)
-
-
-def assert_none_failed(failed):
-    assert not failed, f"{len(failed)} check(s) failed: " + "; ".join(failed)
 
 
 def check_training(run, check, epochs, final_size, redone_limit=COMMIT_EVERY):
@@ -166,11 +86,25 @@ def check_training(run, check, epochs, final_size, redone_limit=COMMIT_EVERY):
     return steps, redone
 
 
+def recovery(run, check, since, what, bounded=True, extra=""):
+    """The first step on 2 ranks after `since` (the fault): within the stall bound + 10 s
+    where `bounded`, and printed as a FIGURE line."""
+    after = [tt for tt, _ in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
+    if since is None or not after:
+        return
+    took = after[0] - since
+    if bounded:
+        check(took <= STALL_BOUND + 10, f"first step on 2 ranks {took:.1f} s after {what} "
+                                        f"(<= stall bound + 10 s)")
+    print(f"FIGURE recovery {took:.1f} s from {what} to the first step on 2 ranks{extra}", flush=True)
+
+
 def scenario_kill(accordrun_path, python, out, hosts):
     check = Checks()
     run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts])
     t, _ = run.wait_for(r"^STEP 6 ", 120)
     check(t is not None, "training reached step 6 on 4 ranks")
+    killed_at = None
     if t is not None:
         killed_at = time.monotonic()
         ranks = signal_host(out, 0, "simhost0", signal.SIGKILL)
@@ -184,11 +118,8 @@ def scenario_kill(accordrun_path, python, out, hosts):
     resets = run.matching(r"accordrun: reset (\d+): (.*)")
     check(len(resets) == 1 and "simhost0" in resets[0][1].group(2) and "signal 9" in resets[0][1].group(2),
           f"one reset logged, naming simhost0 and signal 9: {[m.group(0) for _, m in resets]}")
-    if t is not None:
-        after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
-        if after:
-            print(f"FIGURE recovery {after[0] - killed_at:.1f} s from the kill to the first step on "
-                  f"2 ranks; redone steps {redone}", flush=True)
+    recovery(run, check, killed_at, "the kill", bounded=False,
+             extra=f"; redone steps {redone}")
     return check.failed
 
 
@@ -266,7 +197,7 @@ def scenario_stop(accordrun_path, python, out, hosts):
     run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "2", "-H", hosts])
     t, _ = run.wait_for(r"^STEP 6 ", 120)
     check(t is not None, "training reached step 6 on 4 ranks")
-    stopped = []
+    stopped, stopped_at = [], None
     try:
         if t is not None:
             stopped_at = time.monotonic()
@@ -286,12 +217,7 @@ def scenario_stop(accordrun_path, python, out, hosts):
     check(len(resets) == 1 and "ranks 2, 3 on simhost1 stopped answering" in resets[0][1].group(2)
           and "blacklisted simhost1" in resets[0][1].group(2),
           f"one reset, naming simhost1's ranks: {[m.group(0) for _, m in resets]}")
-    after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
-    if t is not None and after:
-        bound = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "5")) + 10
-        took = after[0] - stopped_at
-        check(took <= bound, f"first step on 2 ranks {took:.1f} s after the freeze (<= stall bound + 10 s)")
-        print(f"FIGURE recovery {took:.1f} s from SIGSTOP to the first step on 2 ranks", flush=True)
+    recovery(run, check, stopped_at, "SIGSTOP")
     return check.failed
 
 
@@ -307,12 +233,7 @@ def scenario_raise(accordrun_path, python, out, hosts):
     check(len(resets) == 1 and "rank 2 on simhost1 raised RuntimeError: user code failed at step 6 "
           "on rank 2" in resets[0][1].group(2) and "blacklisted simhost1" in resets[0][1].group(2),
           f"one reset, naming rank 2 on simhost1 and its error: {[m.group(0) for _, m in resets]}")
-    after = [tt for tt, m in run.matching(r"^STEP \d+ epoch \d+ size 2 ")]
-    if raised is not None and after:
-        took = after[0] - raised
-        check(took <= STALL_BOUND + 10, f"first step on 2 ranks {took:.1f} s after the raise "
-                                        f"(<= stall bound + 10 s)")
-        print(f"FIGURE recovery {took:.1f} s from the raise to the first step on 2 ranks", flush=True)
+    recovery(run, check, raised, "the raise")
 
     # The same error raised on every rank is the script's own: no host is blamed, and
     # accordrun stops with the script's status rather than restart it elsewhere.
@@ -418,7 +339,7 @@ def scenario_cooldown(accordrun_path, python, out, hosts):
     failures = run.matching(r"accordrun: reset \d+: .*blacklisted")
     check(len(failures) == 2, f"two failures logged: {[m.group(0) for _, m in failures]}")
     final = run.matching(r"^FINAL size (\d+) identical True epochs 8")
-    check(len(final) == 1, f"the job finishes every epoch with identical parameters")
+    check(len(final) == 1, "the job finishes every epoch with identical parameters")
     check_training(run, check, 8, int(final[0][1].group(1)) if final else 0, 2 * COMMIT_EVERY)
     return check.failed
 

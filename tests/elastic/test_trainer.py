@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_driver import Checks, Run, RUNS, assert_none_failed  # noqa: E402  (the same log reader)
+from job_log import Checks, Run, RUNS, assert_none_failed  # noqa: E402  (the same log reader)
 
 COMMIT_EVERY = 8
 KILL_AFTER = 13 * COMMIT_EVERY  # step 104: early in the second epoch
