@@ -9,10 +9,11 @@
 //   mpi_test_fault_load --fault freeze|exit
 //
 // The victim is the last rank. Its threads run as the others' do until its main thread
-// stops the process (SIGSTOP) or leaves (_exit), 0.3 s into the rounds; the rounds reuse
-// their names (the response cache's path, small tensors carried in the negotiation)
-// and mix tensors of a few elements with ones of megabytes, which are in flight for a
-// while. Plain main, reporting with marker lines, as test_fault.cc (which says why).
+// stops the process (SIGSTOP) or leaves (_exit), 0.3 s after as many rounds as threads
+// have completed; the rounds reuse their names (the response cache's path, small
+// tensors carried in the negotiation) and mix tensors of a few elements with ones of
+// megabytes, which are in flight for a while. Plain main, reporting with marker lines,
+// as test_fault.cc (which says why).
 #include "fault_test.h"
 #include "silent_ranks.h"
 
@@ -40,6 +41,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int kThreads = 4;
 constexpr int kMaxRounds = 20000;  // a victim that never fails ends the survivors' rounds
 constexpr std::int64_t kSizes[] = {7, 1000, 64 << 10, 1 << 20};  // float32 elements
+
+std::atomic<int> g_rounds{0};  // rounds this rank's threads have completed
 
 // What one survivor thread saw.
 struct ThreadLog {
@@ -98,6 +101,7 @@ void runThread(int t, int victim, ThreadLog& log) {
       if (accord_test::blamesOnly(message, victim)) log.blames_victim_only = true;
     }
     log.rounds = round + 1;
+    g_rounds.fetch_add(1);
   }
 }
 
@@ -131,7 +135,11 @@ int main(int argc, char** argv) {
   std::vector<ThreadLog> logs(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(runThread, t, victim, std::ref(logs[t]));
+  const auto start = Clock::now();
   if (me == victim) {
+    // Every thread's collectives have run before (slow builds take longer to get there).
+    while (g_rounds.load() < kThreads && Clock::now() - start < std::chrono::seconds(30))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     fail(fault);
     std::fprintf(stderr, "[victim] woke up\n");
@@ -140,7 +148,7 @@ int main(int argc, char** argv) {
   for (auto& thread : threads) thread.join();
 
   // The rank's last success is the latest any of its threads saw: the fault came after.
-  Clock::time_point last_ok{};
+  Clock::time_point last_ok = start;
   for (const ThreadLog& l : logs) last_ok = std::max(last_ok, l.last_ok);
   bool pass = true, blamed = false;
   std::string detail;
