@@ -168,6 +168,15 @@ void fillInputs(Flight& f) {
   }
 }
 
+// The options every collective of `job` takes: its name and set.
+template <class Options>
+Options optionsFor(const Job& job, const Place& at) {
+  Options options;
+  options.name = job.name;
+  options.process_set = at.set;
+  return options;
+}
+
 std::unique_ptr<Flight> submit(const Job& job, const Place& at) {
   auto f = std::make_unique<Flight>();
   f->job = job;
@@ -182,9 +191,7 @@ std::unique_ptr<Flight> submit(const Job& job, const Place& at) {
   switch (job.kind) {
     case Kind::Allreduce:
     case Kind::Grouped: {
-      accord::AllreduceOptions options;
-      options.name = job.name;
-      options.process_set = at.set;
+      auto options = optionsFor<accord::AllreduceOptions>(job, at);
       options.op = job.op;
       options.prescale = job.prescale;
       options.postscale = job.postscale;
@@ -199,34 +206,26 @@ std::unique_ptr<Flight> submit(const Job& job, const Place& at) {
     }
     case Kind::Allgather: {
       f->output = std::make_unique<Output>(job.dtype);
-      accord::AllgatherOptions options;
-      options.name = job.name;
-      options.process_set = at.set;
+      auto options = optionsFor<accord::AllgatherOptions>(job, at);
       f->handle = accord::allgather_async(rowsView(), f->output->allocator(), options);
       break;
     }
     case Kind::Broadcast: {
-      accord::BroadcastOptions options;
-      options.name = job.name;
-      options.process_set = at.set;
+      auto options = optionsFor<accord::BroadcastOptions>(job, at);
       options.root = job.root;
       f->handle = accord::broadcast_async(f->tensors[0]->view(), options);
       break;
     }
     case Kind::Reducescatter: {
       f->output = std::make_unique<Output>(job.dtype);
-      accord::ReducescatterOptions options;
-      options.name = job.name;
-      options.process_set = at.set;
+      auto options = optionsFor<accord::ReducescatterOptions>(job, at);
       options.op = job.op;
       f->handle = accord::reducescatter_async(rowsView(), f->output->allocator(), options);
       break;
     }
     case Kind::Alltoall: {
       f->output = std::make_unique<Output>(job.dtype);
-      accord::AlltoallOptions options;
-      options.name = job.name;
-      options.process_set = at.set;
+      auto options = optionsFor<accord::AlltoallOptions>(job, at);
       for (int to = 0; to < at.n; ++to) options.splits.push_back(job.split(at.me, to));
       f->handle = accord::alltoall_async(rowsView(), f->output->allocator(), options);
       break;
