@@ -108,9 +108,10 @@ void Controller::offerToCarry(const ProcessSet& set, std::uint32_t slot, TensorE
       r.op == ReduceOp::Adasum)
     return;
   const std::size_t bytes = r.tensorBytes(0);
-  // A tensor that does not fit its response takes the ordinary path, which reports it.
+  // A tensor that does not fit its response takes the ordinary path, which reports it;
+  // so does an empty one, which has nothing to carry (and may have no data pointer).
   if (entry.tensor.dtype != r.dtype || entry.tensor.bytes() != bytes) return;
-  if (bytes > 0 && entry.tensor.data == nullptr) return;
+  if (bytes == 0 || entry.tensor.data == nullptr) return;
   CarriedTensor t;
   t.slot = slot;
   t.data = entry.tensor.data;
