@@ -187,7 +187,9 @@ TEST_CASE("timeline: a failed write leaves the file as it was, complete", "[time
       t.tensorsPhase({"later." + std::to_string(i)}, "negotiate", Clock::now());
       if (i % 300 == 299) t.flush(true);  // 300 tracks: more than the 16 KiB allowed
     }
-    ::_exit(t.active() ? 1 : 0);  // stopped by the failed write
+    const bool still_active = t.active();  // false: stopped by the failed write
+    t.stop();  // joins the writer thread, which the failed write ended
+    ::_exit(still_active ? 1 : 0);
   }
   int status = 0;
   ::waitpid(child, &status, 0);
