@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
@@ -65,6 +67,40 @@ inline FaultSetup faultSetup(int victim) {
   MPI_Allgather(&pid, 1, MPI_INT, f.pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   MPI_Comm_split(MPI_COMM_WORLD, me == victim ? 1 : 0, me, &f.survivors);
   return f;
+}
+
+// The fault itself, on the victim: stops every thread of the process (SIGSTOP, as a
+// debugger or a hung process would; a survivor kills it later) or leaves at once
+// (_exit, as a crash the launcher is told to ignore would). Async-signal-safe, so that it
+// may run on Accord's background thread (inside an Allocator) as well.
+inline void injectFault(bool freeze) {
+  const char* line = freeze ? "[victim] stopping myself\n" : "[victim] leaving\n";
+  if (write(2, line, std::strlen(line)) < 0) {
+  }
+  if (freeze) {
+    raise(SIGSTOP);
+    return;
+  }
+  _exit(3);
+}
+
+// A survivor's collective after the failure: "CommError" (as it must be: at once),
+// "slow" (it succeeded, after more than a second times `scale`), "ok" or "other".
+inline std::string laterCollective(const std::string& name, double scale) {
+  try {
+    float x[16] = {};
+    accord::AllreduceOptions o;
+    o.name = name;
+    const auto t1 = std::chrono::steady_clock::now();
+    accord::allreduce_async({x, accord::DType::Float32, {16}, {}}, o).wait();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    return took < 1.0 * scale ? "ok" : "slow";
+  } catch (const accord::CommError&) {
+    return "CommError";
+  } catch (const std::exception&) {
+    return "other";
+  }
 }
 
 }  // namespace accord_test

@@ -81,15 +81,7 @@ Args parse(int argc, char** argv) {
 
 std::string g_fault;
 
-void fail() {
-  const char* line = g_fault == "freeze" ? "[victim] stopping myself\n" : "[victim] leaving\n";
-  if (write(2, line, std::strlen(line)) < 0) {}  // async-signal-safe, unlike fprintf
-  if (g_fault == "freeze") {
-    raise(SIGSTOP);  // stops every thread of the process; rank 0 kills it later
-    return;
-  }
-  _exit(3);
-}
+void fail() { accord_test::injectFault(g_fault == "freeze"); }
 
 // Waits (on the victim's application thread) until element 0 differs from `before`,
 // i.e. the collective is under way, then fails. Reading memory the runtime is writing
@@ -226,21 +218,7 @@ int main(int argc, char** argv) {
           ? accord_test::blamesOnly(message, victim)
           : !over_mpi && contains(message, "shared-memory transport") &&
                 accord_test::blamesOnly(message, victim);
-  std::string later_message;
-  std::string later = "ok";
-  try {
-    std::vector<float> x(16, 1.0f);
-    accord::AllreduceOptions o;
-    o.name = "fault.later";
-    const auto t1 = Clock::now();
-    accord::allreduce_async({x.data(), accord::DType::Float32, {16}, {}}, o).wait();
-    later = since(t1) < 1.0 * scale ? "ok" : "slow";
-  } catch (const accord::CommError& e) {
-    later = "CommError";
-    later_message = e.what();
-  } catch (const std::exception& e) {
-    later = "other";
-  }
+  const std::string later = accord_test::laterCollective("fault.later", scale);
   const auto t2 = Clock::now();
   accord::shutdown();
   const double shut = since(t2);

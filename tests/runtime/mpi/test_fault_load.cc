@@ -26,7 +26,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,17 +104,6 @@ void runThread(int t, int victim, ThreadLog& log) {
   }
 }
 
-void fail(const std::string& fault) {
-  const char* line = fault == "freeze" ? "[victim] stopping myself\n" : "[victim] leaving\n";
-  if (write(2, line, std::strlen(line)) < 0) {
-  }
-  if (fault == "freeze") {
-    raise(SIGSTOP);  // stops every thread of the process; rank 0 kills it later
-    return;
-  }
-  _exit(3);
-}
-
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -141,7 +129,7 @@ int main(int argc, char** argv) {
     while (g_rounds.load() < kThreads && Clock::now() - start < std::chrono::seconds(30))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    fail(fault);
+    accord_test::injectFault(fault == "freeze");
     std::fprintf(stderr, "[victim] woke up\n");
     std::_Exit(1);
   }
@@ -168,19 +156,7 @@ int main(int argc, char** argv) {
   }
   pass = pass && blamed;
 
-  std::string later = "ok";
-  try {
-    float x = 1.0f;
-    accord::AllreduceOptions o;
-    o.name = "load.later";
-    const auto t1 = Clock::now();
-    accord::allreduce_async({&x, accord::DType::Float32, {1}, {}}, o).wait();
-    later = seconds(Clock::now() - t1) < 1.0 * setup.scale ? "ok" : "slow";
-  } catch (const accord::CommError&) {
-    later = "CommError";
-  } catch (const std::exception&) {
-    later = "other";
-  }
+  const std::string later = accord_test::laterCollective("load.later", setup.scale);
   const auto t2 = Clock::now();
   accord::shutdown();
   const double shut = seconds(Clock::now() - t2);
