@@ -2,7 +2,9 @@
 //
 // Accord works whether or not the application initialized MPI: it initializes MPI
 // itself only when needed (and then finalizes it), and always talks on its own
-// duplicates of MPI_COMM_WORLD so the application's traffic never mixes with its own.
+// duplicates of MPI_COMM_WORLD (or of the communicator or the world ranks the
+// application gave init, runtime/world_comm.h) so the application's traffic never
+// mixes with its own.
 //
 // After a communication failure (a peer died or stopped answering) MPI cannot be torn
 // down: freeing a communicator or finalizing waits for peers that will never come.
@@ -25,6 +27,9 @@
 #include "runtime/peer_watch.h"
 #include "runtime/runtime.h"
 #include "runtime/timeline.h"
+#include "runtime/world_comm.h"
+
+#include <accord/mpi.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -62,7 +67,7 @@ void forgetRuntimeInChild() {
   g_parents_runtime = g_runtime.release();  // its destructor would free the parent's MPI state
 }
 
-void initMpi(Runtime& rt) {
+void initMpi(Runtime& rt, const WorldSource& source) {
   int initialized = 0, finalized = 0;
   ACCORD_MPI_CHECK(MPI_Initialized(&initialized));
   ACCORD_MPI_CHECK(MPI_Finalized(&finalized));
@@ -74,6 +79,12 @@ void initMpi(Runtime& rt) {
             : "accord::init: MPI has been finalized; Accord needs MPI to be initialized (or "
               "never initialized, so that Accord initializes it)");
   }
+  if (!initialized && source.kind == WorldSource::Kind::Comm) {
+    throw NotInitialized(source.call() +
+                         ": MPI is not initialized; a communicator exists only once the "
+                         "application has initialized MPI (MPI_Init_thread, with "
+                         "MPI_THREAD_MULTIPLE where it also calls MPI)");
+  }
   int provided = 0;
   if (!initialized) {
     ACCORD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
@@ -83,7 +94,7 @@ void initMpi(Runtime& rt) {
   }
   // Also where an init() that failed (a bad setting) initialized it: this one owns it.
   rt.finalize_mpi = g_initialized_mpi;
-  ACCORD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &rt.world));
+  rt.world = makeWorld(source);
   // Failures become exceptions with MPI's message instead of aborting the job.
   ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(rt.world, MPI_ERRORS_RETURN));
   ACCORD_MPI_CHECK(MPI_Comm_rank(rt.world, &rt.rank));
@@ -217,10 +228,19 @@ void shutdownAtExit() {
 
 }  // namespace
 
-void init() {
+namespace {
+
+void initOver(const WorldSource& source) {
   if (detail::forked()) throw NotInitialized(detail::forkedError("accord::init"));
   std::lock_guard<std::mutex> lock(g_lifetime_mu);
-  if (g_runtime) return;
+  checkSourceBeforeMpi(source);
+  if (g_runtime) {
+    if (sameRanks(source, g_runtime->world)) return;
+    throw InvalidArgument(source.call() + ": Accord already runs on this process over " +
+                          std::to_string(g_runtime->size) +
+                          " other ranks; call accord::shutdown() first to start it over "
+                          "these");
+  }
   if (!g_broken.empty()) {
     throw NotInitialized(
         "accord::init: Accord cannot restart in this process after a "
@@ -234,7 +254,7 @@ void init() {
   } catch (const InvalidArgument& e) {
     bad_setting = e.what();
   }
-  initMpi(*rt);
+  initMpi(*rt, source);
   checkConfigParsed(*rt, bad_setting);
   configureLogging(rt->rank, rt->config.log_level);
   warnUnknownVariables(rt->rank);
@@ -270,6 +290,28 @@ void init() {
   if (!registered) log().warn("could not register Accord's shutdown at exit");
   static const bool fork_handled = pthread_atfork(nullptr, nullptr, forgetRuntimeInChild) == 0;
   if (!fork_handled) log().warn("could not register Accord's fork handler");
+}
+
+}  // namespace
+
+void init() { initOver({}); }
+
+void init(MPI_Comm comm) {
+  WorldSource source;
+  source.kind = WorldSource::Kind::Comm;
+  source.comm = comm;
+  initOver(source);
+}
+
+void init(const std::vector<int>& world_ranks) {
+  WorldSource source;
+  source.kind = WorldSource::Kind::Ranks;
+  source.ranks = world_ranks;
+  initOver(source);
+}
+
+std::vector<int> ranks_of(MPI_Comm comm) {
+  return ranksIn(comm, runtime("accord::ranks_of").world, "accord::ranks_of");
 }
 
 void shutdown() {

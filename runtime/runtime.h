@@ -17,7 +17,7 @@ struct Runtime {
   ~Runtime();  // never std::terminate on a joinable loop thread
 
   Config config;
-  MPI_Comm world = MPI_COMM_NULL;  // Accord's own duplicate of MPI_COMM_WORLD
+  MPI_Comm world = MPI_COMM_NULL;  // Accord's own communicator: its ranks (world_comm.h)
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;

@@ -53,6 +53,8 @@ struct MainOptions {
   // Run before accord::init / after accord::shutdown; return the number of failures.
   std::function<int()> before_init;
   std::function<int()> after_shutdown;
+  // Starts Accord in place of accord::init() (over a communicator, say).
+  std::function<void()> init;
 };
 // MPI init, accord::init, the Catch session, accord::shutdown, the failure count
 // reduced across ranks, MPI_Finalize. Arguments "--env NAME=VALUE" set environment

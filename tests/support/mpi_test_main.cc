@@ -81,7 +81,10 @@ int runMain(int argc, char** argv, const MainOptions& options) {
   int failures = 0;
   if (options.before_init) failures += options.before_init();
   try {
-    accord::init();
+    if (options.init)
+      options.init();
+    else
+      accord::init();
   } catch (const std::exception& e) {
     die("accord::init failed", e.what());
   }
