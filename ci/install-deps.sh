@@ -25,7 +25,8 @@ packages=(
   python3-matplotlib           # accord-report's plots
 )
 case "${1:-}" in
-  --tests) packages+=(slurmctld slurmd slurm-client munge) ;;  # accordrun's srun test
+  # accordrun's srun test; init(comm=...) with an mpi4py communicator (tests/bindings/python)
+  --tests) packages+=(slurmctld slurmd slurm-client munge python3-mpi4py) ;;
   "") ;;
   *) echo "usage: ci/install-deps.sh [--tests]" >&2; exit 2 ;;
 esac

@@ -6,9 +6,13 @@
 #include "pending.h"
 
 #include <accord/accord.h>
+#include <accord/mpi.h>
 
 #include <mpi.h>
 #include <pybind11/stl.h>
+
+#include <cstdint>
+#include <type_traits>
 
 namespace py = pybind11;
 
@@ -23,6 +27,33 @@ int mpiThreadLevel() {
   int level = 0;
   MPI_Query_thread(&level);  // a local query, safe beside Accord's background thread
   return level;
+}
+
+// A communicator from its handle as mpi4py gives it (MPI._handleof): a pointer in Open
+// MPI, an integer in MPICH.
+template <typename Comm = MPI_Comm>
+Comm communicator(std::uintptr_t handle) {
+  if constexpr (std::is_pointer_v<Comm>)
+    return reinterpret_cast<Comm>(handle);
+  else
+    return static_cast<Comm>(handle);
+}
+
+std::string mpiLibraryVersion() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(text, &length);  // callable before MPI_Init
+  return std::string(text, length);
+}
+
+// init() and its variants: they wait on the other ranks without the GIL.
+template <typename Start>
+void started(Start start) {
+  {
+    py::gil_scoped_release release;
+    start();
+  }
+  noteShutDown(false);
 }
 
 }  // namespace
@@ -73,13 +104,18 @@ py::buffer_info bufferInfo(Buffer& b) {
 }
 
 void defineRuntime(py::module_& m) {
-  m.def("init", [] {
-    {
-      py::gil_scoped_release release;
-      init();
-    }
-    noteShutDown(false);
-  });
+  m.def("init", [] { started([] { init(); }); });
+  m.def(
+      "init_comm", [](std::uintptr_t handle) { started([&] { init(communicator(handle)); }); },
+      py::arg("handle"));
+  m.def(
+      "init_ranks",
+      [](const std::vector<int>& ranks) { started([&] { init(ranks); }); },
+      py::arg("world_ranks"));
+  m.def(
+      "ranks_of", [](std::uintptr_t handle) { return ranks_of(communicator(handle)); },
+      py::arg("handle"));
+  m.def("mpi_library_version", &mpiLibraryVersion);
   m.def("shutdown", [] {
     const bool was_running = is_initialized();
     {

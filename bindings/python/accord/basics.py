@@ -8,7 +8,7 @@ import itertools
 import os
 import warnings
 
-from accord import _core, _driver
+from accord import _comm, _core, _driver
 from accord.errors import InvalidCollectiveError, ProcessSetRanksError
 
 # ---- reduction ops ---------------------------------------------------------------
@@ -49,24 +49,28 @@ _homogeneous = None
 
 
 def init(comm=None, process_sets=None):
-    """Starts Accord on every rank (collective). ``process_sets``: ProcessSet objects
-    to register right away, in the same order on every rank; or Horovod's "dynamic",
-    which Accord needs not be told (add_process_set works after init() in any case)."""
+    """Starts Accord on every rank (collective). ``comm``: the ranks to run over, every
+    rank of MPI_COMM_WORLD by default; a list of world ranks (Accord's rank i is world
+    rank comm[i]; only those ranks call init with it) or an mpi4py communicator (its
+    members call init with it; the application owns MPI then). ``process_sets``:
+    ProcessSet objects to register right away, in the same order on every rank; or
+    Horovod's "dynamic", which Accord needs not be told (add_process_set works after
+    init() in any case)."""
     global _homogeneous
-    if comm is not None:
-        raise NotImplementedError(
-            "init(comm=...): Accord always spans all ranks of the job (MPI_COMM_WORLD); "
-            "use process sets (add_process_set) for collectives over a subset")
+    if comm is not None and _driver.under_driver():
+        raise ValueError("init(comm=...): under accordrun's elastic driver Accord runs over "
+                         "every rank the driver started; use process sets for a subset")
     if isinstance(process_sets, str):
         if process_sets != "dynamic":
             raise ValueError(f'init(process_sets={process_sets!r}): give a list of ProcessSet '
                              'objects, or "dynamic"')
         process_sets = None
-    _core.init()
+    _comm.start(comm)
     # Whether every host runs the same number of ranks must read the same on every
     # rank: compare the local sizes once here, through the runtime itself.
     _homogeneous = _all_local_sizes_equal()
     global_process_set._set_id(0)
+    global_process_set.mpi_comm = comm if _comm.is_communicator(comm) else None
     if process_sets:
         for ps in process_sets:
             add_process_set(ps)
@@ -201,9 +205,17 @@ class ProcessSet:
     """
 
     def __init__(self, ranks):
+        self.mpi_comm = None
+        if _comm.is_communicator(ranks):
+            # Its members are known once registered (add_process_set).
+            self.mpi_comm = ranks
+            self.ranks = None
+            self.process_set_id = None
+            self._set_ranks = None
+            return
         if not hasattr(ranks, "__iter__"):
-            raise ValueError("ProcessSet takes a list of ranks (an MPI communicator is not "
-                             "supported by Accord)")
+            raise ValueError(f"ProcessSet takes a list of ranks or an mpi4py communicator, "
+                             f"got {ranks!r}")
         ranks = sorted(ranks)
         if any(not isinstance(r, int) for r in ranks):
             raise ValueError(f"ProcessSet ranks must be integers, got {ranks!r}")
@@ -255,7 +267,8 @@ class ProcessSet:
         return hash((self.process_set_id, tuple(self.ranks or ())))
 
     def __repr__(self):
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+        comm = "" if self.mpi_comm is None else f", mpi_comm={self.mpi_comm!r}"
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}{comm})"
 
 
 class _GlobalProcessSet(ProcessSet):
@@ -297,6 +310,8 @@ def add_process_set(process_set):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"add_process_set: {process_set} is already registered")
+    if process_set.mpi_comm is not None:
+        return _add_from_communicator(process_set)
     if _core.is_initialized():  # before init(), the runtime says so below
         _check_ranks_exist(process_set)
         if _driver.under_driver() and process_set.ranks == list(range(_core.size())):
@@ -314,6 +329,32 @@ def add_process_set(process_set):
                                  "first)")
     process_set._set_id(_core.add_process_set(process_set.ranks))
     _registered_sets.append(process_set)
+    return process_set
+
+
+def _add_from_communicator(process_set):
+    """A set of a communicator's members, each rank passing its own communicator (the
+    halves of a Split, say): every distinct set is registered on every rank, in the order
+    of its lowest rank, and each rank's ProcessSet stands for the set it is a member of.
+    Every rank learns every rank's members first, so that a refusal is raised on all."""
+    mine = _comm.members(process_set.mpi_comm, "add_process_set(ProcessSet(comm))")
+    rows = _comm.memberships(mine)
+    _comm.check_partition(rows)
+    distinct = []
+    for row in rows:
+        if sorted(row) not in distinct:
+            distinct.append(sorted(row))
+    for ranks in distinct:
+        for existing in [global_process_set, *_registered_sets]:
+            if existing.ranks == ranks:
+                raise ValueError(f"add_process_set(ProcessSet(comm)): ranks {ranks} are already "
+                                 f"process set {existing.process_set_id}; use that one (or "
+                                 "remove it first)")
+    own = sorted(mine)
+    for ranks in distinct:
+        ps = process_set if ranks == own else ProcessSet(ranks)
+        ps._set_id(_core.add_process_set(ranks))
+        _registered_sets.append(ps)
     return process_set
 
 

@@ -1,8 +1,8 @@
 # Runs an mpirun job that must succeed and whose output must match every one of
 # EXPECT_1 .. EXPECT_9 (regular expressions; numbered variables, because a list would
-# be split into separate arguments on its way here).
+# be split into separate arguments on its way here), and not REJECT if given.
 #   cmake -DMPIEXEC=... -DNP=2 -DEXE=... [-DPREFLAGS=a;b] [-DENV=NAME=VALUE|...]
-#         -DEXPECT_1=regex [-DEXPECT_2=regex ...] -P run_expect_output.cmake
+#         -DEXPECT_1=regex [-DEXPECT_2=regex ...] [-DREJECT=regex] -P run_expect_output.cmake
 foreach(var MPIEXEC NP EXE EXPECT_1)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_expect_output.cmake: -D${var}=... is required")
@@ -25,4 +25,7 @@ foreach(i RANGE 1 9)
     message(FATAL_ERROR "FAILED: nothing in the output matches '${EXPECT_${i}}'")
   endif()
 endforeach()
+if(DEFINED REJECT AND "${out}\n${err}" MATCHES "${REJECT}")
+  message(FATAL_ERROR "FAILED: the output has '${CMAKE_MATCH_0}', which it must not")
+endif()
 message("PASSED")
