@@ -7,7 +7,9 @@
 // beside it; and shutdown leaves MPI to the application.
 //
 // With `--env INIT_COMM_BY=ranks` each group starts Accord from the list of its world
-// ranks instead (accord::init(world_ranks), what Python's init(comm=[...]) calls).
+// ranks instead (accord::init(world_ranks), what Python's init(comm=[...]) calls); with
+// `--env INIT_COMM_SPLIT=interleaved` the groups are the even and the odd world ranks,
+// which across simulated hosts of 2 + 2 ranks puts each group on both hosts.
 //
 // Before any of it: the refusals. accord::init(comm) before MPI_Init (main), and after
 // it (before_init) MPI_COMM_NULL, an intercommunicator and bad lists of world ranks.
@@ -31,13 +33,18 @@ namespace {
 
 int g_world_rank = -1;
 int g_world_size = 0;
-int g_color = 0;                  // 0: the first half of the world ranks, 1: the rest
+int g_color = 0;                  // which group: the first half or the rest, or the parity
 MPI_Comm g_group = MPI_COMM_NULL;  // this rank's group, highest world rank first
 std::vector<int> g_members;       // the group's world ranks, in group-rank order
 
-bool byRankList() {
-  const char* by = std::getenv("INIT_COMM_BY");
-  return by != nullptr && std::string(by) == "ranks";
+bool envIs(const char* name, const std::string& value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && set == value;
+}
+
+int colorOf(int world_rank) {
+  if (envIs("INIT_COMM_SPLIT", "interleaved")) return world_rank % 2;
+  return world_rank < (g_world_size + 1) / 2 ? 0 : 1;
 }
 
 // "" when `call` throws an accord exception of `kind` whose message has `needle`.
@@ -58,11 +65,10 @@ int report(const std::string& what, const std::string& problem) {
 int makeGroups() {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
-  const int first_half = (g_world_size + 1) / 2;
-  g_color = g_world_rank < first_half ? 0 : 1;
+  g_color = colorOf(g_world_rank);
   MPI_Comm_split(MPI_COMM_WORLD, g_color, -g_world_rank, &g_group);
   for (int r = g_world_size - 1; r >= 0; --r)
-    if ((r < first_half ? 0 : 1) == g_color) g_members.push_back(r);
+    if (colorOf(r) == g_color) g_members.push_back(r);
   return 0;
 }
 
@@ -74,7 +80,8 @@ int refusalsBeforeInit() {
                      }));
   if (g_world_size >= 2) {
     // The two groups' leaders are their highest world ranks.
-    const int other_leader = g_color == 0 ? g_world_size - 1 : (g_world_size + 1) / 2 - 1;
+    int other_leader = g_world_size - 1;
+    while (colorOf(other_leader) == g_color) --other_leader;
     MPI_Comm inter;
     MPI_Intercomm_create(g_group, 0, MPI_COMM_WORLD, other_leader, 77, &inter);
     failures += report("init(intercommunicator)",
@@ -106,7 +113,7 @@ int refusalsBeforeInit() {
 }
 
 void startOnGroup() {
-  if (byRankList())
+  if (envIs("INIT_COMM_BY", "ranks"))
     accord::init(g_members);
   else
     accord::init(g_group);
@@ -133,10 +140,19 @@ TEST_CASE("rank, size and topology are the group's") {
   CHECK(accord::rank() == group_rank);
   CHECK(accord::size() == static_cast<int>(g_members.size()));
   CHECK(g_members[accord::rank()] == g_world_rank);
-  CHECK(accord::local_size() == accord::size());  // mpirun starts every rank here
-  CHECK(accord::local_rank() == accord::rank());
-  CHECK(accord::cross_size() == 1);
   CHECK(accord::process_set_ranks(accord::kGlobalProcessSet) == allRanks(accord::size()));
+  // The group's members on this host, and its hosts, as MPI counts them.
+  MPI_Comm node;
+  MPI_Comm_split_type(g_group, MPI_COMM_TYPE_SHARED, group_rank, MPI_INFO_NULL, &node);
+  int local_rank = -1, local_size = 0, hosts = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  const int leader = local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, g_group);
+  CHECK(accord::local_rank() == local_rank);
+  CHECK(accord::local_size() == local_size);
+  CHECK(accord::cross_size() == hosts);
 }
 
 TEST_CASE("ranks_of: a communicator's members as Accord ranks") {
@@ -151,7 +167,8 @@ TEST_CASE("ranks_of: a communicator's members as Accord ranks") {
   MPI_Comm_free(&reversed);
   CHECK(refused("InvalidArgument", "MPI_COMM_NULL", [] { accord::ranks_of(MPI_COMM_NULL); }) == "");
   if (g_world_size > n) {
-    const int outsider = g_color == 0 ? (g_world_size + 1) / 2 : 0;  // the first in world order
+    int outsider = 0;  // the first in world order
+    while (colorOf(outsider) == g_color) ++outsider;
     CHECK(refused("InvalidArgument", "rank " + std::to_string(outsider) + " of MPI_COMM_WORLD",
                   [] { accord::ranks_of(MPI_COMM_WORLD); }) == "");
   }
