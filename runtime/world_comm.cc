@@ -51,7 +51,8 @@ void refuseIntercommunicator(MPI_Comm comm, const std::string& what) {
   int inter = 0;
   ACCORD_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
   if (inter)
-    throw InvalidArgument(what + ": comm is an intercommunicator; Accord runs over an "
+    throw InvalidArgument(what +
+                          ": comm is an intercommunicator; Accord runs over an "
                           "intracommunicator (MPI_Intercomm_merge makes one of it)");
 }
 
@@ -61,8 +62,10 @@ void checkWorldRanks(const std::vector<int>& ranks, const std::string& what) {
   std::set<int> seen;
   for (int r : ranks) {
     if (r < 0 || r >= size)
-      throw InvalidArgument(what + ": rank " + std::to_string(r) + " is not a rank of "
-                            "MPI_COMM_WORLD (0.." + std::to_string(size - 1) + ")");
+      throw InvalidArgument(what + ": rank " + std::to_string(r) +
+                            " is not a rank of "
+                            "MPI_COMM_WORLD (0.." +
+                            std::to_string(size - 1) + ")");
     if (!seen.insert(r).second)
       throw InvalidArgument(what + ": rank " + std::to_string(r) + " is given twice in " +
                             listed(ranks));
@@ -71,7 +74,8 @@ void checkWorldRanks(const std::vector<int>& ranks, const std::string& what) {
   if (!seen.count(me))
     throw InvalidArgument(what + ": this process is rank " + std::to_string(me) +
                           " of MPI_COMM_WORLD, which is not among the ranks given " +
-                          listed(ranks) + "; only the ranks listed call init with the list (the "
+                          listed(ranks) +
+                          "; only the ranks listed call init with the list (the "
                           "others may start Accord over a list of their own)");
 }
 
@@ -102,7 +106,8 @@ MPI_Comm createFromWorldRanks(const std::vector<int>& ranks, const std::string& 
   if (bounds[0] != fingerprint(ranks) || bounds[1] != ~fingerprint(ranks)) {
     MPI_Comm_free(&out);
     throw InvalidArgument(what + ": the ranks listed passed different lists (this one " +
-                          listed(ranks) + "); every rank listed must pass the same list, in "
+                          listed(ranks) +
+                          "); every rank listed must pass the same list, in "
                           "the same order");
   }
   return out;
@@ -124,11 +129,13 @@ std::string WorldSource::call() const {
 
 void checkSourceBeforeMpi(const WorldSource& source) {
   if (source.kind == WorldSource::Kind::Comm && source.comm == MPI_COMM_NULL)
-    throw InvalidArgument(source.call() + ": comm is MPI_COMM_NULL; pass a communicator "
+    throw InvalidArgument(source.call() +
+                          ": comm is MPI_COMM_NULL; pass a communicator "
                           "this process is a member of (MPI_Comm_split gives MPI_COMM_NULL "
                           "to the ranks it leaves out)");
   if (source.kind == WorldSource::Kind::Ranks && source.ranks.empty())
-    throw InvalidArgument(source.call() + ": the list names no rank; give the ranks of "
+    throw InvalidArgument(source.call() +
+                          ": the list names no rank; give the ranks of "
                           "MPI_COMM_WORLD to run over, this process's among them");
 }
 

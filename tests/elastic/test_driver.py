@@ -400,7 +400,7 @@ def scenario_process_sets(accordrun_path, python, out, hosts):
     check(len(resets) == 1 and "simhost1" in resets[0][1].group(2),
           f"one reset, for the kill: {[m.group(0) for _, m in resets]}")
     stop = run.matching(r"accordrun: not restarting: rank 0 on simhost0 raised ProcessSetRanksError: "
-                        r"add_process_set: process set \[2, 3\] names ranks 2, 3, which this job does "
+                        r"init\(process_sets=\.\.\.\): process set \[2, 3\] names ranks 2, 3, which this job does "
                         r"not have: it runs on 2 ranks \(0\.\.1\), since accordrun's elastic driver "
                         r"restarted it \(reset 1\)")
     check(len(stop) == 1, f"the launcher stops, naming ranks 2 and 3: "

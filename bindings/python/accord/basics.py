@@ -72,8 +72,7 @@ def init(comm=None, process_sets=None):
     global_process_set._set_id(0)
     global_process_set.mpi_comm = comm if _comm.is_communicator(comm) else None
     if process_sets:
-        for ps in process_sets:
-            add_process_set(ps)
+        _add_process_sets(process_sets, "init(process_sets=...)")
 
 
 def _all_local_sizes_equal():
@@ -305,68 +304,72 @@ def add_process_set(process_set):
     order everywhere) and returns it; a list of ranks makes a new ProcessSet. The ranks
     of a set already registered (the global set's included) are refused: ValueError;
     except under accordrun's elastic driver, where a set of every rank of the job is
-    the global set (id 0). Ranks the job does not have: ProcessSetRanksError."""
-    if not isinstance(process_set, ProcessSet):
-        process_set = ProcessSet(process_set)
-    if process_set.process_set_id is not None:
-        raise ValueError(f"add_process_set: {process_set} is already registered")
-    if process_set.mpi_comm is not None:
-        return _add_from_communicator(process_set)
-    if _core.is_initialized():  # before init(), the runtime says so below
-        _check_ranks_exist(process_set)
-        if _driver.under_driver() and process_set.ranks == list(range(_core.size())):
+    the global set (id 0). Ranks the job does not have: ProcessSetRanksError. A set made
+    from an mpi4py communicator stands on each rank for that rank's communicator: every
+    distinct one is registered (the halves of a Split, say), in the order of their
+    lowest ranks."""
+    return _add_process_sets([process_set], "add_process_set")[0]
+
+
+def _add_process_sets(process_sets, what):
+    """Registers sets on every rank, all or none (init(process_sets=[...]) as Horovod's):
+    every set's ranks are known (a communicator's from every rank, through an exchange)
+    and checked against those registered and each other before the first is registered,
+    so that a refusal is raised on every rank alike and leaves nothing behind."""
+    sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
+    if not _core.is_initialized():
+        _core.add_process_set([0])  # raises the runtime's NotInitializedError
+    plan = []  # (ProcessSet, its ranks), in the order of registration
+    for ps in sets:
+        if ps.process_set_id is not None:
+            raise ValueError(f"{what}: {ps} is already registered")
+        plan += _communicator_sets(ps, what) if ps.mpi_comm is not None else [(ps, ps.ranks)]
+    taken = {tuple(e.ranks): e.process_set_id for e in [global_process_set, *_registered_sets]}
+    every_rank = list(range(_core.size()))
+    for ps, ranks in plan:
+        _check_ranks_exist(ranks, what)
+        if _driver.under_driver() and ranks == every_rank:
             # Under the elastic driver the job's size is not the script's to choose: a set
             # of ranks 0, 1 registered again on a job of 2 ranks is every rank, and
             # becomes the global set rather than an error.
-            process_set._set_id(0)
-            _registered_sets.append(process_set)
-            return process_set
-        for existing in [global_process_set, *_registered_sets]:
-            if existing.ranks == process_set.ranks:
-                # As Horovod: two ids for one set of ranks would be two names for it.
-                raise ValueError(f"add_process_set: ranks {process_set.ranks} are already process "
-                                 f"set {existing.process_set_id}; use that one (or remove it "
-                                 "first)")
-    process_set._set_id(_core.add_process_set(process_set.ranks))
-    _registered_sets.append(process_set)
-    return process_set
+            continue
+        if tuple(ranks) in taken:
+            # As Horovod: two ids for one set of ranks would be two names for it.
+            known = taken[tuple(ranks)]
+            raise ValueError(f"{what}: ranks {ranks} are "
+                             + (f"already process set {known}; use that one (or remove it "
+                                "first)" if known is not None else "given twice"))
+        taken[tuple(ranks)] = None
+    for ps, ranks in plan:
+        under_driver_global = _driver.under_driver() and ranks == every_rank
+        ps._set_id(0 if under_driver_global else _core.add_process_set(ranks))
+        _registered_sets.append(ps)
+    return sets
 
 
-def _add_from_communicator(process_set):
-    """A set of a communicator's members, each rank passing its own communicator (the
-    halves of a Split, say): every distinct set is registered on every rank, in the order
-    of its lowest rank, and each rank's ProcessSet stands for the set it is a member of.
-    Every rank learns every rank's members first, so that a refusal is raised on all."""
-    mine = _comm.members(process_set.mpi_comm, "add_process_set(ProcessSet(comm))")
+def _communicator_sets(process_set, what):
+    """[(ProcessSet, ranks)] for a set made from a communicator: one per distinct
+    communicator over all ranks, this rank's own being ``process_set``."""
+    mine = _comm.members(process_set.mpi_comm, f"{what}(ProcessSet(comm))")
     rows = _comm.memberships(mine)
     _comm.check_partition(rows)
     distinct = []
     for row in rows:
         if sorted(row) not in distinct:
             distinct.append(sorted(row))
-    for ranks in distinct:
-        for existing in [global_process_set, *_registered_sets]:
-            if existing.ranks == ranks:
-                raise ValueError(f"add_process_set(ProcessSet(comm)): ranks {ranks} are already "
-                                 f"process set {existing.process_set_id}; use that one (or "
-                                 "remove it first)")
     own = sorted(mine)
-    for ranks in distinct:
-        ps = process_set if ranks == own else ProcessSet(ranks)
-        ps._set_id(_core.add_process_set(ranks))
-        _registered_sets.append(ps)
-    return process_set
+    return [(process_set if ranks == own else ProcessSet(ranks), ranks) for ranks in distinct]
 
 
-def _check_ranks_exist(process_set):
-    """Raises ProcessSetRanksError, on every rank alike, if the set names ranks beyond
+def _check_ranks_exist(ranks, what):
+    """Raises ProcessSetRanksError, on every rank alike, if a set names ranks beyond
     this job's (a script's fixed sets after an elastic restart on fewer ranks)."""
     n = _core.size()
-    gone = [r for r in process_set.ranks if r >= n]
+    gone = [r for r in ranks if r >= n]
     if not gone:
         return
     which = ", ".join(map(str, gone))
-    message = (f"add_process_set: process set {process_set.ranks} names rank"
+    message = (f"{what}: process set {ranks} names rank"
                f"{'s' if len(gone) > 1 else ''} {which}, which this job does not have: it runs "
                f"on {n} rank{'s' if n > 1 else ''} (0..{n - 1})")
     restarts = _driver.restarts()

@@ -10,8 +10,9 @@ With mpi4py (Debian's python3-mpi4py; it initializes MPI, so the runtime can sta
 again after shutdown):
 3. init(comm=MPI.COMM_WORLD.Split(...)): the same groups from a communicator.
 4. init(comm=MPI.COMM_WORLD, process_sets=[ProcessSet(split by parity)]): each rank's
-   ProcessSet stands for its own half; then the process ends without shutdown(), which
-   must come before mpi4py finalizes MPI (the runner fails on Accord's complaint).
+   ProcessSet stands for its own half, after lists with duplicates were refused whole;
+   then the process ends without shutdown(), which must come before mpi4py finalizes
+   MPI (the runner fails on Accord's complaint).
 Prints INIT-COMM-OK <phases> on every rank that passed.
 """
 import os
@@ -102,8 +103,21 @@ def by_communicator():
 
 def process_set_from_communicator():
     parity = MPI.COMM_WORLD.Split(WORLD_RANK % 2, WORLD_RANK)
+    clone = MPI.COMM_WORLD.Dup()
+    evens = list(range(0, WORLD_SIZE, 2))
+    # All or none, on every rank alike: a set of every rank (the global set's ranks), or
+    # the even ranks twice (from the communicator on even ranks, from the list on all),
+    # refuses the whole list; init() itself has started the runtime, as in Horovod.
+    refused(lambda: hvd.init(comm=MPI.COMM_WORLD,
+                             process_sets=[hvd.ProcessSet(parity), hvd.ProcessSet(clone)]),
+            "already process set 0")
+    refused(lambda: hvd.init(comm=MPI.COMM_WORLD,
+                             process_sets=[hvd.ProcessSet(parity), hvd.ProcessSet(evens)]),
+            f"ranks {evens} are given twice")
+    assert hvd.is_initialized()
     split = hvd.ProcessSet(parity)
-    hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])  # nothing was left registered
+    clone.Free()
     mine = [r for r in range(WORLD_SIZE) if r % 2 == WORLD_RANK % 2]
     assert split.ranks == mine, (split.ranks, mine)
     assert split.rank() == mine.index(WORLD_RANK)

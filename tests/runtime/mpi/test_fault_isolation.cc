@@ -29,7 +29,8 @@ double since(Clock::time_point t) {
 constexpr std::int64_t kElements = 256 * 1024;  // 1 MiB of float32
 
 accord::Handle allreduce(std::vector<float>& x, int world_rank, int step) {
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((world_rank + 1) * (i % 7 + step % 5));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((world_rank + 1) * (i % 7 + step % 5));
   accord::AllreduceOptions o;
   o.name = "isolation.grad";
   o.op = accord::ReduceOp::Sum;
@@ -85,9 +86,9 @@ int main(int argc, char** argv) {
     accord::shutdown();
     const double shut = since(t1);
     pass = failed == 0 && wrong == 0 && done > 0 && shut <= 1.0 * setup.scale;
-    detail = std::to_string(done) + " allreduces over " + std::to_string(since(t0)) +
-             " s, " + std::to_string(wrong) + " wrong, shutdown " + std::to_string(shut) +
-             " s" + (detail.empty() ? "" : "; " + detail);
+    detail = std::to_string(done) + " allreduces over " + std::to_string(since(t0)) + " s, " +
+             std::to_string(wrong) + " wrong, shutdown " + std::to_string(shut) + " s" +
+             (detail.empty() ? "" : "; " + detail);
   } else {
     accord::Handle h = allreduce(x, me, 1);
     if (me == victim) accord_test::injectFault(false);  // leaves, inside the allreduce
@@ -104,8 +105,8 @@ int main(int argc, char** argv) {
              std::to_string(setup.limit) + "), later: " + later + ", shutdown " +
              std::to_string(shut) + " s: " + message;
   }
-  std::fprintf(stderr, "%s by rank %d (%s group): %s\n", pass ? "GROUP-PASSED" : "GROUP-FAILED",
-               me, lossy ? "the lossy" : "the other", detail.c_str());
+  std::fprintf(stderr, "%s by rank %d (%s group): %s\n", pass ? "GROUP-PASSED" : "GROUP-FAILED", me,
+               lossy ? "the lossy" : "the other", detail.c_str());
   std::fflush(stderr);
   // mpirun ends the job once a rank exits without MPI_Finalize (which would wait for the
   // rank that is gone): the survivors leave together, after every one has reported. On

@@ -33,9 +33,9 @@ namespace {
 
 int g_world_rank = -1;
 int g_world_size = 0;
-int g_color = 0;                  // which group: the first half or the rest, or the parity
+int g_color = 0;                   // which group: the first half or the rest, or the parity
 MPI_Comm g_group = MPI_COMM_NULL;  // this rank's group, highest world rank first
-std::vector<int> g_members;       // the group's world ranks, in group-rank order
+std::vector<int> g_members;        // the group's world ranks, in group-rank order
 
 bool envIs(const char* name, const std::string& value) {
   const char* set = std::getenv(name);
@@ -75,24 +75,23 @@ int makeGroups() {
 // After MPI_Init, before this rank's Accord starts: what init refuses.
 int refusalsBeforeInit() {
   int failures = makeGroups();
-  failures += report("init(MPI_COMM_NULL)", refused("InvalidArgument", "MPI_COMM_NULL", [] {
-                       accord::init(MPI_COMM_NULL);
-                     }));
+  failures += report("init(MPI_COMM_NULL)", refused("InvalidArgument", "MPI_COMM_NULL",
+                                                    [] { accord::init(MPI_COMM_NULL); }));
   if (g_world_size >= 2) {
     // The two groups' leaders are their highest world ranks.
     int other_leader = g_world_size - 1;
     while (colorOf(other_leader) == g_color) --other_leader;
     MPI_Comm inter;
     MPI_Intercomm_create(g_group, 0, MPI_COMM_WORLD, other_leader, 77, &inter);
-    failures += report("init(intercommunicator)",
-                       refused("InvalidArgument", "intercommunicator", [&] { accord::init(inter); }));
+    failures += report("init(intercommunicator)", refused("InvalidArgument", "intercommunicator",
+                                                          [&] { accord::init(inter); }));
     MPI_Comm_free(&inter);
   }
   const auto n = std::to_string(g_world_size);
-  failures += report("init({})", refused("InvalidArgument", "no rank", [] {
-                       accord::init(std::vector<int>{});
-                     }));
-  failures += report("init({size})", refused("InvalidArgument", "0.." + std::to_string(g_world_size - 1), [] {
+  failures += report(
+      "init({})", refused("InvalidArgument", "no rank", [] { accord::init(std::vector<int>{}); }));
+  failures += report("init({size})",
+                     refused("InvalidArgument", "0.." + std::to_string(g_world_size - 1), [] {
                        accord::init(std::vector<int>{g_world_rank, g_world_size});
                      }));
   failures += report("init({-1})", refused("InvalidArgument", "-1", [] {
@@ -103,10 +102,10 @@ int refusalsBeforeInit() {
                      }));
   if (g_world_size >= 2) {
     const int other = (g_world_rank + 1) % g_world_size;
-    failures += report("init({other})",
-                       refused("InvalidArgument", "rank " + std::to_string(g_world_rank) + " of MPI_COMM_WORLD", [&] {
-                         accord::init(std::vector<int>{other});
-                       }));
+    failures += report(
+        "init({other})",
+        refused("InvalidArgument", "rank " + std::to_string(g_world_rank) + " of MPI_COMM_WORLD",
+                [&] { accord::init(std::vector<int>{other}); }));
   }
   failures += report("still not running", accord::is_initialized() ? "Accord started" : "");
   return failures;
@@ -123,11 +122,13 @@ int afterShutdown() {
   int failures = 0;
   int finalized = 1;
   MPI_Finalized(&finalized);
-  failures += report("MPI after shutdown", finalized ? "Accord finalized the application's MPI" : "");
+  failures +=
+      report("MPI after shutdown", finalized ? "Accord finalized the application's MPI" : "");
   if (finalized) return failures;
   int one = 1, n = 0;
   MPI_Allreduce(&one, &n, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  failures += report("MPI_Allreduce after shutdown", n == g_world_size ? "" : "gave " + std::to_string(n));
+  failures +=
+      report("MPI_Allreduce after shutdown", n == g_world_size ? "" : "gave " + std::to_string(n));
   MPI_Comm_free(&g_group);
   return failures;
 }
@@ -216,14 +217,17 @@ TEST_CASE("collectives reach the group's members only, in its order") {
   Output gathered(DType::Int64);
   accord::AllgatherOptions gather;
   gather.name = "who";
-  CHECK(describe(finish(accord::allgather_async(mine.view(), gathered.allocator(), gather), "who"), "who").empty());
+  CHECK(describe(finish(accord::allgather_async(mine.view(), gathered.allocator(), gather), "who"),
+                 "who")
+            .empty());
   std::vector<double> rows;
   for (int r = 0; r < n; ++r)
     for (int k = 0; k < 2 * (r + 1); ++k) rows.push_back(g_members[r]);
   CHECK(gathered.numel() == static_cast<std::int64_t>(rows.size()));
   if (gathered.numel() == static_cast<std::int64_t>(rows.size()))
-    CHECK(compareElements(DType::Int64, gathered.data(), gathered.numel(),
-                          [&](std::int64_t i) { return rows[i]; }).empty());
+    CHECK(compareElements(DType::Int64, gathered.data(), gathered.numel(), [&](std::int64_t i) {
+            return rows[i];
+          }).empty());
 
   // Broadcast from every root of the group: the root's world rank.
   for (int root = 0; root < n; ++root) {
@@ -269,10 +273,9 @@ TEST_CASE("init again: the same ranks do nothing, others are refused") {
 
 int main(int argc, char** argv) {
   // Before MPI_Init no communicator exists yet.
-  int failures = report("init(MPI_COMM_WORLD) before MPI_Init",
-                        refused("NotInitialized", "MPI is not initialized", [] {
-                          accord::init(MPI_COMM_WORLD);
-                        }));
+  int failures = report(
+      "init(MPI_COMM_WORLD) before MPI_Init",
+      refused("NotInitialized", "MPI is not initialized", [] { accord::init(MPI_COMM_WORLD); }));
   MainOptions options;
   options.before_init = [failures] { return failures + refusalsBeforeInit(); };
   options.init = startOnGroup;
