@@ -271,8 +271,8 @@ void initOver(const WorldSource& source) {
   auto transport = rt->backend->connect(global, all);
   rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, std::move(transport), rt->rank,
                                   rt->config.cache_capacity));
-  log().info("initialized: {} ranks, {} per host\n{}", rt->size, rt->local_size,
-             rt->config.describe());
+  log().info("initialized: {} ranks{}, {} per host\n{}", rt->size,
+             describeWorld(source, rt->world), rt->local_size, rt->config.describe());
   if (rt->rank == 0 && !rt->config.timeline.empty()) {
     // A timeline is a diagnostic: a path it cannot use is reported, not fatal.
     try {

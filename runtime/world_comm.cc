@@ -156,6 +156,15 @@ MPI_Comm makeWorld(const WorldSource& source) {
   return out;
 }
 
+std::string describeWorld(const WorldSource& source, MPI_Comm world) {
+  if (source.kind == WorldSource::Kind::World) return "";
+  return " (over " +
+         std::string(source.kind == WorldSource::Kind::Comm ? "a communicator"
+                                                            : "a list of ranks") +
+         " of the application's: ranks 0, 1, ... are world ranks " +
+         listed(translated(world, MPI_COMM_WORLD)) + ")";
+}
+
 bool sameRanks(const WorldSource& source, MPI_Comm world) {
   switch (source.kind) {
     case WorldSource::Kind::World:

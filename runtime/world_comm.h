@@ -33,6 +33,10 @@ void checkSourceBeforeMpi(const WorldSource& source);
 // MPI waiting for ranks that never call).
 MPI_Comm makeWorld(const WorldSource& source);
 
+// For init's log line: "" over MPI_COMM_WORLD, else which world ranks Accord's ranks
+// are, since every message names ranks by their rank in `world`.
+std::string describeWorld(const WorldSource& source, MPI_Comm world);
+
 // Whether `source` names the ranks of `world` in the same order (init() called again);
 // a plain init() always does, as in Horovod.
 bool sameRanks(const WorldSource& source, MPI_Comm world);
