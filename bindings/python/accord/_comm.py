@@ -41,9 +41,9 @@ def _world_ranks(comm):
     return [int(r) for r in ranks]
 
 
-def start(comm):
+def start(comm, shutdown):
     """Starts the runtime over ``comm``: None (every rank), a list of world ranks, or an
-    mpi4py communicator."""
+    mpi4py communicator. ``shutdown``: what ends it, run at exit where mpi4py owns MPI."""
     if comm is None:
         _core.init()
     elif is_communicator(comm):
@@ -56,13 +56,13 @@ def start(comm):
     if "mpi4py.MPI" in sys.modules:
         # mpi4py finalizes MPI as the interpreter ends, before the runtime's own shutdown
         # at exit (a C handler) could run: shut down first, from Python's atexit.
-        _shut_down_at_exit()
+        _shut_down_at_exit(shutdown)
 
 
 _registered_exit = False
 
 
-def _shut_down_at_exit():
+def _shut_down_at_exit(shutdown):
     global _registered_exit
     if _registered_exit:
         return
@@ -70,8 +70,7 @@ def _shut_down_at_exit():
 
     def shut_down():
         if os.getpid() == owner and _core.is_initialized():
-            from accord import basics
-            basics.shutdown()
+            shutdown()
 
     atexit.register(shut_down)
     _registered_exit = True
@@ -97,9 +96,8 @@ def memberships(mine):
     for r in mine:
         matrix[me * n + r] = 1
     addr, _ = matrix.buffer_info()
-    from accord.basics import Max
     op = _core.allreduce_async(addr, _core.int32, [n * n], -1, "accord.process_set.from_comm",
-                               Max, 1.0, 1.0, 0)
+                               _core.reduce_ops["max"], 1.0, 1.0, 0)
     op.wait()
     return [[c for c in range(n) if matrix[r * n + c]] for r in range(n)]
 

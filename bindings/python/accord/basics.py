@@ -65,7 +65,7 @@ def init(comm=None, process_sets=None):
             raise ValueError(f'init(process_sets={process_sets!r}): give a list of ProcessSet '
                              'objects, or "dynamic"')
         process_sets = None
-    _comm.start(comm)
+    _comm.start(comm, shutdown)
     # Whether every host runs the same number of ranks must read the same on every
     # rank: compare the local sizes once here, through the runtime itself.
     _homogeneous = _all_local_sizes_equal()
