@@ -85,6 +85,19 @@ class CommandLines(unittest.TestCase):
         self.assertEqual(items[0], "LD_PRELOAD=/x.so")
         self.assertIn("ACCORD_LOG_LEVEL", items)
 
+    def test_elastic_driver_variables_join_an_mca_env_list_too(self):
+        # The elastic driver's own variables (ACCORDRUN_ELASTIC_*) went by -x regardless,
+        # and mpirun refused every run of the job.
+        out = io.StringIO()
+        with tempfile.TemporaryDirectory() as store, redirect_stdout(out):
+            rc, _, _ = command(["--dry-run", "--min-np", "1", "-np", "2", "-H", "localhost:2",
+                                "--elastic-store", store, "prog"],
+                               {"OMPI_MCA_mca_base_env_list": "LD_PRELOAD=/x.so"})
+        self.assertEqual(rc, 0)
+        self.assertNotIn(" -x ", out.getvalue())
+        self.assertRegex(out.getvalue(), r"OMPI_MCA_mca_base_env_list='LD_PRELOAD=/x\.so;"
+                                         r"ACCORDRUN_ELASTIC_JOB;[^']*ACCORDRUN_ELASTIC_STORE'")
+
     def test_mpirun_with_hosts_settings_and_forwarded_variables(self):
         rc, cmd, env = command(["-np", "4", "-H", "a:2,b:2", "--cycle-time", "2", "--no-shared-memory",
                                 "python3", "train.py", "--lr", "0.1"],
