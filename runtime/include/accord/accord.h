@@ -29,9 +29,10 @@
 
 // The version of these headers. From 1.0 on they change compatibly within a major
 // version: functions and option fields (with defaults) are added, none removed or
-// changed. The build reads its version from these three lines.
+// changed. The build reads its version from these three lines. 1.1: accord/mpi.h
+// (init over a communicator or a list of world ranks, ranks_of).
 #define ACCORD_VERSION_MAJOR 1
-#define ACCORD_VERSION_MINOR 0
+#define ACCORD_VERSION_MINOR 1
 #define ACCORD_VERSION_PATCH 0
 
 namespace accord {
