@@ -236,10 +236,10 @@ void initOver(const WorldSource& source) {
   checkSourceBeforeMpi(source);
   if (g_runtime) {
     if (sameRanks(source, g_runtime->world)) return;
-    throw InvalidArgument(source.call() + ": Accord already runs on this process over " +
+    throw InvalidArgument(source.call() + ": Accord already runs in this process, over " +
                           std::to_string(g_runtime->size) +
-                          " other ranks; call accord::shutdown() first to start it over "
-                          "these");
+                          " ranks that are not these; call accord::shutdown() first to "
+                          "start it over these");
   }
   if (!g_broken.empty()) {
     throw NotInitialized(
