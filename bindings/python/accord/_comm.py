@@ -102,18 +102,18 @@ def memberships(mine):
     return [[c for c in range(n) if matrix[r * n + c]] for r in range(n)]
 
 
-def check_partition(rows):
+def check_partition(rows, what):
     """Raises ValueError (on every rank alike: every rank has every row) unless the
     communicators are the same on every member: for each rank, its members' lists equal
     its own."""
     left_out = [r for r, row in enumerate(rows) if not row]
     if left_out:
-        raise ValueError(f"add_process_set(ProcessSet(comm)): rank(s) {left_out} passed "
+        raise ValueError(f"{what}: rank(s) {left_out} passed "
                          "MPI.COMM_NULL; every rank passes a communicator it is a member of")
     for r, row in enumerate(rows):
         for other in row:
             if rows[other] != row:
                 raise ValueError(
-                    f"add_process_set(ProcessSet(comm)): rank {r}'s communicator has ranks "
+                    f"{what}: rank {r}'s communicator has ranks "
                     f"{row}, but rank {other}'s has {rows[other]}; the members of one "
                     "communicator must all pass it")

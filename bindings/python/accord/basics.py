@@ -350,9 +350,10 @@ def _add_process_sets(process_sets, what):
 def _communicator_sets(process_set, what):
     """[(ProcessSet, ranks)] for a set made from a communicator: one per distinct
     communicator over all ranks, this rank's own being ``process_set``."""
-    mine = _comm.members(process_set.mpi_comm, f"{what}(ProcessSet(comm))")
+    what = f"{what}: ProcessSet(comm)"
+    mine = _comm.members(process_set.mpi_comm, what)
     rows = _comm.memberships(mine)
-    _comm.check_partition(rows)
+    _comm.check_partition(rows, what)
     distinct = []
     for row in rows:
         if sorted(row) not in distinct:

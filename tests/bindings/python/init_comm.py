@@ -115,6 +115,10 @@ def process_set_from_communicator():
                              process_sets=[hvd.ProcessSet(parity), hvd.ProcessSet(evens)]),
             f"ranks {evens} are given twice")
     assert hvd.is_initialized()
+    # A rank left out of the Split (MPI.COMM_NULL) is named on every rank, none hangs.
+    rest = MPI.COMM_WORLD.Split(MPI.UNDEFINED if WORLD_RANK == 0 else 0, WORLD_RANK)
+    refused(lambda: hvd.add_process_set(hvd.ProcessSet(rest)),
+            "add_process_set: ProcessSet(comm): rank(s) [0] passed MPI.COMM_NULL")
     split = hvd.ProcessSet(parity)
     hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])  # nothing was left registered
     clone.Free()
