@@ -198,7 +198,7 @@ bool BackgroundLoop::runOnce() {
   Timeline& timeline = Timeline::instance();
   if (progress && timeline.active()) {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - now).count();
-    timeline.instant("cycle", fmt::format("{{\"us\":{:.1f}}}", us));
+    timeline.instant(kCyclePhase, fmt::format("{{\"us\":{:.1f}}}", us));
   }
   timeline.flush();
   return true;

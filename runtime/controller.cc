@@ -59,8 +59,8 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
     const std::vector<std::string> names{op.request.name};
     std::vector<std::string> renamed;
     const auto& track = Timeline::tracksOf(set.id, names, renamed);
-    timeline.tensorSpan(track.front(), "queue", op.enqueued, now);
-    timeline.tensorsPhase(track, "negotiate", now);
+    timeline.tensorSpan(track.front(), kQueuePhase, op.enqueued, now);
+    timeline.tensorsPhase(track, negotiatePhaseName(op.request.type), now);
   }
   set.pending.admit(std::move(op.request), std::move(op.entry), now);
 }

@@ -61,7 +61,7 @@ void Executor::completeCarried(ProcessSet& set, const std::vector<Response>& car
           fmt::format("{{\"tensors\":1,\"bytes\":{},\"carried\":true}}", response.totalBytes());
       std::vector<std::string> renamed;
       const auto& tracks = Timeline::tracksOf(set.id, response.names, renamed);
-      timeline.tensorsPhase(tracks, responseTypeName(response.type), now, args);
+      timeline.tensorsPhase(tracks, collectivePhaseName(response.type), now, args);
       timeline.tensorsDone(tracks, now);
     }
     for (auto& t : tensors) {
@@ -98,7 +98,7 @@ void Executor::runData(ProcessSet& set, const Response& response) {
     const std::string args =
         fmt::format("{{\"tensors\":{},\"bytes\":{},\"group\":{}}}", response.names.size(),
                     response.totalBytes(), Timeline::quote(response.names.front()));
-    timeline.tensorsPhase(tracks, responseTypeName(response.type), Clock::now(), args);
+    timeline.tensorsPhase(tracks, collectivePhaseName(response.type), Clock::now(), args);
   }
   auto traceDone = [&] {
     if (!traced) return;

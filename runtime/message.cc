@@ -64,6 +64,62 @@ constexpr const char* responseName(ResponseType type) {
   return nullptr;
 }
 
+// The timeline's phases use Horovod's words, so that a trace reads as Horovod's does.
+constexpr const char* negotiateName(RequestType type) {
+  switch (type) {
+    case RequestType::Allreduce:
+      return "NEGOTIATE_ALLREDUCE";
+    case RequestType::Allgather:
+      return "NEGOTIATE_ALLGATHER";
+    case RequestType::Broadcast:
+      return "NEGOTIATE_BROADCAST";
+    case RequestType::Alltoall:
+      return "NEGOTIATE_ALLTOALL";
+    case RequestType::Reducescatter:
+      return "NEGOTIATE_REDUCESCATTER";
+    case RequestType::Barrier:
+      return "NEGOTIATE_BARRIER";
+    case RequestType::Join:
+      return "NEGOTIATE_JOIN";
+    case RequestType::AddProcessSet:
+      return "NEGOTIATE_ADD_PROCESS_SET";
+    case RequestType::RemoveProcessSet:
+      return "NEGOTIATE_REMOVE_PROCESS_SET";
+  }
+  return nullptr;
+}
+
+constexpr const char* collectiveName(ResponseType type) {
+  switch (type) {
+    case ResponseType::Allreduce:
+      return "ALLREDUCE";
+    case ResponseType::Allgather:
+      return "ALLGATHER";
+    case ResponseType::Broadcast:
+      return "BROADCAST";
+    case ResponseType::Alltoall:
+      return "ALLTOALL";
+    case ResponseType::Reducescatter:
+      return "REDUCESCATTER";
+    case ResponseType::Barrier:
+      return "BARRIER";
+    case ResponseType::Join:
+      return "JOIN";
+    case ResponseType::AddProcessSet:
+      return "ADD_PROCESS_SET";
+    case ResponseType::RemoveProcessSet:
+      return "REMOVE_PROCESS_SET";
+    case ResponseType::Error:
+      return "ERROR";
+  }
+  return nullptr;
+}
+
+static_assert(detail::namedExactly(negotiateName, kNumRequestTypes),
+              "every RequestType needs a timeline name");
+static_assert(detail::namedExactly(collectiveName, kNumResponseTypes),
+              "every ResponseType needs a timeline name");
+
 static_assert(detail::namedExactly(requestName, kNumRequestTypes),
               "kNumRequestTypes must count the RequestTypes");
 static_assert(detail::namedExactly(responseName, kNumResponseTypes),
@@ -92,6 +148,16 @@ const char* requestTypeName(RequestType type) {
 const char* responseTypeName(ResponseType type) {
   const char* name = responseName(type);
   return name ? name : "invalid-response-type";
+}
+
+const char* negotiatePhaseName(RequestType type) {
+  const char* name = negotiateName(type);
+  return name ? name : "NEGOTIATE_INVALID";
+}
+
+const char* collectivePhaseName(ResponseType type) {
+  const char* name = collectiveName(type);
+  return name ? name : "INVALID";
 }
 
 std::size_t Response::tensorBytes(std::size_t i) const {

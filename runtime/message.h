@@ -28,6 +28,8 @@ enum class RequestType : std::uint8_t {
 };
 inline constexpr int kNumRequestTypes = 9;      // one past the last (asserted in message.cc)
 const char* requestTypeName(RequestType type);  // "allreduce", ...
+// The timeline's name of a request's negotiation, Horovod's: "NEGOTIATE_ALLREDUCE", ...
+const char* negotiatePhaseName(RequestType type);
 
 // What a rank asks for: every field that says which collective, on what, and how. The
 // response cache compares signatures with this struct's own ==, so a field added here
@@ -83,6 +85,8 @@ enum class ResponseType : std::uint8_t {
 };
 inline constexpr int kNumResponseTypes = 10;  // one past the last (asserted in message.cc)
 const char* responseTypeName(ResponseType type);
+// The timeline's name of a response's collective phase, Horovod's: "ALLREDUCE", ...
+const char* collectivePhaseName(ResponseType type);
 
 struct Response {
   ResponseType type = ResponseType::Allreduce;

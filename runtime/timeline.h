@@ -2,10 +2,11 @@
 // does with each tensor, and of the application's own activities.
 //
 // One track per tensor name ("name [set 2]" in a process set other than the global
-// one): QUEUE (submitted until the background thread took it), NEGOTIATE (until every
-// rank agreed), then the collective (ALLREDUCE, ...; its arguments name the fused group
-// and its bytes) with the backend's steps nested in it (COPY_IN, REDUCE, COPY_OUT, ...).
-// Cycles that ran collectives are instant events. The application adds tracks of its
+// one): QUEUE (submitted until the background thread took it), NEGOTIATE_ALLREDUCE, ...
+// (until every rank agreed), then the collective (ALLREDUCE, ...; its arguments name the
+// fused group and its bytes) with the backend's steps nested in it
+// (MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, MEMCPY_OUT_FUSION_BUFFER, ...). Cycles that
+// ran collectives are instant events (CYCLE_START). The application adds tracks of its
 // own (the trainer: compute, communication wait, data wait) through
 // accord::timeline_begin / timeline_end.
 //
@@ -99,8 +100,9 @@ class Timeline {
 
   Track& track(const std::string& name, bool tensor);  // mu_ held
   // Appends one event. `name` and `args` must already be JSON (a quoted string, an
-  // object) or empty; only phase names that are literals of this file are passed
-  // unescaped, everything from outside goes through nlohmann::json.
+  // object) or empty; only phase names that are literals (the k*Phase and k*Step
+  // constants, message.cc's phase names) are passed unescaped, everything from outside
+  // goes through nlohmann::json.
   void event(char ph, int tid, double ts, const char* name = nullptr,
              const std::string& args = {});  // mu_ held
   void closeTrack(Track& t, double ts);      // mu_ held
@@ -122,6 +124,19 @@ class Timeline {
   std::condition_variable writer_cv_;  // wakes the writer thread at stop()
   int generation_ = 0;                 // one per start(): the writer of an older one ends
 };
+
+// The phases' and steps' names, Horovod's where Horovod has the same thing, so that a
+// trace reads as Horovod's does; the negotiation and collective phases are named by
+// negotiatePhaseName() and collectivePhaseName() (message.h).
+inline constexpr const char* kQueuePhase = "QUEUE";
+inline constexpr const char* kCyclePhase = "CYCLE_START";
+inline constexpr const char* kCopyInStep = "MEMCPY_IN_FUSION_BUFFER";
+inline constexpr const char* kCopyOutStep = "MEMCPY_OUT_FUSION_BUFFER";
+inline constexpr const char* kMpiAllreduceStep = "MPI_ALLREDUCE";
+inline constexpr const char* kAdasumStep = "MPI_ADASUM_ALLREDUCE";
+// Accord's own: the shared-memory window, and the reduction across hosts in stages.
+inline constexpr const char* kShmAllreduceStep = "SHM_ALLREDUCE";
+inline constexpr const char* kHierarchicalAllreduceStep = "HIERARCHICAL_ALLREDUCE";
 
 // The backend's steps of the response this thread is executing: every tensor of it
 // enters `step` (no-op unless the executor set a current response; see executor.cc).

@@ -110,7 +110,7 @@ void adasumAllreduce(Context& ctx, const Response& response, std::vector<TensorE
   if (entries.size() == 1 && local[0]) {  // a lone tensor: where it lies
     char* data = static_cast<char*>(entries[0]->tensor.data);
     applyScaling(pre, data, bound.back(), dtype);
-    timelineStep("reduce_adasum");
+    timelineStep(kAdasumStep);
     adasumRounds(ctx, data, bound, dtype, what);
     applyScaling(post, data, bound.back(), dtype);
     return;
@@ -127,13 +127,13 @@ void adasumAllreduce(Context& ctx, const Response& response, std::vector<TensorE
       cpu::fillNeutral(at, count, dtype, ReduceOp::Adasum);
     }
   }
-  timelineStep("copy_in");
+  timelineStep(kCopyInStep);
   cpu::parallelCopy(in);
   for (const cpu::CopyPiece& piece : in) applyScaling(pre, piece.dst, piece.bytes / elem, dtype);
-  timelineStep("reduce_adasum");
+  timelineStep(kAdasumStep);
   adasumRounds(ctx, data, bound, dtype, what);
   applyScaling(post, data, bound.back(), dtype);
-  timelineStep("copy_out");
+  timelineStep(kCopyOutStep);
   cpu::parallelCopy(out);
 }
 

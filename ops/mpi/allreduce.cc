@@ -35,7 +35,7 @@ namespace accord::mpi {
 namespace {
 
 const char* reduceStep(const Context& ctx) {
-  return ctx.shm ? "reduce_shared_memory" : ctx.hierarchy ? "reduce_hierarchical" : "reduce_mpi";
+  return ctx.shm ? kShmAllreduceStep : ctx.hierarchy ? kHierarchicalAllreduceStep : kMpiAllreduceStep;
 }
 
 // Reduces `count` elements in place, in the fewest near-equal pieces of at most
@@ -102,7 +102,7 @@ void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry
     in.push_back({fused + plan.offset[i], entries[i]->tensor.data, plan.bytes[i]});
     out.push_back({entries[i]->tensor.data, fused + plan.offset[i], plan.bytes[i]});
   }
-  timelineStep("copy_in");
+  timelineStep(kCopyInStep);
   cpu::parallelCopy(in);
   for (const cpu::CopyPiece& piece : in)
     applyScaling(preScaling(response), piece.dst, piece.bytes / elem, dtype);
@@ -113,7 +113,7 @@ void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry
   timelineStep(reduceStep(ctx));
   reduceInPieces(ctx, fused, plan.count, dtype, response.op, Scaling{},
                  postScaling(response, ctx.size()), describe(response));
-  timelineStep("copy_out");
+  timelineStep(kCopyOutStep);
   cpu::parallelCopy(out);
 }
 

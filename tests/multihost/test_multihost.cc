@@ -212,11 +212,11 @@ TEST_CASE("hierarchical allreduce: taken on even hosts, flat elsewhere, and exac
 
   if (me == 0) {
     const std::string trace = readFile(path);
-    const bool hierarchical = trace.find("reduce_hierarchical") != std::string::npos;
+    const bool hierarchical = trace.find("HIERARCHICAL_ALLREDUCE") != std::string::npos;
     INFO("layout " << std::getenv("SIMHOSTS_SLOTS") << ", ACCORD_HIERARCHICAL_ALLREDUCE "
                    << (hierarchicalAsked() ? "1" : "unset/0"));
     CHECK(hierarchical == hierarchicalApplies(slots));
-    if (slots.size() > 1) CHECK(trace.find("reduce_mpi") != std::string::npos);
+    if (slots.size() > 1) CHECK(trace.find("\"MPI_ALLREDUCE\"") != std::string::npos);
     std::remove(path.c_str());
   }
 }

@@ -86,27 +86,27 @@ int checkFile(const std::string& path, const std::string& tag) {
     if (e["ph"] == "E" && --depth[tid] < 0) expect(false, "an end without a begin on " + names[tid]);
     if (!e.contains("name") || !names.count(tid)) continue;
     phases[names[tid]].insert(e["name"].get<std::string>());
-    if (e["name"] == "allreduce") args[names[tid]] = e["args"];
+    if (e["name"] == "ALLREDUCE") args[names[tid]] = e["args"];
   }
   for (const auto& [tid, d] : depth) expect(d == 0, "unbalanced track " + names[tid]);
   for (int i = 0; i < 6; ++i) {
     const std::string name = tag + ".small." + std::to_string(i);
     const auto& p = phases[name];
-    for (const char* phase : {"queue", "negotiate", "allreduce"})
+    for (const char* phase : {"QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"})
       expect(p.count(phase) == 1, name + " has no '" + phase + "' phase");
     const int group = args[name].is_object() ? args[name].value("tensors", 0) : 0;
     expect(group >= 1, name + ": allreduce without a group size");
     // Fused with others: copied into the fusion buffer and out. A tensor negotiated
     // before the next one arrived (a slow rank, a sanitizer build) is reduced alone, in
     // place.
-    for (const char* phase : {"copy_in", "copy_out"}) {
+    for (const char* phase : {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"}) {
       expect(p.count(phase) == (group > 1 ? 1u : 0u),
              name + (group > 1 ? " was fused but has no '" : " was reduced alone but has a '") +
                  phase + "' phase");
     }
   }
   const auto& big = phases[tag + ".big"];
-  expect(big.count("allreduce") == 1 && big.count("copy_in") == 0,
+  expect(big.count("ALLREDUCE") == 1 && big.count("MEMCPY_IN_FUSION_BUFFER") == 0,
          tag + ".big: reduced in place, so an allreduce without copies");
   expect(args[tag + ".big"].is_object() && args[tag + ".big"].value("bytes", 0) == 4 << 20,
          tag + ".big: bytes not 4 MiB");
@@ -181,7 +181,7 @@ TEST_CASE("a cached allreduce that rides on the negotiation is marked carried") 
       track = e["tid"];
   REQUIRE(track >= 0);
   for (const auto& e : events) {
-    if (e["ph"] != "B" || e.value("tid", -1) != track || e["name"] != "allreduce") continue;
+    if (e["ph"] != "B" || e.value("tid", -1) != track || e["name"] != "ALLREDUCE") continue;
     const bool marked = e.contains("args") && e["args"].value("carried", false);
     (marked ? carried : plain) += 1;
     if (marked) CHECK(e["args"].value("bytes", 0) == 1200);
@@ -241,7 +241,7 @@ TEST_CASE("one name in two process sets gets a track in each") {
     last[tid] = ts;
     if (e["ph"] == "B") ++depth[tid];
     if (e["ph"] == "E") CHECK(--depth[tid] >= 0);
-    if (e["ph"] == "B" && e["name"] == "allreduce") ++allreduces[names[tid]];
+    if (e["ph"] == "B" && e["name"] == "ALLREDUCE") ++allreduces[names[tid]];
   }
   CHECK(allreduces["shared"] == 3);
   CHECK(allreduces[in_set] == 3);
