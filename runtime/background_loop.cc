@@ -153,8 +153,9 @@ void BackgroundLoop::admitNew(Clock::time_point now) {
     if (!set || !set->member()) {
       rt_.queue.release(op.process_set, op.request.name);
       op.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
-          "process set " + std::to_string(op.process_set) + " was removed before '" +
-          op.request.name + "' was negotiated")));
+          "process set " + std::to_string(op.process_set) + " was removed before " +
+          describeCollective(requestTypeName(op.request.type), op.request.name) +
+          " was negotiated")));
       continue;
     }
     controller_.admit(*set, std::move(op), now);
@@ -285,7 +286,7 @@ void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
   };
   for (auto& op : rt_.queue.drain()) {
     op.entry.handle->fail(
-        why(std::string(requestTypeName(op.request.type)) + " '" + op.request.name + "'"));
+        why(describeCollective(requestTypeName(op.request.type), op.request.name)));
   }
   for (auto* set : rt_.sets.memberSets()) set->pending.failAll(why);
 }

@@ -18,7 +18,7 @@ struct Submission {
 };
 
 std::string describe(const Request& r) {
-  return std::string(requestTypeName(r.type)) + " '" + r.name + "'";
+  return describeCollective(requestTypeName(r.type), r.name);
 }
 
 // Enums first: a byte count needs a valid dtype. Then the size, which must not wrap
@@ -82,7 +82,7 @@ std::string nameFor(Runtime& rt, ProcessSetId set, RequestType type, const std::
   if (!name.empty()) return name;
   std::lock_guard<std::mutex> lock(rt.names_mu);
   auto n = rt.name_counters[{set, type}]++;
-  return std::string(requestTypeName(type)) + "." + std::to_string(n);
+  return std::string(requestTypeName(type)) + ".noname." + std::to_string(n);
 }
 
 }  // namespace
@@ -245,10 +245,12 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
   NameGuard names(rt, options.process_set, RequestType::Allreduce);
   const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
                                     options.name.empty() ? "" : options.name);
+  std::string what = describeCollective("allreduce", group);
+  if (!what.starts_with("grouped ")) what = "grouped " + what;
   for (const auto& t : tensors) {
     if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
       throw InvalidArgument(
-          "grouped allreduce '" + group + "': mixes " + dtype_name(tensors.front().dtype) + " on " +
+          what + ": mixes " + dtype_name(tensors.front().dtype) + " on " +
           tensors.front().device.str() + " with " + dtype_name(t.dtype) + " on " + t.device.str() +
           "; a group is fused into one buffer and needs one dtype and device");
     }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 namespace accord {
 
@@ -29,7 +30,7 @@ std::string formatStallReport(const std::vector<StallReport>& stalls, int set_si
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(s.waiting).count());
     if (!out.empty()) out += '\n';
-    out += std::string(requestTypeName(s.type)) + " '" + s.name + "' waited " + secs + " s for ";
+    out += describeCollective(requestTypeName(s.type), s.name) + " waited " + secs + " s for ";
     out +=
         s.missing_ranks.empty() ? "the other tensors of its group" : ranksPhrase(s.missing_ranks);
     if (!submitted.empty()) out += " (submitted by " + ranksPhrase(submitted) + ")";
@@ -37,6 +38,7 @@ std::string formatStallReport(const std::vector<StallReport>& stalls, int set_si
     if (!s.joined_ranks.empty())
       out += "; " + ranksPhrase(s.joined_ranks) + (s.joined_ranks.size() == 1 ? " has" : " have") +
              " joined, and a " + requestTypeName(s.type) + " needs every rank, joined or not";
+    for (const std::string& other : s.instead) out += "; " + other + " under that name instead";
   }
   return out;
 }
@@ -265,20 +267,58 @@ std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::dura
   for (const auto& [name, entry] : table_) {
     Clock::duration waited = now - entry.first_seen;
     if (waited < age) continue;
-    StallReport report{name, missingRanks(entry), {}, waited, entry.requests.front().type};
+    StallReport report{name, missingRanks(entry), {}, waited, entry.requests.front().type, {}};
     for (int r : report.missing_ranks)
       if (joined_[r]) report.joined_ranks.push_back(r);
     out.push_back(std::move(report));
+  }
+  if (out.empty()) return out;
+  // The names as their callers wrote them, to find a missing rank's other collective.
+  auto caller = [](const std::string& name, const Entry& entry) {
+    return callerName(requestTypeName(entry.requests.front().type), name);
+  };
+  std::map<std::string_view, std::vector<const std::string*>> by_caller;
+  for (const auto& [name, entry] : table_) by_caller[caller(name, entry)].push_back(&name);
+  for (StallReport& report : out) {
+    for (const std::string* other : by_caller[caller(report.name, table_.at(report.name))]) {
+      if (*other == report.name) continue;
+      std::vector<int> ranks;
+      for (const Request& r : table_.at(*other).requests)
+        if (std::find(report.missing_ranks.begin(), report.missing_ranks.end(), r.rank) !=
+            report.missing_ranks.end())
+          ranks.push_back(r.rank);
+      if (ranks.empty()) continue;
+      const RequestType type = table_.at(*other).requests.front().type;
+      report.instead.push_back(ranksPhrase(ranks) + " submitted " +
+                               describeCollective(requestTypeName(type), *other));
+      report.partners.push_back(*other);
+    }
   }
   return out;
 }
 
 // A stalled member fails its whole group: the group shares one handle, and the other
-// members could never complete without it.
+// members could never complete without it. So does a collective that waits for ranks
+// which submitted a stalled one under the same caller's name (the other side of the
+// same confusion, maybe submitted a moment later): it fails now with its own report,
+// rather than a cycle later without the other side to name.
 std::vector<Response> Coordinator::expireStalled(Clock::time_point now, Clock::duration age) {
   std::vector<Response> out;
+  std::vector<StallReport> expiring = stalled(now, age);
+  if (expiring.empty()) return out;
+  std::set<std::string> names;
+  for (const StallReport& s : expiring) names.insert(s.name);
+  for (StallReport& s : stalled(now, Clock::duration::zero())) {
+    if (names.count(s.name)) continue;
+    for (const std::string& partner : s.partners) {
+      if (names.count(partner)) {
+        expiring.push_back(std::move(s));
+        break;
+      }
+    }
+  }
   std::map<std::string, std::string> failed_groups;  // group -> the member that stalled
-  for (const StallReport& s : stalled(now, age)) {
+  for (const StallReport& s : expiring) {
     const Request& first = table_.at(s.name).requests.front();
     if (!first.group.empty()) failed_groups.emplace(first.group, s.name);
     out.push_back(
@@ -296,9 +336,12 @@ std::vector<Response> Coordinator::expireStalled(Clock::time_point now, Clock::d
       ++it;
       continue;
     }
+    const char* type = requestTypeName(first.type);
     out.push_back(errorResponse(it->first,
-                                prefix(first) + "group '" + group->first +
-                                    "' failed because its tensor '" + group->second + "' stalled",
+                                prefix(first) + "group '" +
+                                    std::string(callerName(type, group->first)) +
+                                    "' failed because its tensor '" +
+                                    std::string(callerName(type, group->second)) + "' stalled",
                                 Response::ErrorKind::Stall));
     it = table_.erase(it);
   }

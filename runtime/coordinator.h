@@ -31,6 +31,11 @@ struct StallReport {
   std::vector<int> joined_ranks;   // of those, the ones that have joined
   Clock::duration waiting;         // since the first rank submitted it
   RequestType type = RequestType::Allreduce;  // for the report's wording
+  // What missing ranks submitted under the same caller's name as another collective
+  // (the Python layer names an allreduce "x" allreduce.x, an allgather "x" allgather.x):
+  // "rank 1 submitted allgather 'x'", the likely cause of the stall.
+  std::vector<std::string> instead;
+  std::vector<std::string> partners;  // those collectives' names in the table
 };
 // "allreduce 'w1' waited 61.2 s for rank 2 (submitted by ranks 0,1)" lines, one per tensor.
 std::string formatStallReport(const std::vector<StallReport>& stalls, int set_size);

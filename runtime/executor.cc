@@ -78,8 +78,8 @@ void Executor::runData(ProcessSet& set, const Response& response) {
   if (!set.pending.joined()) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (!entries[i]) {
-        log().error("{} '{}' was negotiated but this rank holds no such tensor",
-                    responseTypeName(response.type), response.names[i]);
+        log().error("{} was negotiated but this rank holds no such tensor",
+                    describeCollective(responseTypeName(response.type), response.names[i]));
       }
     }
   }

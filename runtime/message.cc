@@ -6,6 +6,7 @@
 
 #include <accord/error.h>
 
+#include <cstring>
 #include <string_view>
 
 namespace accord {
@@ -148,6 +149,22 @@ const char* requestTypeName(RequestType type) {
 const char* responseTypeName(ResponseType type) {
   const char* name = responseName(type);
   return name ? name : "invalid-response-type";
+}
+
+std::string_view callerName(const char* type, std::string_view name) {
+  for (std::string_view prefix : {std::string_view(""), std::string_view("grouped_")}) {
+    const std::size_t n = prefix.size() + std::strlen(type) + 1;
+    if (name.size() > n && name.starts_with(prefix) &&
+        name.substr(prefix.size()).starts_with(type) && name[n - 1] == '.')
+      return name.substr(n);
+  }
+  return name;
+}
+
+std::string describeCollective(const char* type, const std::string& name) {
+  const std::string_view shown = callerName(type, name);
+  const bool grouped = shown.size() < name.size() && name.starts_with("grouped_");
+  return (grouped ? "grouped " : "") + std::string(type) + " '" + std::string(shown) + "'";
 }
 
 const char* negotiatePhaseName(RequestType type) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace accord {
@@ -28,6 +29,14 @@ enum class RequestType : std::uint8_t {
 };
 inline constexpr int kNumRequestTypes = 9;      // one past the last (asserted in message.cc)
 const char* requestTypeName(RequestType type);  // "allreduce", ...
+// "allreduce 'loss'": a collective as messages name it. A name that carries its
+// operation in front, as the Python layer gives them (Horovod's "allreduce.loss",
+// "grouped_allreduce.loss.0", shown "grouped allreduce 'loss.0'") and as unnamed ones
+// are generated ("allreduce.noname.7"), is shown without it: the name the caller
+// wrote. The timeline shows whole names.
+std::string describeCollective(const char* type, const std::string& name);
+// That shown name: `name` without "<type>." or "grouped_<type>." in front.
+std::string_view callerName(const char* type, std::string_view name);
 // The timeline's name of a request's negotiation, Horovod's: "NEGOTIATE_ALLREDUCE", ...
 const char* negotiatePhaseName(RequestType type);
 

@@ -8,7 +8,7 @@ namespace {
 
 std::string describe(const Request& request) {
   if (request.type == RequestType::Join) return "join";
-  return std::string(requestTypeName(request.type)) + " '" + request.name + "'";
+  return describeCollective(requestTypeName(request.type), request.name);
 }
 
 }  // namespace

@@ -13,9 +13,9 @@ void TensorQueue::push(std::vector<QueuedOp> ops) {
     if (closed_) std::rethrow_exception(closed_);
     for (const auto& op : ops) {
       if (in_flight_.count({op.process_set, op.request.name})) {
-        throw InvalidArgument(std::string(requestTypeName(op.request.type)) + " '" +
-                              op.request.name +
-                              "': a collective with this name is already in flight on this "
+        throw InvalidArgument(describeCollective(requestTypeName(op.request.type),
+                                                 op.request.name) +
+                              ": a collective with this name is already in flight on this "
                               "rank; wait for it before submitting the name again");
       }
     }

@@ -61,7 +61,7 @@ std::string ranksPhrase(const std::vector<int>& ranks) {
 }
 
 std::string prefix(const Request& r) {
-  return std::string(requestTypeName(r.type)) + " '" + r.name + "': ";
+  return describeCollective(requestTypeName(r.type), r.name) + ": ";
 }
 
 Response errorResponse(const std::string& name, std::string message, Response::ErrorKind kind) {

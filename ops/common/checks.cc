@@ -15,7 +15,7 @@ std::string describe(const Response& response) {
 }
 
 std::string describeTensor(const Response& response, std::size_t i) {
-  return std::string(responseTypeName(response.type)) + " '" + response.names.at(i) + "'";
+  return describeCollective(responseTypeName(response.type), response.names.at(i));
 }
 
 std::string joinRanks(const std::vector<int>& ranks) {

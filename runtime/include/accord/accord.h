@@ -171,7 +171,7 @@ using Allocator = std::function<TensorView(const Shape& shape)>;
 
 // What every collective's options hold.
 struct CollectiveOptions {
-  // An empty name gets a generated one ("allreduce.7") that is the same on every rank
+  // An empty name gets a generated one ("allreduce.noname.7") that is the same on every rank
   // as long as every rank issues its unnamed collectives in the same order.
   std::string name;
   ProcessSetId process_set = kGlobalProcessSet;

@@ -326,6 +326,55 @@ TEST_CASE("a stalled group member takes its whole group down", "[coordinator]") 
   CHECK(c.empty());
 }
 
+TEST_CASE("a stall where a rank used the name for another collective says so", "[coordinator]") {
+  // The Python layer's names: an allreduce "x" is allreduce.x, an allgather "x"
+  // allgather.x, a grouped allreduce "g" is grouped_allreduce.g.<i>.
+  Coordinator c(3);
+  c.add({req(0, "allreduce.x"), req(1, "allreduce.x"),
+         req(2, "allgather.x", 0, RequestType::Allgather), req(0, "allreduce.noname.0"),
+         req(1, "grouped_allreduce.g.0"), req(0, "allreduce.g.0"), req(2, "allreduce.g.0")},
+        t0);
+  CHECK(c.takeReady().empty());
+  const auto stalls = c.stalled(t0 + 5s, 5s);
+  REQUIRE(stalls.size() == 5);
+  CHECK(formatStallReport(stalls, 3) ==
+        "allgather 'x' waited 5.0 s for ranks 0,1 (submitted by rank 2); ranks 0,1 submitted "
+        "allreduce 'x' under that name instead\n"
+        "allreduce 'g.0' waited 5.0 s for rank 1 (submitted by ranks 0,2); rank 1 submitted "
+        "grouped allreduce 'g.0' under that name instead\n"
+        "allreduce 'noname.0' waited 5.0 s for ranks 1,2 (submitted by rank 0)\n"
+        "allreduce 'x' waited 5.0 s for rank 2 (submitted by ranks 0,1); rank 2 submitted "
+        "allgather 'x' under that name instead\n"
+        "grouped allreduce 'g.0' waited 5.0 s for ranks 0,2 (submitted by rank 1); ranks 0,2 "
+        "submitted allreduce 'g.0' under that name instead");
+}
+
+TEST_CASE("the other side of a name used for two collectives expires with it", "[coordinator]") {
+  Coordinator c(2);
+  c.add({req(0, "allreduce.x"), req(0, "allreduce.y")}, t0);
+  c.add({req(1, "allgather.x", 0, RequestType::Allgather)}, t0 + 2s);
+  auto expired = c.expireStalled(t0 + 5s, 5s);
+  REQUIRE(expired.size() == 3);
+  CHECK(names(expired) == std::vector<std::string>{"allreduce.x", "allreduce.y", "allgather.x"});
+  for (const auto& r : expired) CHECK(r.error_kind == Response::ErrorKind::Stall);
+  CHECK(expired[2].error ==
+        "allgather 'x' waited 3.0 s for rank 0 (submitted by rank 1); rank 0 submitted "
+        "allreduce 'x' under that name instead; gave up (ACCORD_STALL_SHUTDOWN_TIME): every "
+        "rank of the process set must submit each collective");
+  CHECK(c.empty());
+}
+
+TEST_CASE("messages show the name the caller wrote", "[coordinator]") {
+  CHECK(describeCollective("allreduce", "allreduce.loss") == "allreduce 'loss'");
+  CHECK(describeCollective("allreduce", "grouped_allreduce.g.3") == "grouped allreduce 'g.3'");
+  CHECK(describeCollective("allreduce", "loss") == "allreduce 'loss'");
+  CHECK(describeCollective("allreduce", "allreduce.") == "allreduce 'allreduce.'");
+  CHECK(describeCollective("allreduce", "allreducex.y") == "allreduce 'allreducex.y'");
+  CHECK(describeCollective("broadcast", "allreduce.w") == "broadcast 'allreduce.w'");
+  CHECK(describeCollective("allgather", "grouped_allgather") == "allgather 'grouped_allgather'");
+  CHECK(callerName("allgather", "grouped_allgather.v") == "v");
+}
+
 TEST_CASE("ranks grouping different tensor counts fail at once, not at the stall timeout",
           "[coordinator]") {
   Coordinator c(2);
