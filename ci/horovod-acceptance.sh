@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Horovod's own PyTorch tests against accord.torch: the drop-in's acceptance check.
 #
-# Runs Horovod's test/parallel/test_torch.py, unchanged, through an import shim that
+# Runs Horovod's test/parallel/test_torch.py (or another of its PyTorch test files:
+# test_adasum_pytorch.py, test_timeline.py), unchanged, through an import shim that
 # makes `import horovod.torch` load accord.torch, under mpirun with pytest, and prints
 # each rank's passed / failed / skipped counts and the tests that failed. The test file
 # is Horovod's and stays outside this repository (fetch it from Horovod's repository,
@@ -94,6 +95,28 @@ import sys
 import accord.torch
 
 sys.modules[__name__] = accord.torch
+EOF
+# horovod.common.util.env, which test_timeline.py imports: settings in the environment
+# for the length of a with-block.
+mkdir -p "$shim/horovod/common"
+: > "$shim/horovod/common/__init__.py"
+cat > "$shim/horovod/common/util.py" <<'EOF'
+import contextlib
+import os
+
+
+@contextlib.contextmanager
+def env(**settings):
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update({name: str(value) for name, value in settings.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 EOF
 # The three helpers the test file imports from Horovod's test/utils/common.py, as the
 # test uses them.

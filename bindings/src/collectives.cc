@@ -53,12 +53,20 @@ std::string called(const char* op, const std::string& name) {
   return name.empty() ? std::string(op) : std::string(op) + " '" + name + "'";
 }
 
+// The runtime's name of a named collective: the operation, a dot, the caller's name, as
+// Horovod's Python layer names them, so that an allreduce and a broadcast may both be
+// called "x" at once, and timelines read as Horovod's do. Unnamed ones ("") are named by
+// the runtime, by count ("allreduce.noname.7").
+std::string scoped(const char* op, const std::string& name) {
+  return name.empty() ? name : std::string(op) + "." + name;
+}
+
 PendingOp allreduce(std::uintptr_t data, int dtype, Shape shape, int device,
                     const std::string& name, int op, double prescale, double postscale,
                     ProcessSetId set, std::uintptr_t stream) {
   AllreduceOptions o;
   o.stream = streamOf(stream);
-  o.name = name;
+  o.name = scoped("allreduce", name);
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
   o.postscale = postscale;
@@ -74,7 +82,7 @@ PendingOp groupedAllreduce(const std::vector<TensorArgs>& tensors, const std::st
   for (const auto& [data, dtype, shape, device] : tensors)
     views.push_back(view(data, dtype, shape, device));
   AllreduceOptions o;
-  o.name = name;
+  o.name = scoped("grouped_allreduce", name);
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
   o.postscale = postscale;
@@ -88,7 +96,7 @@ PendingOp allgather(std::uintptr_t data, int dtype, Shape shape, int device,
                     const OutputArgs& out) {
   auto slot = std::make_shared<OutputSlot>();
   AllgatherOptions o;
-  o.name = name;
+  o.name = scoped("allgather", name);
   o.process_set = set;
   o.stream = streamOf(stream);
   auto v = view(data, dtype, std::move(shape), device);
@@ -99,7 +107,7 @@ PendingOp broadcast(std::uintptr_t data, int dtype, Shape shape, int device,
                     const std::string& name, int root, ProcessSetId set, std::uintptr_t stream) {
   BroadcastOptions o;
   o.stream = streamOf(stream);
-  o.name = name;
+  o.name = scoped("broadcast", name);
   o.root = root;
   o.process_set = set;
   return {broadcast_async(view(data, dtype, std::move(shape), device), o), nullptr};
@@ -110,7 +118,7 @@ PendingOp alltoall(std::uintptr_t data, int dtype, Shape shape, int device,
                    std::uintptr_t stream, const OutputArgs& out) {
   auto slot = std::make_shared<OutputSlot>();
   AlltoallOptions o;
-  o.name = name;
+  o.name = scoped("alltoall", name);
   o.splits = std::move(splits);
   o.process_set = set;
   o.stream = streamOf(stream);
@@ -124,7 +132,7 @@ PendingOp reducescatter(std::uintptr_t data, int dtype, Shape shape, int device,
   auto slot = std::make_shared<OutputSlot>();
   ReducescatterOptions o;
   o.stream = streamOf(stream);
-  o.name = name;
+  o.name = scoped("reducescatter", name);
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
   o.postscale = postscale;

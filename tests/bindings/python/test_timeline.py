@@ -27,9 +27,13 @@ def test_timeline_records_the_collectives_run_while_it_is_on(hvd, tmp_path):
     for e in events:
         if e.get("ph") in ("B", "X") and e.get("tid") in tracks:
             phases.setdefault(tracks[e["tid"]], set()).add(e.get("name"))
-    assert "allreduce" in phases.get("timeline.py.small", set()), phases
-    assert "allgather" in phases.get("timeline.py.gather", set()), phases
-    assert "timeline.py.after" not in phases
+    # Horovod's words: tensors named by operation and name, its phase names, its marks.
+    assert {"QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= \
+        phases.get("allreduce.timeline.py.small", set()), phases
+    assert {"NEGOTIATE_ALLGATHER", "ALLGATHER"} <= \
+        phases.get("allgather.timeline.py.gather", set()), phases
+    assert "allreduce.timeline.py.after" not in phases
+    assert any(e.get("ph") == "i" and e.get("name") == "CYCLE_START" for e in events)
 
 
 def test_a_timeline_path_that_cannot_be_created_raises_value_error(hvd):
