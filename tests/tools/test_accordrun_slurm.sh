@@ -39,6 +39,6 @@ python3 - "$out/timeline.json" <<'PY' || fail "rank 0 wrote no timeline with the
 import json, sys
 events = json.load(open(sys.argv[1]))
 names = [e.get("name", "") for e in events if isinstance(e, dict)]
-assert "allreduce" in names, sorted(set(names))
+assert "ALLREDUCE" in names, sorted(set(names))
 PY
 echo "accordrun under SLURM: 2 tasks started by srun, collectives passed, timeline written"

@@ -252,11 +252,11 @@ TEST_CASE("requests that could not come from a correct runtime are Invalid", "[v
 }
 
 TEST_CASE("barrier needs every rank, joined or not", "[validation]") {
-  auto reqs = same(2, req(0, RequestType::Barrier, "barrier.0", {}));
+  auto reqs = same(2, req(0, RequestType::Barrier, "barrier.noname.0", {}));
   CHECK(buildResponse(reqs, 2, none(2)).type == ResponseType::Barrier);
   reqs.pop_back();
   CHECK(error(reqs, 2, {false, true}) ==
-        "barrier 'barrier.0': rank 1 sent no request; every rank must take part, joined or not");
+        "barrier 'noname.0': rank 1 sent no request; every rank must take part, joined or not");
 }
 
 TEST_CASE("process set requests agree on valid, distinct ranks", "[validation]") {
