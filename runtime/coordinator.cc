@@ -179,11 +179,12 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
       indexed.emplace_back(index, &name);
       continue;
     }
+    const std::string shown(callerName(requestTypeName(first.type), group));
     out.push_back({first.seq, name,
                    errorResponse(name,
-                                 prefix(first) + "is not a member of group '" + group + "' of " +
-                                     std::to_string(size) + " (members are named '" + group +
-                                     ".0' to '" + group + "." + std::to_string(size - 1) + "')",
+                                 prefix(first) + "is not a member of group '" + shown + "' of " +
+                                     std::to_string(size) + " (members are named '" + shown +
+                                     ".0' to '" + shown + "." + std::to_string(size - 1) + "')",
                                  Response::ErrorKind::Invalid)});
     table_.erase(name);
   }
@@ -202,11 +203,13 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
     if (r.type != ResponseType::Error && name != by_index.front() &&
         (r.dtype != head.dtype || r.device != head.device || r.op != head.op ||
          !sameScale(r.prescale, head.prescale) || !sameScale(r.postscale, head.postscale))) {
+      const char* type = requestTypeName(e.requests.front().type);
       r = errorResponse(
           *name,
-          prefix(e.requests.front()) + "group '" + group + "' mixes " + dtype_name(head.dtype) +
-              " " + reduce_op_name(head.op) + " on " + head.device.str() + " ('" +
-              head.names.front() + "') with " + dtype_name(r.dtype) + " " + reduce_op_name(r.op) +
+          prefix(e.requests.front()) + "group '" + std::string(callerName(type, group)) +
+              "' mixes " + dtype_name(head.dtype) + " " + reduce_op_name(head.op) + " on " +
+              head.device.str() + " ('" + std::string(callerName(type, head.names.front())) +
+              "') with " + dtype_name(r.dtype) + " " + reduce_op_name(r.op) +
               " on " + r.device.str() +
               "; the tensors of a group are fused into one buffer and must share dtype, "
               "device, op and scale factors",
@@ -267,7 +270,7 @@ std::vector<StallReport> Coordinator::stalled(Clock::time_point now, Clock::dura
   for (const auto& [name, entry] : table_) {
     Clock::duration waited = now - entry.first_seen;
     if (waited < age) continue;
-    StallReport report{name, missingRanks(entry), {}, waited, entry.requests.front().type, {}};
+    StallReport report{name, missingRanks(entry), {}, waited, entry.requests.front().type, {}, {}};
     for (int r : report.missing_ranks)
       if (joined_[r]) report.joined_ranks.push_back(r);
     out.push_back(std::move(report));

@@ -119,7 +119,8 @@ const Field kFields[] = {
      },
      [](const Request& r) {
        return r.group.empty() ? std::string("no group")
-                              : "group '" + r.group + "' of " + std::to_string(r.group_size);
+                              : "group '" + std::string(callerName(requestTypeName(r.type), r.group)) +
+                                    "' of " + std::to_string(r.group_size);
      }},
     {[](RequestType t) {
        return t == RequestType::AddProcessSet || t == RequestType::RemoveProcessSet;
@@ -166,7 +167,8 @@ std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
       return at + " sent root " + std::to_string(r.root) +
              ", which is not a rank of the process set of size " + std::to_string(set_size);
     if (!r.group.empty() && (r.type != RequestType::Allreduce || r.group_size < 1))
-      return at + " sent group '" + r.group + "' of " + std::to_string(r.group_size) +
+      return at + " sent group '" + std::string(callerName(requestTypeName(r.type), r.group)) +
+             "' of " + std::to_string(r.group_size) +
              ": only allreduce can be grouped, with at least one tensor";
   }
   return "";

@@ -284,7 +284,7 @@ TEST_CASE("stall reports name the tensor, the missing ranks and the wait", "[coo
   CHECK(formatStallReport(stalls, 4) ==
         "allreduce 'w1' waited 100.0 s for ranks 2,3 (submitted by ranks 0,1)\n"
         "allreduce 'w2' waited 70.0 s for ranks 0,2 (submitted by ranks 1,3)");
-  CHECK(formatStallReport({{"b", {1}, {}, 5s, RequestType::Broadcast}}, 2) ==
+  CHECK(formatStallReport({{"b", {1}, {}, 5s, RequestType::Broadcast, {}, {}}}, 2) ==
         "broadcast 'b' waited 5.0 s for rank 1 (submitted by rank 0)");
   CHECK(formatStallReport({}, 2).empty());
 }
@@ -373,6 +373,22 @@ TEST_CASE("messages show the name the caller wrote", "[coordinator]") {
   CHECK(describeCollective("broadcast", "allreduce.w") == "broadcast 'allreduce.w'");
   CHECK(describeCollective("allgather", "grouped_allgather") == "allgather 'grouped_allgather'");
   CHECK(callerName("allgather", "grouped_allgather.v") == "v");
+
+  // A group from the Python layer: its messages name it as the caller did.
+  Coordinator c(2);
+  Request f64 = member(0, "grouped_allreduce.h", 1, 2);
+  f64.dtype = DType::Float64;
+  Request f64b = f64;
+  f64b.rank = 1;
+  c.add({member(0, "grouped_allreduce.h", 0, 2), member(1, "grouped_allreduce.h", 0, 2), f64,
+         f64b},
+        t0);
+  auto ready = c.takeReady();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].error ==
+        "grouped allreduce 'h.1': group 'h' mixes float32 sum on cpu ('h.0') with float64 sum on "
+        "cpu; the tensors of a group are fused into one buffer and must share dtype, device, op "
+        "and scale factors");
 }
 
 TEST_CASE("ranks grouping different tensor counts fail at once, not at the stall timeout",
