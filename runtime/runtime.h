@@ -32,7 +32,7 @@ struct Runtime {
   // torn down (see shutdown()).
   std::atomic<bool> failed{false};
 
-  // Generated names ("allreduce.3") count per process set and collective type, in the
+  // Generated names ("allreduce.noname.3") count per process set and collective type, in the
   // order the application issues unnamed collectives.
   std::mutex names_mu;
   std::map<std::pair<ProcessSetId, RequestType>, std::uint64_t> name_counters;
