@@ -119,3 +119,12 @@ def test_numpy_alltoall_splits_must_be_integers(hvd, splits):
                                  splits=np.ones(n, dtype=np.int64), name="np.a2a.float_splits")
     assert received.tolist() == [1] * n
     assert np.array_equal(out[:, 0], np.arange(n, dtype=np.float32))
+
+
+def test_numpy_names_are_per_operation(hvd):
+    """An allreduce and a broadcast named alike run at once, as in accord.torch."""
+    me, n = acc.rank(), acc.size()
+    summed = acc.allreduce_async(np.full(3, me + 1.0), op=acc.Sum, name="numpy.shared")
+    sent_ = acc.broadcast_async(np.full(2, 10.0 * me), root_rank=n - 1, name="numpy.shared")
+    assert acc.synchronize(summed).tolist() == [n * (n + 1) / 2] * 3
+    assert acc.synchronize(sent_).tolist() == [10.0 * (n - 1)] * 2
