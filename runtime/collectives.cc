@@ -245,10 +245,10 @@ Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceO
   NameGuard names(rt, options.process_set, RequestType::Allreduce);
   const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
                                     options.name.empty() ? "" : options.name);
-  std::string what = describeCollective("allreduce", group);
-  if (!what.starts_with("grouped ")) what = "grouped " + what;
   for (const auto& t : tensors) {
     if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
+      std::string what = describeCollective("allreduce", group);
+      if (!what.starts_with("grouped ")) what = "grouped " + what;
       throw InvalidArgument(
           what + ": mixes " + dtype_name(tensors.front().dtype) + " on " +
           tensors.front().device.str() + " with " + dtype_name(t.dtype) + " on " + t.device.str() +

@@ -6,6 +6,8 @@
 
 #include <accord/error.h>
 
+#include <array>
+#include <cctype>
 #include <cstring>
 #include <string_view>
 
@@ -65,62 +67,6 @@ constexpr const char* responseName(ResponseType type) {
   return nullptr;
 }
 
-// The timeline's phases use Horovod's words, so that a trace reads as Horovod's does.
-constexpr const char* negotiateName(RequestType type) {
-  switch (type) {
-    case RequestType::Allreduce:
-      return "NEGOTIATE_ALLREDUCE";
-    case RequestType::Allgather:
-      return "NEGOTIATE_ALLGATHER";
-    case RequestType::Broadcast:
-      return "NEGOTIATE_BROADCAST";
-    case RequestType::Alltoall:
-      return "NEGOTIATE_ALLTOALL";
-    case RequestType::Reducescatter:
-      return "NEGOTIATE_REDUCESCATTER";
-    case RequestType::Barrier:
-      return "NEGOTIATE_BARRIER";
-    case RequestType::Join:
-      return "NEGOTIATE_JOIN";
-    case RequestType::AddProcessSet:
-      return "NEGOTIATE_ADD_PROCESS_SET";
-    case RequestType::RemoveProcessSet:
-      return "NEGOTIATE_REMOVE_PROCESS_SET";
-  }
-  return nullptr;
-}
-
-constexpr const char* collectiveName(ResponseType type) {
-  switch (type) {
-    case ResponseType::Allreduce:
-      return "ALLREDUCE";
-    case ResponseType::Allgather:
-      return "ALLGATHER";
-    case ResponseType::Broadcast:
-      return "BROADCAST";
-    case ResponseType::Alltoall:
-      return "ALLTOALL";
-    case ResponseType::Reducescatter:
-      return "REDUCESCATTER";
-    case ResponseType::Barrier:
-      return "BARRIER";
-    case ResponseType::Join:
-      return "JOIN";
-    case ResponseType::AddProcessSet:
-      return "ADD_PROCESS_SET";
-    case ResponseType::RemoveProcessSet:
-      return "REMOVE_PROCESS_SET";
-    case ResponseType::Error:
-      return "ERROR";
-  }
-  return nullptr;
-}
-
-static_assert(detail::namedExactly(negotiateName, kNumRequestTypes),
-              "every RequestType needs a timeline name");
-static_assert(detail::namedExactly(collectiveName, kNumResponseTypes),
-              "every ResponseType needs a timeline name");
-
 static_assert(detail::namedExactly(requestName, kNumRequestTypes),
               "kNumRequestTypes must count the RequestTypes");
 static_assert(detail::namedExactly(responseName, kNumResponseTypes),
@@ -167,14 +113,35 @@ std::string describeCollective(const char* type, const std::string& name) {
   return (grouped ? "grouped " : "") + std::string(type) + " '" + std::string(shown) + "'";
 }
 
+namespace {
+
+// The timeline's phases use Horovod's words: the type names above in capitals, after
+// `before` ("NEGOTIATE_ALLREDUCE", "ALLREDUCE"). Built once; an index past the table
+// (a value no enumerator has) gets `invalid`.
+template <typename E, int N>
+const char* phaseName(E type, const char* (*name)(E), const char* before, const char* invalid) {
+  static const std::array<std::string, N> names = [&] {
+    std::array<std::string, N> out;
+    for (int v = 0; v < N; ++v) {
+      out[v] = before;
+      for (const char* c = name(static_cast<E>(v)); *c; ++c)
+        out[v] += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+    }
+    return out;
+  }();
+  const auto v = static_cast<std::size_t>(type);
+  return v < names.size() ? names[v].c_str() : invalid;
+}
+
+}  // namespace
+
 const char* negotiatePhaseName(RequestType type) {
-  const char* name = negotiateName(type);
-  return name ? name : "NEGOTIATE_INVALID";
+  return phaseName<RequestType, kNumRequestTypes>(type, requestName, "NEGOTIATE_",
+                                                  "NEGOTIATE_INVALID");
 }
 
 const char* collectivePhaseName(ResponseType type) {
-  const char* name = collectiveName(type);
-  return name ? name : "INVALID";
+  return phaseName<ResponseType, kNumResponseTypes>(type, responseName, "", "INVALID");
 }
 
 std::size_t Response::tensorBytes(std::size_t i) const {

@@ -66,6 +66,14 @@ TEST_CASE("type and op names match the public function names", "[tensor]") {
   CHECK(std::string(requestTypeName(RequestType::AddProcessSet)) == "add_process_set");
   CHECK(std::string(responseTypeName(ResponseType::Error)) == "error");
   CHECK(std::string(responseTypeName(ResponseType::RemoveProcessSet)) == "remove_process_set");
+  // The timeline's phases: Horovod's words.
+  CHECK(std::string(negotiatePhaseName(RequestType::Allreduce)) == "NEGOTIATE_ALLREDUCE");
+  CHECK(std::string(negotiatePhaseName(RequestType::AddProcessSet)) ==
+        "NEGOTIATE_ADD_PROCESS_SET");
+  CHECK(std::string(negotiatePhaseName(static_cast<RequestType>(200))) == "NEGOTIATE_INVALID");
+  CHECK(std::string(collectivePhaseName(ResponseType::Reducescatter)) == "REDUCESCATTER");
+  CHECK(std::string(collectivePhaseName(ResponseType::Error)) == "ERROR");
+  CHECK(std::string(collectivePhaseName(static_cast<ResponseType>(200))) == "INVALID");
   Response r;
   r.dtype = DType::Float16;
   r.shapes = {{3, 2}, {5}};
