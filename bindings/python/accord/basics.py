@@ -72,7 +72,7 @@ def init(comm=None, process_sets=None):
     global_process_set._set_id(0)
     global_process_set.mpi_comm = comm if _comm.is_communicator(comm) else None
     if process_sets:
-        _add_process_sets(process_sets, "init(process_sets=...)")
+        _init_process_sets(process_sets, "init(process_sets=...)")
 
 
 def _all_local_sizes_equal():
@@ -95,6 +95,7 @@ def shutdown():
     for ps in _registered_sets:
         ps._set_id(None)
     _registered_sets.clear()
+    _ids_by_ranks.clear()
 
 
 is_initialized = _core.is_initialized
@@ -296,7 +297,11 @@ class _GlobalProcessSet(ProcessSet):
 
 
 global_process_set = _GlobalProcessSet()
+# The ProcessSet objects holding an id (several may hold one: init() again with the same
+# sets gives the new objects the ids the sets have), and what the runtime has
+# registered: {ranks: id}, the same on every rank.
 _registered_sets = []
+_ids_by_ranks = {}
 
 
 def add_process_set(process_set):
@@ -312,26 +317,19 @@ def add_process_set(process_set):
 
 
 def _add_process_sets(process_sets, what):
-    """Registers sets on every rank, all or none (init(process_sets=[...]) as Horovod's):
-    every set's ranks are known (a communicator's from every rank, through an exchange)
-    and checked against those registered and each other before the first is registered,
-    so that a refusal is raised on every rank alike and leaves nothing behind."""
-    sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
-    if not _core.is_initialized():
-        _core.add_process_set([0])  # raises the runtime's NotInitializedError
-    plan = []  # (ProcessSet, its ranks), in the order of registration
+    """Registers sets on every rank, all or none: every set's ranks are known (a
+    communicator's from every rank, through an exchange) and checked against those
+    registered and each other before the first is registered, so that a refusal is
+    raised on every rank alike and leaves nothing behind."""
+    sets = _as_process_sets(process_sets)
     for ps in sets:
         if ps.process_set_id is not None:
             raise ValueError(f"{what}: {ps} is already registered")
-        plan += _communicator_sets(ps, what) if ps.mpi_comm is not None else [(ps, ps.ranks)]
-    taken = {tuple(e.ranks): e.process_set_id for e in [global_process_set, *_registered_sets]}
-    every_rank = list(range(_core.size()))
+    plan, _ = _plan(sets, what)
+    taken = dict(_ids_by_ranks)
+    taken[tuple(range(_core.size()))] = 0
     for ps, ranks in plan:
-        _check_ranks_exist(ranks, what)
-        if _driver.under_driver() and ranks == every_rank:
-            # Under the elastic driver the job's size is not the script's to choose: a set
-            # of ranks 0, 1 registered again on a job of 2 ranks is every rank, and
-            # becomes the global set rather than an error.
+        if _every_rank_under_driver(ranks):
             continue
         if tuple(ranks) in taken:
             # As Horovod: two ids for one set of ranks would be two names for it.
@@ -341,15 +339,104 @@ def _add_process_sets(process_sets, what):
                                 "first)" if known is not None else "given twice"))
         taken[tuple(ranks)] = None
     for ps, ranks in plan:
-        under_driver_global = _driver.under_driver() and ranks == every_rank
-        ps._set_id(0 if under_driver_global else _core.add_process_set(ranks))
-        _registered_sets.append(ps)
+        _adopt(ps, 0 if _every_rank_under_driver(ranks) else _register(ranks))
     return sets
 
 
+def _init_process_sets(process_sets, what):
+    """init(process_sets=[...]) as Horovod's: every set any rank names (a communicator's
+    on each of its members, a list on every rank) is registered once, in order, on
+    every rank, and a set already registered (by an earlier init) is that set again.
+    Then this rank's own list takes the ids: a set it names twice, or the global set's
+    ranks, stays unregistered and raises ValueError on this rank only, after the others
+    were registered, so that init() called again with each set once goes on, as
+    Horovod's own tests do. Ranks the job does not have, or a communicator some rank
+    left out of, are refused first, on every rank alike, with nothing registered."""
+    sets = _as_process_sets(process_sets)
+    plan, own = _plan(sets, what)
+    every_rank = list(range(_core.size()))
+    for ps, ranks in plan:
+        if ranks != every_rank and tuple(ranks) not in _ids_by_ranks:
+            pid = _register(ranks)
+            # Another rank's communicator keeps its stand-in; this rank's sets take their
+            # ids below.
+            if all(ps is not given for given in sets):
+                _adopt(ps, pid)
+    taken = {0: "the global set"}
+    twice = []
+    for ps, ranks in zip(sets, own):
+        pid = 0 if ranks == every_rank else _ids_by_ranks[tuple(ranks)]
+        if pid == 0 and _driver.under_driver():
+            _adopt(ps, 0)
+        elif pid in taken:
+            if pid == 0:
+                twice.append(f"ranks {ranks} are already process set 0, the global set (use "
+                             "global_process_set)")
+            else:
+                twice.append(f"ranks {ranks} are given twice in this rank's list "
+                             f"({_given(taken[pid])} and {_given(ps)})")
+            if ps is not taken.get(pid):
+                ps._set_id(None)
+        else:
+            _adopt(ps, pid)
+            taken[pid] = ps
+    if twice:
+        raise ValueError(f"{what}: {'; '.join(twice)}; the other sets are registered on "
+                         "every rank: call init() again with each set once")
+    return sets
+
+
+def _given(ps):
+    return "a communicator" if ps.mpi_comm is not None else f"the list {ps.ranks}"
+
+
+def _as_process_sets(process_sets):
+    return [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
+
+
+def _plan(sets, what):
+    """([(ProcessSet, ranks)] to register, in order, the same on every rank; [this
+    rank's ranks of each set]). Raises on every rank alike for a communicator some rank
+    was left out of or ranks this job does not have."""
+    if not _core.is_initialized():
+        _core.add_process_set([0])  # raises the runtime's NotInitializedError
+    plan, own = [], []
+    for ps in sets:
+        if ps.mpi_comm is None:
+            plan.append((ps, ps.ranks))
+            own.append(ps.ranks)
+        else:
+            mine, members = _communicator_sets(ps, what)
+            plan += members
+            own.append(mine)
+    for _, ranks in plan:
+        _check_ranks_exist(ranks, what)
+    return plan, own
+
+
+def _every_rank_under_driver(ranks):
+    # Under the elastic driver the job's size is not the script's to choose: a set of
+    # ranks 0, 1 registered again on a job of 2 ranks is every rank, and becomes the
+    # global set rather than an error.
+    return _driver.under_driver() and ranks == list(range(_core.size()))
+
+
+def _register(ranks):
+    pid = _core.add_process_set(ranks)
+    _ids_by_ranks[tuple(ranks)] = pid
+    return pid
+
+
+def _adopt(ps, pid):
+    ps._set_id(pid)
+    if all(e is not ps for e in _registered_sets):
+        _registered_sets.append(ps)
+
+
 def _communicator_sets(process_set, what):
-    """[(ProcessSet, ranks)] for a set made from a communicator: one per distinct
-    communicator over all ranks, this rank's own being ``process_set``."""
+    """(this rank's ranks, [(ProcessSet, ranks)]) for a set made from a communicator:
+    one per distinct communicator over all ranks, this rank's own being
+    ``process_set``."""
     what = f"{what}: ProcessSet(comm)"
     mine = _comm.members(process_set.mpi_comm, what)
     rows = _comm.memberships(mine)
@@ -359,7 +446,8 @@ def _communicator_sets(process_set, what):
         if sorted(row) not in distinct:
             distinct.append(sorted(row))
     own = sorted(mine)
-    return [(process_set if ranks == own else ProcessSet(ranks), ranks) for ranks in distinct]
+    return own, [(process_set if ranks == own else ProcessSet(ranks), ranks)
+                 for ranks in distinct]
 
 
 def _check_ranks_exist(ranks, what):
@@ -385,14 +473,28 @@ def _check_ranks_exist(ranks, what):
 
 def remove_process_set(process_set):
     """Removes a registered process set on every rank (collective). Returns False for
-    the global set or a set that is not registered, as Horovod does."""
-    if process_set.process_set_id in (None, 0):
+    the global set or a set that is not registered, as Horovod does. Every ProcessSet
+    object holding its id is unregistered."""
+    pid = process_set.process_set_id
+    if pid in (None, 0):
         return False
-    _core.remove_process_set(process_set.process_set_id)
+    _core.remove_process_set(pid)
+    for ranks in [r for r, i in _ids_by_ranks.items() if i == pid]:
+        del _ids_by_ranks[ranks]
+    for ps in [e for e in _registered_sets if e.process_set_id == pid]:
+        ps._set_id(None)
+        _registered_sets.remove(ps)
     process_set._set_id(None)
-    if process_set in _registered_sets:
-        _registered_sets.remove(process_set)
     return True
+
+
+def _get_process_set_ids_and_ranks():
+    """{id: ranks} of every registered set, the global set (0) included: what Horovod's
+    HorovodBasics answers under this name (its process-set tests read it)."""
+    table = {0: list(range(_core.size()))}
+    table.update({pid: list(ranks) for ranks, pid in sorted(_ids_by_ranks.items(),
+                                                           key=lambda item: item[1])})
+    return table
 
 
 # ---- pending collectives ----------------------------------------------------------

@@ -10,9 +10,10 @@ With mpi4py (Debian's python3-mpi4py; it initializes MPI, so the runtime can sta
 again after shutdown):
 3. init(comm=MPI.COMM_WORLD.Split(...)): the same groups from a communicator.
 4. init(comm=MPI.COMM_WORLD, process_sets=[ProcessSet(split by parity)]): each rank's
-   ProcessSet stands for its own half, after lists with duplicates were refused whole;
-   then the process ends without shutdown(), which must come before mpi4py finalizes
-   MPI (the runner fails on Accord's complaint).
+   ProcessSet stands for its own half; lists with duplicates are refused as Horovod
+   refuses them, on the ranks whose own list has one, the other sets registered; init()
+   again with the same sets takes their ids; then the process ends without shutdown(),
+   which must come before mpi4py finalizes MPI (the runner fails on Accord's complaint).
 Prints INIT-COMM-OK <phases> on every rank that passed.
 """
 import os
@@ -105,34 +106,57 @@ def process_set_from_communicator():
     parity = MPI.COMM_WORLD.Split(WORLD_RANK % 2, WORLD_RANK)
     clone = MPI.COMM_WORLD.Dup()
     evens = list(range(0, WORLD_SIZE, 2))
-    # All or none, on every rank alike: a set of every rank (the global set's ranks), or
-    # the even ranks twice (from the communicator on even ranks, from the list on all),
-    # refuses the whole list; init() itself has started the runtime, as in Horovod.
+    odds = list(range(1, WORLD_SIZE, 2))
+    mine = evens if WORLD_RANK % 2 == 0 else odds
+    table = hvd.mpi_ops._basics._get_process_set_ids_and_ranks
+    # As Horovod's init: a set of every rank (the global set's ranks) is refused on every
+    # rank, after the halves were registered; init() itself has started the runtime.
     refused(lambda: hvd.init(comm=MPI.COMM_WORLD,
                              process_sets=[hvd.ProcessSet(parity), hvd.ProcessSet(clone)]),
-            "already process set 0")
-    refused(lambda: hvd.init(comm=MPI.COMM_WORLD,
-                             process_sets=[hvd.ProcessSet(parity), hvd.ProcessSet(evens)]),
-            f"ranks {evens} are given twice")
+            f"ranks {list(range(WORLD_SIZE))} are already process set 0, the global set",
+            "call init() again with each set once")
     assert hvd.is_initialized()
+    assert table() == {0: list(range(WORLD_SIZE)), 1: evens, 2: odds}, table()
+    # The even ranks twice, from the communicator on even ranks and from the list on
+    # all: a duplicate on the even ranks only, which refuse it; the odd ranks go on.
+    half, listed = hvd.ProcessSet(parity), hvd.ProcessSet(evens)
+    if WORLD_RANK % 2 == 0:
+        refused(lambda: hvd.init(comm=MPI.COMM_WORLD, process_sets=[half, listed]),
+                f"ranks {evens} are given twice in this rank's list (a communicator and "
+                f"the list {evens})")
+        assert half.process_set_id == 1 and listed.process_set_id is None
+    else:
+        hvd.init(comm=MPI.COMM_WORLD, process_sets=[half, listed])
+        assert (half.process_set_id, listed.process_set_id) == (2, 1)
+    assert table() == {0: list(range(WORLD_SIZE)), 1: evens, 2: odds}, table()
     # A rank left out of the Split (MPI.COMM_NULL) is named on every rank, none hangs.
     rest = MPI.COMM_WORLD.Split(MPI.UNDEFINED if WORLD_RANK == 0 else 0, WORLD_RANK)
     refused(lambda: hvd.add_process_set(hvd.ProcessSet(rest)),
             "add_process_set: ProcessSet(comm): rank(s) [0] passed MPI.COMM_NULL")
+    # Each set once: the sets registered above, under their ids; and again, the same.
     split = hvd.ProcessSet(parity)
-    hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])  # nothing was left registered
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[split])
     clone.Free()
-    mine = [r for r in range(WORLD_SIZE) if r % 2 == WORLD_RANK % 2]
     assert split.ranks == mine, (split.ranks, mine)
+    assert split.process_set_id == (1 if WORLD_RANK % 2 == 0 else 2)
     assert split.rank() == mine.index(WORLD_RANK)
     assert "mpi_comm=" in repr(split)
-    # The other half is registered too, under its own id.
     out = hvd.allreduce(torch.tensor([float(WORLD_RANK)]), op=hvd.Sum, process_set=split,
                         name="half")
     assert out.item() == sum(mine), (out.item(), mine)
-    # The ranks of a registered set again: refused on every rank alike.
-    if WORLD_SIZE >= 2:
-        refused(lambda: hvd.add_process_set(hvd.ProcessSet(parity)), "already process set")
+    # The ranks of a registered set again, through add_process_set: refused on every
+    # rank alike.
+    refused(lambda: hvd.add_process_set(hvd.ProcessSet(parity)), "already process set")
+    # Removing a set unregisters every object that held its id.
+    assert hvd.remove_process_set(hvd.ProcessSet(evens)) is False  # never registered
+    again = hvd.ProcessSet(evens)
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[again])
+    assert again.process_set_id == 1
+    assert hvd.remove_process_set(again)
+    holders = [half, split] if WORLD_RANK % 2 == 0 else [listed]
+    assert all(ps.process_set_id is None for ps in [again, *holders])
+    assert table() == {0: list(range(WORLD_SIZE)), 2: odds}, table()
     # Ends without shutdown(): at exit, before mpi4py finalizes MPI.
 
 

@@ -221,6 +221,43 @@ def test_add_and_remove_process_set(hvd, process_sets):
         assert total == 5.0 * len(ranks)
 
 
+def test_init_process_sets_as_horovods(hvd, process_sets):
+    """init(process_sets=[...]) again, as Horovod's own tests call it: a set already
+    registered is that set again; a list naming a set twice, or the global set's ranks,
+    raises ValueError (here on every rank, the lists being the same) after registering
+    the other sets; init() again with each set once goes on, and again with the same
+    objects too. Removing a set unregisters every object that held its id."""
+    n = hvd.size()
+    table = hvd.mpi_ops._basics._get_process_set_ids_and_ranks
+    known = process_sets[0]
+    assert table()[0] == list(range(n)) and table()[known.process_set_id] == known.ranks
+    fresh = [n - 1]  # the fixture's own set with 2 ranks ({1}); a new one with 3 ({2})
+    was_new = fresh not in table().values()
+    first = [hvd.ProcessSet(reversed(known.ranks)), hvd.ProcessSet(fresh),
+             hvd.ProcessSet(list(known.ranks)), hvd.ProcessSet(range(n))]
+    with pytest.raises(ValueError) as refused:
+        hvd.init(process_sets=first)
+    message = str(refused.value)
+    assert f"ranks {known.ranks} are given twice in this rank's list (the list " \
+           f"{known.ranks} and the list {known.ranks})" in message, message
+    assert f"ranks {list(range(n))} are already process set 0, the global set" in message
+    assert [ps.process_set_id for ps in first][:3] == \
+        [known.process_set_id, {tuple(r): i for i, r in table().items()}[tuple(fresh)], None]
+    again = [hvd.ProcessSet(known.ranks), hvd.ProcessSet(fresh)]
+    hvd.init(process_sets=again)
+    hvd.init(process_sets=again)
+    assert [ps.process_set_id for ps in again] == [known.process_set_id,
+                                                  first[1].process_set_id]
+    if again[1].included():
+        total = hvd.allreduce(torch.tensor([2.0]), op=hvd.Sum, process_set=again[1],
+                              name="init.again").item()
+        assert total == 2.0 * len(fresh)
+    if was_new:
+        assert hvd.remove_process_set(again[1])
+        assert first[1].process_set_id is None and fresh not in table().values()
+    assert known.process_set_id is not None  # untouched throughout
+
+
 @pytest.mark.parametrize("contiguous", [True, False])
 def test_wait_on_stream_of_a_cpu_collective_waits_on_the_host(hvd, contiguous):
     """No GPU work to wait for: wait_on_stream returns False once the collective

@@ -4,6 +4,9 @@ them, plus barrier and join."""
 import torch as _torch
 
 from accord import _core
+# What Horovod's mpi_ops calls _basics (its HorovodBasics): scripts and Horovod's own
+# process-set tests call _basics._get_process_set_ids_and_ranks().
+from accord import basics as _basics  # noqa: F401
 from accord.basics import (  # noqa: F401  (re-exported)
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
