@@ -24,6 +24,15 @@ def gathered(hvd, indices):
     return [i for part in hvd.allgather_object(sorted(int(i) for i in indices)) for i in part]
 
 
+def test_horovods_submodule_paths_name_the_same_classes(hvd):
+    """Scripts import ElasticSampler and TorchState from horovod.torch.elastic.sampler
+    and .state (Horovod's Ray example does)."""
+    from accord.torch.elastic.sampler import ElasticSampler
+    from accord.torch.elastic.state import TorchState
+    assert ElasticSampler is hvd.elastic.ElasticSampler
+    assert TorchState is hvd.elastic.TorchState
+
+
 def test_processed_num_counts_every_ranks_samples_as_horovod_does(hvd):
     n = hvd.size()
     sampler = hvd.elastic.ElasticSampler(Items(8 * n), shuffle=True, seed=3)
