@@ -171,11 +171,13 @@ void checkAutotuneLog(const Runtime& rt) {
                           "': rank 0 cannot open it for writing");
 }
 
-// A misspelt variable would otherwise be ignored without a word.
+// A misspelt variable, or a Horovod setting without a counterpart in Accord, would
+// otherwise be ignored without a word.
 void warnUnknownVariables(int rank) {
   if (rank != 0) return;  // every rank normally has the same environment: say it once
   std::vector<std::string> environment;
   for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+  for (const auto& note : Config::unreadHorovodVariables(environment)) log().warn("{}", note);
   const auto unknown = Config::unknownVariables(environment);
   if (unknown.empty()) return;
   std::string known;

@@ -269,4 +269,62 @@ std::vector<std::string> Config::unknownVariables(const std::vector<std::string>
   return unknown;
 }
 
+namespace {
+
+// Horovod's runtime settings (horovod/common/common.h) with no Accord counterpart, and
+// for some what Accord does instead; those it has, it reads (settings.def's column).
+struct HorovodSetting {
+  const char* name;
+  const char* instead;  // "" : no counterpart
+};
+constexpr const char* kOwnAutotune = "Accord's autotuner has a schedule of its own "
+                                     "(docs/autotune.md)";
+constexpr HorovodSetting kUnreadHorovodSettings[] = {
+    {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", ""},
+    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kOwnAutotune},
+    {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kOwnAutotune},
+    {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kOwnAutotune},
+    {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", kOwnAutotune},
+    {"HOROVOD_BATCH_D2D_MEMCOPIES", ""},
+    {"HOROVOD_CCL_CACHE", "Accord does not run over oneCCL"},
+    {"HOROVOD_CONTROLLER", "Accord negotiates over MPI, always"},
+    {"HOROVOD_CPU_OPERATIONS", "Accord reduces host tensors over MPI, or through shared memory "
+                               "between the ranks of a host (ACCORD_SHARED_MEMORY)"},
+    {"HOROVOD_DISABLE_GROUP_FUSION", ""},
+    {"HOROVOD_DISABLE_NVTX_RANGES", ""},
+    {"HOROVOD_DYNAMIC_PROCESS_SETS", "Accord adds process sets after init() in any case"},
+    {"HOROVOD_ELASTIC", "elastic jobs are accordrun's (--min-np, --host-discovery-script: "
+                        "docs/elastic.md)"},
+    {"HOROVOD_ENABLE_ASYNC_COMPLETION", ""},
+    {"HOROVOD_ENABLE_XLA_OPS", ""},
+    {"HOROVOD_GLOO_IFACE", "Accord runs over MPI, not Gloo"},
+    {"HOROVOD_HIERARCHICAL_ALLGATHER", ""},
+    {"HOROVOD_MPI_THREADS_DISABLE", "Accord asks for MPI_THREAD_MULTIPLE where it initializes "
+                                    "MPI itself"},
+    {"HOROVOD_NUM_NCCL_STREAMS", ""},
+    {"HOROVOD_STALL_CHECK_DISABLE", "Accord always watches for stalls: ACCORD_STALL_CHECK_TIME "
+                                    "says when they are reported, ACCORD_STALL_SHUTDOWN_TIME=0 "
+                                    "lets stalled tensors wait for ever"},
+    {"HOROVOD_THREAD_AFFINITY", ""},
+    {"HOROVOD_TIMELINE_MARK_CYCLES", "Accord's timeline always marks the cycles"},
+    {"HOROVOD_TORUS_ALLREDUCE", ""},
+};
+
+}  // namespace
+
+std::vector<std::string> Config::unreadHorovodVariables(
+    const std::vector<std::string>& environment) {
+  std::vector<std::string> notes;
+  for (const auto& h : kUnreadHorovodSettings) {
+    const std::string prefix = std::string(h.name) + "=";
+    const bool set = std::any_of(environment.begin(), environment.end(), [&](const auto& e) {
+      return e.rfind(prefix, 0) == 0 && e.size() > prefix.size();  // empty counts as unset
+    });
+    if (!set) continue;
+    notes.push_back(std::string(h.name) + " is a Horovod setting Accord does not read: " +
+                    (*h.instead ? h.instead : "Accord has no counterpart"));
+  }
+  return notes;
+}
+
 }  // namespace accord

@@ -83,6 +83,12 @@ struct Config {
   // are not Accord variables: most likely typos, which would otherwise be ignored.
   static std::vector<std::string> unknownVariables(const std::vector<std::string>& environment);
   static const std::vector<std::string>& knownVariables();
+  // For each of Horovod's runtime settings that has no Accord counterpart and is set
+  // (not empty) in `environment`: "HOROVOD_X is a Horovod setting Accord does not read:
+  // <what Accord does instead>". A Horovod job script's settings are otherwise read
+  // under their Horovod names or ignored without a word.
+  static std::vector<std::string> unreadHorovodVariables(
+      const std::vector<std::string>& environment);
   // The settings that must be the same on every rank (settings.def's kAgree, and
   // whether the kGivenAgrees and, when tuning, the kTuned ones are set), each as a
   // number: "ACCORD_FUSION_THRESHOLD" -> 65536. init() compares them across ranks.

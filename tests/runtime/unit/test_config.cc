@@ -1,6 +1,7 @@
 // ACCORD_* parsing: defaults, accepted spellings, and the exact message for every kind
 // of bad value.
 #include "runtime/config.h"
+#include "runtime/settings.h"
 
 #include <accord/error.h>
 
@@ -266,6 +267,32 @@ TEST_CASE("unknown ACCORD_ variables are reported, everything else is not", "[co
                                   "ACCORD_FUSION_THRESHHOLD=2M", "ACCORD_NOVALUE",
                                   "ACCORD_TIMELINE=t.json", "ACCORD_PROGRESS=1"}) ==
         std::vector<std::string>{"ACCORD_FUSION_THRESHHOLD", "ACCORD_NOVALUE", "ACCORD_TIMELINES"});
+}
+
+TEST_CASE("Horovod settings Accord does not read are named with what it does instead",
+          "[config]") {
+  // Read under their Horovod names (settings.def), empty, or not Horovod's: no note.
+  CHECK(Config::unreadHorovodVariables({"HOROVOD_FUSION_THRESHOLD=1M", "HOROVOD_CYCLE_TIME=5",
+                                        "HOROVOD_STALL_CHECK_DISABLE=", "HOROVOD_WITH_MPI=1",
+                                        "XHOROVOD_TORUS_ALLREDUCE=1", "PATH=/bin"})
+            .empty());
+  const auto notes = Config::unreadHorovodVariables(
+      {"HOROVOD_STALL_CHECK_DISABLE=1", "HOROVOD_TORUS_ALLREDUCE=1", "HOROVOD_CONTROLLER=gloo"});
+  REQUIRE(notes.size() == 3);
+  CHECK(notes[0] == "HOROVOD_CONTROLLER is a Horovod setting Accord does not read: Accord "
+                    "negotiates over MPI, always");
+  CHECK(notes[1].find("HOROVOD_STALL_CHECK_DISABLE is a Horovod setting Accord does not read: "
+                      "Accord always watches for stalls") == 0);
+  CHECK(notes[1].find("ACCORD_STALL_SHUTDOWN_TIME=0") != std::string::npos);
+  CHECK(notes[2] == "HOROVOD_TORUS_ALLREDUCE is a Horovod setting Accord does not read: Accord "
+                    "has no counterpart");
+  // None of them is one Accord reads: the two lists do not meet.
+  for (const auto& name : Config::knownVariables()) {
+    const auto* s = settings::find(name);
+    if (s == nullptr || !*s->horovod) continue;
+    INFO(s->horovod);
+    CHECK(Config::unreadHorovodVariables({std::string(s->horovod) + "=1"}).empty());
+  }
 }
 
 TEST_CASE("sizes past what can be allocated are rejected with their range", "[config]") {
