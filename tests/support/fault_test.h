@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -82,6 +83,22 @@ inline void injectFault(bool freeze) {
     return;
   }
   _exit(3);
+}
+
+// On the victim's application thread: waits until *data differs from `before`, i.e. a
+// collective writing it is under way, then injects the fault, so that the fault falls
+// inside the collective (with large buffers in small pieces, most of it still ahead)
+// rather than before or after it. Reading memory the runtime is writing is the point
+// here, and ThreadSanitizer would rightly call it a race: it does not instrument this.
+__attribute__((no_sanitize("thread"))) inline void faultOnceChanged(const float* data,
+                                                                   float before,
+                                                                   bool freeze) {
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(data);
+  std::uint32_t b;
+  std::memcpy(&b, &before, sizeof b);
+  while (__atomic_load_n(bits, __ATOMIC_RELAXED) == b) {
+  }
+  injectFault(freeze);
 }
 
 // A survivor's collective after the failure: "CommError" (as it must be: at once),

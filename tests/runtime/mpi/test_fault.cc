@@ -83,17 +83,8 @@ std::string g_fault;
 
 void fail() { accord_test::injectFault(g_fault == "freeze"); }
 
-// Waits (on the victim's application thread) until element 0 differs from `before`,
-// i.e. the collective is under way, then fails. Reading memory the runtime is writing
-// is the point here (it shows the collective started), and ThreadSanitizer would
-// rightly call it a race: it does not instrument this function.
-__attribute__((no_sanitize("thread"))) void failOnceChanged(const float* data, float before) {
-  const auto* bits = reinterpret_cast<const std::uint32_t*>(data);
-  std::uint32_t b;
-  std::memcpy(&b, &before, sizeof b);
-  while (__atomic_load_n(bits, __ATOMIC_RELAXED) == b) {
-  }
-  fail();
+void failOnceChanged(const float* data, float before) {
+  accord_test::faultOnceChanged(data, before, g_fault == "freeze");
 }
 
 accord::Allocator into(std::vector<float>& out, bool victim) {

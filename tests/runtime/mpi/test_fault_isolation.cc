@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   MPI_Comm_split(MPI_COMM_WORLD, lossy ? 1 : 0, me, &group);
   long long member_sum = 0;  // sum of (world rank + 1) over the group
   for (int r = lossy ? first_half : 0; r < (lossy ? n : first_half); ++r) member_sum += r + 1;
+  // The lossy group's allreduce at the fault goes in 4 KiB pieces, so that the victim
+  // leaves with most of it still ahead (each group's runtime reads its own settings).
+  if (lossy) setenv("ACCORD_CHUNK_BYTES", "4096", 1);
   accord::init(group);
   const accord_test::FaultSetup setup = accord_test::faultSetup(victim);
   std::vector<float> x(kElements);
@@ -90,8 +94,16 @@ int main(int argc, char** argv) {
              std::to_string(wrong) + " wrong, shutdown " + std::to_string(shut) + " s" +
              (detail.empty() ? "" : "; " + detail);
   } else {
-    accord::Handle h = allreduce(x, me, 1);
-    if (me == victim) accord_test::injectFault(false);  // leaves, inside the allreduce
+    // 64 MiB of ones: the victim leaves once its first piece is summed, inside the
+    // allreduce (leaving right after submitting it, the victim's background thread
+    // could finish it first, as it did under ThreadSanitizer).
+    std::vector<float> big(std::size_t{16} << 20, 1.0f);
+    accord::AllreduceOptions o;
+    o.name = "isolation.big";
+    o.op = accord::ReduceOp::Sum;
+    accord::Handle h = accord::allreduce_async(
+        {big.data(), accord::DType::Float32, {static_cast<std::int64_t>(big.size())}, {}}, o);
+    if (me == victim) accord_test::faultOnceChanged(big.data(), 1.0f, false);
     std::string message;
     const std::string kind = accord_test::outcome(h, message);
     const double waited = since(t0);
