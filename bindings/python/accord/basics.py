@@ -377,6 +377,7 @@ def _init_process_sets(process_sets, what):
                              f"({_given(taken[pid])} and {_given(ps)})")
             if ps is not taken.get(pid):
                 ps._set_id(None)
+                _registered_sets[:] = [e for e in _registered_sets if e is not ps]
         else:
             _adopt(ps, pid)
             taken[pid] = ps
@@ -481,10 +482,11 @@ def remove_process_set(process_set):
     _core.remove_process_set(pid)
     for ranks in [r for r, i in _ids_by_ranks.items() if i == pid]:
         del _ids_by_ranks[ranks]
-    for ps in [e for e in _registered_sets if e.process_set_id == pid]:
+    holders = [e for e in _registered_sets if e.process_set_id == pid]
+    # By identity: ProcessSet's == compares ids and ranks, which another object may share.
+    _registered_sets[:] = [e for e in _registered_sets if e.process_set_id != pid]
+    for ps in [*holders, process_set]:
         ps._set_id(None)
-        _registered_sets.remove(ps)
-    process_set._set_id(None)
     return True
 
 
