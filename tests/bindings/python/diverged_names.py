@@ -13,8 +13,6 @@ Each rank prints "DIVERGED-NAMES-OK rank R" when every check holds, else
 "DIVERGED-NAMES-FAILED rank R: ..." and exits 1; CTest
 (tests/support/run_expect_abort.cmake) counts the lines and bounds the job's time.
 """
-import argparse
-import os
 import re
 import sys
 import time
@@ -22,16 +20,13 @@ import time
 import torch
 
 import accord.torch as hvd
+from helpers import start_script
 
 
 def main():
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    hvd.init()
+    stall, scale = start_script(__doc__)
     me, n = hvd.rank(), hvd.size()
     others = "rank 1" if n == 2 else "ranks " + ",".join(str(r) for r in range(1, n))
-    stall = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "300"))
-    scale = max(1.0, float(os.environ.get("ACCORD_TEST_TIME_SCALE", "1")))
     hvd.barrier()
     start = time.monotonic()
     if me == 0:

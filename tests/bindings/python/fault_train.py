@@ -12,7 +12,6 @@ Each survivor prints "PY-FAULT-DETECTED by rank R" when every check holds, else
 "PY-FAULT-CHECK-FAILED by rank R" with what went wrong, and exits 1; CTest
 (tests/support/run_expect_abort.cmake) counts the lines and bounds the job's time.
 """
-import argparse
 import os
 import re
 import sys
@@ -22,18 +21,15 @@ import torch
 import torch.nn.functional as F
 
 import accord.torch as hvd
+from helpers import start_script
 
 
 def main():
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    hvd.init()
+    stall, scale = start_script(__doc__)
     me, n = hvd.rank(), hvd.size()
     victim = n - 1
-    stall = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "300"))
     # As tests/support/fault_test.h: the roll call's time, and a second for noticing,
-    # which sanitizer builds stretch (ci/sanitize.sh sets ACCORD_TEST_TIME_SCALE).
-    scale = max(1.0, float(os.environ.get("ACCORD_TEST_TIME_SCALE", "1")))
+    # which sanitizer builds stretch.
     limit = stall + min(max(stall / 4, 0.1), 2.0) + 1.0 * scale
     torch.manual_seed(0)
     # About 1.3 M parameters: several fusion buffers a step, in flight one after another.

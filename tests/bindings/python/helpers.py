@@ -1,5 +1,9 @@
 """Values for multi-rank tests: what each rank sends, and what every collective must
-then give back, computed independently of Accord."""
+then give back, computed independently of Accord. And the start of the scripts mpirun
+runs on their own (fault_train.py, diverged_names.py)."""
+
+import argparse
+import os
 
 import torch
 
@@ -88,3 +92,15 @@ def rows_of(rank, rows, cols, dtype):
     r = torch.arange(rows, dtype=torch.float64).unsqueeze(1)
     c = torch.arange(cols, dtype=torch.float64)
     return (rank * 16 + torch.remainder(r * cols + c, 16)).to(dtype)
+
+
+def start_script(doc):
+    """For a script mpirun runs on its own: --help from its docstring, init(), and the
+    bounds it checks against: (ACCORD_STALL_SHUTDOWN_TIME, the time scale sanitizer
+    builds stretch waits by, as ci/sanitize.sh sets ACCORD_TEST_TIME_SCALE)."""
+    argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    hvd.init()
+    stall = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "300"))
+    scale = max(1.0, float(os.environ.get("ACCORD_TEST_TIME_SCALE", "1")))
+    return stall, scale
