@@ -20,8 +20,15 @@ install_torch_package() {
 ensure_torchvision() {
   "$python" -c 'import torchvision' 2> /dev/null || install_torch_package torchvision
 }
+# scikit-build-core and pybind11: for the wheel's test (tests/tools/test_wheel.py), which
+# builds `pip install .`'s wheel here without build isolation, so without the network.
+ensure_wheel_tools() {
+  "$python" -c 'import scikit_build_core, pybind11' 2> /dev/null ||
+    "$python" -m pip install --quiet scikit-build-core pybind11 >&2
+}
 if [ -x "$python" ] && "$python" -c "$check" 2> /dev/null; then
   ensure_torchvision
+  ensure_wheel_tools
   echo "$python"
   exit 0
 fi
@@ -33,5 +40,6 @@ echo "ci/python-env.sh: creating $venv (PyTorch 2.x from PyPI; a few minutes the
 install_torch_package torch
 "$python" -m pip install --quiet numpy pytest pytest-timeout >&2
 ensure_torchvision
+ensure_wheel_tools
 "$python" -c "$check"
 echo "$python"
