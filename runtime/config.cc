@@ -298,7 +298,9 @@ constexpr HorovodSetting kUnreadHorovodSettings[] = {
     {"HOROVOD_ENABLE_ASYNC_COMPLETION", ""},
     {"HOROVOD_ENABLE_XLA_OPS", ""},
     {"HOROVOD_GLOO_IFACE", "Accord runs over MPI, not Gloo"},
+    {"HOROVOD_GLOO_TIMEOUT_SECONDS", "Accord runs over MPI, not Gloo"},
     {"HOROVOD_HIERARCHICAL_ALLGATHER", ""},
+    {"HOROVOD_LOG_HIDE_TIME", "Accord's log lines always carry the time"},
     {"HOROVOD_MPI_THREADS_DISABLE", "Accord asks for MPI_THREAD_MULTIPLE where it initializes "
                                     "MPI itself"},
     {"HOROVOD_NUM_NCCL_STREAMS", ""},

@@ -189,6 +189,132 @@ class CommandLines(unittest.TestCase):
         self.assertRegex(out.getvalue(), r"^ACCORD_STALL_SHUTDOWN_TIME=30 mpirun -np 2 .*-x ACCORD_STALL_SHUTDOWN_TIME.* prog\n$")
 
 
+class HorovodrunLines(unittest.TestCase):
+    """horovodrun's command line: a Horovod job's launch line with horovodrun changed to
+    accordrun."""
+
+    def error(self, argv, environ=None):
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err):
+            rc, cmd, _ = command(argv, environ)
+        self.assertEqual(rc, 2, argv)
+        self.assertIsNone(cmd)
+        return err.getvalue()
+
+    def test_tunables_in_horovods_units_set_accords_settings(self):
+        rc, cmd, env = command(["--num-proc", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",
+                                "--cache-capacity", "0", "--timeline-filename", "t.json", "--autotune",
+                                "--autotune-log-file", "a.csv", "--stall-check-warning-time-seconds", "30",
+                                "--stall-check-shutdown-time-seconds", "120", "--log-level", "WARNING",
+                                "python3", "train.py"], {"HOROVOD_FUSION_THRESHOLD": "1"})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[:3], ["mpirun", "-np", "2"])
+        self.assertEqual(cmd[-2:], ["python3", "train.py"])
+        expected = {"ACCORD_FUSION_THRESHOLD": "32M", "ACCORD_CYCLE_TIME": "2.5", "ACCORD_CACHE_CAPACITY": "0",
+                    "ACCORD_TIMELINE": os.path.abspath("t.json"), "ACCORD_AUTOTUNE": "1",
+                    "ACCORD_AUTOTUNE_LOG": os.path.abspath("a.csv"), "ACCORD_STALL_CHECK_TIME": "30",
+                    "ACCORD_STALL_SHUTDOWN_TIME": "120", "ACCORD_LOG_LEVEL": "WARNING"}
+        for var, value in expected.items():
+            self.assertEqual(env.get(var), value, var)
+            self.assertIn(var, cmd)
+        self.assertNotIn("HOROVOD_FUSION_THRESHOLD", env)  # the flag wins, as Accord's own
+
+    def test_hierarchical_allreduce_is_a_switch_or_takes_a_value(self):
+        for argv, value in ((["--hierarchical-allreduce", "python3", "t.py"], "1"),
+                            (["--hierarchical-allreduce", "-np", "2", "python3", "t.py"], "1"),
+                            (["--hierarchical-allreduce", "2", "python3", "t.py"], "2"),
+                            (["--hierarchical-allreduce=0", "python3", "t.py"], "0"),
+                            (["--no-hierarchical-allreduce", "python3", "t.py"], "0"),
+                            (["--log-level", "info", "--hierarchical-allreduce", "python3", "t.py"], "1"),
+                            (["--mpi-args=--hierarchical-allreduce", "python3", "t.py"], None),
+                            (["python3", "t.py", "--hierarchical-allreduce"], None)):
+            with self.subTest(argv=argv):
+                rc, cmd, env = command(argv, {})
+                self.assertEqual(rc, 0)
+                self.assertEqual(env.get("ACCORD_HIERARCHICAL_ALLREDUCE"), value)
+                self.assertEqual(cmd[-2:] if argv[-1] == "t.py" else cmd[-3:], argv[argv.index("python3"):])
+        # A number is accordrun's value, checked as such.
+        self.assertIn("ACCORD_HIERARCHICAL_ALLREDUCE='3'", self.error(["--hierarchical-allreduce", "3", "prog"]))
+
+    def test_settings_without_a_counterpart_set_horovods_variables(self):
+        rc, cmd, env = command(["-np", "2", "--no-stall-check", "--torus-allreduce", "--num-nccl-streams", "2",
+                                "--log-without-timestamp", "--autotune-warmup-samples", "3",
+                                "--stall-check", "--no-torus-allreduce", "prog"], {})
+        self.assertEqual(rc, 0)
+        for var, value in (("HOROVOD_STALL_CHECK_DISABLE", "1"), ("HOROVOD_TORUS_ALLREDUCE", "1"),
+                           ("HOROVOD_NUM_NCCL_STREAMS", "2"), ("HOROVOD_LOG_HIDE_TIME", "1"),
+                           ("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3")):
+            self.assertEqual(env.get(var), value, var)
+            self.assertEqual(cmd[cmd.index(var) - 1], "-x")
+        self.assertNotIn("HOROVOD_HIERARCHICAL_ALLGATHER", env)
+
+    def test_launcher_flags_become_mpiruns(self):
+        rc, cmd, env = command(["-np", "2", "-H", "a:1,b:1", "--network-interfaces", "eth0,ib0", "-p", "2222",
+                                "-i", "/keys/id_rsa", "--tcp", "--binding-args", "--bind-to socket --map-by socket",
+                                "-prefix-timestamp", "--output-filename", "logs", "--disable-cache",
+                                "--start-timeout", "60", "--mpi", "prog"], {})
+        self.assertEqual(rc, 0)
+        line = " ".join(cmd)
+        for part in ("--mca btl_tcp_if_include eth0,ib0 --mca oob_tcp_if_include eth0,ib0",
+                     "--mca plm_rsh_args -p 2222 -i /keys/id_rsa", "--mca pml ob1 --mca btl self,vader,tcp",
+                     "--bind-to socket --map-by socket", "--timestamp-output",
+                     f"--output-filename {os.path.abspath('logs')}", "-x NCCL_SOCKET_IFNAME"):
+            self.assertIn(part, line)
+        self.assertNotIn("--bind-to none", line)
+        self.assertEqual(env["NCCL_SOCKET_IFNAME"], "eth0,ib0")
+        self.assertEqual(cmd[-1], "prog")
+        # Inside a SLURM allocation the interfaces reach the ranks as variables.
+        rc, cmd, env = command(["--network-interface", "eth1", "prog"], {"SLURM_JOB_ID": "7"})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[0], "srun")
+        self.assertEqual((env["OMPI_MCA_btl_tcp_if_include"], env["NCCL_SOCKET_IFNAME"]), ("eth1", "eth1"))
+
+    def test_horovodrun_spellings_of_accordruns_flags(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write("a slots=2\nb slots=2\n")
+        self.addCleanup(os.unlink, f.name)
+        rc, cmd, _ = command(["--num-proc", "4", "-hostfile", f.name, "prog"], {})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[:5], ["mpirun", "-np", "4", "-H", "a:2,b:2"])
+        out = io.StringIO()
+        with redirect_stdout(out):
+            rc, cmd, _ = command(["--dry-run", "--min-num-proc", "1", "--max-num-proc", "2", "-H", "localhost:2",
+                                  "prog"], {})
+        self.assertEqual(rc, 0)
+        self.assertRegex(out.getvalue(), r"mpirun -np 2 -H localhost:2 .* prog\n")
+        out = io.StringIO()
+        with redirect_stdout(out):
+            rc, _, _ = command(["-v"])
+        self.assertEqual((rc, out.getvalue()), (0, f"accordrun (Accord {ar.VERSION})\n"))
+        self.assertRegex(ar.VERSION, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+    def test_gloo_runs_over_mpi_with_a_note(self):
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err):
+            rc, cmd, _ = command(["-np", "2", "--gloo", "prog"], {})
+        self.assertEqual(rc, 0)
+        self.assertEqual(cmd[0], "mpirun")
+        self.assertIn("--gloo: Accord runs over MPI; the job starts with mpirun", err.getvalue())
+
+    def test_what_accordrun_cannot_do_is_refused_with_the_reason(self):
+        cases = [(["--jsrun", "prog"], "--jsrun: Accord starts its ranks with mpirun or srun"),
+                 (["--config-file", "c.yaml", "prog"], "--config-file c.yaml: accordrun does not read"),
+                 (["--fusion-threshold-mb", "8", "--fusion-threshold", "1M", "prog"],
+                  "--fusion-threshold-mb and --fusion-threshold set the same setting"),
+                 (["--fusion-threshold-mb", "-1", "prog"], "--fusion-threshold-mb -1: expected 0 or more MiB"),
+                 (["--fusion-threshold-mb", "5000", "prog"], "--fusion-threshold: ACCORD_FUSION_THRESHOLD"),
+                 (["--cycle-time-ms", "fast", "prog"], "--cycle-time: ACCORD_CYCLE_TIME"),
+                 (["--ssh-port", "0", "prog"], "--ssh-port 0: expected a port from 1 to 65535"),
+                 (["-i", "/keys/id rsa", "prog"], "--ssh-identity-file '/keys/id rsa': Open MPI splits"),
+                 (["--network-interfaces", "eth0;reboot", "prog"], "--network-interfaces 'eth0;reboot'"),
+                 (["--binding-args", "--bind-to 'core", "prog"], "--binding-args"),
+                 (["--launcher", "srun", "--output-filename", "d", "prog"], "--output-filename is for mpirun"),
+                 (["--launcher", "srun", "-p", "22", "prog"], "--ssh-port is for mpirun")]
+        for argv, part in cases:
+            with self.subTest(argv=argv):
+                self.assertIn(part, self.error(argv, {}))
+
+
 class SettingFlags(unittest.TestCase):
     """accordrun's setting flags come from the table of settings (runtime/settings.def)
     through accord-settings: every setting has its flag, and each flag's value is
@@ -241,14 +367,17 @@ class SettingFlags(unittest.TestCase):
             flag = ar.flag_of(setting)
             if flag is None or flag[1] is not None or setting["kind"] in ("path", "list"):
                 continue
+            # A word after it is the program: horovodrun's --hierarchical-allreduce is a
+            # switch (HorovodrunLines).
+            bogus = "7" if flag[0] == "--hierarchical-allreduce" else "bogus"
             with self.subTest(flag=flag[0]):
                 err = io.StringIO()
                 with mock.patch.object(sys, "stderr", err):
                     tuning = ["--autotune"] if setting["autotune_only"] else []
-                    rc, cmd, _ = command(["-np", "2", flag[0], "bogus"] + tuning + ["prog"])
+                    rc, cmd, _ = command(["-np", "2", flag[0], bogus] + tuning + ["prog"])
                 self.assertEqual(rc, 2)
                 self.assertIsNone(cmd)
-                self.assertEqual(err.getvalue(), f"accordrun: {flag[0]}: {setting['name']}='bogus': expected "
+                self.assertEqual(err.getvalue(), f"accordrun: {flag[0]}: {setting['name']}='{bogus}': expected "
                                                  f"{setting['expected']}\n")
         err = io.StringIO()
         with mock.patch.object(sys, "stderr", err):
@@ -329,6 +458,22 @@ class RealRuns(unittest.TestCase):
                               MPI_PROGRAM], capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("2 rank(s), 0 failure(s)", out.stdout + out.stderr)
+
+    def test_a_horovodrun_line_on_two_ranks(self):
+        # Every HOROVOD_ variable accordrun sets for horovodrun's flags is one rank 0
+        # names at init, with what Accord does instead.
+        flags = []
+        for flag, (var, metavar) in ar.HOROVODRUN_VARIABLES.items():
+            flags += [flag] if metavar is None else [flag, "1"]
+        out = subprocess.run([ACCORDRUN, "--num-proc", "2", "--oversubscribe", "--fusion-threshold-mb", "1",
+                              "--cycle-time-ms", "1", "--verbose"] + flags + [MPI_PROGRAM],
+                             capture_output=True, text=True, timeout=120)
+        text = out.stdout + out.stderr
+        self.assertEqual(out.returncode, 0, text)
+        self.assertIn("2 rank(s), 0 failure(s)", text)
+        self.assertRegex(out.stderr, r"accordrun: mpirun -np 2 .*-x ACCORD_FUSION_THRESHOLD")
+        for var, _ in set(ar.HOROVODRUN_VARIABLES.values()):
+            self.assertIn(f"{var} is a Horovod setting Accord does not read", text)
 
 
 if __name__ == "__main__":
