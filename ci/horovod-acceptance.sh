@@ -11,9 +11,11 @@
 #
 #   bash ci/horovod-acceptance.sh TEST_FILE [--np N] [--python PY] [--pythonpath DIR]
 #        [--cuda] [--prefix 'CMD ARGS'] [--timeout SECONDS] [--total SECONDS]
-#        [--out DIR] [-- PYTEST ARGS...]
+#        [--out DIR] [--no-mpirun] [-- PYTEST ARGS...]
 #
 #   --np N            ranks (default 2)
+#   --no-mpirun       one plain process, for tests that start their own jobs
+#                     (test/integration/test_interactiverun.py: horovod.run)
 #   --python PY       interpreter with PyTorch (default /usr/bin/python3, Debian's 1.13)
 #   --pythonpath DIR  folder holding the accord package (default <build>/python, the
 #                     build folder being $ACCORD_BUILD_DIR or build)
@@ -64,12 +66,13 @@ while [ $# -gt 0 ]; do
     --timeout) per_test=$2; shift ;;
     --total) total=$2; shift ;;
     --out) out=$2; shift ;;
+    --no-mpirun) np=0 ;;
     --) shift; break ;;
     *) echo "ci/horovod-acceptance.sh: unknown option '$1'" >&2; usage ;;
   esac
   shift
 done
-[[ "$np" =~ ^[1-9][0-9]*$ ]] || { echo "ci/horovod-acceptance.sh: --np '$np'" >&2; exit 2; }
+[[ "$np" =~ ^[0-9]+$ ]] || { echo "ci/horovod-acceptance.sh: --np '$np'" >&2; exit 2; }
 pythonpath=$(cd "$pythonpath" 2>/dev/null && pwd) || {
   echo "ci/horovod-acceptance.sh: no accord package folder (--pythonpath); build it with" \
        "bash ci/build.sh" >&2
@@ -88,6 +91,21 @@ shim=$work/shim
 mkdir -p "$shim/horovod/torch"
 cat > "$shim/horovod/__init__.py" <<'EOF'
 """Horovod's import path served by Accord (written by ci/horovod-acceptance.sh)."""
+from accord.runner import run  # noqa: F401  (horovod.run)
+EOF
+# horovod.runner: run(), and the two internals test_interactiverun.py imports for its
+# Gloo-only elastic test (which skips: gloo_built() is False).
+mkdir -p "$shim/horovod/runner"
+cat > "$shim/horovod/runner/__init__.py" <<'EOF'
+from accord.runner import run  # noqa: F401
+
+
+class _HorovodArgs:
+    pass
+EOF
+cat > "$shim/horovod/runner/launch.py" <<'EOF'
+def _run(args):
+    raise NotImplementedError("horovod.runner.launch._run is Horovod's internal launcher")
 EOF
 cat > "$shim/horovod/torch/__init__.py" <<'EOF'
 import sys
@@ -103,6 +121,8 @@ mkdir -p "$shim/horovod/common"
 cat > "$shim/horovod/common/util.py" <<'EOF'
 import contextlib
 import os
+
+from accord.basics import gloo_built, mpi_built  # noqa: F401
 
 
 @contextlib.contextmanager
@@ -189,16 +209,24 @@ for i in "${!prefix_words[@]}"; do
   [ -f "${prefix_words[i]}" ] && prefix_words[i]=$(realpath "${prefix_words[i]}")
 done
 
-echo "ci/horovod-acceptance.sh: $np rank(s), $("$python" -c 'import sys, torch; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'), accord from $pythonpath, cuda=$cuda"
+ranks="$np rank(s)"
+[ "$np" = 0 ] && ranks="one process without mpirun"
+echo "ci/horovod-acceptance.sh: $ranks, $("$python" -c 'import sys, torch; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'), accord from $pythonpath, cuda=$cuda"
 cd "$work" || exit 2
 started=$(date +%s)
-timeout --signal=TERM --kill-after=30 "$total" \
-  "${MPIRUN:-mpirun}" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "${mpi_env[@]}" \
-  "${prefix_words[@]}" bash "$work/rank.sh" "$python" -m pytest -c "$work/pytest.ini" \
-  --rootdir "$work" -p no:cacheprovider --color=no -q -rfEs "${timeout_opts[@]}" \
-  "${select[@]}" "$@" "$test_file"
+pytest_command=("$python" -m pytest -c "$work/pytest.ini" --rootdir "$work" -p no:cacheprovider
+                --color=no -q -rfEs "${timeout_opts[@]}" "${select[@]}" "$@" "$test_file")
+if [ "$np" = 0 ]; then  # one plain process, with the ranks' environment
+  np=1
+  timeout --signal=TERM --kill-after=30 "$total" \
+    env "${env_vars[@]}" "${prefix_words[@]}" bash "$work/rank.sh" "${pytest_command[@]}"
+else
+  timeout --signal=TERM --kill-after=30 "$total" \
+    "${MPIRUN:-mpirun}" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "${mpi_env[@]}" \
+    "${prefix_words[@]}" bash "$work/rank.sh" "${pytest_command[@]}"
+fi
 status=$?
-echo "ci/horovod-acceptance.sh: mpirun exited $status after $(( $(date +%s) - started )) s"
+echo "ci/horovod-acceptance.sh: the run exited $status after $(( $(date +%s) - started )) s"
 [ $status -eq 124 ] && echo "ci/horovod-acceptance.sh: the run passed --total $total s and was stopped"
 
 # ---- per-rank counts from the JUnit files --------------------------------------------

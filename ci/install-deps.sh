@@ -20,6 +20,7 @@ packages=(
   python3-dev pybind11-dev     # the Python bindings (accord._core)
   python3-venv                 # the PyTorch 2.x test environment (ci/python-env.sh)
   python3-torch python3-numpy  # accord.torch and accord.numpy against Debian's PyTorch 1.13
+  python3-cloudpickle          # accord.run: a notebook's functions sent by value
   python3-pytest python3-pytest-timeout  # the Python test suite
   python3-torchvision          # examples/python (ResNets of the benchmarks)
   python3-matplotlib           # accord-report's plots

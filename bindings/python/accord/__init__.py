@@ -2,7 +2,8 @@
 
 ``accord.torch`` is Horovod's PyTorch API on Accord (``import accord.torch as hvd``);
 ``accord.numpy`` runs the same collectives on NumPy arrays. Both share one runtime per
-process, started by either one's ``init()``.
+process, started by either one's ``init()``. ``accord.run(func, num_proc=...)`` runs a
+function on every rank of a new job and returns what each returned (``horovod.run``).
 """
 
 
@@ -13,6 +14,10 @@ def __getattr__(name):
     if name == "__version__":
         from accord import _core
         return _core.__version__
+    # accord.run, as horovod.run: a function on every rank of a new job (accord/runner.py).
+    if name == "run":
+        from accord.runner import run
+        return run
     raise AttributeError(f"module 'accord' has no attribute {name!r}")
 
 
