@@ -41,6 +41,14 @@ def command(argv, environ=None):
     return rc, captured.get("cmd"), captured.get("env")
 
 
+def hostfile(test, data):
+    """A hostfile holding `data` (bytes or text), removed after `test`."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".hosts", delete=False) as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    test.addCleanup(os.unlink, f.name)
+    return f.name
+
+
 class HostLists(unittest.TestCase):
     def test_hosts_and_slots(self):
         self.assertEqual(ar.parse_hosts("a:2,b.example.org:4,c"), [("a", 2), ("b.example.org", 4), ("c", 1)])
@@ -142,12 +150,10 @@ class CommandLines(unittest.TestCase):
         self.assertNotIn("HOROVOD_CYCLE_TIME", cmd)
 
     def test_a_hostfile_without_slots_goes_to_mpirun_as_it_is(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
-            f.write("localhost\n")
-        self.addCleanup(os.unlink, f.name)
-        rc, cmd, _ = command(["-np", "2", "--hostfile", f.name, "prog"], {})
+        path = hostfile(self, "localhost\n")
+        rc, cmd, _ = command(["-np", "2", "--hostfile", path, "prog"], {})
         self.assertEqual(rc, 0)
-        self.assertEqual(cmd[cmd.index("--hostfile") + 1], os.path.abspath(f.name))
+        self.assertEqual(cmd[cmd.index("--hostfile") + 1], os.path.abspath(path))
         self.assertNotIn("-H", cmd)
 
     def test_srun_inside_slurm(self):
@@ -270,10 +276,7 @@ class HorovodrunLines(unittest.TestCase):
         self.assertEqual((env["OMPI_MCA_btl_tcp_if_include"], env["NCCL_SOCKET_IFNAME"]), ("eth1", "eth1"))
 
     def test_horovodrun_spellings_of_accordruns_flags(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
-            f.write("a slots=2\nb slots=2\n")
-        self.addCleanup(os.unlink, f.name)
-        rc, cmd, _ = command(["--num-proc", "4", "-hostfile", f.name, "prog"], {})
+        rc, cmd, _ = command(["--num-proc", "4", "-hostfile", hostfile(self, "a slots=2\nb slots=2\n"), "prog"], {})
         self.assertEqual(rc, 0)
         self.assertEqual(cmd[:5], ["mpirun", "-np", "4", "-H", "a:2,b:2"])
         out = io.StringIO()
@@ -415,16 +418,10 @@ class LauncherInput(unittest.TestCase):
         self.assertIsNone(cmd)
         return err.getvalue()
 
-    def hostfile(self, data):
-        with tempfile.NamedTemporaryFile("wb", suffix=".hosts", delete=False) as f:
-            f.write(data)
-        self.addCleanup(os.unlink, f.name)
-        return f.name
-
     def test_a_hostfile_that_is_not_text(self):
         for data in (b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00", b"node1 slots=2\n\x00\x00\x00\n"):
             with self.subTest(data=data):
-                path = self.hostfile(data)
+                path = hostfile(self, data)
                 self.assertIn(f"hostfile '{path}' is not text", self.error(["--hostfile", path, "prog"]))
 
     def test_mpi_args_with_an_unclosed_quote(self):
@@ -433,9 +430,9 @@ class LauncherInput(unittest.TestCase):
 
     def test_slot_counts_past_what_mpirun_counts(self):
         huge = "99999999999999999999"
-        path = self.hostfile(f"node1 slots={huge}\n".encode())
+        path = hostfile(self, f"node1 slots={huge}\n".encode())
         self.assertIn(f"{path}:1: expected", self.error(["--hostfile", path, "prog"]))
-        path = self.hostfile(b"node1 slots=2 max_slots=2147483648\n")
+        path = hostfile(self, b"node1 slots=2 max_slots=2147483648\n")
         self.assertIn(f"{path}:1: expected", self.error(["--hostfile", path, "prog"]))
         self.assertIn(f"has {huge} slots: expected 1 to 2147483647", self.error(["-H", f"a:{huge}", "prog"]))
         self.assertIn("more than mpirun counts", self.error(["-H", "a:2147483647,b:2", "prog"]))
