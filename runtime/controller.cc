@@ -59,8 +59,11 @@ void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
     const std::vector<std::string> names{op.request.name};
     std::vector<std::string> renamed;
     const auto& track = Timeline::tracksOf(set.id, names, renamed);
-    timeline.tensorSpan(track.front(), kQueuePhase, op.enqueued, now);
-    timeline.tensorsPhase(track, negotiatePhaseName(op.request.type), now);
+    // `now` is the cycle's start: a tensor submitted after it (while the queue was being
+    // drained) starts negotiating when it was submitted, not before its own queue span.
+    const auto negotiating = std::max(now, op.enqueued);
+    timeline.tensorSpan(track.front(), kQueuePhase, op.enqueued, negotiating);
+    timeline.tensorsPhase(track, negotiatePhaseName(op.request.type), negotiating);
   }
   set.pending.admit(std::move(op.request), std::move(op.entry), now);
 }

@@ -3,18 +3,24 @@
 // No MPI: the channel is the controller's only way out, which is what makes this test
 // possible (see runtime/channel.h).
 #include "runtime/controller.h"
+#include "runtime/timeline.h"
 
 #include <accord/error.h>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace accord;
 using namespace std::chrono_literals;
@@ -112,15 +118,20 @@ struct Rank {
                                std::make_unique<InMemoryTransport>(hub, rank), rank,
                                config.cache_capacity)) {}
 
-  void submit(const std::string& name, Shape shape, ReduceOp op = ReduceOp::Sum) {
+  // `late`: how long after the cycle began the tensor was submitted (the background
+  // thread takes the cycle's time before it drains the queue).
+  void submit(const std::string& name, Shape shape, ReduceOp op = ReduceOp::Sum,
+              Clock::duration late = {}) {
+    const auto cycle = Clock::now();
     QueuedOp op_;
+    op_.enqueued = cycle + late;
     op_.request.type = RequestType::Allreduce;
     op_.request.name = name;
     op_.request.shape = std::move(shape);
     op_.request.op = op;
     op_.entry.name = name;
     op_.entry.handle = std::make_shared<detail::HandleState>();
-    controller.admit(*set, std::move(op_), Clock::now());
+    controller.admit(*set, std::move(op_), cycle);
   }
 
   // Negotiates until nothing this rank submitted is waiting; every response's names.
@@ -269,4 +280,31 @@ TEST_CASE("a rank's own GPU failure reaches every rank in one cycle", "[controll
     CHECK(told[r][0].first == 2);
     CHECK(told[r][0].second == "cudaEventQuery: an illegal memory access");
   }
+}
+
+// A tensor submitted after its cycle's time was taken starts negotiating when it was
+// submitted: on the timeline its NEGOTIATE phase begins after its QUEUE span, never
+// before it (a timeline test under load found a track going back in time).
+TEST_CASE("a tensor submitted after its cycle began negotiates after its queue span",
+          "[controller][timeline]") {
+  Fixture f;
+  const std::string path = "/tmp/accord_controller_timeline_" + std::to_string(::getpid()) + ".json";
+  Timeline::instance().start(path);
+  f.ranks[0]->submit("late", {4}, ReduceOp::Sum, 3ms);
+  Timeline::instance().stop();
+  std::ifstream in(path);
+  const auto events = nlohmann::json::parse(in);
+  std::remove(path.c_str());
+  int tid = -1;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "late") tid = e["tid"];
+  REQUIRE(tid >= 0);
+  std::vector<nlohmann::json> track;
+  for (const auto& e : events)
+    if (e["ph"] != "M" && e.value("tid", -1) == tid) track.push_back(e);
+  REQUIRE(track.size() >= 2);
+  CHECK(track[0]["name"] == "QUEUE");
+  CHECK(track[0]["dur"] == 0.0);
+  CHECK(track[1]["name"] == "NEGOTIATE_ALLREDUCE");
+  CHECK(track[1]["ts"].get<double>() >= track[0]["ts"].get<double>());
 }
