@@ -8,8 +8,9 @@ CMake tree in <work folder>/build so that a second run only relinks. Installs it
 fresh virtual environment that sees <python to install over>'s site-packages (PyTorch,
 NumPy) and runs everything from there, outside the source and build trees: the package,
 accordrun --check-build and --help (which need accord-settings and build-info.json from
-the wheel), a 2-rank job started by the wheel's accordrun, and an elastic --dry-run
-(which needs the driver beside it).
+the wheel), a 2-rank job started by the wheel's accordrun, accord.run (which finds
+accordrun beside the environment's python) and an elastic --dry-run (which needs the
+driver beside it).
 """
 import os
 import re
@@ -131,6 +132,17 @@ class Wheel(unittest.TestCase):
                   timeout=120)
         for r in range(2):
             self.assertIn(f"rank {r} of 2: accord {VERSION} from the wheel", out.stdout)
+
+    def test_accord_run_finds_the_wheels_accordrun(self):
+        # Beside the environment's python, not on PATH: a notebook's kernel has no
+        # activated environment.
+        plain = dict(env, PATH=os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                               if p != os.path.join(venv, "bin")))
+        out = subprocess.run([bin_("python"), "-c", "import accord, math; "
+                              "print('values', accord.run(math.factorial, args=(4,), num_proc=2))"],
+                             env=plain, cwd=WORK, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("values [24, 24]", out.stdout)
 
     def test_elastic_dry_run_finds_its_driver(self):
         out = run([bin_("accordrun"), "--dry-run", "-np", "2", "--min-np", "1", "-H", "localhost:2",

@@ -65,6 +65,8 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         network_interfaces = network_interface.split(",")
     if not callable(func):
         raise TypeError(f"accord.run: func must be callable, got {type(func).__name__}")
+    if isinstance(hosts, (list, tuple)):  # ["node1:2", "node2:2"]
+        hosts = ",".join(hosts)
     if hosts is not None and hostfile is not None:
         raise ValueError("accord.run: give hosts or hostfile, not both")
     if use_gloo and use_mpi:

@@ -83,6 +83,8 @@ class Run(unittest.TestCase):
     def test_a_modules_function_and_horovods_names(self):
         values, _ = self.run_quietly(math.factorial, args=(5,), num_proc=3, hosts="localhost:3")
         self.assertEqual(values, [120, 120, 120])
+        values, _ = self.run_quietly(math.factorial, args=(2,), num_proc=2, hosts=["localhost:1", "localhost:1"])
+        self.assertEqual(values, [2, 2])
         # Without hosts, num_proc slots of this host, as horovod.run: more than the cores
         # of a 2-core machine, without mpirun's oversubscription setting.
         os.environ.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
