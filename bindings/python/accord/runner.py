@@ -80,7 +80,13 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     launcher = _accordrun()
     payload, by_value = _dumps(func, (func, tuple(args), dict(kwargs or {})))
 
-    local = _all_local(hosts, hostfile, host_discovery_script)
+    # Inside a SLURM allocation without hosts, accordrun starts the ranks with srun on
+    # the allocation's nodes. Elsewhere without hosts, as horovod.run: num_proc slots of
+    # this host, whatever its cores.
+    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not (hosts or hostfile or host_discovery_script)
+    if not (hosts or hostfile or host_discovery_script or slurm):
+        hosts = f"localhost:{max(num_proc, max_num_proc or 0)}"
+    local = not slurm and _all_local(hosts, hostfile, host_discovery_script)
     folder = tempfile.mkdtemp(prefix="accord-run-", dir=workdir or (None if local else os.getcwd()))
     try:
         with open(os.path.join(folder, "task.pkl"), "wb") as f:
@@ -90,17 +96,19 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
             json.dump({"path": [p for p in sys.path if p and os.path.isdir(p)],
                        "main": None if by_value or getattr(func, "__module__", None) != "__main__"
                        else os.path.abspath(main.__file__)}, f)
-        flags = _flags(num_proc, min_num_proc, max_num_proc, slots, reset_limit, cooldown_range, hosts,
-                       hostfile, host_discovery_script, start_timeout, ssh_port, ssh_identity_file,
-                       disable_cache, output_filename, verbose, use_gloo, use_mpi, mpi_args,
-                       network_interfaces)
+        flags = _flags(num_proc=num_proc, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
+                       slots=slots, reset_limit=reset_limit, cooldown_range=cooldown_range,
+                       hosts=hosts, hostfile=hostfile, host_discovery_script=host_discovery_script,
+                       start_timeout=start_timeout, ssh_port=ssh_port,
+                       ssh_identity_file=ssh_identity_file, disable_cache=disable_cache,
+                       output_filename=output_filename, verbose=verbose, use_gloo=use_gloo,
+                       use_mpi=use_mpi, mpi_args=mpi_args, network_interfaces=network_interfaces)
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         bootstrap = (f"import sys; sys.path.insert(0, {package_parent!r}); "
                      "from accord._run_task import main; main()")
         command = [launcher] + flags + [executable or sys.executable, "-c", bootstrap, folder]
         status = _run_streaming(command)
-        started_by = "srun" if os.environ.get("SLURM_JOB_ID") and not (hosts or hostfile) else "mpirun"
-        return _results(folder, status, min_num_proc, started_by)
+        return _results(folder, status, min_num_proc, "srun" if slurm else "mpirun")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -142,7 +150,7 @@ def _dumps(func, task):
 
 def _all_local(hosts, hostfile, host_discovery_script):
     """Whether every rank runs on this host, so that its temporary folder serves."""
-    if host_discovery_script or (os.environ.get("SLURM_JOB_ID") and not (hosts or hostfile)):
+    if host_discovery_script:
         return False
     names = []
     if hosts:
@@ -157,16 +165,12 @@ def _all_local(hosts, hostfile, host_discovery_script):
     return all(name in here for name in names)
 
 
-def _flags(num_proc, min_num_proc, max_num_proc, slots, reset_limit, cooldown_range, hosts,
+def _flags(*, num_proc, min_num_proc, max_num_proc, slots, reset_limit, cooldown_range, hosts,
            hostfile, host_discovery_script, start_timeout, ssh_port, ssh_identity_file,
            disable_cache, output_filename, verbose, use_gloo, use_mpi, mpi_args,
            network_interfaces):
     """horovod.run's arguments as accordrun's (horovodrun's) flags."""
     flags = ["-np", str(num_proc)]
-    # As horovod.run: without hosts (and outside a SLURM allocation) the job runs here,
-    # num_proc slots of this host whatever its cores.
-    if not (hosts or hostfile or host_discovery_script or os.environ.get("SLURM_JOB_ID")):
-        hosts = f"localhost:{max(num_proc, max_num_proc or 0)}"
     for flag, value in (("--min-np", min_num_proc), ("--max-np", max_num_proc),
                         ("--slots-per-host", slots), ("--reset-limit", reset_limit), ("-H", hosts),
                         ("--hostfile", hostfile), ("--host-discovery-script", host_discovery_script),
