@@ -191,15 +191,45 @@ class Job:
         return rc
 
 
-def everywhere_raised(reports, chosen):
-    """The error, where ranks on every host of the run raised the same one in user code:
-    the script's own failure, which no restart on other hosts mends (Horovod's driver
-    stops when all its workers failed); None otherwise."""
-    raised = [r for r in reports if r.get("event") == "raised"]
-    errors = {r.get("error") for r in raised}
-    if raised and len(errors) == 1 and {r.get("host") for r in raised} >= {h for h, _ in chosen}:
-        return errors.pop()
+def script_failure(reports, chosen):
+    """Why the run failed by the script's own doing, which no restart on other hosts
+    mends (Horovod's driver stops when all its workers failed); None otherwise. That is so
+    where ranks on every host of the run raised the same error in user code, or errors
+    that differ only in their numbers (an error that names its rank: "rank 3 fails").
+    One rank per host suffices: mpirun ends the other ranks once one has left, often
+    before they report."""
+    rank_hosts = ranks_on(chosen)
+    first = {}  # host -> (rank, error): the first report from each host
+    for r in reports:
+        if r.get("event") == "raised":
+            first.setdefault(host_of(r.get("rank"), r.get("host"), rank_hosts), (r.get("rank"), r.get("error")))
+    hosts = [h for h, _ in chosen]
+    if not first or not set(first) >= set(hosts):
+        return None
+    errors = {error for _, error in first.values()}
+    if len(errors) == 1:
+        return f"ranks on every host ({', '.join(hosts)}) raised {errors.pop()}"
+    if len({re.sub(r"[0-9]+", "#", str(error)) for error in errors}) == 1:
+        shown = [f"rank {first[h][0]} on {h} raised {first[h][1]}" for h in hosts[:3]]
+        more = len(hosts) - len(shown)
+        return (f"ranks on every host ({', '.join(hosts)}) raised the same error but for its "
+                f"numbers: {'; '.join(shown)}" + (f"; and {more} more" if more else ""))
     return None
+
+
+def host_of(rank, named, rank_hosts):
+    """The host of the run that ``rank`` failed on, by the name the driver knows it by
+    (given to -H or printed by the discovery script). ``named`` is the name mpirun or
+    the rank itself gave: the machine's own, which is the driver's where hosts are named
+    so (srun's nodes always are, wherever srun placed the ranks). Where it names no host
+    of the run, the host was given by an address or an alias (10.0.0.5, localhost,
+    127.0.0.1), which no rank reports: then the host the driver put the rank on, mpirun
+    placing each host's ranks in turn."""
+    if named in rank_hosts:
+        return named
+    if isinstance(rank, int) and 0 <= rank < len(rank_hosts):
+        return rank_hosts[rank]
+    return named
 
 
 def failure_causes(job, rc, rank_hosts):
@@ -213,7 +243,8 @@ def failure_causes(job, rc, rank_hosts):
     tail = job.stderr_tail
     for m in _SIGNALLED.finditer(tail):
         name = f" ({m.group(4)})" if m.group(4) else ""
-        blame(m.group(2), f"rank {m.group(1)} on {m.group(2)} was killed by signal {m.group(3)}{name}")
+        host = host_of(int(m.group(1)), m.group(2), rank_hosts)
+        blame(host, f"rank {m.group(1)} on {host} was killed by signal {m.group(3)}{name}")
     for m in _LOST_DAEMON.finditer(tail):
         blame(m.group(1), f"mpirun lost its daemon on {m.group(1)}")
     killed = False  # srun kills a step's other tasks after one is killed: blame the first
@@ -231,7 +262,8 @@ def failure_causes(job, rc, rank_hosts):
                           + ("was killed (srun: Killed)" if what == "Killed" else f"failed (srun: {what})"))
     for r in job.reports:
         if r.get("event") == "raised":
-            blame(r.get("host"), f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}")
+            host = host_of(r.get("rank"), r.get("host"), rank_hosts)
+            blame(host, f"rank {r.get('rank')} on {host} raised {r.get('error')}")
     lost = {}  # host -> (ranks every survivor's report blamed there, the first report)
     for r in job.reports:
         if r.get("event") == "failed":
@@ -289,10 +321,12 @@ class Driver:
 
     stopping = False
 
-    def environment(self):
-        """The variables each run of the job gets from the driver (read by accord.elastic)."""
+    def environment(self, chosen):
+        """The variables each run of the job gets from the driver (read by accord.elastic;
+        ACCORDRUN_ELASTIC_HOSTS: the run's hosts and ranks, by the names given for them)."""
         env = dict(self.environ, ACCORDRUN_ELASTIC_JOB=self.job_id,
-                   ACCORDRUN_ELASTIC_RESET=str(self.resets), ACCORDRUN_ELASTIC_NOTICE="stdin")
+                   ACCORDRUN_ELASTIC_RESET=str(self.resets), ACCORDRUN_ELASTIC_NOTICE="stdin",
+                   ACCORDRUN_ELASTIC_HOSTS=",".join(f"{h}:{n}" for h, n in chosen))
         if self.opts.elastic_store:
             env["ACCORDRUN_ELASTIC_STORE"] = os.path.abspath(self.opts.elastic_store)
         return env
@@ -341,7 +375,7 @@ class Driver:
         """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed), with
         blamed None where a rank reported an error that no restart mends ("fatal")."""
         self.had = chosen
-        cmd, env = self.command_for(chosen, self.environment())
+        cmd, env = self.command_for(chosen, self.environment(chosen))
         log(f"starting {sum(n for _, n in chosen)} ranks on " + ", ".join(f"{h}:{n}" for h, n in chosen)
             + (f" (reset {self.resets})" if self.resets else ""))
         if self.opts.verbose:
@@ -375,10 +409,11 @@ class Driver:
         fatal = [r for r in job.reports if r.get("event") == "fatal"]
         if fatal:
             r = min(fatal, key=lambda r: r.get("rank", 0))
-            return rc, f"rank {r.get('rank')} on {r.get('host')} raised {r.get('error')}", None
-        same = everywhere_raised(job.reports, chosen)
-        if same:
-            return rc, f"ranks on every host ({', '.join(h for h, _ in chosen)}) raised {same}", None
+            host = host_of(r.get("rank"), r.get("host"), ranks_on(chosen))
+            return rc, f"rank {r.get('rank')} on {host} raised {r.get('error')}", None
+        own = script_failure(job.reports, chosen)
+        if own:
+            return rc, own, None
         blamed, cause = failure_causes(job, rc, ranks_on(chosen))
         return rc, cause, blamed
 
@@ -398,7 +433,7 @@ def dry_run(opts, fixed_hosts, command_for, environ):
             f"fewer than --min-np {opts.min_np}: the driver would wait up to --elastic-timeout "
             f"{opts.elastic_timeout:g} s for more hosts")
         return 1
-    cmd, env = command_for(chosen, driver.environment())
+    cmd, env = command_for(chosen, driver.environment(chosen))
     changed = {k: v for k, v in env.items() if environ.get(k) != v}
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(changed.items()))
     print((prefix + " " if prefix else "") + " ".join(shlex.quote(c) for c in cmd))

@@ -67,9 +67,12 @@ class DryRun(unittest.TestCase):
         passed = set(after(argv, "-x")) | set(
             env.get("OMPI_MCA_mca_base_env_list", "").split(";"))
         self.assertLessEqual({"ACCORDRUN_ELASTIC_JOB", "ACCORDRUN_ELASTIC_RESET",
-                              "ACCORDRUN_ELASTIC_NOTICE", "ACCORDRUN_ELASTIC_STORE"},
+                              "ACCORDRUN_ELASTIC_NOTICE", "ACCORDRUN_ELASTIC_STORE",
+                              "ACCORDRUN_ELASTIC_HOSTS"},
                              passed, "the driver's variables passed to the ranks")
         self.assertEqual(env.get("ACCORDRUN_ELASTIC_RESET"), "0")
+        self.assertEqual(env.get("ACCORDRUN_ELASTIC_HOSTS"), "nodea:2,nodeb:1",
+                         "the run's hosts and ranks, as -H gives them")
         self.assertEqual(env.get("ACCORDRUN_ELASTIC_STORE"), store)
         self.assertNotIn("accordrun: starting", p.stderr, "the driver started a job")
 

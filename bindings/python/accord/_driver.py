@@ -28,6 +28,39 @@ def restarts():
         return 0
 
 
+def host_of_rank(rank):
+    """This rank's host by the name the driver was given for it (-H, --hostfile or the
+    discovery script), or None: the machine's own name where the driver's hosts of this
+    run (ACCORDRUN_ELASTIC_HOSTS) hold it, else, for a host given by an address or an
+    alias, the one the driver put ``rank`` on (each host's ranks in turn, as mpirun
+    places them). tools/accord_elastic.py blames failed ranks by the same rule."""
+    ranks = []
+    for entry in os.environ.get("ACCORDRUN_ELASTIC_HOSTS", "").split(","):
+        host, _, slots = entry.rpartition(":")
+        if host and slots.isdigit():
+            ranks += [host] * int(slots)
+    if socket.gethostname() in ranks:
+        return socket.gethostname()
+    return ranks[rank] if 0 <= rank < len(ranks) else None
+
+
+def export_launcher_variables(rank, size, local_rank, local_size, cross_rank, cross_size):
+    """Under the driver, once init() knows them: the variables horovodrun's elastic
+    launcher sets in each worker's environment, which elastic scripts written for it
+    read (HOROVOD_RANK ... HOROVOD_CROSS_SIZE, and HOROVOD_HOSTNAME, the host's name as
+    the launcher was given it). The counts are Accord's own; a HOROVOD_HOSTNAME that the
+    environment already sets stays (the runtime counts hosts by it, docs/configuration.md).
+    The driver restarts the processes at every reset, so HOROVOD_RANK is the rank of the
+    current run."""
+    if not under_driver():
+        return
+    os.environ.update({
+        "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(size),
+        "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(local_size),
+        "HOROVOD_CROSS_RANK": str(cross_rank), "HOROVOD_CROSS_SIZE": str(cross_size)})
+    os.environ.setdefault("HOROVOD_HOSTNAME", host_of_rank(rank) or socket.gethostname())
+
+
 def report(event, **fields):
     """One line for the launcher (and the person reading the log)."""
     line = MARKER + json.dumps(dict(event=event, **fields), sort_keys=True) + "\n"
