@@ -33,6 +33,8 @@ mode = sys.argv[1]
 names = ("HOSTNAME", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 print(f"run {os.environ['ACCORDRUN_ELASTIC_RESET']} rank {hvd.rank()}: "
       + " ".join(f"{n}={os.environ.get('HOROVOD_' + n)}" for n in names), flush=True)
+if mode == "setup":  # a mistake in the set-up, outside hvd.elastic.run, on every rank
+    raise ValueError(f"no such dataset on rank {hvd.rank()}")
 state = hvd.elastic.ObjectState(step=0)
 
 
@@ -114,6 +116,16 @@ class HostAliases(unittest.TestCase):
                               r"127\.0\.0\.1\) raised the same error but for its numbers: rank "
                               r"[01] on localhost raised RuntimeError: rank [01] fails; rank [23] on "
                               r"127\.0\.0\.1 raised RuntimeError: rank [23] fails; exiting with status")
+        self.assertNotIn("reset 1", out)
+
+    def test_a_set_up_error_on_every_rank_stops_the_job(self):
+        # Raised after init() but outside hvd.elastic.run: reported all the same, so the
+        # job stops at once rather than costing each host a reset.
+        rc, out = accordrun("setup")
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(out, r"accordrun: not restarting: ranks on every host \(localhost, "
+                              r"127\.0\.0\.1\) raised the same error but for its numbers: rank "
+                              r"[01] on localhost raised ValueError: no such dataset on rank [01]; ")
         self.assertNotIn("reset 1", out)
 
     def test_every_rank_raising_the_same_error_stops_the_job(self):

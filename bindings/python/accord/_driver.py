@@ -77,6 +77,37 @@ def report_fatal(error, rank, host=None):
            error=f"{type(error).__name__}: {error}")
 
 
+def report_raised(error, rank, host=None):
+    """Reports ``error``, raised in user code, to the driver: it blames this rank's host,
+    or stops the job where ranks on every host raised it. Once per error."""
+    if getattr(error, "_accord_reported", False):
+        return
+    try:
+        error._accord_reported = True
+    except AttributeError:
+        pass
+    report("raised", rank=rank, host=host or socket.gethostname(),
+           error=f"{type(error).__name__}: {error}")
+
+
+def report_uncaught_errors(rank):
+    """Under the driver, from init() on: an exception that ends this process uncaught is
+    reported as raised in user code, as hvd.elastic.run reports its own. A mistake in
+    the script's set-up (before or outside hvd.elastic.run, on every rank) then stops
+    the job at once with its error, rather than costing each host in turn a reset."""
+    if not under_driver() or getattr(sys.excepthook, "_accord_reports", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        if not isinstance(value, KeyboardInterrupt):
+            report_raised(value, rank)
+        previous(kind, value, traceback)
+
+    hook._accord_reports = True
+    sys.excepthook = hook
+
+
 def report_if_uncaught(error, rank):
     """Under the driver: if ``error`` ends this process uncaught (raised where no
     hvd.elastic.run reports it, e.g. by init(process_sets=...)), report it as fatal.

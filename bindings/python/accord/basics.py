@@ -68,6 +68,7 @@ def init(comm=None, process_sets=None):
     _comm.start(comm, shutdown)
     _driver.export_launcher_variables(rank(), size(), local_rank(), local_size(), cross_rank(),
                                       cross_size())
+    _driver.report_uncaught_errors(rank())
     # Whether every host runs the same number of ranks must read the same on every
     # rank: compare the local sizes once here, through the runtime itself.
     _homogeneous = _all_local_sizes_equal()

@@ -13,7 +13,7 @@ mpirun passes on to the launcher with the rest of the job's output (accord/_driv
 import os
 import threading
 
-from accord._driver import MARKER, report, report_fatal  # noqa: F401
+from accord._driver import MARKER, report, report_fatal, report_raised  # noqa: F401
 
 # Exit statuses the launcher reads (tools/accord_elastic.py keeps the same numbers).
 EXIT_RESTART = 75        # a communication failure: restart from the last commit

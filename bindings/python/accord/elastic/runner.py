@@ -60,8 +60,7 @@ def run(func):
                 notice.report_fatal(e, rank=me, host=_host(state, me))
             elif not isinstance(e, (KeyboardInterrupt, SystemExit)) or \
                     (isinstance(e, SystemExit) and e.code not in (0, None)):
-                notice.report("raised", rank=me, host=_host(state, me),
-                              error=f"{type(e).__name__}: {e}")
+                notice.report_raised(e, rank=me, host=_host(state, me))
             _finish_writing(state)
             raise
         # Over: the job's commits are no longer needed on this host.
