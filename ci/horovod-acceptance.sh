@@ -15,7 +15,10 @@
 #
 #   --np N            ranks (default 2)
 #   --no-mpirun       one plain process, for tests that start their own jobs
-#                     (test/integration/test_interactiverun.py: horovod.run)
+#                     (test/integration/test_interactiverun.py: horovod.run;
+#                     test_elastic_torch.py: horovodrun's elastic lines, through
+#                     accordrun; its elastic_common.py beside it, its script in
+#                     data/elastic_torch_main.py; needs mock and psutil)
 #   --python PY       interpreter with PyTorch (default /usr/bin/python3, Debian's 1.13)
 #   --pythonpath DIR  folder holding the accord package (default <build>/python, the
 #                     build folder being $ACCORD_BUILD_DIR or build)
@@ -103,15 +106,85 @@ from accord.runner import run  # noqa: F401
 class _HorovodArgs:
     pass
 EOF
+# horovod.runner.launch: parse_args() and _run_elastic(), with which
+# test/integration/elastic_common.py runs a horovodrun command line in-process: here
+# the line goes to accordrun unchanged (it takes horovodrun's flags), with the two
+# driver constants the tests patch as accordrun's flags. A failed job raises
+# RuntimeError as Horovod's launcher does, with Horovod's first words (which the tests
+# match) followed by accordrun's own last lines; the reset limit's message is
+# accordrun's.
 cat > "$shim/horovod/runner/launch.py" <<'EOF'
+import collections
+import os
+import subprocess
+import sys
+
+
 def _run(args):
     raise NotImplementedError("horovod.runner.launch._run is Horovod's internal launcher")
+
+
+class _Args:
+    def __init__(self, argv):
+        self.argv = list(argv)
+
+
+def parse_args():
+    return _Args(sys.argv[1:])
+
+
+def _run_elastic(args):
+    from horovod.runner.elastic import driver
+    interval = max(float(driver.DISCOVER_HOSTS_FREQUENCY_SECS), 0.1)
+    cmd = [sys.executable, os.environ["ACCEPTANCE_ACCORDRUN"], "--discovery-interval", f"{interval:g}",
+           "--elastic-timeout", f"{float(driver.ELASTIC_TIMEOUT_SECS):g}", *args.argv]
+    print("+", " ".join(cmd), flush=True)
+    tail = collections.deque(maxlen=40)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        for line in p.stdout:
+            sys.stdout.write(line)
+            tail.append(line)
+    if p.returncode != 0:
+        raise RuntimeError("Horovod detected that one or more processes exited with non-zero "
+                           f"status (accordrun exited {p.returncode}):\n" + "".join(tail))
 EOF
+mkdir -p "$shim/horovod/runner/common/util" "$shim/horovod/runner/elastic"
+: > "$shim/horovod/runner/common/__init__.py"
+: > "$shim/horovod/runner/common/util/__init__.py"
+cat > "$shim/horovod/runner/common/util/config_parser.py" <<'EOF'
+def set_env_from_args(env, args):
+    return env  # accordrun turns horovodrun's flags into settings itself
+EOF
+: > "$shim/horovod/runner/elastic/__init__.py"
+cat > "$shim/horovod/runner/elastic/constants.py" <<'EOF'
+RESET_LIMIT_EXCEEDED_MESSAGE = "reset limit {} reached"  # accordrun's words
+EOF
+cat > "$shim/horovod/runner/elastic/driver.py" <<'EOF'
+DISCOVER_HOSTS_FREQUENCY_SECS = 1.0  # accordrun --discovery-interval
+ELASTIC_TIMEOUT_SECS = 600           # accordrun --elastic-timeout
+EOF
+cat > "$shim/horovod/runner/gloo_run.py" <<'EOF'
+def _get_min_start_hosts(settings):
+    return 1
+EOF
+# Horovod's elastic test script (test/integration/data/elastic_torch_main.py) also reads
+# a private attribute of Horovod's State: _host_messages, the queue of the driver's
+# notices of new hosts, which its rank 0 polls with empty(). Accord's rank 0 holds the
+# same notice as a flag (accord/elastic/notice.py); the shim lends it that name.
 cat > "$shim/horovod/torch/__init__.py" <<'EOF'
 import sys
 
 import accord.torch
+from accord.elastic import notice
+from accord.elastic.state import State
 
+
+class _HostMessages:
+    def empty(self):
+        return not notice.hosts_updated()
+
+
+State._host_messages = property(lambda self: _HostMessages())
 sys.modules[__name__] = accord.torch
 EOF
 # horovod.common.util.env, which test_timeline.py imports: settings in the environment
@@ -138,11 +211,12 @@ def env(**settings):
             else:
                 os.environ[name] = value
 EOF
-# The three helpers the test file imports from Horovod's test/utils/common.py, as the
-# test uses them.
+# The helpers the test files import from Horovod's test/utils/common.py, as they use
+# them (override_args: elastic_common.py).
 cat > "$shim/common.py" <<'EOF'
 import contextlib
 import os
+import sys
 import tempfile
 
 
@@ -157,6 +231,18 @@ def skip_or_fail_gpu_test(test, message):
     if int(os.environ.get("HOROVOD_TEST_GPU", 0)):
         test.fail(message)
     test.skipTest(message)
+
+
+@contextlib.contextmanager
+def override_args(tool=None, *args):
+    saved = sys.argv[:]
+    try:
+        if tool:
+            sys.argv[0] = tool
+        sys.argv[1:] = args
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager
@@ -188,8 +274,15 @@ else
 fi
 EOF
 
+# `python` in the commands a test starts (elastic_common.py's horovodrun line) is the
+# interpreter under test.
+mkdir -p "$shim/bin"
+printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$python")" > "$shim/bin/python"
+chmod +x "$shim/bin/python"
 env_vars=(
   "PYTHONPATH=$shim:$pythonpath${PYTHONPATH:+:$PYTHONPATH}"
+  "PATH=$shim/bin:$PATH"
+  "ACCEPTANCE_ACCORDRUN=$(dirname "$pythonpath")/tools/accordrun"
   "ACCEPTANCE_OUT=$out"
   # A collective some rank never submits fails after a minute rather than five, so a
   # failing test cannot hold up the ones after it for long.
