@@ -40,6 +40,8 @@ state = hvd.elastic.ObjectState(step=0)
 
 @hvd.elastic.run
 def train(state):
+    if hvd.rank() == 0:
+        print(f"run {os.environ['ACCORDRUN_ELASTIC_RESET']} starts at step {state.step}", flush=True)
     while state.step < 6:
         first_run = os.environ.get("ACCORDRUN_ELASTIC_RESET") == "0"
         if state.step == 3 and first_run:
@@ -89,6 +91,10 @@ class HostAliases(unittest.TestCase):
         self.assertIn("accordrun: starting 2 ranks on localhost:2 (reset 1)", out)
         self.assertIn("done on 2 ranks", out)
         self.assertNotIn("reset 2", out)
+        # From the commit after step 3, which the two aliases' ranks kept on this
+        # machine's disk (the store is the machine's, whatever its hosts are called).
+        self.assertIn("run 0 starts at step 0", out)
+        self.assertIn("run 1 starts at step 3", out)
 
     def test_a_killed_rank_blames_the_alias_it_ran_on(self):
         rc, out = accordrun("kill")
