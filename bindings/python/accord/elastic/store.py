@@ -14,6 +14,7 @@ it, so a commit that returned is on disk before the process leaves.
 import os
 import re
 import socket
+import tempfile
 import threading
 
 import torch
@@ -83,26 +84,35 @@ class CommitStore:
             return
         for name in os.listdir(self.directory):
             if _NAME.fullmatch(name) or name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except FileNotFoundError:
+                    pass  # another writer of this folder removed it first
         try:
             os.rmdir(self.directory)
         except OSError:
             pass
 
     def _write(self, number, snapshot):
-        # Written whole under a temporary name and renamed: a process killed mid-write
-        # leaves the previous commit, never half of one.
+        # Written whole under a temporary name of its own and renamed: a process killed
+        # mid-write leaves the previous commit, never half of one. The name is this
+        # writer's alone, since two writers may share the folder: ranks that count as
+        # two hosts (ACCORD_HOSTNAME, or hosts given as aliases of one machine) keep the
+        # same commit on the same disk.
         try:
             os.makedirs(self.directory, exist_ok=True)
             final = os.path.join(self.directory, f"commit-{number}.pt")
-            tmp = final + ".tmp"
-            with open(tmp, "wb") as f:
+            fd, tmp = tempfile.mkstemp(prefix=f"commit-{number}.", suffix=".tmp", dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
                 torch.save(snapshot, f)
             os.replace(tmp, final)
             for name in os.listdir(self.directory):
                 m = _NAME.fullmatch(name)
                 if m and int(m.group(1)) < number:
-                    os.unlink(os.path.join(self.directory, name))
+                    try:
+                        os.unlink(os.path.join(self.directory, name))
+                    except FileNotFoundError:
+                        pass  # the other writer removed it first
         except BaseException as e:  # handed to the training thread by wait()
             self._error = OSError(f"accord elastic: writing commit {number} to "
                                   f"{self.directory} failed: {e}")
