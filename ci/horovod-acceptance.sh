@@ -136,6 +136,8 @@ def parse_args():
 def _run_elastic(args):
     from horovod.runner.elastic import driver
     interval = max(float(driver.DISCOVER_HOSTS_FREQUENCY_SECS), 0.1)
+    # accordrun under the interpreter under test: run through a pyenv shim, it would
+    # put pyenv's own Python first on the ranks' PATH, before the shim's `python`.
     cmd = [sys.executable, os.environ["ACCEPTANCE_ACCORDRUN"], "--discovery-interval", f"{interval:g}",
            "--elastic-timeout", f"{float(driver.ELASTIC_TIMEOUT_SECS):g}", *args.argv]
     print("+", " ".join(cmd), flush=True)
