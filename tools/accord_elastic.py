@@ -191,14 +191,13 @@ class Job:
         return rc
 
 
-def script_failure(reports, chosen):
+def script_failure(reports, chosen, rank_hosts):
     """Why the run failed by the script's own doing, which no restart on other hosts
     mends (Horovod's driver stops when all its workers failed); None otherwise. That is so
     where ranks on every host of the run raised the same error in user code, or errors
     that differ only in their numbers (an error that names its rank: "rank 3 fails").
     One rank per host suffices: mpirun ends the other ranks once one has left, often
     before they report."""
-    rank_hosts = ranks_on(chosen)
     first = {}  # host -> (rank, error): the first report from each host
     for r in reports:
         if r.get("event") == "raised":
@@ -406,15 +405,16 @@ class Driver:
                      [f"-{h}:{n}" for h, n in before.items() if after.get(h) != n]
             return rc, f"the hosts changed ({' '.join(change)}) at commit " \
                        f"{job.reports[0].get('commit')}", {}
+        rank_hosts = ranks_on(chosen)
         fatal = [r for r in job.reports if r.get("event") == "fatal"]
         if fatal:
             r = min(fatal, key=lambda r: r.get("rank", 0))
-            host = host_of(r.get("rank"), r.get("host"), ranks_on(chosen))
+            host = host_of(r.get("rank"), r.get("host"), rank_hosts)
             return rc, f"rank {r.get('rank')} on {host} raised {r.get('error')}", None
-        own = script_failure(job.reports, chosen)
+        own = script_failure(job.reports, chosen, rank_hosts)
         if own:
             return rc, own, None
-        blamed, cause = failure_causes(job, rc, ranks_on(chosen))
+        blamed, cause = failure_causes(job, rc, rank_hosts)
         return rc, cause, blamed
 
 

@@ -26,6 +26,10 @@ def raised(rank, host, error):
     return {"event": "raised", "rank": rank, "host": host, "error": error}
 
 
+def script_failure(reports, chosen):
+    return accord_elastic.script_failure(reports, chosen, accord_elastic.ranks_on(chosen))
+
+
 def blamed(chosen, **run):
     return accord_elastic.failure_causes(Run(**run), 1, accord_elastic.ranks_on(chosen))[0]
 
@@ -64,22 +68,22 @@ class FailureCauses(unittest.TestCase):
 class ScriptFailure(unittest.TestCase):
     def test_the_same_error_on_every_host(self):
         self.assertEqual(
-            accord_elastic.script_failure([raised(0, "vm", "E: x"), raised(3, "vm", "E: x")], ALIASES),
+            script_failure([raised(0, "vm", "E: x"), raised(3, "vm", "E: x")], ALIASES),
             "ranks on every host (localhost, 127.0.0.1) raised E: x")
 
     def test_errors_alike_but_for_their_numbers(self):
         self.assertEqual(
-            accord_elastic.script_failure([raised(2, "node2", "E: rank 2 of 4"),
+            script_failure([raised(2, "node2", "E: rank 2 of 4"),
                                            raised(0, "node1", "E: rank 0 of 4")], NODES),
             "ranks on every host (node1, node2) raised the same error but for its numbers: "
             "rank 0 on node1 raised E: rank 0 of 4; rank 2 on node2 raised E: rank 2 of 4")
 
     def test_one_host_only_is_the_host_s_failure(self):
-        self.assertIsNone(accord_elastic.script_failure(
+        self.assertIsNone(script_failure(
             [raised(0, "node1", "E: x"), raised(1, "node1", "E: x")], NODES))
 
     def test_different_errors_are_the_hosts_failures(self):
-        self.assertIsNone(accord_elastic.script_failure(
+        self.assertIsNone(script_failure(
             [raised(0, "node1", "E: disk full"), raised(2, "node2", "E: out of memory")], NODES))
 
 

@@ -67,27 +67,28 @@ def report(event, **fields):
     os.write(2, line.encode())
 
 
-def report_fatal(error, rank, host=None):
-    """Reports ``error`` (whose class says ``restart_cannot_help``) as the end of the job:
-    the driver stops with it instead of restarting. Once per error."""
-    if getattr(error, "_accord_reported", False):
-        return
-    error._accord_reported = True
-    report("fatal", rank=rank, host=host or socket.gethostname(),
-           error=f"{type(error).__name__}: {error}")
-
-
-def report_raised(error, rank, host=None):
-    """Reports ``error``, raised in user code, to the driver: it blames this rank's host,
-    or stops the job where ranks on every host raised it. Once per error."""
+def _report_once(event, error, rank, host):
+    """Reports ``error`` under ``event``, unless it was reported already."""
     if getattr(error, "_accord_reported", False):
         return
     try:
         error._accord_reported = True
     except AttributeError:
         pass
-    report("raised", rank=rank, host=host or socket.gethostname(),
+    report(event, rank=rank, host=host or socket.gethostname(),
            error=f"{type(error).__name__}: {error}")
+
+
+def report_fatal(error, rank, host=None):
+    """Reports ``error`` (whose class says ``restart_cannot_help``) as the end of the job:
+    the driver stops with it instead of restarting. Once per error."""
+    _report_once("fatal", error, rank, host)
+
+
+def report_raised(error, rank, host=None):
+    """Reports ``error``, raised in user code, to the driver: it blames this rank's host,
+    or stops the job where ranks on every host raised it. Once per error."""
+    _report_once("raised", error, rank, host)
 
 
 def report_uncaught_errors(rank):
