@@ -13,8 +13,12 @@
 // reports the failure); Accord cannot be started again in that process.
 //
 // After a collective timed out (Timeout: ranks that never submitted it), the late ranks
-// may never finalize MPI, and MPI_Finalize waits until every rank of the job does. So
-// shutdown() then tears Accord down but leaves MPI initialized, and returns at once.
+// may never finalize MPI, and MPI_Finalize waits until every rank of the job does. Where
+// Accord owns MPI, every rank's shutdown() first meets the others in a barrier; a rank
+// that saw a collective time out waits there for at most ACCORD_SHUTDOWN_WAIT_TIME. If every rank
+// came, MPI is finalized and the job can end cleanly (a late rank was only late, as in
+// Horovod's stall test); if not, shutdown() tears Accord down, leaves MPI initialized
+// and returns.
 //
 // A process forked after init() has a copy of the runtime but none of its threads:
 // every call there fails at once (NotInitialized, naming the process that owns it)
@@ -32,11 +36,13 @@
 #include <accord/mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include <pthread.h>
@@ -99,6 +105,11 @@ void initMpi(Runtime& rt, const WorldSource& source) {
   ACCORD_MPI_CHECK(MPI_Comm_set_errhandler(rt.world, MPI_ERRORS_RETURN));
   ACCORD_MPI_CHECK(MPI_Comm_rank(rt.world, &rt.rank));
   ACCORD_MPI_CHECK(MPI_Comm_size(rt.world, &rt.size));
+  // shutdown()'s barrier before MPI_Finalize is a collective: only where every rank
+  // will take part in it, that is, where Accord owns MPI on every rank.
+  int owned = rt.finalize_mpi ? 1 : 0;
+  ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &owned, 1, MPI_INT, MPI_MIN, rt.world));
+  rt.finalize_mpi_everywhere = owned == 1;
   if (provided < MPI_THREAD_SERIALIZED) {
     log().warn(
         "MPI was initialized with thread level {} (< MPI_THREAD_SERIALIZED); Accord calls "
@@ -184,6 +195,46 @@ void warnUnknownVariables(int rank) {
   for (const auto& name : Config::knownVariables()) known += (known.empty() ? "" : ", ") + name;
   for (const auto& name : unknown)
     log().warn("{} is not an Accord variable and is ignored (known: {})", name, known);
+}
+
+}  // namespace
+
+namespace {
+
+// Every rank of Accord's world has reached shutdown(): a barrier, waited for at most
+// `bound` where one is given (then false if some rank did not come in time). A rank
+// without a bound waits as MPI_Finalize itself would; the bounded ones leave without
+// finalizing, and the launcher ends the job once they exit.
+bool everyRankReachedShutdown(MPI_Comm world, std::optional<std::chrono::milliseconds> bound) {
+  using Clock = std::chrono::steady_clock;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(world, &request) != MPI_SUCCESS) {
+    log().warn("shutdown: MPI_Ibarrier before MPI_Finalize failed; MPI is left initialized");
+    return false;
+  }
+  const auto start = Clock::now();
+  bool said = false;
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      log().warn("shutdown: the barrier before MPI_Finalize failed; MPI is left initialized");
+      return false;
+    }
+    if (done) return true;
+    const auto waited = Clock::now() - start;
+    if (bound && waited >= *bound) return false;  // the request is left pending
+    if (bound && !said && waited >= std::chrono::seconds(1)) {
+      said = true;
+      log().warn(
+          "shutdown after a collective timed out: waiting up to {:g} s "
+          "(ACCORD_SHUTDOWN_WAIT_TIME) for every rank to reach shutdown, so that MPI can "
+          "be finalized",
+          std::chrono::duration<double>(*bound).count());
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
 }
 
 }  // namespace
@@ -342,16 +393,37 @@ void shutdown() {
   // The loop freed every transport in its last cycle, in step with the other ranks.
   rt.sets.takeAll();
   rt.backend.reset();
+  const bool timed_out = !g_timed_out.empty();
+  const bool owned = rt.finalize_mpi;
+  const auto wait = rt.config.shutdown_wait_time;
+  bool finalize = owned;
+  std::string why;  // after a timeout, why MPI is left initialized
+  if (owned && rt.finalize_mpi_everywhere) {
+    if (!timed_out) {
+      finalize = everyRankReachedShutdown(rt.world, std::nullopt);
+    } else if (wait.count() <= 0) {
+      finalize = false;
+      why = " (ACCORD_SHUTDOWN_WAIT_TIME=0)";
+    } else {
+      finalize = everyRankReachedShutdown(rt.world, wait);
+      if (finalize) log().info("every rank reached shutdown after the timeout: finalizing MPI");
+      why = fmt::format(
+          ", and some rank did not reach shutdown within {:g} s "
+          "(ACCORD_SHUTDOWN_WAIT_TIME)",
+          std::chrono::duration<double>(wait).count());
+    }
+  } else if (timed_out) {
+    finalize = false;  // no barrier here to tell whether the late ranks will ever come
+  }
   MPI_Comm_free(&rt.world);
-  const bool finalize = rt.finalize_mpi;
   g_runtime.reset();
-  if (!g_timed_out.empty()) {
+  if (timed_out && !finalize) {
     log().warn(
         "shutdown after a collective timed out ({}): MPI is left initialized, since "
-        "MPI_Finalize waits until every rank of the job finalizes, the late ones too. Exit "
+        "MPI_Finalize waits until every rank of the job finalizes, the late ones too{}. Exit "
         "the process (with a non-zero status, so that the launcher reports the failure){}",
-        g_timed_out.substr(0, g_timed_out.find('\n')),
-        finalize ? "" : " without calling MPI_Finalize");
+        g_timed_out.substr(0, g_timed_out.find('\n')), why,
+        owned ? "" : " without calling MPI_Finalize");
     return;
   }
   if (finalize) {

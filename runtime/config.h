@@ -58,6 +58,9 @@ struct Config {
   std::size_t cache_capacity = 1024;                      // ACCORD_CACHE_CAPACITY; 0 disables
   std::chrono::milliseconds stall_check_time{60'000};     // ACCORD_STALL_CHECK_TIME, seconds
   std::chrono::milliseconds stall_shutdown_time{300'000}; // ACCORD_STALL_SHUTDOWN_TIME, s; 0 off
+  // ACCORD_SHUTDOWN_WAIT_TIME, s: after a Timeout, shutdown()'s wait for the late ranks
+  // before it finalizes MPI; 0: none (MPI is left initialized at once).
+  std::chrono::milliseconds shutdown_wait_time{60'000};
   std::string log_level = "warn";  // ACCORD_LOG_LEVEL: trace debug info warn error off
   std::string timeline;            // ACCORD_TIMELINE: Chrome trace written by rank 0; "" off
   // ACCORD_AUTOTUNE: tune the cycle time, fusion threshold and piece size online, those

@@ -22,6 +22,7 @@ struct Runtime {
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;
   bool finalize_mpi = false;  // Accord called MPI_Init_thread, so it calls MPI_Finalize
+  bool finalize_mpi_everywhere = false;  // ... on every rank of its world
 
   TensorQueue queue;
   ProcessSetTable sets;
@@ -49,7 +50,8 @@ void restartGeneratedNames(Runtime& rt, ProcessSetId set);
 Runtime& runtime(const char* what);
 
 // A collective failed with Timeout (`error`): shutdown() must then not wait in
-// MPI_Finalize for the late ranks. Background thread.
+// MPI_Finalize for late ranks that may never come, only a bounded time for them to
+// reach shutdown. Background thread.
 void noteStallTimeout(const std::string& error);
 
 // The background thread's body.

@@ -68,10 +68,13 @@ void init();
 // Every rank should still call it to release resources. Safe to call more than once;
 // a process that returns from main without it shuts down at exit.
 //
-// After a CommError (a rank died or stopped answering) or a Timeout (a collective that
-// some ranks never submitted) shutdown() returns within ACCORD_STALL_SHUTDOWN_TIME
-// without tearing MPI down, since MPI_Finalize would wait for the failed or late ranks.
-// The process should then exit with a non-zero status and must not call MPI_Finalize;
+// After a CommError (a rank died or stopped answering) shutdown() returns within
+// ACCORD_STALL_SHUTDOWN_TIME without tearing MPI down, since MPI_Finalize would wait for
+// the failed ranks. After a Timeout (a collective that some ranks never submitted) it
+// waits, where Accord initialized MPI, up to ACCORD_SHUTDOWN_WAIT_TIME for every rank to
+// reach shutdown() and then finalizes MPI; where some rank does not come in time (or the
+// application initialized MPI) it returns without tearing MPI down. In those cases the
+// process should then exit with a non-zero status and must not call MPI_Finalize;
 // buffers of the failed collective may still be written by MPI until it exits.
 //
 // The runtime belongs to the process that called init(): in a process forked from it

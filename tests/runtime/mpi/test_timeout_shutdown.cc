@@ -1,18 +1,23 @@
-// shutdown() after a collective timed out returns within the stall bound, however long
-// the late ranks stay busy. MPI_Finalize would wait until every rank of the job
-// finalizes, the late ones too, so Accord leaves MPI initialized after a Timeout.
+// shutdown() after a collective timed out, where Accord owns MPI (the application never
+// calls MPI_Init), so that shutdown() is what finalizes it. Rank 0 submits an allreduce
+// that the other ranks do not; it fails with Timeout after ACCORD_STALL_SHUTDOWN_TIME=1 s.
+// MPI_Finalize waits until every rank of the job finalizes, so shutdown() first waits up
+// to ACCORD_SHUTDOWN_WAIT_TIME for every rank to reach shutdown:
 //
-// Accord owns MPI here (the application never calls MPI_Init), so that shutdown() is
-// what would finalize it. Rank 0 submits an allreduce that the other ranks never do; it
-// fails with Timeout after ACCORD_STALL_SHUTDOWN_TIME=1 s, and rank 0's shutdown() must
-// then return within 2 s more while the others compute for kBusy. Rank 0 prints the
-// verdict the test looks for; the process then exits without MPI_Finalize, which the
-// launcher may report.
+//   busy  the other ranks compute for 12 s, longer than the wait (1 s here): rank 0's
+//         shutdown() returns within the wait and a margin, leaving MPI initialized; the
+//         process then exits without MPI_Finalize, which the launcher reports, so the
+//         verdict is rank 0's line.
+//   late  the other ranks come after 3 s, within the wait (20 s here), try the
+//         allreduce (ShutDown: rank 0 has shut Accord down) and shut down: every rank
+//         finalizes MPI and the job exits 0, as Horovod's stall test expects.
 #include <accord/accord.h>
+#include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,9 +25,7 @@
 namespace {
 
 using Seconds = std::chrono::duration<double>;
-constexpr auto kBusy = std::chrono::seconds(12);  // the late ranks' computation
-constexpr double kStallBound = 1.0;               // ACCORD_STALL_SHUTDOWN_TIME below
-constexpr double kMargin = 2.0;                   // a loaded machine's scheduling
+constexpr double kMargin = 2.0;  // a loaded machine's scheduling
 
 std::string allreduceOutcome(const std::string& name) {
   std::vector<float> x(4, 1.0f);
@@ -33,6 +36,8 @@ std::string allreduceOutcome(const std::string& name) {
     return "ok";
   } catch (const accord::Timeout&) {
     return "Timeout";
+  } catch (const accord::ShutDown&) {
+    return "ShutDown";
   } catch (const std::exception& e) {
     return std::string("other: ") + e.what();
   }
@@ -44,10 +49,21 @@ double timedShutdown() {
   return Seconds(std::chrono::steady_clock::now() - start).count();
 }
 
+bool mpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool late = argc > 1 && std::strcmp(argv[1], "late") == 0;
+  // ACCORD_SHUTDOWN_WAIT_TIME, and how long the other ranks compute.
+  const double wait = late ? 20.0 : 1.0;
+  const auto away = std::chrono::seconds(late ? 3 : 12);
   setenv("ACCORD_STALL_SHUTDOWN_TIME", "1", 1);
+  setenv("ACCORD_SHUTDOWN_WAIT_TIME", std::to_string(wait).c_str(), 1);
   accord::init();
   const int me = accord::rank();
   if (accord::size() < 2) {
@@ -62,14 +78,28 @@ int main() {
       std::printf("[rank 0] FAILED: the lonely allreduce ended with %s\n", kind.c_str());
       ++failures;
     }
-    const double took = timedShutdown();
-    const bool in_time = took < kStallBound + kMargin;
+  } else {
+    std::this_thread::sleep_for(away);  // never submits the lonely allreduce in time
+    if (late) {
+      const std::string kind = allreduceOutcome("timeout_shutdown.lonely");
+      if (kind != "ShutDown") {
+        std::printf("[rank %d] FAILED: the late allreduce ended with %s\n", me, kind.c_str());
+        ++failures;
+      }
+    }
+  }
+  const double took = timedShutdown();
+  if (!late && me == 0) {
+    const bool in_time = took < wait + kMargin;
     if (!in_time) ++failures;
     std::printf("[rank 0] shutdown after a Timeout returned in %.2f s: %s\n", took,
                 in_time ? "ok" : "too slow (waited for the late ranks)");
+  } else if (late) {
+    const bool finalized = mpiFinalized();
+    if (!finalized) ++failures;
+    std::printf("[rank %d] shutdown returned in %.2f s, MPI %s\n", me, took,
+                finalized ? "finalized" : "FAILED: left initialized");
   } else {
-    std::this_thread::sleep_for(kBusy);  // busy: never submits the lonely allreduce
-    const double took = timedShutdown();
     std::printf("[rank %d] late rank's shutdown returned in %.2f s\n", me, took);
   }
   std::fflush(stdout);

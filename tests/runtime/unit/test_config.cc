@@ -37,6 +37,7 @@ TEST_CASE("defaults apply when nothing is set", "[config]") {
   CHECK(c.cache_capacity == 1024);
   CHECK(c.stall_check_time == 60s);
   CHECK(c.stall_shutdown_time == 300s);
+  CHECK(c.shutdown_wait_time == 60s);
   CHECK(c.log_level == "warn");
   CHECK(c.shared_memory);
   CHECK(c.nccl);
@@ -52,6 +53,7 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
                     {"ACCORD_CACHE_CAPACITY", "0"},
                     {"ACCORD_STALL_CHECK_TIME", "0.5"},
                     {"ACCORD_STALL_SHUTDOWN_TIME", "0"},
+                    {"ACCORD_SHUTDOWN_WAIT_TIME", "2.5"},
                     {"ACCORD_LOG_LEVEL", "DEBUG"},
                     {"ACCORD_SHARED_MEMORY", "0"},
                     {"ACCORD_NCCL", "0"}});
@@ -63,6 +65,8 @@ TEST_CASE("every variable parses its accepted forms", "[config]") {
   CHECK(c.cache_capacity == 0);
   CHECK(c.stall_check_time == 500ms);
   CHECK(c.stall_shutdown_time == 0ms);
+  CHECK(c.shutdown_wait_time == 2500ms);
+  CHECK(parse({{"ACCORD_SHUTDOWN_WAIT_TIME", "0"}}).shutdown_wait_time == 0ms);
   CHECK(c.log_level == "debug");
   CHECK_FALSE(c.shared_memory);
   CHECK(parse({{"ACCORD_SHARED_MEMORY", "1"}}).shared_memory);
@@ -231,16 +235,16 @@ TEST_CASE("describe lists every known variable with its value", "[config]") {
        {"ACCORD_CYCLE_TIME=0.25 ms", "ACCORD_FUSION_THRESHOLD=65536 bytes",
         "ACCORD_CHUNK_BYTES=1048576 bytes", "ACCORD_CARRY_BYTES=65536 bytes",
         "ACCORD_SHARED_MEMORY=0", "ACCORD_INLINE_CYCLES=1", "ACCORD_NCCL=1",
-        "ACCORD_CACHE_CAPACITY=1024",
-        "ACCORD_STALL_CHECK_TIME=60 s", "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_LOG_LEVEL=warn",
-        "ACCORD_TIMELINE=(off)", "ACCORD_HIERARCHICAL_ALLREDUCE=0", "ACCORD_AUTOTUNE=0",
-        "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)",
+        "ACCORD_CACHE_CAPACITY=1024", "ACCORD_STALL_CHECK_TIME=60 s",
+        "ACCORD_STALL_SHUTDOWN_TIME=300 s", "ACCORD_SHUTDOWN_WAIT_TIME=60 s",
+        "ACCORD_LOG_LEVEL=warn", "ACCORD_TIMELINE=(off)", "ACCORD_HIERARCHICAL_ALLREDUCE=0",
+        "ACCORD_AUTOTUNE=0", "ACCORD_AUTOTUNE_STEPS=5", "ACCORD_AUTOTUNE_LOG=(off)",
         "ACCORD_HOSTNAME=(the host MPI sees)"}) {
     INFO(var);
     CHECK(d.find(var) != std::string::npos);
   }
-  CHECK(std::count(d.begin(), d.end(), '\n') == 18);
-  CHECK(Config::knownVariables().size() == 18);
+  CHECK(std::count(d.begin(), d.end(), '\n') == 19);
+  CHECK(Config::knownVariables().size() == 19);
   for (const auto& var : Config::knownVariables()) CHECK(d.find(var + "=") != std::string::npos);
 }
 
