@@ -11,7 +11,7 @@
 #
 #   bash ci/horovod-acceptance.sh TEST_FILE [--np N] [--python PY] [--pythonpath DIR]
 #        [--cuda] [--prefix 'CMD ARGS'] [--timeout SECONDS] [--total SECONDS]
-#        [--out DIR] [--no-mpirun] [-- PYTEST ARGS...]
+#        [--out DIR] [--no-mpirun] [--script] [-- PYTEST ARGS...]
 #
 #   --np N            ranks (default 2)
 #   --no-mpirun       one plain process, for tests that start their own jobs
@@ -19,6 +19,9 @@
 #                     test_elastic_torch.py: horovodrun's elastic lines, through
 #                     accordrun; its elastic_common.py beside it, its script in
 #                     data/elastic_torch_main.py; needs mock and psutil)
+#   --script          run the file as a script on every rank (python FILE ARGS), as
+#                     Horovod's CI runs test/integration/test_stall.py; the verdict is
+#                     the job's exit status, and the stall bound is the script's own
 #   --python PY       interpreter with PyTorch (default /usr/bin/python3, Debian's 1.13)
 #   --pythonpath DIR  folder holding the accord package (default <build>/python, the
 #                     build folder being $ACCORD_BUILD_DIR or build)
@@ -35,7 +38,8 @@
 # Accord's settings in the environment (ACCORD_*) reach every rank; the stall bound is
 # 60 s unless ACCORD_STALL_SHUTDOWN_TIME says otherwise.
 #
-# Exit status: 0 when no rank had a failure or error, 1 otherwise, 2 for bad usage.
+# Exit status: 0 when no rank had a failure or error (with --script: when the job exited
+# 0), 1 otherwise, 2 for bad usage.
 #
 # Examples (CPU, this machine; the counts Horovod 0.28.1 itself gets are 103 passed,
 # 6 skipped):
@@ -59,6 +63,7 @@ prefix=""
 per_test=300
 total=3000
 out=${OUT:-}
+script=0
 while [ $# -gt 0 ]; do
   case $1 in
     --np) np=$2; shift ;;
@@ -70,6 +75,7 @@ while [ $# -gt 0 ]; do
     --total) total=$2; shift ;;
     --out) out=$2; shift ;;
     --no-mpirun) np=0 ;;
+    --script) script=1 ;;
     --) shift; break ;;
     *) echo "ci/horovod-acceptance.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -269,10 +275,12 @@ cat > "$work/rank.sh" <<'EOF'
 #!/usr/bin/env bash
 set -o pipefail
 rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+junit=()
+[ "$ACCEPTANCE_SCRIPT" = 1 ] || junit=(--junitxml="$ACCEPTANCE_OUT/junit-rank$rank.xml")
 if [ "$rank" = 0 ]; then
-  "$@" --junitxml="$ACCEPTANCE_OUT/junit-rank$rank.xml" 2>&1 | tee "$ACCEPTANCE_OUT/rank$rank.log"
+  "$@" "${junit[@]}" 2>&1 | tee "$ACCEPTANCE_OUT/rank$rank.log"
 else
-  "$@" --junitxml="$ACCEPTANCE_OUT/junit-rank$rank.xml" > "$ACCEPTANCE_OUT/rank$rank.log" 2>&1
+  "$@" "${junit[@]}" > "$ACCEPTANCE_OUT/rank$rank.log" 2>&1
 fi
 EOF
 
@@ -286,11 +294,16 @@ env_vars=(
   "PATH=$shim/bin:$PATH"
   "ACCEPTANCE_ACCORDRUN=$(dirname "$pythonpath")/tools/accordrun"
   "ACCEPTANCE_OUT=$out"
-  # A collective some rank never submits fails after a minute rather than five, so a
-  # failing test cannot hold up the ones after it for long.
-  "ACCORD_STALL_SHUTDOWN_TIME=${ACCORD_STALL_SHUTDOWN_TIME:-60}"
+  "ACCEPTANCE_SCRIPT=$script"
   "OMPI_MCA_mpi_yield_when_idle=1"
 )
+# A collective some rank never submits fails after a minute rather than five, so a
+# failing test cannot hold up the ones after it for long. A script sets its own.
+if [ $script = 0 ]; then
+  env_vars+=("ACCORD_STALL_SHUTDOWN_TIME=${ACCORD_STALL_SHUTDOWN_TIME:-60}")
+elif [ -n "${ACCORD_STALL_SHUTDOWN_TIME:-}" ]; then
+  env_vars+=("ACCORD_STALL_SHUTDOWN_TIME=$ACCORD_STALL_SHUTDOWN_TIME")
+fi
 [ $cuda = 1 ] || env_vars+=("CUDA_VISIBLE_DEVICES=")
 mpi_env=()
 for v in "${env_vars[@]}"; do mpi_env+=(-x "$v"); done
@@ -311,6 +324,7 @@ cd "$work" || exit 2
 started=$(date +%s)
 pytest_command=("$python" -m pytest -c "$work/pytest.ini" --rootdir "$work" -p no:cacheprovider
                 --color=no -q -rfEs "${timeout_opts[@]}" "${select[@]}" "$@" "$test_file")
+[ $script = 1 ] && pytest_command=("$python" "$test_file" "$@")
 if [ "$np" = 0 ]; then  # one plain process, with the ranks' environment
   np=1
   timeout --signal=TERM --kill-after=30 "$total" \
@@ -323,6 +337,15 @@ fi
 status=$?
 echo "ci/horovod-acceptance.sh: the run exited $status after $(( $(date +%s) - started )) s"
 [ $status -eq 124 ] && echo "ci/horovod-acceptance.sh: the run passed --total $total s and was stopped"
+
+if [ $script = 1 ]; then  # the job's exit status is the verdict
+  for ((rank = 0; rank < np; rank++)); do
+    echo "rank $rank's last line: $(tail -n 1 "$out/rank$rank.log" 2>/dev/null)"
+  done
+  echo "ci/horovod-acceptance.sh: the script $([ $status = 0 ] && echo passed || echo failed); logs: $out"
+  [ $status = 0 ] || exit 1
+  exit 0
+fi
 
 # ---- per-rank counts from the JUnit files --------------------------------------------
 "$python" - "$out" "$np" <<'EOF'
