@@ -227,10 +227,10 @@ bool everyRankReachedShutdown(MPI_Comm world, std::optional<std::chrono::millise
     if (bound && !said && waited >= std::chrono::seconds(1)) {
       said = true;
       log().warn(
-          "shutdown after a collective timed out: waiting up to {:g} s "
+          "shutdown after a collective timed out: waiting up to {} s "
           "(ACCORD_SHUTDOWN_WAIT_TIME) for every rank to reach shutdown, so that MPI can "
           "be finalized",
-          std::chrono::duration<double>(*bound).count());
+          secondsText(*bound));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
@@ -407,10 +407,8 @@ void shutdown() {
     } else {
       finalize = everyRankReachedShutdown(rt.world, wait);
       if (finalize) log().info("every rank reached shutdown after the timeout: finalizing MPI");
-      why = fmt::format(
-          ", and some rank did not reach shutdown within {:g} s "
-          "(ACCORD_SHUTDOWN_WAIT_TIME)",
-          std::chrono::duration<double>(wait).count());
+      why = ", and some rank did not reach shutdown within " + secondsText(wait) +
+            " s (ACCORD_SHUTDOWN_WAIT_TIME)";
     }
   } else if (timed_out) {
     finalize = false;  // no barrier here to tell whether the late ranks will ever come

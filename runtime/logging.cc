@@ -4,6 +4,8 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cstdio>
+
 namespace accord {
 
 namespace {
@@ -28,6 +30,12 @@ void configureLogging(int rank, const std::string& level) {
   logger.set_level(spdlog::level::from_str(level));
   // Warnings and errors explain failures that may end the process: never buffer them.
   logger.flush_on(spdlog::level::warn);
+}
+
+std::string secondsText(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
+  return buf;
 }
 
 }  // namespace accord

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -12,5 +13,8 @@ namespace accord {
 spdlog::logger& log();
 // Called once the rank is known; `level` is ACCORD_LOG_LEVEL (validated by Config).
 void configureLogging(int rank, const std::string& level);
+
+// A duration as Accord's messages write it: seconds, shortest form ("0.5", "300").
+std::string secondsText(std::chrono::milliseconds t);
 
 }  // namespace accord

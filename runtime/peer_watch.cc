@@ -1,6 +1,8 @@
 // PeerWatch (see peer_watch.h).
 #include "runtime/peer_watch.h"
 
+#include "runtime/logging.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -14,12 +16,6 @@ std::string listRanks(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
   return out;
-}
-
-std::string secondsOf(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
-  return buf;
 }
 
 bool holds(const std::vector<int>& ranks, int rank) {
@@ -62,9 +58,9 @@ std::string undecided(const RollCallFinding& f, const std::string& step, const s
   std::string out = listRanks(f.waited_for) + " did not " + step + limit +
                     ", and a roll call could not tell which rank stopped: ";
   if (f.stopped.empty())
-    out += "every rank answered within " + secondsOf(round) + " s";
+    out += "every rank answered within " + secondsText(round) + " s";
   else
-    out += "the ranks waited for answered within " + secondsOf(round) + " s, and none of them " +
+    out += "the ranks waited for answered within " + secondsText(round) + " s, and none of them " +
            "waits for " + listRanks(f.stopped) + ", which did not";
   return out + ". " +
          (one ? "It, or a rank it waits for in turn, hangs"
@@ -76,7 +72,7 @@ std::string undecided(const RollCallFinding& f, const std::string& step, const s
 
 std::string describeStopped(const RollCallFinding& f, const std::string& step,
                             std::chrono::milliseconds stall, std::chrono::milliseconds round) {
-  const std::string limit = " within " + secondsOf(stall) + " s (ACCORD_STALL_SHUTDOWN_TIME)";
+  const std::string limit = " within " + secondsText(stall) + " s (ACCORD_STALL_SHUTDOWN_TIME)";
   // Blamed: the silent ranks this rank's wait leads to. A silent rank no wait leads to
   // may be alive but busy outside Accord's MPI waits (a shared-memory wait, say), so it
   // is only mentioned.
@@ -101,7 +97,7 @@ std::string describeStopped(const RollCallFinding& f, const std::string& step,
   if (survivors.size() > 1)
     out += "; " + listRanks(survivors) + " still answer";
   else if (f.size > 2)
-    out += " (no other rank answered a roll call within " + secondsOf(round) +
+    out += " (no other rank answered a roll call within " + secondsText(round) +
            " s: this rank may be the one cut off)";
   if (!aside.empty() && survivors.size() > 1)
     out += " (" + listRanks(aside) + " did not answer either, though no rank waits for " +

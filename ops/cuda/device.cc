@@ -2,12 +2,12 @@
 #include "ops/cuda/device.h"
 
 #include "ops/cpu/kernels.h"
+#include "runtime/logging.h"
 
 #include <accord/error.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,12 +17,6 @@ namespace accord::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string seconds(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
-  return buf;
-}
 
 // Growth policy shared with the host fusion buffer: at least half again, in whole
 // pages, so a slowly rising demand reallocates O(log n) times.
@@ -131,7 +125,7 @@ void waitEvent(cudaEvent_t event, std::chrono::milliseconds timeout, const std::
     cudaGetLastError();
     const auto waited = Clock::now() - start;
     if (timeout.count() > 0 && waited >= timeout)
-      throw CommError(what + ": the GPU did not finish the copies within " + seconds(timeout) +
+      throw CommError(what + ": the GPU did not finish the copies within " + secondsText(timeout) +
                       " s (ACCORD_STALL_SHUTDOWN_TIME)");
     // Copies of a few MB take microseconds to milliseconds: spin briefly, then sleep.
     if (waited < std::chrono::microseconds(50)) {

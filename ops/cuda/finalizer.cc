@@ -9,7 +9,6 @@
 #include <accord/error.h>
 
 #include <algorithm>
-#include <cstdio>
 
 namespace accord::cuda {
 
@@ -34,12 +33,6 @@ constexpr auto kGrace = std::chrono::milliseconds(10000);
 // ACCORD_STALL_SHUTDOWN_TIME.
 constexpr auto kAttribution = std::chrono::milliseconds(500);
 static_assert(kAttribution > PeerWatch::kSuspectAfter);
-
-std::string seconds(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
-  return buf;
-}
 
 }  // namespace
 
@@ -97,7 +90,7 @@ Finalizer::Outcome Finalizer::poll(Item& item, Clock::time_point now) {
       }
       if (reason.empty() && timeout_.count() > 0 && now - item.since >= timeout_) {
         reason = "did not complete on cuda:" + std::to_string(l.device) + " within " +
-                 seconds(timeout_) +
+                 secondsText(timeout_) +
                  " s (ACCORD_STALL_SHUTDOWN_TIME): a rank of the process set has died or "
                  "hangs, or the GPU stopped";
       }

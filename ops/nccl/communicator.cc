@@ -8,7 +8,6 @@
 #include <accord/error.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -17,12 +16,6 @@ namespace accord::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string seconds(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", t.count() / 1000.0);
-  return buf;
-}
 
 // What rank 0 sends each member: whether it got an id, and the id.
 struct IdMessage {
@@ -85,7 +78,7 @@ void Communicator::join(int nranks, const ncclUniqueId& id, int rank) {
   if (comm_ && (result == ncclSuccess || result == ncclInProgress))
     result = settle(result, timed_out);
   if (result == ncclSuccess) return;
-  abortLocked(what + (timed_out ? " did not finish within " + seconds(timeout_) +
+  abortLocked(what + (timed_out ? " did not finish within " + secondsText(timeout_) +
                                       " s (ACCORD_STALL_SHUTDOWN_TIME): a member has died or "
                                       "hangs, or is not creating it"
                                 : " failed: " + errorText(result, comm_)));
@@ -129,7 +122,7 @@ void Communicator::launch(const std::function<ncclResult_t(ncclComm_t)>& calls,
   bool timed_out = false;
   if (result == ncclInProgress) result = settle(result, timed_out);
   if (result == ncclSuccess) return;
-  const std::string reason = timed_out ? "NCCL did not launch it within " + seconds(timeout_) +
+  const std::string reason = timed_out ? "NCCL did not launch it within " + secondsText(timeout_) +
                                              " s (ACCORD_STALL_SHUTDOWN_TIME): a member of the " +
                                              name_ + " has died or hangs"
                                        : "NCCL failed to launch it: " + errorText(result, comm_);

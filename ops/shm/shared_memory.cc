@@ -41,6 +41,7 @@
 #include "ops/shm/layout.h"
 
 #include "runtime/host_split.h"
+#include "runtime/logging.h"
 #include "runtime/mpi_check.h"
 #include "runtime/peer_watch.h"
 
@@ -48,7 +49,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -251,11 +251,9 @@ void SharedMemory::giveUp(int which, int rank) {
       throw CommError(broken_);
     }
   }
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%g", options_.timeout.count() / 1000.0);
-  broken_ = what + ": rank " +
-            std::to_string(options_.global_ranks[rank]) + " did not " + step[which] + " within " +
-            seconds + " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): " +
+  broken_ = what + ": rank " + std::to_string(options_.global_ranks[rank]) + " did not " +
+            step[which] + " within " + secondsText(options_.timeout) +
+            " s (ACCORD_STALL_SHUTDOWN_TIME, shared-memory transport): " +
             (options_.peers_wait_elsewhere ? "it, or a rank it waits for in turn, has died or hangs"
                                            : "it has died or hangs") +
             ". Accord cannot go on without it; every pending and later collective fails";
