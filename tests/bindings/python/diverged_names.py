@@ -14,13 +14,12 @@ Each rank prints "DIVERGED-NAMES-OK rank R" when every check holds, else
 (tests/support/run_expect_abort.cmake) counts the lines and bounds the job's time.
 """
 import re
-import sys
 import time
 
 import torch
 
 import accord.torch as hvd
-from helpers import start_script
+from helpers import end_script, start_script
 
 
 def main():
@@ -54,10 +53,7 @@ def main():
     elapsed = time.monotonic() - start
     if elapsed > stall + 1.0 * scale:
         problems.append(f"failed after {elapsed:.1f} s, past the stall bound {stall} s + 1 s")
-    if problems:
-        print(f"DIVERGED-NAMES-FAILED rank {me}: " + "; ".join(problems), flush=True)
-        sys.exit(1)
-    print(f"DIVERGED-NAMES-OK rank {me} after {elapsed:.1f} s", flush=True)
+    end_script("DIVERGED-NAMES", me, problems, elapsed)
 
 
 if __name__ == "__main__":

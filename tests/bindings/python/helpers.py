@@ -1,9 +1,10 @@
 """Values for multi-rank tests: what each rank sends, and what every collective must
 then give back, computed independently of Accord. And the start of the scripts mpirun
-runs on their own (fault_train.py, diverged_names.py)."""
+runs on their own (fault_train.py, diverged_names.py, late_rank.py), and their verdict."""
 
 import argparse
 import os
+import sys
 
 import torch
 
@@ -104,3 +105,12 @@ def start_script(doc):
     stall = float(os.environ.get("ACCORD_STALL_SHUTDOWN_TIME", "300"))
     scale = max(1.0, float(os.environ.get("ACCORD_TEST_TIME_SCALE", "1")))
     return stall, scale
+
+
+def end_script(marker, rank, problems, elapsed):
+    """A script's verdict, the line its CTest counts: "<marker>-OK rank R after T s", or
+    "<marker>-FAILED rank R: ..." and exit status 1."""
+    if problems:
+        print(f"{marker}-FAILED rank {rank}: " + "; ".join(problems), flush=True)
+        sys.exit(1)
+    print(f"{marker}-OK rank {rank} after {elapsed:.1f} s", flush=True)

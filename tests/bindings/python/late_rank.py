@@ -11,13 +11,12 @@ Each rank prints "LATE-RANK-OK rank R" when every check holds, else
 "LATE-RANK-FAILED rank R: ..." and exits 1; a rank that left MPI unfinalized makes
 mpirun exit non-zero, which fails the test as well.
 """
-import sys
 import time
 
 import torch
 
 import accord.torch as hvd
-from helpers import start_script
+from helpers import end_script, start_script
 
 
 def main():
@@ -48,11 +47,7 @@ def main():
     hvd.shutdown()
     if hvd.is_initialized():
         problems.append("still initialized after shutdown()")
-    elapsed = time.monotonic() - start
-    if problems:
-        print(f"LATE-RANK-FAILED rank {me}: " + "; ".join(problems), flush=True)
-        sys.exit(1)
-    print(f"LATE-RANK-OK rank {me} after {elapsed:.1f} s", flush=True)
+    end_script("LATE-RANK", me, problems, time.monotonic() - start)
 
 
 if __name__ == "__main__":
