@@ -342,7 +342,9 @@ if [ $script = 1 ]; then  # the job's exit status is the verdict
   for ((rank = 0; rank < np; rank++)); do
     echo "rank $rank's last line: $(tail -n 1 "$out/rank$rank.log" 2>/dev/null)"
   done
-  echo "ci/horovod-acceptance.sh: the script $([ $status = 0 ] && echo passed || echo failed); logs: $out"
+  verdict=passed
+  [ $status = 0 ] || verdict=failed
+  echo "ci/horovod-acceptance.sh: the script $verdict; logs: $out"
   [ $status = 0 ] || exit 1
   exit 0
 fi

@@ -15,10 +15,10 @@
 // After a collective timed out (Timeout: ranks that never submitted it), the late ranks
 // may never finalize MPI, and MPI_Finalize waits until every rank of the job does. Where
 // Accord owns MPI, every rank's shutdown() first meets the others in a barrier; a rank
-// that saw a collective time out waits there for at most ACCORD_SHUTDOWN_WAIT_TIME. If every rank
-// came, MPI is finalized and the job can end cleanly (a late rank was only late, as in
-// Horovod's stall test); if not, shutdown() tears Accord down, leaves MPI initialized
-// and returns.
+// that saw a collective time out waits there for at most ACCORD_SHUTDOWN_WAIT_TIME. If
+// every rank came, MPI is finalized and the job can end cleanly (a late rank was only
+// late, as in Horovod's stall test); if not, shutdown() tears Accord down, leaves MPI
+// initialized and returns.
 //
 // A process forked after init() has a copy of the runtime but none of its threads:
 // every call there fails at once (NotInitialized, naming the process that owns it)
