@@ -406,9 +406,11 @@ void shutdown() {
       why = " (ACCORD_SHUTDOWN_WAIT_TIME=0)";
     } else {
       finalize = everyRankReachedShutdown(rt.world, wait);
-      if (finalize) log().info("every rank reached shutdown after the timeout: finalizing MPI");
-      why = ", and some rank did not reach shutdown within " + secondsText(wait) +
-            " s (ACCORD_SHUTDOWN_WAIT_TIME)";
+      if (finalize)
+        log().info("every rank reached shutdown after the timeout: finalizing MPI");
+      else
+        why = ", and some rank did not reach shutdown within " + secondsText(wait) +
+              " s (ACCORD_SHUTDOWN_WAIT_TIME)";
     }
   } else if (timed_out) {
     finalize = false;  // no barrier here to tell whether the late ranks will ever come
