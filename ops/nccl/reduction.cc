@@ -22,7 +22,11 @@ ReductionPlan planReduction(const Response& response, int set_size) {
       break;
     case ReduceOp::Average:
       plan.op = ReduceKind::Sum;
-      if (is_floating_point(response.dtype) &&
+      // float16 takes the pass: ncclAvg multiplies in the input's precision, and
+      // x / n rounds once it is below float16's smallest normal number (2^-14, where
+      // small gradients are), or the sum that the host path rounds to inf stays finite.
+      // For float32, bfloat16 and float64 those limits lie at 2^-126 and 2^-1022.
+      if (is_floating_point(response.dtype) && response.dtype != DType::Float16 &&
           std::has_single_bit(static_cast<unsigned>(set_size)) && response.prescale == 1.0 &&
           response.postscale == 1.0) {
         plan.op = ReduceKind::Average;
