@@ -98,8 +98,9 @@ def test_one_name_for_different_collectives_at_once(hvd):
         hvd.grouped_allreduce_async([torch.ones(2), torch.ones(1)], name="shared", op=hvd.Sum),
         hvd.reducescatter_async(torch.ones(2 * n), name="shared", op=hvd.Sum),
     ]
-    with pytest.raises(ValueError, match="already in flight"):
-        hvd.broadcast_async(torch.ones(2), root_rank=0, name="shared")
+    if n > 1:  # alone, a rank's broadcast may be done before the second one comes
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.broadcast_async(torch.ones(2), root_rank=0, name="shared")
     summed, sent, gathered, grouped, scattered = [hvd.synchronize(h) for h in handles]
     assert summed.tolist() == [n * (n + 1) / 2] * 3
     assert sent.tolist() == [10.0 * (n - 1)] * 2
