@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from accord.torch import sharded
-from sharded_common import (assert_close, batch, make_model, make_optimizer, needs_gpu,
+from sharded_common import (Net, assert_close, batch, make_model, make_optimizer, needs_gpu,
                             params, reference, this_ranks_gpu, train, wrap)
 
 
@@ -123,6 +123,28 @@ def test_master_copies_follow_changes_from_outside(hvd):
     model(torch.ones(2, 7, dtype=torch.bfloat16), 0).float().sum().backward()
     opt.step()
     assert all(torch.equal(p, torch.full_like(p, 0.5)) for p in model.parameters())
+
+
+@pytest.mark.parametrize("how", ["broadcast_parameters", "allreduce_"])
+def test_master_copies_follow_collectives_into_parameters(hvd, how):
+    # bf16 parameters that differ between ranks, set by a collective after wrapping:
+    # the runtime writes them outside autograd, and the next step (lr 0) must start from
+    # what it wrote, not from each rank's own values kept in its fp32 masters.
+    torch.manual_seed(11 + hvd.rank())
+    model = Net().to(torch.bfloat16)
+    opt = hvd.ShardedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                               named_parameters=model.named_parameters())
+    if how == "broadcast_parameters":
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    else:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                hvd.allreduce_(p, op=hvd.Max, name=f"max.{name}")
+    expected = {name: p.detach().clone() for name, p in model.named_parameters()}
+    model(torch.ones(2, 7, dtype=torch.bfloat16), 0).float().sum().backward()
+    opt.step()
+    for name, p in model.named_parameters():
+        assert torch.equal(p, expected[name]), name
 
 
 def test_wrapping_an_optimizer_with_state(hvd):

@@ -120,12 +120,30 @@ class _CopyBack:
 def in_place_target(tensor, what, name):
     """(work, dtype code, finish) for an in-place collective: the contiguous buffer the
     runtime writes into, and a function that makes ``tensor`` hold the result. The
-    runtime writes through the data pointer, outside autograd, as Horovod does."""
+    runtime writes through the data pointer, outside autograd, as Horovod does; the
+    finish then counts the write in the tensor's version, as any in-place torch op
+    does, so that what watches it sees the new values (ShardedOptimizer's fp32 copies
+    of fp16/bf16 parameters, after broadcast_parameters)."""
     code = dtype_code(tensor, what, name)
     if tensor.is_contiguous():
-        return tensor, code, lambda: tensor
+        def finish():
+            bump_version(tensor)
+            return tensor
+        return tensor, code, finish
     work = tensor.detach().contiguous()
     return work, code, _CopyBack(tensor, work)
+
+
+def bump_version(tensor):
+    """Marks ``tensor`` as modified in place (its _version), without touching its data."""
+    if tensor.is_inference():  # no version counter to keep
+        return
+    increment = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+    if increment is not None:  # PyTorch >= 2.1
+        increment(tensor)
+    else:
+        with torch.no_grad():
+            tensor.detach().reshape(-1)[:0].zero_()
 
 
 def copies_back(finishes):
