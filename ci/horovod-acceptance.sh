@@ -11,7 +11,7 @@
 #
 #   bash ci/horovod-acceptance.sh TEST_FILE [--np N] [--python PY] [--pythonpath DIR]
 #        [--cuda] [--prefix 'CMD ARGS'] [--timeout SECONDS] [--total SECONDS]
-#        [--out DIR] [--no-mpirun] [--script] [-- PYTEST ARGS...]
+#        [--out DIR] [--timeline FILE] [--no-mpirun] [--script] [-- PYTEST ARGS...]
 #
 #   --np N            ranks (default 2)
 #   --no-mpirun       one plain process, for tests that start their own jobs
@@ -33,6 +33,9 @@
 #   --timeout S       per-test limit, through pytest-timeout where installed (default 300)
 #   --total S         limit for the whole run (default 3000)
 #   --out DIR         logs and per-rank JUnit files (default $OUT, else a new folder in /tmp)
+#   --timeline FILE   rank 0 records Accord's timeline there from the first init() on
+#                     (start_timeline: test_torch.py sets HOROVOD_TIMELINE=DYNAMIC, which
+#                     ACCORD_TIMELINE=FILE would contradict)
 #   after --           further pytest arguments (a later -k replaces the default one)
 #
 # Accord's settings in the environment (ACCORD_*) reach every rank; the stall bound is
@@ -64,6 +67,7 @@ per_test=300
 total=3000
 out=${OUT:-}
 script=0
+timeline=""
 while [ $# -gt 0 ]; do
   case $1 in
     --np) np=$2; shift ;;
@@ -74,6 +78,7 @@ while [ $# -gt 0 ]; do
     --timeout) per_test=$2; shift ;;
     --total) total=$2; shift ;;
     --out) out=$2; shift ;;
+    --timeline) timeline=$2; shift ;;
     --no-mpirun) np=0 ;;
     --script) script=1 ;;
     --) shift; break ;;
@@ -94,6 +99,10 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rm -f "$out"/junit-rank*.xml "$out"/rank*.log
+if [ -n "$timeline" ]; then  # the ranks run elsewhere
+  timeline=$(realpath -m "$timeline")
+  mkdir -p "$(dirname "$timeline")"
+fi
 
 # ---- the shim: horovod.torch is accord.torch ------------------------------------------
 shim=$work/shim
@@ -180,6 +189,7 @@ EOF
 # notices of new hosts, which its rank 0 polls with empty(). Accord's rank 0 holds the
 # same notice as a flag (accord/elastic/notice.py); the shim lends it that name.
 cat > "$shim/horovod/torch/__init__.py" <<'EOF'
+import os
 import sys
 
 import accord.torch
@@ -193,6 +203,21 @@ class _HostMessages:
 
 
 State._host_messages = property(lambda self: _HostMessages())
+
+# --timeline: the timeline from the first init() on, on every rank (rank 0 writes it).
+_timeline = os.environ.get("ACCEPTANCE_TIMELINE")
+if _timeline:
+    _init = accord.torch.init
+
+    def _init_and_record(*args, **kwargs):
+        result = _init(*args, **kwargs)
+        if not _init_and_record.started:
+            _init_and_record.started = True
+            accord.torch.start_timeline(_timeline)
+        return result
+
+    _init_and_record.started = False
+    accord.torch.init = _init_and_record
 sys.modules[__name__] = accord.torch
 EOF
 # horovod.common.util.env, which test_timeline.py imports: settings in the environment
@@ -295,6 +320,7 @@ env_vars=(
   "ACCEPTANCE_ACCORDRUN=$(dirname "$pythonpath")/tools/accordrun"
   "ACCEPTANCE_OUT=$out"
   "ACCEPTANCE_SCRIPT=$script"
+  "ACCEPTANCE_TIMELINE=$timeline"
   "OMPI_MCA_mpi_yield_when_idle=1"
 )
 # A collective some rank never submits fails after a minute rather than five, so a
@@ -323,7 +349,7 @@ echo "ci/horovod-acceptance.sh: $ranks, $("$python" -c 'import sys, torch; print
 cd "$work" || exit 2
 started=$(date +%s)
 pytest_command=("$python" -m pytest -c "$work/pytest.ini" --rootdir "$work" -p no:cacheprovider
-                --color=no -q -rfEs "${timeout_opts[@]}" "${select[@]}" "$@" "$test_file")
+                --color=no -v -rfEs "${timeout_opts[@]}" "${select[@]}" "$@" "$test_file")
 [ $script = 1 ] && pytest_command=("$python" "$test_file" "$@")
 if [ "$np" = 0 ]; then  # one plain process, with the ranks' environment
   np=1
@@ -352,16 +378,47 @@ fi
 # ---- per-rank counts from the JUnit files --------------------------------------------
 "$python" - "$out" "$np" <<'EOF'
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 
 out, np_ = sys.argv[1], int(sys.argv[2])
 bad = False
 failed_by_test = {}
+
+
+def from_log(rank):
+    """A rank stopped before pytest wrote its JUnit file: its counts so far, and the
+    test it was in, from its verbose log (one line per test, the verdict appended when
+    the test ends)."""
+    counts = {"PASSED": 0, "FAILED": 0, "ERROR": 0, "SKIPPED": 0}
+    running = None
+    try:
+        lines = open(os.path.join(out, f"rank{rank}.log"), errors="replace").read().splitlines()
+    except OSError:
+        return "no log"
+    for line in lines:
+        m = re.match(r"(\S+::\S+)(?: (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b)?", line)
+        if not m:
+            continue
+        if m.group(2):
+            verdict = {"XFAIL": "SKIPPED", "XPASS": "PASSED"}.get(m.group(2), m.group(2))
+            counts[verdict] += 1
+            running = None
+            if verdict in ("FAILED", "ERROR"):
+                failed_by_test.setdefault(m.group(1).split("::")[-1], []).append(rank)
+        else:
+            running = m.group(1).split("::")[-1]
+    so_far = (f"{counts['PASSED']} passed, {counts['FAILED']} failed, {counts['ERROR']} errors, "
+              f"{counts['SKIPPED']} skipped so far")
+    return so_far + (f"; stopped in {running}" if running else "")
+
+
 for rank in range(np_):
     path = os.path.join(out, f"junit-rank{rank}.xml")
     if not os.path.exists(path):
-        print(f"rank {rank}: no results (the rank did not finish: see {out}/rank{rank}.log)")
+        print(f"rank {rank}: no results (the rank did not finish: {from_log(rank)}; see "
+              f"{out}/rank{rank}.log)")
         bad = True
         continue
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
