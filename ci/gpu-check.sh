@@ -19,18 +19,20 @@
 #   bash ci/gpu-check.sh [--budget SECONDS] [tests] [trainer-tests] [python] [bench]
 #                        [average] [trainer] [profile] [mpi]
 # runs the steps named (all of them when none is), in that order of importance, except
-# that the tests (CTest runs ACCORD_GPU_TEST_JOBS=4 at once) and the Python suite run
-# side by side. With --budget the whole check ends within that many seconds: the tests
-# get a little over half of it (CTest stops those still running in time to report),
-# each later step at most what is left, the trainer benchmark measures what fits (its
-# most telling figures first), and a step with too little left is reported NOT RUN. A
-# device lease is short: one call should bring back everything.
+# that the tests (CTest runs ACCORD_GPU_TEST_JOBS at once: 8 on 16 cores or more, else
+# 4) and the Python suite run side by side. With --budget the whole check ends within
+# that many seconds: the tests get a little over half of it, or all of it where no later
+# step is named (CTest stops those still running in time to report), each later step at
+# most what is left, the trainer benchmark measures what fits (its most telling figures
+# first), and a step with too little left is reported NOT RUN. A device lease is short:
+# one call should bring back everything.
 #
 # Narrower runs (a second call of a lease, say): ACCORD_GPU_TESTS_MATCHING (a CTest -R
-# regular expression) picks among the GPU tests; ACCORD_GPU_BENCH_RUNS (model:batch
-# pairs), ACCORD_GPU_BENCH_COMPILE (off, on, both) and ACCORD_GPU_BENCH_SKIP (trainer
-# modes: layers, graphs, fusion) narrow the trainer benchmark; ACCORD_GPU_PROFILE_FLAGS
-# adds trainer flags to the profile's run.
+# regular expression) picks among the GPU tests; ACCORD_GPU_TESTS_FIRST (another) runs
+# those it matches first, the others after them in what is left; ACCORD_GPU_BENCH_RUNS
+# (model:batch pairs), ACCORD_GPU_BENCH_COMPILE (off, on, both) and
+# ACCORD_GPU_BENCH_SKIP (trainer modes: layers, graphs, fusion) narrow the trainer
+# benchmark; ACCORD_GPU_PROFILE_FLAGS adds trainer flags to the profile's run.
 #
 # Every step runs even when one before it failed; the exit status is non-zero when any
 # test failed, a step did not finish or did not run, or a GPU step said "no GPU" on a
@@ -61,6 +63,10 @@ wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 # This script's own settings stay out of the tests' environment, where the runtime
 # would warn that they are not its variables.
 for setting in ${!ACCORD_GPU_@}; do export -n "$setting"; done
+# Tests at once: a rank's CUDA context and NCCL's threads want a core; the device
+# machines have 16, this VM 2.
+cores=$(nproc 2>/dev/null || echo 4)
+test_jobs=${ACCORD_GPU_TEST_JOBS:-$((cores >= 16 ? 8 : 4))}
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 summary=$out/summary.txt
@@ -162,28 +168,60 @@ elif wants tests; then labels=(-L gpu -LE trainer)
 elif wants trainer-tests; then labels=(-L gpu -L trainer)
 fi
 [ ${#labels[@]} -gt 0 ] && [ -n "${ACCORD_GPU_TESTS_MATCHING:-}" ] && labels+=(-R "$ACCORD_GPU_TESTS_MATCHING")
+# One CTest run of the GPU tests: its log and JUnit file under <name>, its summary lines.
+run_tests() {  # <name> <seconds> <ctest selection...>
+  local name=$1 t=$2 rc
+  shift 2
+  local extra=()  # CTest 3.21+ also writes JUnit XML
+  ctest --help 2>/dev/null | grep -q -- --output-junit && extra=(--output-junit "$logs/$name.xml")
+  # Passing tests' output is kept whole in the JUnit file (CTest keeps 1 KiB by
+  # default): the fault tests' timing lines come after their stdout.
+  ctest --help 2>/dev/null | grep -q -- --test-output-size-passed &&
+    extra+=(--test-output-size-passed 65536)
+  # CTest itself stops the tests still running shortly before the limit, so that its
+  # summary and the JUnit file are still written (its stop time is a time of day: not
+  # when that would be past midnight).
+  if [ "$(date -d "+$t sec" +%j)" = "$(date +%j)" ]; then
+    extra+=(--stop-time "$(date -d "+$((t - 15)) sec" +%H:%M:%S)")
+  fi
+  timeout -k 10 "$t" ctest --test-dir build "$@" -j "$test_jobs" --output-on-failure \
+      --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${extra[@]}" > "$logs/$name.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  say "$name ($*, -j $test_jobs):  $(grep -E 'tests passed|tests failed|No tests were found' "$logs/$name.log" | tail -1)"
+  stopped $rc "$name" "$t"
+  # CTest's own stop at the budget marks the tests it ended "Timeout", as it would a
+  # hung one: say which it was.
+  grep -q 'The stop time has been passed' "$logs/$name.log" &&
+    say "  $name: CTest stopped at the budget; a test marked Timeout below may only have been cut short"
+  grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/$name.log" |
+    sed 's/^/  /' | tee -a "$summary"
+  # Each fault test's bound, measured (its marker lines: who saw the fault, how soon).
+  cat "$logs/$name.xml" "$logs/$name.log" 2>/dev/null | grep -o 'DEVICE-FAULT-[^&<]*' |
+    sort -u | sed 's/^/  /' | tee -a "$summary"
+  gpu_missing "$logs/$name.log"
+}
 if [ ${#labels[@]} -gt 0 ]; then
-  # Under a budget the tests get a little over half of it, the benchmarks the rest.
-  if t=$(seconds_for $((budget > 0 ? budget * 55 / 100 : 7200)) 60); then
-    junit=()  # CTest 3.21+ also writes JUnit XML
-    ctest --help 2>/dev/null | grep -q -- --output-junit && junit=(--output-junit "$logs/gpu-tests.xml")
-    # CTest itself stops the tests still running shortly before the limit, so that its
-    # summary and the JUnit file are still written (its stop time is a time of day:
-    # not when that would be past midnight).
-    stop=()
-    if [ "$(date -d "+$t sec" +%j)" = "$(date +%j)" ]; then
-      stop=(--stop-time "$(date -d "+$((t - 15)) sec" +%H:%M:%S)")
+  # Under a budget the tests get a little over half of it, the benchmarks the rest; all
+  # of it where no step follows them (the Python suite runs beside them).
+  share=$((budget * 55 / 100))
+  wants bench || wants average || wants trainer || wants profile || wants mpi || share=$budget
+  if t=$(seconds_for $((budget > 0 ? share : 7200)) 60); then
+    if [ -n "${ACCORD_GPU_TESTS_FIRST:-}" ]; then
+      # The tests that matter most first, with all the time if they need it; the
+      # others then get what is left.
+      tests_started=$SECONDS
+      run_tests gpu-tests-first "$t" "${labels[@]}" -R "$ACCORD_GPU_TESTS_FIRST"
+      pack
+      rest=$((t - (SECONDS - tests_started)))
+      if [ "$rest" -ge 45 ]; then
+        run_tests gpu-tests-rest "$rest" "${labels[@]}" -E "$ACCORD_GPU_TESTS_FIRST"
+      else
+        not_run "gpu tests after the first ($ACCORD_GPU_TESTS_FIRST)" "$rest"
+      fi
+    else
+      run_tests gpu-tests "$t" "${labels[@]}"
     fi
-    timeout -k 10 "$t" ctest --test-dir build "${labels[@]}" -j "${ACCORD_GPU_TEST_JOBS:-4}" \
-        --output-on-failure --timeout "${ACCORD_GPU_TEST_TIMEOUT:-240}" "${junit[@]}" "${stop[@]}" \
-        > "$logs/gpu-tests.log" 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || status=1
-    say "gpu tests (${labels[*]}):  $(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
-    stopped $rc "gpu tests" "$t"
-    grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/gpu-tests.log" |
-      sed 's/^/  /' | tee -a "$summary"
-    gpu_missing "$logs/gpu-tests.log"
   else
     not_run "gpu tests" "$t"
   fi
@@ -309,7 +347,7 @@ fi
 if wants mpi; then
   if t=$(seconds_for 240 30); then
     timeout -k 10 "$t" ctest --test-dir build -R 'mpi\.(allreduce|allgather|broadcast|errors)\.' \
-        -j "${ACCORD_GPU_TEST_JOBS:-4}" --timeout 240 > "$logs/cpu-tests.log" 2>&1 || status=1
+        -j "$test_jobs" --timeout 240 > "$logs/cpu-tests.log" 2>&1 || status=1
     say "mpi tests:  $(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
   else
     not_run "mpi tests" "$t"

@@ -155,7 +155,7 @@ data_flags=(--dataset synthetic --synthetic-size 5120 --classes 1000)
 run_trainer() {  # <name> <flags...>
   local name=$1; shift
   local t
-  if ! t=$(seconds_for 40 12); then
+  if ! t=$(seconds_for 40 30); then
     say "  $name: NOT RUN: $t s of the budget left"; status=1; return
   fi
   local search=()
