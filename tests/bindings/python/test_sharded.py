@@ -242,6 +242,31 @@ def test_parameters_given_new_data_after_wrapping(hvd, stage):
     assert all(memory(s.piece) == memory(s.param) for s in opt._shards)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_channels_last_parameters(hvd, stage):
+    # Convolution weights in channels_last are not one flat vector in memory: each is
+    # cut in its logical order, stepped in a copy, gathered into a flat tensor of the
+    # known size and written back in its own layout.
+    def run(stage):
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(5, 4, 2)).to(memory_format=torch.channels_last)
+        opt = wrap(hvd, torch.optim.AdamW(model.parameters(), lr=0.01), model, stage)
+        for step in range(5):
+            g = torch.Generator().manual_seed(10 * step + hvd.rank())
+            x = torch.randn(2, 3, 7, 7, generator=g).to(memory_format=torch.channels_last)
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        return model
+
+    model, expected = run(stage), run(0)
+    for conv in (model[0], model[2]):
+        assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+        assert not conv.weight.is_contiguous()
+    assert_close(params(model), params(expected), exact=hvd.size() == 2)
+
+
 # ---- memory: 1/N of the state, and in stage 2 of the gradients ----------------------
 def _bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -401,3 +426,46 @@ def test_on_the_gpu_as_on_the_cpu(hvd, stage):
     for name, p in params(model).items():
         torch.testing.assert_close(p, reference(hvd, "adamw", steps=6)[name], rtol=1e-4,
                                    atol=1e-5)
+
+
+@needs_gpu
+def test_checkpoint_on_the_gpu(hvd):
+    # bf16 parameters on the GPU that differ by rank until broadcast_parameters (after
+    # wrapping: the masters follow), trained with Adam, then consolidated: the whole
+    # state comes to rank 0 in host memory (Net's one-element parameter has no part on
+    # some ranks), and loads back onto the GPU, Adam's step staying on the CPU.
+    device = this_ranks_gpu(hvd)
+    torch.manual_seed(11 + hvd.rank())
+    model = Net().to(device, torch.bfloat16)
+    opt = hvd.ShardedOptimizer(torch.optim.Adam(model.parameters(), lr=0.0),
+                               named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    root = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    def step(k):
+        x, y = (t.to(device, torch.bfloat16)
+                for t in batch(k, process_set=hvd.global_process_set))
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x, k).float(), y.float()).backward()
+        opt.step()
+
+    step(0)  # lr 0: still root's parameters
+    assert all(torch.equal(p, root[n]) for n, p in model.named_parameters())
+    for group in opt.param_groups:
+        group["lr"] = 0.01
+    for k in range(1, 4):
+        step(k)
+    opt.consolidate_state_dict(to=0)
+    whole = opt.state_dict() if hvd.rank() == 0 else None
+    if hvd.rank() == 0:
+        tensors = [v for s in whole["state"].values() for v in s.values()
+                   if isinstance(v, torch.Tensor)]
+        assert tensors and all(v.device.type == "cpu" for v in tensors)
+    opt.load_state_dict(hvd.broadcast_object(whole, root_rank=0))
+    for values in opt.state.values():
+        assert values["step"].device.type == "cpu"
+        assert values["exp_avg"].device == device and values["exp_avg"].dtype == torch.float32
+    step(4)
+    every = hvd.allgather_object({n: p.float().cpu() for n, p in model.named_parameters()})
+    assert all(torch.equal(other[n], every[0][n]) for other in every for n in every[0])
+

@@ -227,13 +227,17 @@ class _ShardedMixin:
         self._synchronize_once()
         norm_type = float(norm_type)
         grads = self._reduced_parts()
+        # On the parameters' device, also on a rank that holds no part of any of them:
+        # every rank's contribution must be on the same kind of device.
+        device = self._shards[0].piece.device if self._shards else torch.device("cpu")
+        zero = torch.zeros((), dtype=torch.float64, device=device)
         if norm_type == float("inf"):
-            local = max((g.detach().abs().max() for g in grads),
-                        default=torch.tensor(0.0)).double().reshape(1)
+            local = max((g.detach().abs().max().double() for g in grads),
+                        default=zero).reshape(1)
             total = allreduce(local, op=Max, process_set=self.process_set)[0]
         else:
             local = sum((g.detach().double().norm(norm_type) ** norm_type for g in grads),
-                        torch.tensor(0.0, dtype=torch.float64)).reshape(1)
+                        zero).reshape(1)
             total = allreduce(local, op=Sum, process_set=self.process_set)[0] ** (1 / norm_type)
         coef = float(max_norm) / (float(total) + 1e-6)
         if coef < 1:
@@ -302,8 +306,12 @@ class _ShardedMixin:
                 self._inner.step()
                 parts = [s.piece.detach().to(s.param.dtype) for s in shards]
                 if self.process_set.size() > 1:
-                    parts = grouped_allgather_into(parts, [s.gathered for s in shards],
-                                                   name=f"sharded.params.{r}",
+                    # A parameter that is not contiguous (channels_last) is gathered
+                    # into a flat copy of known size, written back below.
+                    outputs = [s.gathered if s.gathered is not None else
+                               torch.empty(s.param.numel(), dtype=s.param.dtype,
+                                           device=s.param.device) for s in shards]
+                    parts = grouped_allgather_into(parts, outputs, name=f"sharded.params.{r}",
                                                    process_set=self.process_set)
                 gathers.append((shards, parts))
         except BaseException:

@@ -70,7 +70,8 @@ class Shard:
         it; None (the runtime allocates) for a compressed gradient of another dtype."""
         if grad.dtype != self.param.dtype or grad.device != self.param.device:
             return None
-        if self._reduced is None:
+        if self._reduced is None or (self._reduced.device, self._reduced.dtype) != (
+                grad.device, grad.dtype):  # the model moved or was cast since the last step
             self._reduced = torch.empty(self.count, dtype=grad.dtype, device=grad.device)
         return self._reduced
 

@@ -20,7 +20,7 @@ import torch
 
 from accord.basics import synchronize
 from accord.torch.functions import allgather_object
-from accord.torch.gather import grouped_allgather_async
+from accord.torch.gather import grouped_allgather_into
 
 # A consolidation round gathers at most this much state per rank (64 MiB), bounding the
 # memory it takes beyond the shards themselves.
@@ -70,7 +70,9 @@ def consolidate(opt, to):
             current, used = [], 0
     rounds.append(current)
     for shards in rounds:
-        parts, where = [], []  # the tensors gathered, and (shard, key) of each
+        # The tensors gathered, each into a whole parameter's worth (the cut is known:
+        # no exchange of row counts ahead of a CUDA allgather), and (shard, key) of each.
+        parts, outputs, where = [], [], []
         for s in shards:
             kinds = next((l[s.index] for l in layouts if l.get(s.index)), {})
             entry = {}
@@ -78,25 +80,33 @@ def consolidate(opt, to):
                 if kind == "value":
                     entry[k] = v
                     continue
-                mine = opt._inner.state[s.piece][k] if s.count else torch.empty(0, dtype=v)
+                mine = opt._inner.state[s.piece][k] if s.count else \
+                    torch.empty(0, dtype=v, device=s.piece.device)
                 parts.append(mine.detach().reshape(-1))
+                outputs.append(torch.empty(s.param.numel(), dtype=v, device=s.piece.device))
                 where.append((s, k))
             if kinds:
                 state[s.index] = entry
             if s.master:
                 parts.append(s.piece.detach())
+                outputs.append(torch.empty(s.param.numel(), dtype=s.piece.dtype,
+                                           device=s.piece.device))
                 where.append((s, _MASTER))
         if not parts:
             continue
         full = parts if ps.size() == 1 else synchronize(
-            grouped_allgather_async(parts, name="sharded.state", process_set=ps))
+            grouped_allgather_into(parts, outputs, name="sharded.state", process_set=ps))
         if to is not None and ps.rank() != to:
             continue
+        # Kept in host memory: the whole state of a model that needed sharding may not
+        # fit beside it on one GPU (and a checkpoint or an elastic commit is saved from
+        # there); loading puts each value back on its parameter's device.
         for (s, k), flat in zip(where, full):
+            whole = flat.view(s.param.shape).to("cpu", copy=True)
             if k == _MASTER:
-                masters[s.index] = flat.view(s.param.shape).clone()
+                masters[s.index] = whole
             else:
-                state[s.index][k] = flat.view(s.param.shape).clone()
+                state[s.index][k] = whole
     if to is not None and ps.rank() != to:
         return None
     out = {"state": state, "param_groups": _groups(opt)}
@@ -129,15 +139,21 @@ def _load_groups(opt, groups):
 
 def _set_piece_state(opt, s, values, master):
     """Installs a piece's state (per-element tensors already cut to the piece), cast to
-    the piece's device, and floating tensors to its dtype, as torch's loader does."""
+    the piece's device, and floating tensors to its dtype, as torch's loader does; and
+    as torch's, a ``step`` stays where it was (on the CPU) unless the group is fused or
+    capturable, so that the update does not read it back from the GPU every step."""
     if master is not None and s.master:
         with torch.no_grad():
             s.piece.copy_(master)
     if not s.count:
         return
+    group = opt.param_groups[s.group]
+    on_device = group.get("fused") or group.get("capturable")
     state = {}
     for k, v in values.items():
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, torch.Tensor) and k == "step":
+            v = v.to(s.piece.device, torch.float32, copy=True) if on_device else v.clone()
+        elif isinstance(v, torch.Tensor):
             v = v.to(s.piece.device, s.piece.dtype if v.is_floating_point() and v.dim() > 0
                      else v.dtype, copy=True)
         state[k] = v
@@ -188,15 +204,18 @@ def load_shards(opt, shards):
                     f"'{name}' of {numel} elements in the checkpoint, but {s.describe()} "
                     "here")
             lo, hi = max(offset, s.offset), min(offset + count, end)
+            # Each rank's file holds tensors on its own device (saved without
+            # map_location): the pieces of one part are joined on this one's.
             for k, v in d["state"].get(s.index, {}).items():
                 if _per_element(v, (count,)):
                     if hi > lo:
-                        values.setdefault(k, []).append(v[lo - offset:hi - offset])
+                        values.setdefault(k, []).append(
+                            v[lo - offset:hi - offset].to(s.piece.device))
                 else:
                     values.setdefault(k, v)
             m = d[_MASTER].get(s.index)
             if m is not None and hi > lo:
-                master = (master or []) + [m[lo - offset:hi - offset]]
+                master = (master or []) + [m[lo - offset:hi - offset].to(s.piece.device)]
         values = {k: torch.cat(v) if isinstance(v, list) else v for k, v in values.items()}
         _set_piece_state(opt, s, values, None if master is None else torch.cat(master))
     opt._consolidated = None
