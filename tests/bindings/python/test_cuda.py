@@ -218,3 +218,22 @@ def test_sync_batch_norm_on_the_gpu_equals_the_cpu(hvd, device):
         outs.append((y.detach().cpu(), xi.grad.cpu(), bn.running_var.cpu()))
     for cpu, gpu in zip(outs[0], outs[1]):
         assert torch.allclose(cpu, gpu, atol=1e-12)
+
+
+def test_optimizer_state_broadcast_on_the_gpu(hvd, device):
+    # Root alone has state (a resumed checkpoint): its CUDA tensors arrive on every
+    # rank's own GPU as tensors, not pickled to root's device.
+    torch.manual_seed(4)
+    model = torch.nn.Linear(4, 3).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    if hvd.rank() == 0:
+        model(torch.ones(2, 4, device=device)).sum().backward()
+        opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    state = [opt.state[p] for p in model.parameters()]
+    assert all(s["exp_avg"].device == device and s["exp_avg_sq"].device == device
+               for s in state)
+    mine = [s["exp_avg"].cpu() for s in state]
+    roots = hvd.broadcast_object(mine, root_rank=0)
+    assert all(torch.equal(a, b) for a, b in zip(mine, roots))
+    assert all(torch.any(a != 0) for a in mine)

@@ -34,13 +34,27 @@ class _TensorSlot:
         self.index = index
         self.shape = tuple(tensor.shape)
         self.dtype = tensor.dtype
+        self.cuda = tensor.device.type == "cuda"
+
+    def empty(self):
+        """Where a rank receives it: a CUDA tensor on this rank's current GPU (its own,
+        not root's), as Horovod broadcasts each tensor on its device."""
+        device = torch.device("cuda", torch.cuda.current_device()) if self.cuda else "cpu"
+        return torch.empty(self.shape, dtype=self.dtype, device=device)
+
+
+def _broadcastable(tensor):
+    if tensor.dtype not in _DTYPES or tensor.is_sparse:
+        return False
+    return tensor.device.type == "cpu" or (tensor.device.type == "cuda" and _core.built["cuda"])
 
 
 def _split(value, tensors):
-    """The value with each CPU tensor Accord can broadcast replaced by a _TensorSlot
-    (appending the tensor to ``tensors``); other values stay, to be pickled."""
+    """The value with each tensor Accord can broadcast (in host memory, or on a GPU in a
+    build with the GPU path) replaced by a _TensorSlot (appending the tensor to
+    ``tensors``); other values stay, to be pickled."""
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu" and value.dtype in _DTYPES and not value.is_sparse:
+        if _broadcastable(value):
             tensors.append(value.detach())
             return _TensorSlot(len(tensors) - 1, value)
         return value
@@ -77,7 +91,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     skeleton = _split(optimizer.state_dict(), tensors) if rank() == root_rank else None
     skeleton = broadcast_object(skeleton, root_rank, process_set=process_set)
     if rank() != root_rank:
-        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in _slots(skeleton)]
+        tensors = [slot.empty() for slot in _slots(skeleton)]
     handles = [broadcast_async_(t, root_rank, process_set=process_set) for t in tensors]
     for handle in handles:
         synchronize(handle)
