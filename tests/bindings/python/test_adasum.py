@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+import accord.torch
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # The dtype's rounding, per tree level, relative to the result's largest element.
 ROUNDING = {torch.float32: 1e-6, torch.float64: 1e-13, torch.float16: 1e-3,
@@ -294,7 +296,8 @@ def test_a_set_of_one_rank_steps_locally(hvd):
         hvd.remove_process_set(ps)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not (torch.cuda.is_available() and accord.torch.cuda_built()),
+                    reason="needs a GPU and a build with the GPU path")
 def test_cuda_tensors_as_on_the_cpu(hvd, pair):
     if not pair.included():
         return
