@@ -64,9 +64,14 @@ int deviceCount(std::string* why) {
 DeviceGuard::DeviceGuard(int device) {
   ACCORD_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device) ACCORD_CUDA_CHECK(cudaSetDevice(device));
+  // Swaps: the thread's mode becomes thread-local, capture_mode_ keeps the one it had.
+  // (Were that refused, the calls would go on in the thread's own mode, as before.)
+  exchanged_ = cudaThreadExchangeStreamCaptureMode(&capture_mode_) == cudaSuccess;
+  if (!exchanged_) cudaGetLastError();
 }
 
 DeviceGuard::~DeviceGuard() {
+  if (exchanged_) cudaThreadExchangeStreamCaptureMode(&capture_mode_);
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
 }

@@ -31,7 +31,14 @@ namespace accord::cuda {
 int deviceCount(std::string* why = nullptr);
 
 // Makes `device` current on this thread for the guard's life, then restores the
-// device that was current before.
+// device that was current before. Every CUDA call of the runtime is made under one.
+//
+// For the guard's life the thread is also in thread-local capture mode. While any thread
+// captures a CUDA graph in global mode (PyTorch's default), CUDA forbids the calls that
+// may synchronize (an event or stream query, a pinned allocation) on every other thread
+// that has not opted out, and such a call invalidates that capture: the application's
+// graph would fail because Accord polled a collective in flight. The runtime captures
+// nothing, so it opts out; a capture on this thread itself is judged as before.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -41,6 +48,8 @@ class DeviceGuard {
 
  private:
   int previous_ = -1;
+  cudaStreamCaptureMode capture_mode_ = cudaStreamCaptureModeThreadLocal;
+  bool exchanged_ = false;
 };
 
 // An event on the current device, without timing (cheaper to record and to query),

@@ -448,6 +448,62 @@ TEST_CASE("device collectives wait for the application's stream, and hand out an
   cudaStreamDestroy(stream);
 }
 
+// PyTorch captures CUDA graphs in global mode by default: while one thread captures,
+// an event query on any other thread (the runtime polling a collective's events) is
+// forbidden and invalidates the capture, unless that thread opted out. Here the
+// collective's stream is held for 400 ms, so the runtime polls its ready event all
+// through a 150 ms capture on another stream; the capture must stand, and the
+// collective complete as usual.
+TEST_CASE("a graph captured in global mode while the runtime polls a collective") {
+  const int me = accord::rank();
+  const auto ranks = allRanks(accord::size());
+  cudaStream_t held = nullptr, captured = nullptr;
+  ok(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), "cudaStreamCreate");
+  ok(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), "cudaStreamCreate");
+  const std::int64_t n = 1 << 16;
+  Buffer values(DType::Float32, {n});
+  values.fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); },
+              kFillPeriod);
+  DeviceTensor tensor(values);
+  static int hold_ms = 400;
+  ok(cudaLaunchHostFunc(held, sleepOnHost, &hold_ms), "cudaLaunchHostFunc");
+  accord::AllreduceOptions o;
+  o.name = "capture.beside";
+  o.stream = held;
+  auto handle = accord::allreduce_async(tensor.view(), o);
+
+  DeviceMemory scratch(1 << 20);
+  ok(cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  ok(cudaMemsetAsync(scratch.get(), 0, scratch.bytes(), captured), "memset, captured");
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ok(cudaMemsetAsync(scratch.get(), 1, scratch.bytes(), captured), "memset, captured");
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(captured, &graph);
+  cudaGetLastError();
+  INFO("cudaStreamEndCapture: " << cudaGetErrorString(ended));
+  CHECK(ended == cudaSuccess);
+  if (graph) {
+    cudaGraphExec_t exec = nullptr;
+    ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    ok(cudaGraphLaunch(exec, captured), "cudaGraphLaunch");
+    ok(cudaStreamSynchronize(captured), "cudaStreamSynchronize");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+
+  const auto error = describe(finish(handle, o.name), o.name);
+  INFO(error);
+  CHECK(error.empty());
+  const auto diff = compareElements(DType::Float32, tensor.download().data(), n,
+                                    [&](std::int64_t i) {
+                                      return reducedValue(DType::Float32, ReduceOp::Sum, ranks, i);
+                                    });
+  INFO(diff);
+  CHECK(diff.empty());
+  cudaStreamDestroy(captured);
+  cudaStreamDestroy(held);
+}
+
 // A tensor whose stream has nothing left queued is ready at submission: no event is
 // recorded for it, and its handle's event is one that is complete from the start. The
 // results must be the same, on a stream of the application's and on the per-thread
