@@ -7,7 +7,8 @@
 # look like that machine: every file of the Debian packages in .debs/ hidden (an empty
 # file in its place, so that whatever still reaches for one fails loudly), this
 # checkout's path gone (the carried CTest files name it), and no Open MPI settings from
-# this shell. Without a GPU the GPU steps skip or fail for want of one; what the
+# this shell (but its ACCORD_* settings, which the device command line sets the same
+# way). Without a GPU the GPU steps skip or fail for want of one; what the
 # rehearsal shows is that everything loads and starts: the unpacked Open MPI runs the
 # MPI tests, CTest finds every test, accord._core compiles against the carried build.
 #
@@ -85,9 +86,13 @@ shift 3
 while read -r f; do mount --bind /dev/null "$f"; done < "$scratch/hidden.txt"
 mount -t tmpfs tmpfs "$gone"
 cd "$scratch/repo"
+# Accord's settings of this shell, as the device command line would set them
+# (ACCORD_GPU_TESTS_MATCHING=... bash ci/device-run.sh ...).
+settings=()
+while read -r v; do settings+=("$v=${!v}"); done < <(compgen -e | grep '^ACCORD_' | grep -v '^ACCORD_REHEARSE_')
 exec env -i HOME="$HOME" TERM=dumb OUT="$scratch/out" \
   PATH="$python_bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-  bash ci/device-run.sh "$@" < /dev/null
+  "${settings[@]}" bash ci/device-run.sh "$@" < /dev/null
 INSIDE
 
 # What the device tool would not bring back from $OUT: more than 8 files, files more

@@ -28,8 +28,9 @@
 # one call should bring back everything.
 #
 # Narrower runs (a second call of a lease, say): ACCORD_GPU_TESTS_MATCHING (a CTest -R
-# regular expression) picks among the GPU tests; ACCORD_GPU_TESTS_FIRST (another) runs
-# those it matches first, the others after them in what is left; ACCORD_GPU_BENCH_RUNS
+# regular expression) picks among the GPU tests; ACCORD_GPU_TESTS_FIRST (another, which
+# takes MATCHING's place for them) runs those it matches first, the others after them
+# in what is left; ACCORD_GPU_BENCH_RUNS
 # (model:batch pairs), ACCORD_GPU_BENCH_COMPILE (off, on, both) and
 # ACCORD_GPU_BENCH_SKIP (trainer modes: layers, graphs, fusion) narrow the trainer
 # benchmark; ACCORD_GPU_PROFILE_FLAGS adds trainer flags to the profile's run.
@@ -198,8 +199,8 @@ run_tests() {  # <name> <seconds> <ctest selection...>
   grep -E '\((Failed|Timeout|Not Run|Skipped)\)|\*\*\*(Failed|Timeout)' "$logs/$name.log" |
     sed 's/^/  /' | tee -a "$summary"
   # Each fault test's bound, measured (its marker lines: who saw the fault, how soon).
-  cat "$logs/$name.xml" "$logs/$name.log" 2>/dev/null | grep -o 'DEVICE-FAULT-[^&<]*' |
-    sort -u | sed 's/^/  /' | tee -a "$summary"
+  cat "$logs/$name.xml" "$logs/$name.log" 2>/dev/null | grep -oE 'DEVICE-FAULT-[A-Z-]+ by rank [0-9]+: [^&<]*' |
+    sort -u | cut -c1-240 | sed 's/^/  /' | tee -a "$summary"
   gpu_missing "$logs/$name.log"
 }
 if [ ${#labels[@]} -gt 0 ]; then
