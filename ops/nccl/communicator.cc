@@ -114,7 +114,17 @@ void Communicator::launch(const std::function<ncclResult_t(ncclComm_t)>& calls,
   if (!broken_.empty()) throw CommError(what + ": " + broken_);
   ncclResult_t result = ncclGroupStart();
   if (result == ncclSuccess) {
-    const ncclResult_t called = calls(comm_);
+    ncclResult_t called = ncclSuccess;
+    try {
+      called = calls(comm_);
+    } catch (const std::exception& e) {
+      // Never leave the thread inside a group (NCCL would defer every later call of
+      // it); and what was enqueued may not be what the other ranks enqueue, so the
+      // communicator cannot go on.
+      ncclGroupEnd();
+      abortLocked(what + ": its launch failed: " + e.what());
+      throw;
+    }
     const ncclResult_t ended = ncclGroupEnd();
     // An error inside the group wins over the group's own answer.
     result = called != ncclSuccess && called != ncclInProgress ? called : ended;
