@@ -59,6 +59,12 @@ class Backend {
   // tensor this backend cannot take.
   virtual std::shared_ptr<void> deviceReady(const TensorView& tensor, void* stream,
                                             const std::string& what) = 0;
+
+  // Application threads, as this rank joins naming `device`: where its part of the
+  // device collectives goes while it has no tensor of its own (join_async). Nothing by
+  // default, and nothing in a build without GPU support; InvalidArgument, naming
+  // `what`, for a device this process does not see.
+  virtual void deviceHome(Device /*device*/, const std::string& /*what*/) {}
 };
 
 // The backends compiled into this build. `ranks_per_host` caps the threads of the

@@ -385,6 +385,16 @@ Handle join_async(ProcessSetId process_set) {
 
 int join(ProcessSetId process_set) { return join_async(process_set).last_joined_rank(); }
 
+Handle join_async(ProcessSetId process_set, Device device) {
+  auto& rt = runtime("accord::join");
+  if (device.type != DeviceType::CPU) rt.backend->deviceHome(device, "join");
+  return join_async(process_set);
+}
+
+int join(ProcessSetId process_set, Device device) {
+  return join_async(process_set, device).last_joined_rank();
+}
+
 ProcessSetId add_process_set(std::vector<int> ranks) {
   auto& rt = runtime("accord::add_process_set");
   std::sort(ranks.begin(), ranks.end());

@@ -185,7 +185,9 @@ void defineCollectives(py::module_& m) {
         py::arg("postscale"), py::arg("process_set"), py::arg("stream") = 0,
         py::arg("out") = py::none());
   m.def("barrier_async", [](ProcessSetId set) { return PendingOp(barrier_async(set), nullptr); });
-  m.def("join_async", [](ProcessSetId set) { return PendingOp(join_async(set), nullptr); });
+  m.def("join_async", [](ProcessSetId set, int device) {
+    return PendingOp(join_async(set, device < 0 ? Device::cpu() : Device::cuda(device)), nullptr);
+  }, py::arg("set"), py::arg("device") = -1);
   m.def("reducescatter_rows", &reducescatter_rows, py::arg("rows"), py::arg("rank"),
         py::arg("set_size"));
 }

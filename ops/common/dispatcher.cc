@@ -42,6 +42,10 @@ class Dispatcher final : public Backend {
     return device_->ready(tensor, stream, what);
   }
 
+  void deviceHome(Device device, const std::string& what) override {
+    if (device_) device_->home(device, what);
+  }
+
  private:
   const Config& config_;
   // Declared before the ops, which may share its state: destroyed after them.

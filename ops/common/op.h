@@ -90,6 +90,8 @@ class DeviceSupport {
   virtual std::vector<std::unique_ptr<Op>> makeOps(const HostOpFactory& host) = 0;
   virtual std::shared_ptr<void> ready(const TensorView& tensor, void* stream,
                                       const std::string& what) = 0;
+  // Backend::deviceHome.
+  virtual void home(Device device, const std::string& what) = 0;
 };
 std::unique_ptr<DeviceSupport> makeDeviceSupport(const Config& config);
 

@@ -56,6 +56,16 @@ void* deviceOutput(const Response& response, std::size_t i, TensorEntry& entry, 
 
 namespace {
 
+// A GPU this process sees; else InvalidArgument: `prefix` followed by the device.
+void checkVisible(const Device& device, const std::string& prefix) {
+  std::string why;
+  const int count = deviceCount(&why);
+  if (device.index < 0 || device.index >= count)
+    throw InvalidArgument(prefix + device.str() + ", but this process " +
+                          (count == 0 ? "sees no CUDA device (" + why + ")"
+                                      : "sees CUDA devices 0.." + std::to_string(count - 1)));
+}
+
 std::string wrongStream(const std::string& what, const TensorView& tensor, const std::string& why) {
   return what + ": cannot record an event on the given stream of " + tensor.device.str() + " (" +
          why + "); pass a stream of that device, or nullptr";
@@ -106,12 +116,7 @@ class CudaSupport final : public DeviceSupport {
   std::shared_ptr<void> ready(const TensorView& tensor, void* stream,
                               const std::string& what) override {
     const int device = tensor.device.index;
-    std::string why;
-    const int count = deviceCount(&why);
-    if (device < 0 || device >= count)
-      throw InvalidArgument(what + ": tensor is on " + tensor.device.str() + ", but this process " +
-                            (count == 0 ? "sees no CUDA device (" + why + ")"
-                                        : "sees CUDA devices 0.." + std::to_string(count - 1)));
+    checkVisible(tensor.device, what + ": tensor is on ");
     checkDevicePointer(tensor.data, tensor.bytes(), device, what);
     DeviceGuard guard(device);
     if (idleNow(static_cast<cudaStream_t>(stream), tensor, what)) {
@@ -126,6 +131,12 @@ class CudaSupport final : public DeviceSupport {
     }
     devices_->noteDevice(device);
     return event;
+  }
+
+  void home(Device device, const std::string& what) override {
+    if (deviceCount() == 0) return;  // no device collectives can come
+    checkVisible(device, what + ": device ");
+    devices_->noteDevice(device.index);
   }
 
  private:

@@ -244,6 +244,15 @@ void barrier(ProcessSetId process_set = kGlobalProcessSet);
 // rank to join.
 Handle join_async(ProcessSetId process_set = kGlobalProcessSet);
 int join(ProcessSetId process_set = kGlobalProcessSet);
+// The same, naming the device where this rank takes its part in the device
+// collectives that go on while it has joined (Horovod's join(device)): by default the
+// device of its latest device tensor, or GPU 0 if it never submitted one, which on a
+// host of several GPUs may be another rank's. A CPU device, or any device in a build
+// without GPU support or a process that sees no GPU (neither has device collectives),
+// changes nothing; a GPU this process does not see, where it sees some, is an
+// InvalidArgument.
+Handle join_async(ProcessSetId process_set, Device device);
+int join(ProcessSetId process_set, Device device);
 
 // ---- process sets -----------------------------------------------------------------
 // Adding and removing is collective over all ranks (every rank calls it with the same

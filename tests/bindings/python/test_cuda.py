@@ -237,3 +237,21 @@ def test_optimizer_state_broadcast_on_the_gpu(hvd, device):
     roots = hvd.broadcast_object(mine, root_rank=0)
     assert all(torch.equal(a, b) for a, b in zip(mine, roots))
     assert all(torch.any(a != 0) for a in mine)
+
+
+def test_join_on_a_gpu_of_this_process(hvd, device):
+    # The joined rank's part of the others' CUDA allreduce goes on the GPU it names; a
+    # GPU the process does not see is refused, naming it.
+    with pytest.raises(ValueError, match=r"join: device cuda:99, but this process sees CUDA"):
+        hvd.join(device=99)
+    n, me = hvd.size(), hvd.rank()
+    if me == 0:
+        last = hvd.join(device=device.index)
+    else:
+        out = hvd.allreduce(torch.full((5,), float(me), device=device), op=hvd.Sum,
+                            name="cuda.join.sum")
+        assert out.device == device
+        assert torch.all(out.cpu() == sum(range(1, n))).item()
+        last = hvd.join(device=device.index)
+    assert hvd.allgather_object(last) == [last] * n
+    assert last != 0 or n == 1  # rank 0 joined first

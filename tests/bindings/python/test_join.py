@@ -98,3 +98,19 @@ def test_unnamed_collectives_pair_again_after_a_join(hvd):
     out = hvd.allreduce(torch.full((1,), float(me)), op=hvd.Sum)
     assert out.item() == n * (n - 1) / 2
     assert hvd.allgather(torch.full((1,), me)).tolist() == list(range(n))
+
+
+def test_join_takes_horovods_device_argument(hvd):
+    # join(device): where the joined rank takes its part in CUDA collectives. A GPU
+    # ordinal where the process sees no GPU (or the build has no GPU path) changes
+    # nothing, as for hvd.join(hvd.local_rank()) in a script run on CPUs; a value that
+    # is not an ordinal is refused before anything is submitted.
+    for bad in ("cuda:0", 1.0, torch.device("cpu")):
+        with pytest.raises(ValueError, match="device must be a GPU ordinal"):
+            hvd.join(device=bad)
+    lasts = []
+    if not torch.cuda.is_available():
+        lasts.append(hvd.join(device=hvd.local_rank()))
+    lasts.append(hvd.join(device=-1))
+    assert all(last in range(hvd.size()) for last in lasts)
+    assert hvd.allgather_object(lasts) == [lasts] * hvd.size()

@@ -60,8 +60,15 @@ def barrier(process_set=global_process_set):
 def join(device=-1, process_set=global_process_set):
     """Says this rank has run out of data: until every rank has joined, the others'
     allreduces go on with this rank contributing zeros. Returns the rank that joined
-    last. ``device`` is accepted for Horovod's signature; joins are on the CPU."""
-    op = _core.join_async(process_set._id("join"))
+    last. ``device`` (a GPU ordinal, as in Horovod) is where this rank takes its part in
+    the others' CUDA collectives meanwhile; by default the GPU of its latest CUDA
+    tensor, or GPU 0 if it has sent none, which on a host of several GPUs may be
+    another rank's. -1, or any value where there is no GPU path or no GPU, changes
+    nothing; a GPU this process does not see, where it sees some, is a ValueError."""
+    if not isinstance(device, int) or isinstance(device, bool):
+        raise ValueError(f"join: device must be a GPU ordinal (an int, -1 for none), got "
+                         f"{device!r}")
+    op = _core.join_async(process_set._id("join"), device)
     op.wait()
     last = op.last_joined_rank()  # a rank within the set
     return last if process_set is global_process_set else process_set.ranks[last]
