@@ -8,7 +8,8 @@ import torch
 
 from accord.torch import sharded
 from sharded_common import (Net, assert_close, batch, make_model, make_optimizer, needs_gpu,
-                            params, reference, this_ranks_gpu, train, wrap)
+                            needs_two_ranks_for_the_reference, params, reference,
+                            this_ranks_gpu, train, wrap)
 
 
 @pytest.mark.parametrize("stage", [1, 2])
@@ -145,6 +146,29 @@ def test_master_copies_follow_collectives_into_parameters(hvd, how):
     opt.step()
     for name, p in model.named_parameters():
         assert torch.equal(p, expected[name]), name
+
+
+def test_masters_loaded_from_a_checkpoint_survive_broadcast_parameters(hvd):
+    # The resume recipe: a model with the saved bf16 weights, wrapped, the state loaded
+    # with its fp32 masters, then broadcast_parameters of those same weights. The
+    # weights are the masters' rounding, so the masters keep their exact values; a step
+    # with lr 0 shows what the next update starts from.
+    model, opt = train(hvd, "adam", 2, steps=3, dtype=torch.bfloat16)
+    opt.consolidate_state_dict(to=0)
+    saved = hvd.broadcast_object(opt.state_dict() if hvd.rank() == 0 else None, root_rank=0)
+    resumed = make_model(torch.bfloat16)
+    resumed.load_state_dict(model.state_dict())
+    opt = wrap(hvd, make_optimizer("adam", resumed), resumed, 2)
+    opt.load_state_dict(saved)
+    hvd.broadcast_parameters(resumed.state_dict(), root_rank=0)
+    for group in opt.param_groups:
+        group["lr"] = 0.0
+    x, y = batch(3, torch.bfloat16, hvd.global_process_set)
+    torch.nn.functional.mse_loss(resumed(x, 3).float(), y.float()).backward()
+    opt.step()
+    for s in opt._shards:
+        master = saved["accord_master_params"][s.index].reshape(-1)[s.offset:s.offset + s.count]
+        assert torch.equal(s.piece, master), s.name
 
 
 def test_wrapping_an_optimizer_with_state(hvd):
@@ -419,6 +443,7 @@ def test_optimizer_without_per_parameter_state_is_refused(hvd):
 @pytest.mark.parametrize("stage", [1, 2])
 def test_on_the_gpu_as_on_the_cpu(hvd, stage):
     # The runtime's GPU path: reduce-scatter and allgather of CUDA tensors.
+    needs_two_ranks_for_the_reference(hvd)
     device = this_ranks_gpu(hvd)
     model, opt = train(hvd, "adamw", stage, steps=6, device=device)
     assert all(p.device == device for p in model.parameters())

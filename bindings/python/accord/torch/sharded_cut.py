@@ -76,10 +76,18 @@ class Shard:
         return self._reduced
 
     def reseed_if_changed(self):
-        if self.master and self.param._version != self.version:
-            with torch.no_grad():
-                self.piece.copy_(self.param.detach().reshape(-1)[
-                    self.offset:self.offset + self.count])
+        """A parameter written since the last step (a broadcast, a loaded model): its
+        fp32 copy takes the elements whose value changed. Those that still equal the
+        copy's rounding keep the copy's exact value, so that masters loaded from a
+        checkpoint survive broadcast_parameters of the same values."""
+        if not self.master or self.param._version == self.version:
+            return
+        with torch.no_grad():
+            now = self.param.detach().reshape(-1)[self.offset:self.offset + self.count]
+            changed = now != self.piece.to(now.dtype)
+            if changed.any():
+                self.piece[changed] = now[changed].to(self.piece.dtype)
+        self.version = self.param._version
 
     def describe(self):
         return f"parameter '{self.name}' (shape {list(self.param.shape)})"

@@ -32,6 +32,13 @@ def _per_element(value, shape):
     return isinstance(value, torch.Tensor) and len(shape) > 0 and tuple(value.shape) == shape
 
 
+def _on_host(value):
+    """A copy in host memory of a tensor kept once per piece (Adam's step, on the GPU in
+    a fused or capturable group): pickled to the other ranks, a CUDA tensor would land
+    on the sender's GPU there, and the consolidated state must not alias the live one."""
+    return value.detach().to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
+
+
 def _groups(opt):
     """param_groups in torch's format: parameters as their positions."""
     out, index = [], 0
@@ -50,7 +57,7 @@ def _layout(opt):
     for s in opt._shards:
         values = opt._inner.state.get(s.piece, {}) if s.count else {}
         layout[s.index] = {k: ("element", v.dtype) if _per_element(v, tuple(s.piece.shape))
-                           else ("value", v) for k, v in values.items()}
+                           else ("value", _on_host(v)) for k, v in values.items()}
     return layout
 
 
