@@ -30,16 +30,23 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 class _TensorSlot:
     """Stands for a tensor of the state in the pickled skeleton root broadcasts."""
 
-    def __init__(self, index, tensor):
+    def __init__(self, index, tensor, owner=None):
         self.index = index
         self.shape = tuple(tensor.shape)
         self.dtype = tensor.dtype
         self.cuda = tensor.device.type == "cuda"
+        self.owner = owner  # the position of the parameter whose state it is
 
-    def empty(self):
-        """Where a rank receives it: a CUDA tensor on this rank's current GPU (its own,
-        not root's), as Horovod broadcasts each tensor on its device."""
-        device = torch.device("cuda", torch.cuda.current_device()) if self.cuda else "cpu"
+    def empty(self, params):
+        """Where a rank receives it: a CUDA tensor on the GPU of this rank's parameter
+        that owns it (else its current GPU), not on root's, as Horovod makes each state
+        tensor on its parameter's device."""
+        device = "cpu"
+        if self.cuda:
+            owner = params[self.owner] if self.owner is not None and self.owner < len(params) \
+                else None
+            device = owner.device if owner is not None and owner.is_cuda else \
+                torch.device("cuda", torch.cuda.current_device())
         return torch.empty(self.shape, dtype=self.dtype, device=device)
 
 
@@ -49,20 +56,30 @@ def _broadcastable(tensor):
     return tensor.device.type == "cpu" or (tensor.device.type == "cuda" and _core.built["cuda"])
 
 
-def _split(value, tensors):
+def _split(value, tensors, owner=None):
     """The value with each tensor Accord can broadcast (in host memory, or on a GPU in a
     build with the GPU path) replaced by a _TensorSlot (appending the tensor to
-    ``tensors``); other values stay, to be pickled."""
+    ``tensors``); other values stay, to be pickled. ``owner``: the parameter position
+    whose state ``value`` is."""
     if isinstance(value, torch.Tensor):
         if _broadcastable(value):
             tensors.append(value.detach())
-            return _TensorSlot(len(tensors) - 1, value)
+            return _TensorSlot(len(tensors) - 1, value, owner)
         return value
     if isinstance(value, dict):
-        return type(value)((k, _split(v, tensors)) for k, v in value.items())
+        return type(value)((k, _split(v, tensors, owner)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return type(value)(_split(v, tensors) for v in value)
+        return type(value)(_split(v, tensors, owner) for v in value)
     return value
+
+
+def _split_state_dict(state_dict, tensors):
+    """_split of an optimizer's state_dict(), each parameter's state slotted with its
+    position, so that a receiving rank puts it on that parameter's device."""
+    out = {k: _split(v, tensors) for k, v in state_dict.items() if k != "state"}
+    out["state"] = {index: _split(values, tensors, index)
+                    for index, values in state_dict["state"].items()}
+    return out
 
 
 def _join(value, tensors):
@@ -88,10 +105,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     if not optimizer.state:
         _zero_missing_grads(optimizer)
     tensors = []
-    skeleton = _split(optimizer.state_dict(), tensors) if rank() == root_rank else None
+    skeleton = _split_state_dict(optimizer.state_dict(), tensors) if rank() == root_rank \
+        else None
     skeleton = broadcast_object(skeleton, root_rank, process_set=process_set)
     if rank() != root_rank:
-        tensors = [slot.empty() for slot in _slots(skeleton)]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        tensors = [slot.empty(params) for slot in _slots(skeleton)]
     handles = [broadcast_async_(t, root_rank, process_set=process_set) for t in tensors]
     for handle in handles:
         synchronize(handle)
