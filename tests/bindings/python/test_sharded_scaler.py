@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sharded_common import (assert_close, batch, make_model, make_optimizer, needs_gpu,
-                            params, this_ranks_gpu, wrap)
+                            needs_two_ranks_for_the_reference, params, this_ranks_gpu, wrap)
 
 
 needs_cpu_scaler = pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"),
@@ -115,6 +115,7 @@ def test_grad_scaler_with_fp16_parameters(hvd):
 @needs_gpu
 @pytest.mark.parametrize("stage", [1, 2])
 def test_grad_scaler_on_the_gpu(hvd, stage):
+    needs_two_ranks_for_the_reference(hvd)
     device = this_ranks_gpu(hvd)
     expected_model, expected_scaler = train_scaled(hvd, 0, device=device)
     model, scaler = train_scaled(hvd, stage, device=device)
