@@ -89,7 +89,8 @@ cd "$scratch/repo"
 # Accord's settings of this shell, as the device command line would set them
 # (ACCORD_GPU_TESTS_MATCHING=... bash ci/device-run.sh ...).
 settings=()
-while read -r v; do settings+=("$v=${!v}"); done < <(compgen -e | grep '^ACCORD_' | grep -v '^ACCORD_REHEARSE_')
+while read -r v; do settings+=("$v=${!v}"); done < <(compgen -e | grep '^ACCORD_' |
+  grep -Ev '^ACCORD_(REHEARSE_|TORCH2_VENV$|DEVICE_TARGETS$|JOBS$)')
 exec env -i HOME="$HOME" TERM=dumb OUT="$scratch/out" \
   PATH="$python_bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
   "${settings[@]}" bash ci/device-run.sh "$@" < /dev/null

@@ -129,8 +129,10 @@ join_probe() {  # <seconds>
   watcher=$!
   wait "$pid"
   rc=$?
-  kill "$watcher" 2> /dev/null
-  pkill -P "$watcher" 2> /dev/null
+  # Still asleep: it wakes, finds no rank left and ends; taking stacks: it ends within
+  # its debugger's 20 s and puts them together.
+  pkill -P "$watcher" sleep 2> /dev/null
+  wait "$watcher" 2> /dev/null
   [ $rc -eq 0 ] || status=1
   say "horovod join probe, CUDA, -np 2, stall bound 15 s (exit $rc$([ -s "$logs/horovod-join/stacks.txt" ] && echo ', stacks taken at 22 s')):"
   grep -E '^rank [0-9]+:|^  FAILED|^E  |stall|did not join' "$logs/horovod-join.log" | head -20 | sed 's/^/  /' >> "$summary"

@@ -68,6 +68,11 @@ DeviceGuard::DeviceGuard(int device) {
   // (Were that refused, the calls would go on in the thread's own mode, as before.)
   exchanged_ = cudaThreadExchangeStreamCaptureMode(&capture_mode_) == cudaSuccess;
   if (!exchanged_) cudaGetLastError();
+  // A thread the application put in relaxed mode is freer still: leave it so.
+  if (exchanged_ && capture_mode_ == cudaStreamCaptureModeRelaxed) {
+    cudaThreadExchangeStreamCaptureMode(&capture_mode_);
+    exchanged_ = false;
+  }
 }
 
 DeviceGuard::~DeviceGuard() {

@@ -31,9 +31,11 @@ namespace accord::cuda {
 int deviceCount(std::string* why = nullptr);
 
 // Makes `device` current on this thread for the guard's life, then restores the
-// device that was current before. Every CUDA call of the runtime is made under one.
+// device that was current before. The runtime's CUDA and NCCL calls around collectives
+// are made under one (the teardown of a device's buffers and streams at shutdown is not).
 //
-// For the guard's life the thread is also in thread-local capture mode. While any thread
+// For the guard's life the thread is also in thread-local capture mode (unless it was in
+// relaxed mode, which allows more). While any thread
 // captures a CUDA graph in global mode (PyTorch's default), CUDA forbids the calls that
 // may synchronize (an event or stream query, a pinned allocation) on every other thread
 // that has not opted out, and such a call invalidates that capture: the application's

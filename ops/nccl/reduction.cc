@@ -25,7 +25,8 @@ ReductionPlan planReduction(const Response& response, int set_size) {
       // float16 takes the pass: ncclAvg multiplies in the input's precision, and
       // x / n rounds once it is below float16's smallest normal number (2^-14, where
       // small gradients are), or the sum that the host path rounds to inf stays finite.
-      // For float32, bfloat16 and float64 those limits lie at 2^-126 and 2^-1022.
+      // For float32, bfloat16 and float64 those limits lie at 2^-126 and 2^-1022, and
+      // near their largest numbers.
       if (is_floating_point(response.dtype) && response.dtype != DType::Float16 &&
           std::has_single_bit(static_cast<unsigned>(set_size)) && response.prescale == 1.0 &&
           response.postscale == 1.0) {
