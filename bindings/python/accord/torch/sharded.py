@@ -159,7 +159,9 @@ class _ShardedMixin:
     def synchronize(self):
         """Waits for every gradient's reduce-scatter, starting those not started
         (parameters without a gradient on this rank send zeros, as DistributedOptimizer
-        does), and gives each piece its part of the reduced gradient."""
+        does on two or more ranks, and as this does on any number: a run continued
+        from a checkpoint on another number of ranks, one included, is the same run),
+        and gives each piece its part of the reduced gradient."""
         for s in self._shards:
             if s not in self._handles and s not in self._reduced:
                 self._submit(s)
