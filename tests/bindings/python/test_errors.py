@@ -91,16 +91,26 @@ def test_one_name_for_different_collectives_at_once(hvd):
     allgather, a grouped allreduce and a reducescatter all called "shared" run at once,
     each with its own result; the same operation's name twice is still refused."""
     me, n = hvd.rank(), hvd.size()
-    handles = [
-        hvd.allreduce_async(torch.full((3,), me + 1.0), name="shared", op=hvd.Sum),
-        hvd.broadcast_async(torch.full((2,), 10.0 * me), root_rank=n - 1, name="shared"),
-        hvd.allgather_async(torch.full((1, 2), float(me)), name="shared"),
-        hvd.grouped_allreduce_async([torch.ones(2), torch.ones(1)], name="shared", op=hvd.Sum),
-        hvd.reducescatter_async(torch.ones(2 * n), name="shared", op=hvd.Sum),
-    ]
-    if n > 1:  # alone, a rank's broadcast may be done before the second one comes
+
+    def submit():
+        return [
+            hvd.allreduce_async(torch.full((3,), me + 1.0), name="shared", op=hvd.Sum),
+            hvd.broadcast_async(torch.full((2,), 10.0 * me), root_rank=n - 1, name="shared"),
+            hvd.allgather_async(torch.full((1, 2), float(me)), name="shared"),
+            hvd.grouped_allreduce_async([torch.ones(2), torch.ones(1)], name="shared",
+                                        op=hvd.Sum),
+            hvd.reducescatter_async(torch.ones(2 * n), name="shared", op=hvd.Sum),
+        ]
+
+    # Rank 0 submits only after the others checked the repeat: until then their
+    # broadcast cannot complete, however fast the machine (alone, it may: no check).
+    handles = submit() if me != 0 or n == 1 else None
+    if me != 0:
         with pytest.raises(ValueError, match="already in flight"):
             hvd.broadcast_async(torch.ones(2), root_rank=0, name="shared")
+    hvd.barrier()
+    if handles is None:
+        handles = submit()
     summed, sent, gathered, grouped, scattered = [hvd.synchronize(h) for h in handles]
     assert summed.tolist() == [n * (n + 1) / 2] * 3
     assert sent.tolist() == [10.0 * (n - 1)] * 2
