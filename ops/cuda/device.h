@@ -35,12 +35,12 @@ int deviceCount(std::string* why = nullptr);
 // are made under one (the teardown of a device's buffers and streams at shutdown is not).
 //
 // For the guard's life the thread is also in thread-local capture mode (unless it was in
-// relaxed mode, which allows more). While any thread
-// captures a CUDA graph in global mode (PyTorch's default), CUDA forbids the calls that
-// may synchronize (an event or stream query, a pinned allocation) on every other thread
-// that has not opted out, and such a call invalidates that capture: the application's
-// graph would fail because Accord polled a collective in flight. The runtime captures
-// nothing, so it opts out; a capture on this thread itself is judged as before.
+// relaxed mode, which allows more). While any thread captures a CUDA graph in global
+// mode (PyTorch's default), CUDA forbids the calls that may synchronize (an event or
+// stream query, a pinned allocation) on every other thread that has not opted out, and
+// such a call invalidates that capture: the application's graph would fail because
+// Accord polled a collective in flight. The runtime captures nothing, so it opts out; a
+// capture on this thread itself is judged as before.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
