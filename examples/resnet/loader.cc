@@ -1,6 +1,6 @@
 // Prefetching loader; see loader.h. Thread boundary: produce() runs on the producer
 // thread and touches slots only while they are in neither queue; next() runs on the
-// training thread. mu_ guards the queues, remaining_ and stopping_.
+// training thread. mu_ guards the queues, remaining_, handing_out_ and stopping_.
 #include "loader.h"
 
 #include "jpeg_source.h"
@@ -51,30 +51,57 @@ void Loader::stop() {
 }
 
 void Loader::startEpoch(int epoch, std::int64_t first_step) {
-  stop();
-  epoch_ = epoch;
-  if (sharded_)
-    order_ = shardedEpochOrder(source_.shardSizes(), opt_.seed, epoch, opt_.rank, opt_.world);
-  else if (opt_.train)
-    order_ = epochOrder(source_.size(), opt_.seed, epoch);
   first_step = std::clamp<std::int64_t>(first_step, 0, steps_);
+  if (wentOnInto(epoch, first_step)) return;
+  stop();
   ready_.clear();
   free_.clear();
   lent_ = -1;
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) free_.push_back(i);
   remaining_ = steps_ - first_step;
+  handing_out_ = epoch;
+  last_epoch_ = opt_.train && opt_.epochs > epoch ? opt_.epochs - 1 : epoch;
   stopping_ = false;
   error_ = nullptr;
-  producer_ = std::thread([this, first_step] { produce(first_step); });
+  producer_ = std::thread([this, epoch, first_step] { produce(epoch, first_step); });
 }
 
-std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
+// The producer goes on into epoch e + 1 (up to last_epoch_) once e's batches are all
+// under way; they are the ones wanted when e was handed out whole and e + 1 starts at
+// its first step. A failure met while making them stays for take() to rethrow after
+// the batches made before it, as within an epoch.
+bool Loader::wentOnInto(int epoch, std::int64_t first_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!producer_.joinable() || stopping_ || first_step != 0 || remaining_ != 0 ||
+      epoch != handing_out_ + 1 || epoch > last_epoch_)
+    return false;
+  if (lent_ >= 0) {
+    free_.push_back(lent_);
+    lent_ = -1;
+  }
+  remaining_ = steps_;
+  handing_out_ = epoch;
+  cv_.notify_all();
+  return true;
+}
+
+std::shared_ptr<const std::vector<std::int64_t>> Loader::orderOf(int epoch) const {
+  if (sharded_)
+    return std::make_shared<const std::vector<std::int64_t>>(
+        shardedEpochOrder(source_.shardSizes(), opt_.seed, epoch, opt_.rank, opt_.world));
+  if (opt_.train)
+    return std::make_shared<const std::vector<std::int64_t>>(
+        epochOrder(source_.size(), opt_.seed, epoch));
+  return nullptr;
+}
+
+std::vector<std::int64_t> Loader::indicesFor(const Job& job) const {
   if (sharded_) {
-    const auto begin = order_.begin() + step * opt_.batch;
+    const auto begin = job.order->begin() + job.step * opt_.batch;
     return {begin, begin + opt_.batch};
   }
-  if (opt_.train) return shardBatch(order_, step, opt_.rank, opt_.world, opt_.batch);
-  const std::int64_t begin = eval_range_.begin + step * opt_.batch;
+  if (opt_.train) return shardBatch(*job.order, job.step, opt_.rank, opt_.world, opt_.batch);
+  const std::int64_t begin = eval_range_.begin + job.step * opt_.batch;
   const std::int64_t end = std::min(begin + opt_.batch, eval_range_.end);
   std::vector<std::int64_t> idx;
   for (std::int64_t i = begin; i < end; ++i) idx.push_back(i);
@@ -86,15 +113,16 @@ std::vector<std::int64_t> Loader::indicesFor(std::int64_t step) const {
 // skip_bad, or nothing but bad ones) keeps the reason in slot.error, which the in-order
 // stage throws: the epoch fails on the first such batch in step order, naming its first
 // bad sample, whichever thread met a bad sample first.
-void Loader::fill(Slot& slot, std::int64_t step) {
+void Loader::fill(Slot& slot, const Job& job) {
   if (before_fill_) before_fill_(slot.x.data());
   slot.error = nullptr;
-  const std::vector<std::int64_t> idx = indicesFor(step);
+  slot.skipped = 0;
+  const std::vector<std::int64_t> idx = indicesFor(job);
   const std::size_t per = slot.x.size() / opt_.batch;
   const bool augment = opt_.train && opt_.augment;
   std::vector<std::exception_ptr> bad(idx.size());
   tbb::parallel_for(std::size_t{0}, idx.size(), [&](std::size_t i) {
-    const std::uint64_t aug = mixSeed(mixSeed(opt_.seed, epoch_), idx[i]);
+    const std::uint64_t aug = mixSeed(mixSeed(opt_.seed, job.epoch), idx[i]);
     try {
       slot.labels[i] = source_.fill(idx[i], augment, aug, slot.x.data() + i * per);
     } catch (const BadRecord&) {
@@ -123,17 +151,18 @@ void Loader::fill(Slot& slot, std::int64_t step) {
     slot.indices[n] = idx[i];
     ++n;
   }
-  skipped_ += static_cast<std::int64_t>(idx.size() - n);
+  slot.skipped = static_cast<std::int64_t>(idx.size() - n);
   if (n == 0 && !idx.empty())
     slot.error = std::make_exception_ptr(
-        DataError("every sample of the batch at step " + std::to_string(step) +
+        DataError("every sample of the batch at step " + std::to_string(job.step) + " of epoch " +
+                  std::to_string(job.epoch + 1) +
                   " was bad (see the messages above): the data is unusable"));
   slot.n = static_cast<int>(n);
 }
 
-void Loader::produce(std::int64_t first_step) {
+void Loader::produce(int epoch, std::int64_t first_step) {
   try {
-    produceSteps(first_step);
+    produceSteps(epoch, first_step);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::current_exception();
@@ -159,28 +188,37 @@ void Loader::publish(int slot) {
 }
 
 // Runs on the producer thread, which joins the arena: with N workers, N threads decode.
-// A stage that throws cancels the pipeline and the exception comes out here.
-void Loader::produceSteps(std::int64_t first_step) {
-  struct Job {
-    int slot = -1;
-    std::int64_t step = 0;
-  };
+// After the epoch's last step it goes on with the next epoch's (up to last_epoch_),
+// drawing that epoch's order here rather than on the training thread. A batch that
+// fails keeps its reason, thrown in step order by the last stage; a stage that throws
+// cancels the pipeline and the exception comes out here.
+void Loader::produceSteps(int epoch, std::int64_t first_step) {
+  auto order = orderOf(epoch);
   std::int64_t step = first_step;
   arena_->execute([&] {
     tbb::parallel_pipeline(
         slots_.size(),
         tbb::make_filter<void, Job>(tbb::filter_mode::serial_in_order,
                                     [&](tbb::flow_control& fc) -> Job {
+                                      if (step == steps_ && epoch < last_epoch_) {
+                                        order = orderOf(++epoch);
+                                        step = 0;
+                                      }
                                       const int slot = step < steps_ ? acquireSlot() : -1;
                                       if (slot < 0) {
                                         fc.stop();
                                         return {};
                                       }
-                                      return {slot, step++};
+                                      return {slot, epoch, order, step++};
                                     }) &
             tbb::make_filter<Job, Job>(tbb::filter_mode::parallel,
                                        [&](Job job) {
-                                         fill(slots_[static_cast<std::size_t>(job.slot)], job.step);
+                                         Slot& s = slots_[static_cast<std::size_t>(job.slot)];
+                                         try {
+                                           fill(s, job);
+                                         } catch (...) {
+                                           s.error = std::current_exception();
+                                         }
                                          return job;
                                        }) &
             tbb::make_filter<Job, void>(tbb::filter_mode::serial_in_order, [&](Job job) {
@@ -207,6 +245,7 @@ int Loader::take() {
   const int slot = ready_.front();
   ready_.pop_front();
   --remaining_;
+  skipped_ += slots_[static_cast<std::size_t>(slot)].skipped;
   return slot;
 }
 

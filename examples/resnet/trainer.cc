@@ -112,6 +112,7 @@ void Trainer::buildData() {
   lo.workers = opt_.data_workers > 0 ? opt_.data_workers : defaultThreads();
   lo.skip_bad = opt_.corrupt == "skip";
   lo.log_rank = rank_;
+  lo.epochs = opt_.epochs;  // the next epoch's first batches made while this one ends
   checkLoaderMemory();
   train_loader_ = std::make_unique<Loader>(*train_src_, lo);
   lo.train = false;
@@ -318,7 +319,8 @@ void Trainer::startFromRankZero() {
 
 bool Trainer::trainEpoch(int epoch, StepTimes& times) {
   const std::int64_t steps = train_loader_->steps();
-  // Before the producer starts: a bad sample it meets at once counts in this epoch.
+  // Bad samples count in the epoch whose batch dropped them (skipped() counts the
+  // batches handed out, not those made ahead).
   const std::int64_t skipped_before = train_loader_->skipped();
   train_loader_->startEpoch(epoch, state_.step_in_epoch);
   const auto t0 = Clock::now();

@@ -403,3 +403,88 @@ TEST_CASE("watched buffers: filled before they are lent, refilled only once give
   CHECK(fills == loader.steps());
   CHECK(refilled_while_lent == 0);
 }
+
+TEST_CASE("with epochs, the producer goes on into the next epoch, whose batches stay the same",
+          "[data]") {
+  // The trainer's loader (LoaderOptions::epochs): while an epoch's last batches are used
+  // the next epoch's first ones are made, and startEpoch(e + 1) hands those out. The
+  // batches (augmented, so the epoch's seed counts) must be those of a fresh start, and
+  // a start anywhere else (the same epoch again, a resumed step, past the last epoch)
+  // must not take the batches made ahead.
+  auto src = makeSynthetic(100, 1, 8, 10, 4);
+  const LoaderOptions fresh_options{.batch = 6, .rank = 1, .world = 2, .seed = 7, .prefetch = 3};
+  LoaderOptions going_on_options = fresh_options;
+  going_on_options.epochs = 3;
+  Loader fresh(*src, fresh_options), going_on(*src, going_on_options);
+  REQUIRE(going_on.steps() == 8);
+  std::mutex mu;
+  int fills = 0;
+  going_on.watchBuffers(nullptr, [&](const float*, int) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++fills;
+  });
+  const auto fillsReach = [&](int wanted) {  // waits up to 5 s, then says how many
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (fills >= wanted) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // and no more than that
+    std::lock_guard<std::mutex> lock(mu);
+    return fills;
+  };
+  std::vector<float> x(6 * 64), z(6 * 64);
+  std::vector<std::int32_t> y(6), w(6);
+  const auto sameEpoch = [&](int epoch, std::int64_t first_step) {
+    fresh.startEpoch(epoch, first_step);
+    going_on.startEpoch(epoch, first_step);
+    for (std::int64_t s = first_step; s < 8; ++s) {
+      REQUIRE(fresh.next(x.data(), y.data()) == 6);
+      REQUIRE(going_on.next(z.data(), w.data()) == 6);
+      CHECK(y == w);
+      CHECK(x == z);
+    }
+    CHECK(fresh.next(x.data(), y.data()) == 0);
+    CHECK(going_on.next(z.data(), w.data()) == 0);
+  };
+  int made = 0;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    sameEpoch(epoch, 0);
+    made += 8;
+    // Every buffer is free after next(): the producer fills all four with the next
+    // epoch's first batches, but none after the last epoch.
+    const int ahead = epoch < 2 ? 4 : 0;
+    CHECK(fillsReach(made + ahead) == made + ahead);
+  }
+  sameEpoch(3, 0);  // past the run's epochs: a fresh start
+  made += 8;
+  CHECK(fillsReach(made) == made);
+  // Made ahead, then not taken: epoch 0 once more, then epoch 1 from its third step.
+  sameEpoch(0, 0);
+  CHECK(fillsReach(made + 8 + 4) == made + 8 + 4);
+  sameEpoch(0, 0);
+  sameEpoch(1, 2);
+}
+
+TEST_CASE("bad samples count in the epoch whose batches dropped them, not in the one made ahead",
+          "[data]") {
+  auto src = makeSynthetic(140, 1, 4, 10, 6);
+  GappySource gappy(*src);
+  const LoaderOptions opt{.batch = 10, .seed = 2, .augment = false, .prefetch = 2,
+                          .skip_bad = true, .epochs = 2};
+  Loader loader(gappy, opt);
+  std::vector<float> x(10 * 16);
+  std::vector<std::int32_t> y(10);
+  std::int64_t dropped = 0;
+  loader.startEpoch(0);
+  for (int n; (n = loader.next(x.data(), y.data())) > 0;) dropped += 10 - n;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // epoch 1's batches made
+  CHECK(dropped == 20);  // 140 samples, every seventh bad
+  CHECK(loader.skipped() == dropped);
+  loader.startEpoch(1);
+  for (int n; (n = loader.next(x.data(), y.data())) > 0;) dropped += 10 - n;
+  CHECK(dropped == 40);
+  CHECK(loader.skipped() == dropped);
+}
