@@ -10,6 +10,9 @@
 #   ACCORD_DEVICE_TARGETS=gpu bash ci/device-prepare.sh
 #   run: bash ci/device-run.sh bash ci/device-python.sh [pytest arguments]
 #                                                      (carry: build-device, .debs)
+# With ACCORD_DEVICE_PYTHON_BUILD_ONLY=1 it stops once the package is assembled (in
+# /tmp/accord-python, for PYTHONPATH: the sharded optimizer's benchmark in
+# ci/gpu-check.sh uses it so).
 case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +51,7 @@ fi
 cat "$out/compile.log"
 rm -rf "$objects"
 [ -f "$site/accord/_core$ext" ] || exit 1
+[ "${ACCORD_DEVICE_PYTHON_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 root=$PWD
 cd tests/bindings/python

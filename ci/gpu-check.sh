@@ -6,7 +6,10 @@
 # accord-resnet runs on the GPU), accord.torch on CUDA tensors (ci/device-python.sh), the
 # device benchmarks (accord-bench --device cuda, and Average on 2-4 ranks), the trainer
 # on the GPU against PyTorch (tools/resnet_gpu_bench.py), the trainer's GPU time by
-# layer kind (--gpu-profile), and the host MPI tests of the same build. Results go to
+# layer kind (--gpu-profile), the host MPI tests of the same build, and, on the
+# machine's CPU cores, the sharded optimizer against DistributedOptimizer and PyTorch's
+# ZeroRedundancyOptimizer (examples/python/bench_sharded.py: 2 ranks, half the cores
+# each; issue 37's step-time targets, which a 2-core VM cannot show). Results go to
 # $OUT (the device tool's output folder; ./gpu-check-out elsewhere), and a summary is
 # printed last.
 #
@@ -17,7 +20,7 @@
 #                                      (timeout_s 600; carry: build-device, .debs, .data)
 #
 #   bash ci/gpu-check.sh [--budget SECONDS] [tests] [trainer-tests] [python] [bench]
-#                        [average] [trainer] [profile] [mpi]
+#                        [average] [trainer] [profile] [mpi] [sharded]
 # runs the steps named (all of them when none is), in that order of importance, except
 # that the tests (CTest runs ACCORD_GPU_TEST_JOBS at once: 8 on 16 cores or more, else
 # 4) and the Python suite run side by side. With --budget the whole check ends within
@@ -52,14 +55,14 @@ while [ $# -gt 0 ]; do
         echo "ci/gpu-check.sh: --budget '$budget': expected whole seconds, at least 60" >&2
         exit 2
       } ;;
-    tests | trainer-tests | python | bench | average | trainer | profile | mpi) steps+=("$1") ;;
+    tests | trainer-tests | python | bench | average | trainer | profile | mpi | sharded) steps+=("$1") ;;
     *) echo "ci/gpu-check.sh: unknown step '$1' (expected tests, trainer-tests, python," \
-            "bench, average, trainer, profile, mpi or --budget SECONDS)" >&2
+            "bench, average, trainer, profile, mpi, sharded or --budget SECONDS)" >&2
        exit 2 ;;
   esac
   shift
 done
-[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench average trainer profile mpi)
+[ ${#steps[@]} -gt 0 ] || steps=(tests trainer-tests python bench average trainer profile mpi sharded)
 wants() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 # This script's own settings stay out of the tests' environment, where the runtime
 # would warn that they are not its variables.
@@ -353,6 +356,39 @@ if wants mpi; then
     say "mpi tests:  $(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
   else
     not_run "mpi tests" "$t"
+  fi
+  pack
+fi
+# 6. The sharded optimizer on this machine's CPU cores (issue 37): 2 ranks, half the
+#    cores each, ResNet-50 and the 110 M-parameter transformer, every variant
+#    interleaved in one run. accord.torch is built for this machine's python3 first
+#    (ci/device-python.sh, unless its python step did it already). ACCORD_GPU_SHARDED_ARGS
+#    replaces the benchmark's arguments (default: --rounds 6).
+if wants sharded; then
+  if t=$(seconds_for 300 90); then
+    sharded_started=$SECONDS
+    site_ok=1
+    ls /tmp/accord-python/accord/_core*.so > /dev/null 2>&1 ||
+      ACCORD_DEVICE_PYTHON_BUILD_ONLY=1 OUT="$logs/python-build" timeout -k 5 "$t" \
+        bash ci/device-python.sh > "$logs/sharded-build.log" 2>&1 || site_ok=0
+    t=$((t - (SECONDS - sharded_started)))
+    say "sharded optimizer (CPU, 2 ranks x $((cores / 2)) threads):"
+    if [ $site_ok = 1 ] && [ "$t" -ge 30 ]; then
+      # shellcheck disable=SC2086  # a list of arguments
+      (cd examples/python && PYTHONPATH=/tmp/accord-python timeout -k 10 "$t" \
+        mpirun -np 2 --allow-run-as-root --bind-to none python3 bench_sharded.py \
+          --threads $((cores / 2 > 0 ? cores / 2 : 1)) ${ACCORD_GPU_SHARDED_ARGS:---rounds 6}) \
+        > "$logs/bench-sharded.log" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || status=1
+      stopped $rc "sharded optimizer benchmark" "$t"
+      grep -vE '^\s*$|Warning|warn\(' "$logs/bench-sharded.log" | tail -40 | sed 's/^/  /' | tee -a "$summary"
+    else
+      status=1
+      say "  FAILED: accord.torch not built for this python3 ($t s left): $(tail -2 "$logs/sharded-build.log" | tr '\n' ' ')"
+    fi
+  else
+    not_run "sharded optimizer benchmark" "$t"
   fi
   pack
 fi

@@ -72,7 +72,13 @@ def parse_args():
                    help="steps per variant and round (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed steps per variant first (default: %(default)s)")
-    return p.parse_args()
+    p.add_argument("--threads", type=int, default=1,
+                   help="PyTorch's threads per rank (default: %(default)s; on a machine with "
+                        "more cores than ranks, the cores per rank)")
+    args = p.parse_args()
+    if args.threads < 1:
+        p.error(f"--threads {args.threads}: expected at least 1")
+    return args
 
 
 class Transformer(torch.nn.Module):
@@ -183,8 +189,9 @@ def bench(args, name, log):
         return
     n = hvd.size()
     steps = args.warmup + args.rounds * args.steps
-    print(f"{what}: {params / 1e6:.1f} M parameters, AdamW, {n} ranks "
-          f"({args.rounds} rounds x {args.steps} steps)", flush=True)
+    print(f"{what}: {params / 1e6:.1f} M parameters, AdamW, {n} ranks x "
+          f"{torch.get_num_threads()} thread(s) ({args.rounds} rounds x {args.steps} steps), "
+          f"torch {torch.__version__}", flush=True)
     print(f"  {'variant':<11} {'step (ms)':>18} {'of it step() (ms)':>18} "
           f"{'page faults/step':>17} {'state MiB/rank':>15} {'grads MiB/rank':>15} "
           f"{'max |param - replicated|':>25}", flush=True)
@@ -215,7 +222,7 @@ def bench(args, name, log):
 def main():
     args = parse_args()
     hvd.init()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     init_torch_distributed()
     log = hvd.rank() == 0
     for name in args.models.split(","):
