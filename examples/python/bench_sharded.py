@@ -6,14 +6,19 @@ ZeroRedundancyOptimizer (over DistributedDataParallel, gloo), in one run on the 
 
 For each model - torchvision's ResNet-50 and an nn.TransformerEncoder of about 100 M
 parameters (12 layers, width 768, feed-forward 3072, plus a 16k-token embedding) - on a
-fixed synthetic batch with AdamW, four variants train from the same weights, beside a
-fifth that only computes:
+fixed synthetic batch with AdamW, four variants train from the same weights, beside two
+that do not communicate, the floors:
 
   replicated  hvd.DistributedOptimizer (every rank holds the whole optimizer state)
   sharded-1   hvd.ShardedOptimizer(stage=1)
   sharded-2   hvd.ShardedOptimizer(stage=2)
   torch-zero  torch.distributed.optim.ZeroRedundancyOptimizer over DDP (gloo)
   compute     forward and backward alone, no communication and no update: the floor
+  compute+update  forward, backward and AdamW's step of this rank's part of every
+              parameter (the sharded optimizer's cut) from the local gradient, nothing
+              communicated: the floor of any optimizer that shards the update, ZeRO's
+              included (the update is memory-bound work every variant does, on 1/N of the
+              parameters where sharded)
 
 Printed per variant: the step time (mean +- 95% confidence interval; a sample is the
 slowest rank's step) and the part of it spent in ``optimizer.step()`` (where the
@@ -130,7 +135,36 @@ def variants_of(base):
     out["torch-zero"] = (model, ZeroRedundancyOptimizer(
         model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4, weight_decay=0.01))
     out["compute"] = (copy.deepcopy(base), None)
+    model = copy.deepcopy(base)
+    out["compute+update"] = (model, ShardUpdateOnly(model))
     return out
+
+
+class ShardUpdateOnly:
+    """compute+update's optimizer: AdamW on this rank's part of every parameter, cut as
+    ShardedOptimizer cuts it (the first numel % size ranks one element more), stepped from
+    the local gradient; nothing is communicated, so the parameters drift apart."""
+
+    def __init__(self, model):
+        n, r = hvd.size(), hvd.rank()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.cuts = []
+        for p in self.params:
+            base, extra = divmod(p.numel(), n)
+            lo = r * base + min(r, extra)
+            self.cuts.append((lo, lo + base + (r < extra)))
+        self.views = [p.detach().view(-1)[lo:hi] for p, (lo, hi) in zip(self.params, self.cuts)]
+        self.inner = adamw(self.views)
+        self.state = self.inner.state
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        for v, p, (lo, hi) in zip(self.views, self.params, self.cuts):
+            v.grad = p.grad.view(-1)[lo:hi]
+        self.inner.step()
 
 
 def state_bytes(opt):
@@ -184,7 +218,8 @@ def bench(args, name, log):
     held = {v: (state_bytes(o), grad_bytes(m, o)) for v, (m, o) in runs.items()}
     first = dict(runs["replicated"][0].named_parameters())
     gap = {v: max((p.detach() - first[n.replace("module.", "", 1)].detach()).abs().max().item()
-                  for n, p in m.named_parameters()) for v, (m, o) in runs.items() if o}
+                  for n, p in m.named_parameters()) for v, (m, o) in runs.items()
+           if o and not isinstance(o, ShardUpdateOnly)}
     if not log:
         return
     n = hvd.size()
@@ -192,12 +227,12 @@ def bench(args, name, log):
     print(f"{what}: {params / 1e6:.1f} M parameters, AdamW, {n} ranks x "
           f"{torch.get_num_threads()} thread(s) ({args.rounds} rounds x {args.steps} steps), "
           f"torch {torch.__version__}", flush=True)
-    print(f"  {'variant':<11} {'step (ms)':>18} {'of it step() (ms)':>18} "
+    print(f"  {'variant':<14} {'step (ms)':>18} {'of it step() (ms)':>18} "
           f"{'page faults/step':>17} {'state MiB/rank':>15} {'grads MiB/rank':>15} "
           f"{'max |param - replicated|':>25}", flush=True)
     for v in runs:
         flat = [s for r in times[v] for s in r]
-        print(f"  {v:<11} {format_ci(flat, 1e3):>18} {format_ci(update[v], 1e3):>18} "
+        print(f"  {v:<14} {format_ci(flat, 1e3):>18} {format_ci(update[v], 1e3):>18} "
               f"{sorted(faults[v])[len(faults[v]) // 2]:>17} "
               f"{held[v][0] / MIB:>15.1f} {held[v][1] / MIB:>15.1f} "
               f"{format(gap[v], '.2e') if v in gap else '-':>25}", flush=True)
@@ -212,10 +247,14 @@ def bench(args, name, log):
         print(f"  state {v} / (replicated / {n}): {held[v][0] / share:.4f} "
               f"(excess {(held[v][0] - share) / MIB:+.2f} MiB; largest parameter "
               f"{largest / MIB:.2f} MiB)", flush=True)
-    ratios = [mean_ci(a)[0] / mean_ci(o)[0] for a, o in zip(times["compute"], times["torch-zero"])]
-    print(f"  step time compute / torch-zero: {format_ci(ratios, 1.0, 3)} (median step "
-          f"{median(times['compute']) / median(times['torch-zero']):.3f}): the floor, below "
-          "which no variant that also communicates and updates can go", flush=True)
+    for floor, what in (("compute", "no variant that also communicates and updates"),
+                        ("compute+update", "no variant that shards the update and also "
+                                           "communicates")):
+        ratios = [mean_ci(a)[0] / mean_ci(o)[0]
+                  for a, o in zip(times[floor], times["torch-zero"])]
+        print(f"  step time {floor} / torch-zero: {format_ci(ratios, 1.0, 3)} (median step "
+              f"{median(times[floor]) / median(times['torch-zero']):.3f}): a floor, below "
+              f"which {what} can go", flush=True)
     print(f"  (parameters compared after {steps} steps of each variant)", flush=True)
 
 
