@@ -48,8 +48,11 @@ int main(int argc, char** argv) {
     lo.workers = workers;
     lo.prefetch = prefetch;
     lo.train = !eval;
+    lo.epochs = epochs + 1;  // as the trainer: the next epoch's batches made ahead
     Loader loader(*src, lo);
-    std::vector<float> x(static_cast<std::size_t>(lo.batch) * 3 * size * size);
+    // Batches are borrowed, as the trainer takes them: a copy of each on this one
+    // thread would bound what many workers can show.
+    float* x = nullptr;
     std::vector<std::int32_t> y(static_cast<std::size_t>(lo.batch));
     std::int64_t images = 0;
     double seconds = 0;
@@ -58,7 +61,7 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       loader.startEpoch(e);
       std::int64_t n = 0;
-      for (int got; (got = loader.next(x.data(), y.data())) > 0;) n += got;
+      for (int got; (got = loader.borrow(&x, y.data())) > 0;) n += got;
       if (e == 0) continue;
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       images += n;
