@@ -358,6 +358,12 @@ elseif(MODE STREQUAL "device-graphs")
     message(FATAL_ERROR "the profiled run graphed its steps, or printed no profile (with the "
                         "host's time and the convolutions by shape, the first step left out)")
   endif()
+  # The passes over activations with the bandwidth they achieved, against the GPU's.
+  if(NOT LAST_OUT MATCHES "batch norm forward +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+%"
+     OR NOT LAST_OUT MATCHES "GB/s: for the passes over activations")
+    message(FATAL_ERROR "the profile gave batch norm forward no achieved bandwidth (GB/s and "
+                        "share of the GPU's)")
+  endif()
   execute_process(COMMAND ${MPIRUN} -np 1 ${TRAINER} ${args} --batch-size 16 --device cuda
                           --cuda-graphs --gpu-profile
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)

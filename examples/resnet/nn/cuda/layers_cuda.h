@@ -111,9 +111,12 @@ class ProfileScope {
   ~ProfileScope();
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
+  // The least memory traffic of the call (bytes), for the report's achieved bandwidth.
+  void traffic(double bytes) { bytes_ = bytes; }
 
  private:
   int kind_, shape_ = -1;
+  double bytes_ = 0.0;
   cudaEvent_t start_ = nullptr;
   std::chrono::steady_clock::time_point host_start_;
 };

@@ -5,12 +5,17 @@
 // wait for the GPU to the pass it measures. Events are reused. Convolutions are also
 // timed by shape and direction, with the rate their floating-point work ran at: which
 // shapes run far below the GPU's peak, where a step's time goes beyond memory traffic.
+// The passes over activations (batch norm, ReLU, residual adds) are given the least
+// traffic each call must move, each tensor it reads or writes once in the activations'
+// type, and the report shows the bandwidth that achieved against the GPU's: how far
+// such a pass is from the memory-bound best it could do on its own.
 #include "nn/cuda/backend_cuda.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,11 +30,13 @@ struct Kind {
   double ms = 0.0;       // on the GPU
   double host_ms = 0.0;  // in the calls, on the host
   std::int64_t calls = 0;
-  double flop = 0.0;  // per call (shapes only)
+  double flop = 0.0;   // per call (shapes only)
+  double bytes = 0.0;  // least traffic of the calls timed (passes over activations)
 };
 
 struct Pending {
   int kind, shape;  // shape -1: none
+  double bytes;
   cudaEvent_t start, end;
 };
 
@@ -66,6 +73,7 @@ struct Profile {
       ACCORD_NN_CUDA_CHECK("nn::cuda profile: reading an event",
                            cudaEventElapsedTime(&ms, e.start, e.end));
       kinds[e.kind].ms += ms;
+      kinds[e.kind].bytes += e.bytes;
       ++kinds[e.kind].calls;
       if (e.shape >= 0) {
         shapes[e.shape].ms += ms;
@@ -83,16 +91,44 @@ Profile& profile() {
   return *p;
 }
 
-// A call of F timed as kind Name.
-template <const char* Name, auto F>
+// A call of F timed as kind Name; Bytes(args), where given, is its least traffic.
+template <const char* Name, auto F, auto Bytes = nullptr>
 struct Timed;
-template <const char* Name, class R, class... A, R (*F)(A...)>
-struct Timed<Name, F> {
+template <const char* Name, class R, class... A, R (*F)(A...), auto Bytes>
+struct Timed<Name, F, Bytes> {
   static R call(A... a) {
     ProfileScope scope(Name);
+    if constexpr (!std::is_same_v<decltype(Bytes), std::nullptr_t>) scope.traffic(Bytes(a...));
     return F(a...);
   }
 };
+
+// Least traffic: `tensors` activations of n elements each, read or written once.
+double activations(int tensors, size_t n) {
+  return static_cast<double>(tensors) * static_cast<double>(detail::activationBytes(n));
+}
+size_t elements(const BatchNorm2d& bn, int N, int H, int W) {
+  return static_cast<size_t>(N) * bn.C * H * W;
+}
+double bnForwardBytes(BatchNorm2d& bn, const float*, float*, int N, int H, int W, bool) {
+  return activations(2, elements(bn, N, H, W));  // x in, y out
+}
+double bnBackwardBytes(BatchNorm2d& bn, const float*, const float*, float*, int N, int H, int W,
+                       bool) {
+  return activations(3, elements(bn, N, H, W));  // x and dy in, dx out
+}
+double bnAddReluBytes(BatchNorm2d& bn, const float*, BatchNorm2d* shortcut_bn, const float*,
+                      float*, float*, int N, int H, int W) {
+  // a and the shortcut in, y out; the shortcut's batch norm reads it once more for its
+  // statistics where it has one.
+  return activations(shortcut_bn ? 4 : 3, elements(bn, N, H, W));
+}
+double twoTensors(const float*, float*, size_t n) { return activations(2, n); }
+double threeTensors(const float*, const float*, float*, size_t n) { return activations(3, n); }
+double accumulateBytes(float*, const float*, size_t n) { return activations(3, n); }
+double accumulateReluBytes(float*, const float*, const float*, size_t n) {
+  return activations(4, n);
+}
 
 constexpr char kConvForward[] = "conv forward";
 constexpr char kConvBackward[] = "conv backward (data + filter)";
@@ -154,6 +190,19 @@ void convBnForward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* 
   conv_bn_forward(c, bn, x, a, b, N, H, W);
 }
 
+// The current GPU's memory bandwidth (bytes/s) from its memory clock and bus width,
+// both ways per clock; 0 where the runtime does not say.
+double memoryBandwidth() {
+  int device = 0, khz = 0, bits = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0.0;
+  }
+  return 2.0 * khz * 1e3 * bits / 8.0;
+}
+
 }  // namespace
 
 ProfileScope::ProfileScope(const char* kind, const std::string& shape, double flop) : kind_(-1) {
@@ -180,7 +229,7 @@ ProfileScope::~ProfileScope() {
     p.spare.push_back(end);
     return;
   }
-  p.pending.push_back({kind_, shape_, start_, end});
+  p.pending.push_back({kind_, shape_, bytes_, start_, end});
   if (p.pending.size() >= kPendingLimit) {
     try {
       p.fold();
@@ -195,24 +244,24 @@ const LayerOps& profiledLayers() {
   static const L ops{"cuda (profiled)",
                      &convForward,
                      &convBackward,
-                     &Timed<kBnForward, &batchnorm2d_forward>::call,
-                     &Timed<kBnBackward, &batchnorm2d_backward>::call,
-                     &Timed<kReluForward, &relu_forward>::call,
-                     &Timed<kReluBackward, &relu_backward>::call,
+                     &Timed<kBnForward, &batchnorm2d_forward, &bnForwardBytes>::call,
+                     &Timed<kBnBackward, &batchnorm2d_backward, &bnBackwardBytes>::call,
+                     &Timed<kReluForward, &relu_forward, &twoTensors>::call,
+                     &Timed<kReluBackward, &relu_backward, &threeTensors>::call,
                      &Timed<kMaxPoolForward, &maxpool2d_forward>::call,
                      &Timed<kMaxPoolBackward, &maxpool2d_backward>::call,
                      &Timed<kAvgPoolForward, &avgpool_forward>::call,
                      &Timed<kAvgPoolBackward, &avgpool_backward>::call,
                      &Timed<kLinearForward, &linear_forward>::call,
                      &Timed<kLinearBackward, &linear_backward>::call,
-                     &Timed<kAdd, &add_forward>::call,
-                     &Timed<kAccumulate, &accumulate>::call,
-                     &Timed<kAddRelu, &add_relu_forward>::call,
-                     &Timed<kAccumulateRelu, &accumulate_relu_backward>::call,
+                     &Timed<kAdd, &add_forward, &threeTensors>::call,
+                     &Timed<kAccumulate, &accumulate, &accumulateBytes>::call,
+                     &Timed<kAddRelu, &add_relu_forward, &threeTensors>::call,
+                     &Timed<kAccumulateRelu, &accumulate_relu_backward, &accumulateReluBytes>::call,
                      &Timed<kLoss, &softmax_xent>::call,
                      &Timed<kTopK, &topk_correct>::call,
                      &convBnForward,
-                     &Timed<kBnAddRelu, &bn_add_relu_forward>::call};
+                     &Timed<kBnAddRelu, &bn_add_relu_forward, &bnAddReluBytes>::call};
   return ops;
 }
 
@@ -222,7 +271,7 @@ void profileReset() {
   p.fold();
   // Zeroed, not dropped: a scope under way holds its kind's and shape's places.
   for (auto* list : {&p.kinds, &p.shapes})
-    for (Kind& k : *list) k.ms = k.host_ms = 0.0, k.calls = 0;
+    for (Kind& k : *list) k.ms = k.host_ms = k.bytes = 0.0, k.calls = 0;
 }
 
 std::string profileReport(int steps) {
@@ -237,19 +286,29 @@ std::string profileReport(int steps) {
   std::vector<Kind> sorted = p.kinds;
   std::sort(sorted.begin(), sorted.end(), [](const Kind& a, const Kind& b) { return a.ms > b.ms; });
   const double per = steps > 0 ? 1.0 / steps : 1.0;
-  char line[160];
+  char line[400];
   std::snprintf(line, sizeof line,
                 "GPU time by kind (ms%s, share of the timed total; evaluation passes "
-                "included), and the host's time in those calls, queueing the work\n",
+                "included), and the host's time in those calls, queueing the work;\n"
+                "GB/s: for the passes over activations, their least traffic (each tensor "
+                "read or written once) per GPU second, against the GPU's memory bandwidth\n",
                 steps > 0 ? " per training step" : "");
   std::string out = line;
-  std::snprintf(line, sizeof line, "  %-36s %10s  %6s  %10s  %8s\n", "kind", "GPU ms", "share",
-                "host ms", "calls");
+  const double peak = memoryBandwidth();  // bytes/s; 0 where unknown
+  std::snprintf(line, sizeof line, "  %-36s %10s  %6s  %10s  %8s  %8s  %8s\n", "kind", "GPU ms",
+                "share", "host ms", "calls", "GB/s", "of peak");
   out += line;
   for (const Kind& k : sorted) {
-    std::snprintf(line, sizeof line, "  %-36s %10.3f  %5.1f%%  %10.3f  %8lld\n", k.name.c_str(),
-                  k.ms * per, total > 0 ? 100.0 * k.ms / total : 0.0, k.host_ms * per,
-                  static_cast<long long>(k.calls));
+    // The achieved bandwidth of the passes over activations, at their least traffic.
+    char rate[24] = "-", share[24] = "-";
+    if (k.bytes > 0 && k.ms > 0) {
+      const double bytes_per_s = k.bytes / (k.ms * 1e-3);
+      std::snprintf(rate, sizeof rate, "%.0f", bytes_per_s / 1e9);
+      if (peak > 0) std::snprintf(share, sizeof share, "%.0f%%", 100.0 * bytes_per_s / peak);
+    }
+    std::snprintf(line, sizeof line, "  %-36s %10.3f  %5.1f%%  %10.3f  %8lld  %8s  %8s\n",
+                  k.name.c_str(), k.ms * per, total > 0 ? 100.0 * k.ms / total : 0.0,
+                  k.host_ms * per, static_cast<long long>(k.calls), rate, share);
     out += line;
   }
   std::snprintf(line, sizeof line, "  %-36s %10.3f  %6s  %10.3f\n", "timed total", total * per, "",
