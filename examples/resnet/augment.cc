@@ -98,40 +98,40 @@ void cropResize(const RgbImage& img, int full_w, int full_h, const CropBox& box,
     scale[c] = 1.0f / (255.0f * norm.std[c]);
     shift[c] = -norm.mean[c] / norm.std[c];
   }
-  // Separably: each source row an output row blends is interpolated along x once, into
-  // one float row per channel, and kept while the next output rows blend it too (they
-  // share most of their source rows); the blend along y then runs over whole rows. The
-  // same arithmetic as blending each output pixel's four taps in turn, in fewer steps.
+  // Separably, along y first: for each output row the two source rows it blends are
+  // blended over the columns the x taps read (contiguous bytes, in a loop the compiler
+  // vectorises), then each output pixel interpolates that blended row along x, its
+  // three channels at once. Along x first would interpolate every source row a blend
+  // uses (1 to 2 per output row, as crops are mostly larger than the output), pixel by
+  // pixel; this way only the output's pixels are. The same bilinear value, rounded in
+  // another order.
+  // The columns the taps read; the blended row holds one pixel more on the right, so
+  // that each output pixel reads its two taps as six neighbouring floats: where a tap
+  // is clamped at the right edge its weight is exactly 0, and the extra pixel (a copy
+  // of the last) counts for nothing.
+  const int first = *std::min_element(tx.i0.begin(), tx.i0.end());
+  const int last = *std::max_element(tx.i1.begin(), tx.i1.end());
+  const int span = (last - first + 1) * 3;
+  std::vector<int> at(S);  // each output pixel's first tap in the blended row
+  for (int x = 0; x < S; ++x) at[x] = (tx.i0[x] - first) * 3;
   const std::size_t plane = static_cast<std::size_t>(S) * S;
   const std::size_t stride = static_cast<std::size_t>(img.width) * 3;
-  std::vector<float> along_x(static_cast<std::size_t>(2) * 3 * S);
-  int held[2] = {-1, -1};  // the source row in each half of along_x
-  // The source row `row` interpolated along x, computing it into the half not holding
-  // `keep` unless a half already holds it.
-  const auto rowAlongX = [&](int row, int keep) -> const float* {
-    for (int h = 0; h < 2; ++h)
-      if (held[h] == row) return along_x.data() + static_cast<std::size_t>(h) * 3 * S;
-    const int h = held[0] == keep ? 1 : 0;
-    held[h] = row;
-    float* dst = along_x.data() + static_cast<std::size_t>(h) * 3 * S;
-    const std::uint8_t* src = img.pixels.data() + row * stride;
-    for (int x = 0; x < S; ++x) {
-      const int a = tx.i0[x] * 3, b = tx.i1[x] * 3;
-      const float wx = tx.w1[x];
-      for (int c = 0; c < 3; ++c) dst[c * S + x] = src[a + c] + wx * (src[b + c] - src[a + c]);
-    }
-    return dst;
-  };
+  std::vector<float> blended(static_cast<std::size_t>(span) + 3);
+  float* row = blended.data();
+  float* o[3] = {out, out + plane, out + 2 * plane};
   for (int y = 0; y < S; ++y) {
-    const float* top = rowAlongX(ty.i0[y], -1);
-    const float* bottom = rowAlongX(ty.i1[y], ty.i0[y]);
+    const std::uint8_t* top = img.pixels.data() + ty.i0[y] * stride + first * 3;
+    const std::uint8_t* bottom = img.pixels.data() + ty.i1[y] * stride + first * 3;
     const float wy = ty.w1[y];
-    for (int c = 0; c < 3; ++c) {
-      const float* t = top + c * S;
-      const float* b = bottom + c * S;
-      float* o = out + c * plane + static_cast<std::size_t>(y) * S;
-      const float k = scale[c], m = shift[c];
-      for (int x = 0; x < S; ++x) o[x] = (t[x] + wy * (b[x] - t[x])) * k + m;
+    for (int i = 0; i < span; ++i) {
+      const float t = top[i];
+      row[i] = t + wy * (static_cast<float>(bottom[i]) - t);
+    }
+    for (int c = 0; c < 3; ++c) row[span + c] = row[span - 3 + c];
+    for (int x = 0; x < S; ++x) {
+      const float* p = row + at[x];
+      const float wx = tx.w1[x];
+      for (int c = 0; c < 3; ++c) *o[c]++ = (p[c] + wx * (p[3 + c] - p[c])) * scale[c] + shift[c];
     }
   }
 }

@@ -131,10 +131,17 @@ RgbImage decodeJpeg(const std::uint8_t* data, std::size_t size,
   img.pixels.resize(static_cast<std::size_t>(img.width) * img.height * 3);
   if (cmyk) cmyk_row.resize(static_cast<std::size_t>(img.width) * 4);
   const std::size_t stride = static_cast<std::size_t>(img.width) * 3;
+  // Several rows a call where they go straight into the image: one at a time, libjpeg
+  // upsamples 2-row chroma into a spare row and copies each row out of it.
+  constexpr int kRowsPerCall = 16;
+  JSAMPROW rows[kRowsPerCall];
   while (static_cast<int>(cinfo.output_scanline) < y_end) {
-    std::uint8_t* dst = img.pixels.data() + (cinfo.output_scanline - img.y0) * stride;
-    JSAMPROW row = cmyk ? cmyk_row.data() : dst;
-    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) ERREXIT(&cinfo, JERR_INPUT_EOF);
+    const int at = static_cast<int>(cinfo.output_scanline);
+    std::uint8_t* dst = img.pixels.data() + (at - img.y0) * stride;
+    const int n = cmyk ? 1 : std::min(kRowsPerCall, y_end - at);
+    for (int i = 0; i < n; ++i) rows[i] = cmyk ? cmyk_row.data() : dst + i * stride;
+    const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, static_cast<JDIMENSION>(n));
+    if (got == 0) ERREXIT(&cinfo, JERR_INPUT_EOF);
     if (cmyk) cmykToRgb(cmyk_row.data(), dst, img.width, cinfo.saw_Adobe_marker);
   }
   // Rows below the region are not needed: stop without decoding them.
