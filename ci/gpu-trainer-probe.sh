@@ -8,7 +8,8 @@
 #               on this GPU at ResNet-50's shapes, and their times against today's passes;
 #   3. trainer: accord-resnet ResNet-50 bf16 at batch 256, 20 timed steps (after an epoch
 #               of 20 that warms up), graphed and layer by layer (the latter with
-#               --gpu-profile), each without and with --fuse-residual;
+#               --gpu-profile), each without and with --fuse-residual, and graphed with
+#               the stem's input padded to 4 channels (--pad-input 4), without and with;
 #   4. data:    the same graphed run on JPEGs (5120 photos of 256-500 px from
 #               accord-make-jpegs, packed by accord-pack) decoded by this machine's CPU
 #               cores, with ACCORD_PROBE_WORKERS data workers (default: the cores less
@@ -192,6 +193,9 @@ if wants trainer; then
   say "trainer (ResNet-50, bf16, batch 256, img/s of the second epoch of 20 steps$([ "${ACCORD_PROBE_SEARCH:-0}" = 1 ] && echo ', --cudnn-search')):"
   run_trainer graphs --cuda-graphs; pack
   run_trainer graphs+fused --cuda-graphs --fuse-residual; pack
+  # The stem's input padded to 4 channels (--pad-input 4), alone and with the block ends.
+  ACCORD_VERSUS=graphs run_trainer graphs+pad4 --cuda-graphs --pad-input 4; pack
+  ACCORD_VERSUS=graphs+fused run_trainer graphs+fused+pad4 --cuda-graphs --fuse-residual --pad-input 4; pack
   run_trainer layers --no-cuda-graphs --gpu-profile; pack
   run_trainer layers+fused --no-cuda-graphs --gpu-profile --fuse-residual; pack
   for name in layers layers+fused; do

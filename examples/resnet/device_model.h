@@ -52,6 +52,9 @@ struct DeviceModel {
   std::function<void(std::size_t)> recorded;
   // graphSegments: bytes of gradients after which a capture ends a graph; 0: one graph.
   std::size_t graph_segment_bytes = 0;
+  // padInput: the channels each batch is given on the device, zeros after the real
+  // ones (the stem's x_channels); 0: as the data has them.
+  int input_channels = 0;
   std::shared_ptr<StepState> step;  // deviceTrainStep's, made on its first call
   // For the tests: the next capture makes a call no capture allows (it waits for the
   // stream), as a layer that cannot be captured would, and fails.

@@ -89,6 +89,12 @@ void fuseConvBatchNorm(Model& m, bool on);
 // in one pass in training (Model::fuse_residual, nn::cuda::bn_add_relu_forward):
 // --fuse-residual. Needs useDevice(m, "cuda") first.
 void fuseResidual(Model& m, bool on);
+// Each batch goes to the GPU with `channels` channels, zeros after the images' own, and
+// the first convolution reads them so (nn::Conv2d::x_channels): cuDNN has tensor-core
+// kernels for 4 channels, not for RGB's 3. 16-bit activations only; from the images'
+// channels to twice as many (what the device's input buffer holds); 0 or the images'
+// channels: none. --pad-input. Needs useDevice(m, "cuda") first.
+void padInput(Model& m, int channels);
 // A graphed training step (deviceTrainStep) is captured as several graphs, one ending
 // after each `bytes` of gradients backward handed on, and each one's gradients go to
 // the sink right after its launch, so that their allreduces overlap the graphs after

@@ -156,10 +156,11 @@ void stageInputs(Model& m, int N) {
     if (static_cast<int>(dm.batch_slots.size()) != N)
       throw Error("deviceForward: a batch of " + std::to_string(N) + " after " +
                   std::to_string(dm.batch_slots.size()) + " indices (deviceInputFromPool)");
-    nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S);
+    nn::cuda::gather_input_async(d.input, dm.pool, dm.batch_slots.data(), N, C, S, S,
+                                 dm.input_channels);
     dm.batch_from_pool = false;
-  } else if (!dm.ahead || !dm.ahead->intoInput(m.input, N, d.input, C, S, S)) {
-    nn::cuda::upload_input_async(d.input, m.input, N, C, S, S);
+  } else if (!dm.ahead || !dm.ahead->intoInput(m.input, N, d.input, C, S, S, dm.input_channels)) {
+    nn::cuda::upload_input_async(d.input, m.input, N, C, S, S, dm.input_channels);
   }
 }
 
@@ -209,6 +210,26 @@ void fuseConvBatchNorm(Model& m, bool on) {
 void fuseResidual(Model& m, bool on) {
   if (!m.device) throw Error("fuseResidual: the model is not on a GPU (useDevice)");
   m.device->mirror.fuse_residual = on;
+}
+
+void padInput(Model& m, int channels) {
+  if (!m.device) throw Error("padInput: the model is not on a GPU (useDevice)");
+  const int C = m.cfg.in_channels;
+  if (channels == 0 || channels == C) {
+    m.device->input_channels = 0;
+    m.device->mirror.stem.conv.x_channels = 0;
+    return;
+  }
+  if (nn::cuda::math() != nn::cuda::Math::Bf16 && nn::cuda::math() != nn::cuda::Math::Fp16)
+    throw InvalidArgument("--pad-input needs --precision bf16 or fp16 (the padded input is "
+                          "16-bit channels-last data)");
+  // The device's input buffer holds C float32 values a pixel: 2 C 16-bit ones at most.
+  if (channels < C || channels > 2 * C)
+    throw InvalidArgument("--pad-input " + std::to_string(channels) + ": expected 0 or from " +
+                          std::to_string(C) + " (the images' channels) to " +
+                          std::to_string(2 * C));
+  m.device->input_channels = channels;
+  m.device->mirror.stem.conv.x_channels = channels;
 }
 
 void graphSegments(Model& m, std::size_t bytes) {

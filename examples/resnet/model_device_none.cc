@@ -53,6 +53,7 @@ void fuseConvBatchNorm(Model&, bool) {
   throw Error("fuseConvBatchNorm: no GPU layers in this build");
 }
 void fuseResidual(Model&, bool) { throw Error("fuseResidual: no GPU layers in this build"); }
+void padInput(Model&, int) { throw Error("padInput: no GPU layers in this build"); }
 void graphSegments(Model&, std::size_t) {
   throw Error("graphSegments: no GPU layers in this build");
 }

@@ -268,6 +268,13 @@ void addRunOptions(CLI::App& app, TrainOptions& o) {
                "--device cuda, --precision bf16 or fp16: end each residual block in training "
                "with one pass (its last batch norm, the shortcut's batch norm, the add and the "
                "ReLU) instead of three, the batch norms' statistics summed in a fixed order");
+  app.add_option("--pad-input", o.pad_input,
+                 "--device cuda, --precision bf16 or fp16: give the first convolution the "
+                 "images with their channels padded with zeros to N on the GPU (4 for RGB: "
+                 "cuDNN has tensor-core kernels for 4 channels, not 3); at most twice the "
+                 "images' channels; 0: as they are")
+      ->check(integerIn(0, 8))
+      ->capture_default_str();
   app.add_flag("--synthetic-on-host", o.synthetic_on_host,
                "--dataset synthetic --device cuda: upload each batch from the host loader, as "
                "real data travels, instead of building it on the GPU from the synthetic image "

@@ -86,6 +86,7 @@ struct TrainOptions {
   bool cuda_graph_segment_given = false;
   bool cudnn_fusion = false;  // --cudnn-fusion: conv + BN statistics fused where it pays
   bool fuse_residual = false;  // --fuse-residual: BN + residual add + ReLU in one pass
+  int pad_input = 0;           // --pad-input: the images' channels padded to this on the GPU
   int threads = 0;  // per rank; 0: the cores divided among the ranks on this host
   bool eval = true;
   std::string checkpoint;  // path; empty: no checkpoints

@@ -175,6 +175,7 @@ void Trainer::buildModel() {
                                  {opt_.cuda_graphs == "off", "--no-cuda-graphs"},
                                  {opt_.cudnn_fusion, "--cudnn-fusion"},
                                  {opt_.fuse_residual, "--fuse-residual"},
+                                 {opt_.pad_input != 0, "--pad-input"},
                                  {opt_.cuda_graph_segment_given, "--cuda-graph-segment"}})
     if (on && !model_.device) throw InvalidArgument(std::string(flag) + " needs --device cuda");
   if (opt_.cuda_graphs == "on" && opt_.gpu_profile)
@@ -208,6 +209,7 @@ void Trainer::buildModel() {
         "16-bit channels-last data), not " +
         opt_.precision);
   if (opt_.fuse_residual) fuseResidual(model_, true);
+  if (opt_.pad_input != 0) padInput(model_, opt_.pad_input);
   if (opt_.synthetic_on_host && !(model_.device && opt_.dataset == "synthetic"))
     throw InvalidArgument("--synthetic-on-host needs --dataset synthetic and --device cuda");
   if (const auto pool = syntheticPool(*train_src_);

@@ -35,9 +35,10 @@ class UploadAhead {
   void beforeFill(const float* x);
   void filled(const float* x, int n);
   // When `x` is a buffer whose batch of n images went ahead: queues, on the layers'
-  // stream, the wait for that copy and the batch into `input` (input_from_device_async);
-  // false otherwise (the caller uploads as usual).
-  bool intoInput(const float* x, int n, float* input, int C, int H, int W);
+  // stream, the wait for that copy and the batch into `input` (input_from_device_async,
+  // with C_pad channels there where more than C); false otherwise (the caller uploads as
+  // usual).
+  bool intoInput(const float* x, int n, float* input, int C, int H, int W, int C_pad = 0);
   // Waits for every copy queued (before the host buffers stop being page-locked).
   void drain();
 

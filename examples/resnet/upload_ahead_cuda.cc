@@ -76,13 +76,13 @@ void UploadAhead::filled(const float* x, int n) {
   t.n = n;
 }
 
-bool UploadAhead::intoInput(const float* x, int n, float* input, int C, int H, int W) {
+bool UploadAhead::intoInput(const float* x, int n, float* input, int C, int H, int W, int C_pad) {
   auto it = twins_.find(x);
   if (it == twins_.end() || it->second.n != n) return false;
   Twin& t = it->second;
   cudaStream_t layers = nn::cuda::stream();
   check(cudaStreamWaitEvent(layers, t.uploaded, 0), "taking a batch uploaded ahead");
-  nn::cuda::input_from_device_async(input, t.device, n, C, H, W);
+  nn::cuda::input_from_device_async(input, t.device, n, C, H, W, C_pad);
   check(cudaEventRecord(t.consumed, layers), "taking a batch uploaded ahead");
   t.n = -1;
   return true;

@@ -49,6 +49,8 @@ TEST_CASE("numeric flags out of range are refused naming flag, value and range",
       {"--train-limit -1", "--train-limit: -1 is not an integer in [0, inf)"},
       {"--synthetic-size 0", "--synthetic-size: 0 is not an integer in [1, 100000000]"},
       {"--checkpoint-every -1", "--checkpoint-every: -1 is not an integer in [0, inf)"},
+      {"--pad-input 9", "--pad-input: 9 is not an integer in [0, 8]"},
+      {"--pad-input -1", "--pad-input: -1 is not an integer in [0, 8]"},
       {"--lr nan", "--lr: nan is not a finite number in [0, inf)"},
       {"--lr inf", "--lr: inf is not a finite number in [0, inf)"},
       {"--lr -0.1", "--lr: -0.1 is not a finite number in [0, inf)"},
@@ -184,6 +186,14 @@ TEST_CASE("the convolution and batch-norm fusion: off by default, on with its fl
   REQUIRE(parseError("--cudnn-fusion", &o).empty());
   CHECK(o.cudnn_fusion);
   CHECK(o.cuda_graphs == "auto");
+}
+
+TEST_CASE("the input's padding: none by default, the channels given") {
+  TrainOptions o;
+  REQUIRE(parseError("", &o).empty());
+  CHECK(o.pad_input == 0);
+  REQUIRE(parseError("--pad-input 4", &o).empty());
+  CHECK(o.pad_input == 4);
 }
 
 TEST_CASE("the residual fusion: off by default, on with its flag") {

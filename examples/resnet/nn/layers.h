@@ -79,6 +79,11 @@ struct Arena {
 struct Conv2d {
   int C_in = 0, C_out = 0, K = 1, stride = 1, pad = 0;
   bool bias = false;
+  // The GPU's 16-bit NHWC layers only: x holds this many channels, C_in of them real and
+  // the rest zeros (the stem's 3 padded to 4, where tensor cores have kernels); the
+  // filter is padded to match inside the layer and dw keeps only the real channels.
+  // 0: x holds C_in. Every other backend ignores it.
+  int x_channels = 0;
   float* w = nullptr;   // (C_out, C_in, K, K)
   float* b = nullptr;   // (C_out), nullptr without bias
   float* dw = nullptr;  // (C_out, C_in, K, K)

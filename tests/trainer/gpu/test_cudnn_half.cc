@@ -101,6 +101,55 @@ TEST_CASE("16-bit: convolutions match the CPU on 16-bit values", "[half]") {
   }
 }
 
+TEST_CASE("16-bit: the stem's input padded with zero channels gives the unpadded results",
+          "[half]") {
+  // --pad-input: the input uploaded with 4 channels (the 4th zeros) and the convolution
+  // told so (x_channels) against the CPU on the 3 real ones: y, and dw of the real
+  // channels only. No data gradient is asked of a padded input, and fp32 refuses it.
+  for (Math math : kHalfMaths) {
+    INFO(nameOf(math));
+    HalfMode mode(math);
+    std::mt19937_64 rng(23);
+    const int N = 2, C = 3, H = 33, W = 33, Cp = 4;
+    nn::Conv2d c;
+    c.C_in = C, c.C_out = 16, c.K = 7, c.stride = 2, c.pad = 3;
+    const int Ho = c.out_h(H), Wo = c.out_w(W);
+    const size_t nx = size_t(N) * C * H * W, ny = size_t(N) * c.C_out * Ho * Wo;
+    const size_t nw = size_t(c.C_out) * C * c.K * c.K;
+    auto x = rounded(randomVector(nx, rng), math);
+    auto w = rounded(randomVector(nw, rng, -0.3f, 0.3f), math);
+    auto dy = rounded(randomVector(ny, rng), math);
+    std::vector<float> y(ny), dw(nw);
+    nn::Conv2d cpu = c;
+    cpu.w = w.data(), cpu.dw = dw.data();
+    nn::conv2d_forward(cpu, x.data(), y.data(), N, H, W);
+    nn::conv2d_backward(cpu, x.data(), dy.data(), nullptr, N, H, W);
+
+    Device gx(nx, 1e3f);  // 4 16-bit values a pixel fit in 3 floats' room
+    nn::cuda::upload_input_async(gx.get(), x.data(), N, C, H, W, Cp);
+    Activations gy(1e3f, N, c.C_out, Ho, Wo), gdy(dy, N, c.C_out, Ho, Wo);
+    Device gw(w), gdw(nw, 1e3f);
+    nn::Conv2d gpu = c;
+    gpu.x_channels = Cp;
+    gpu.w = gw.get(), gpu.dw = gdw.get();
+    nn::cuda::conv2d_forward(gpu, gx.get(), gy.get(), N, H, W);
+    nn::cuda::conv2d_backward(gpu, gx.get(), gdy.get(), nullptr, N, H, W);
+    checkClose(gy.host(), y, 1e-2, "y (16-bit, padded input)");
+    checkClose(gdw.host(), dw, 2e-2, "dw (the real channels of a padded filter's gradient)");
+    Device gdx(nx, 0.0f);
+    CHECK_THROWS_AS(nn::cuda::conv2d_backward(gpu, gx.get(), gdy.get(), gdx.get(), N, H, W),
+                    InvalidArgument);
+  }
+  nn::Conv2d c;
+  c.C_in = 3, c.C_out = 8, c.K = 3, c.stride = 1, c.pad = 1, c.x_channels = 4;
+  Device w(size_t(8) * 3 * 9, 0.1f), x(size_t(4) * 8 * 8, 0.0f), y(size_t(8) * 8 * 8, 0.0f);
+  c.w = w.get();
+  CHECK_THROWS_AS(nn::cuda::conv2d_forward(c, x.get(), y.get(), 1, 8, 8), InvalidArgument);
+  const std::vector<float> host(size_t(3) * 8 * 8, 1.0f);
+  CHECK_THROWS_AS(nn::cuda::upload_input_async(x.get(), host.data(), 1, 3, 8, 8, 4),
+                  InvalidArgument);
+}
+
 TEST_CASE("16-bit: batch norm, pools, relu and add match the CPU on 16-bit values", "[half]") {
   for (Math math : kHalfMaths) {
     INFO(nameOf(math));

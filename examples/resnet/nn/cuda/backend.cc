@@ -99,7 +99,7 @@ const void* halfWeights(const float* w, size_t n, const std::string& what,
   auto& slot = backend().plans[halfWeightsKey(w, n)];
   if (!slot) slot = deviceBuffer(n * 2, what);
   if (filter)
-    launchToHalfNhwc(w, slot.get(), filter->K, filter->C, filter->RS);
+    launchToHalfNhwc(w, slot.get(), filter->K, filter->C, filter->RS, nullptr, filter->Cp);
   else
     launchToHalf(w, slot.get(), n);
   checkLaunch(what);
@@ -213,24 +213,37 @@ bool all_finite(const float* x, size_t n) {
   return host == 0;
 }
 
-void upload_input_async(float* device, const float* host, int N, int C, int H, int W) {
+namespace {
+// The input's channels on the device: C, or with 16-bit activations C_pad where more.
+int checkedPad(int C, int C_pad, const std::string& what) {
+  if (C_pad <= C) return C;
+  if (!halfActivations())
+    throw InvalidArgument(what + ": input channels padded to " + std::to_string(C_pad) +
+                          " need 16-bit activations (bf16 or fp16)");
+  return C_pad;
+}
+}  // namespace
+
+void upload_input_async(float* device, const float* host, int N, int C, int H, int W, int C_pad) {
   const size_t n = size_t(N) * C * H * W;
+  const std::string what = key("nn::cuda::upload_input_async (N C H W pad)", N, C, H, W, C_pad);
+  C_pad = checkedPad(C, C_pad, what);
   if (!halfActivations()) return copy_to_device_async(device, host, n);
   if (n == 0) return;
-  const std::string what = key("nn::cuda::upload_input_async (N C H W)", N, C, H, W);
   // The stream orders the next upload's copy after this one's conversion.
   auto* staging = static_cast<float*>(scratch(kSlotInput, n * sizeof(float)));
   ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(staging, host, n * sizeof(float),
                                              cudaMemcpyHostToDevice, backend().stream));
-  launchToHalfNhwc(staging, device, N, C, size_t(H) * W);
+  launchToHalfNhwc(staging, device, N, C, size_t(H) * W, nullptr, C_pad);
   checkLaunch(what);
 }
 
 void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
-                        int W) {
+                        int W, int C_pad) {
   const size_t per = size_t(C) * H * W;
+  const std::string what = key("nn::cuda::gather_input_async (N C H W pad)", N, C, H, W, C_pad);
+  C_pad = checkedPad(C, C_pad, what);
   if (N <= 0 || per == 0) return;
-  const std::string what = key("nn::cuda::gather_input_async (N C H W)", N, C, H, W);
   if (halfActivations()) {
     // One pass that reads each image where it lies in the pool and writes it converted
     // and channels last, rather than a copy per image and a conversion after them. The
@@ -238,7 +251,7 @@ void gather_input_async(float* device, const float* pool, const int32_t* slots, 
     auto* on_device = static_cast<int32_t*>(scratch(kSlotInputSlots, N * sizeof(int32_t)));
     ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(on_device, slots, N * sizeof(int32_t),
                                                cudaMemcpyHostToDevice, backend().stream));
-    launchToHalfNhwc(pool, device, N, C, size_t(H) * W, on_device);
+    launchToHalfNhwc(pool, device, N, C, size_t(H) * W, on_device, C_pad);
     checkLaunch(what);
     return;
   }
@@ -253,16 +266,19 @@ void gather_input_async(float* device, const float* pool, const int32_t* slots, 
   }
 }
 
-void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W) {
+void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W,
+                             int C_pad) {
   const size_t n = size_t(N) * C * H * W;
+  const std::string what =
+      key("nn::cuda::input_from_device_async (N C H W pad)", N, C, H, W, C_pad);
+  C_pad = checkedPad(C, C_pad, what);
   if (n == 0) return;
-  const std::string what = key("nn::cuda::input_from_device_async (N C H W)", N, C, H, W);
   if (!halfActivations()) {
     ACCORD_NN_CUDA_CHECK(what, cudaMemcpyAsync(device, staged, n * sizeof(float),
                                                cudaMemcpyDeviceToDevice, backend().stream));
     return;
   }
-  launchToHalfNhwc(staged, device, N, C, size_t(H) * W);
+  launchToHalfNhwc(staged, device, N, C, size_t(H) * W, nullptr, C_pad);
   checkLaunch(what);
 }
 

@@ -95,6 +95,7 @@ inline cudaDataType_t halfType() { return backend().math == Math::Fp16 ? CUDA_R_
 struct FilterShape {
   int K, C;
   size_t RS;
+  int Cp = 0;  // > C: copied with Cp channels, the last Cp - C zeros (Conv2d::x_channels)
 };
 const void* halfWeights(const float* w, size_t n, const std::string& what,
                         const FilterShape* filter = nullptr);
@@ -156,9 +157,11 @@ void launchFromHalf(const void* x, float* y, size_t n);
 // (N, C, HW) float32 to (N, HW, C) 16-bit, and back: activations (NCHW <-> NHWC) and
 // conv filters ((K, C, R, S) <-> (K, R, S, C): N = K, HW = R S). With `slots` (device
 // memory, N of them), image n of y is image slots[n] of x: a batch gathered from a pool.
+// With Cp > C the 16-bit side has Cp channels, the last Cp - C zeros (written as zeros,
+// left out when read back): the stem's input and filter padded for tensor cores.
 void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW,
-                      const int32_t* slots = nullptr);
-void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW);
+                      const int32_t* slots = nullptr, int Cp = 0);
+void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW, int Cp = 0);
 
 void launchRelu(const float* x, float* y, size_t n);
 void launchReluBackward(const float* y, const float* dy, float* dx, size_t n);

@@ -14,7 +14,10 @@
 // Math::Bf16 / Fp16: x, y and their gradients are 16-bit NHWC tensors, the filter a
 // 16-bit (K, R, S, C) copy of the float32 (K, C, R, S) weights made by forward
 // (halfWeights), the arithmetic float32 on tensor cores; the filter gradient comes out
-// in 16 bits (K, R, S, C) and is widened and reordered into the float32 dw.
+// in 16 bits (K, R, S, C) and is widened and reordered into the float32 dw. A layer whose
+// x_channels exceed C_in (the stem's 3 channels padded with zeros to 4) is planned with
+// that many channels, its filter copy padded with zeros to match, and only the real
+// channels of the filter gradient are kept; it has no data gradient (the stem needs none).
 #include "nn/cuda/backend_cuda.h"
 
 #include <vector>
@@ -84,19 +87,23 @@ bool measured(cudnnStatus_t status, const std::vector<Perf>& perf, int count) {
   return false;
 }
 
+// The channels x holds: C_in, or the padded count (x_channels).
+int xChannels(const Conv2d& c) { return c.x_channels > c.C_in ? c.x_channels : c.C_in; }
+
 void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::string& what) {
   cudnnHandle_t h = backend().cudnn;
   int Ho = c.out_h(H), Wo = c.out_w(W);
+  const int C = xChannels(c);
   const cudnnDataType_t data = activationType();
   const cudnnTensorFormat_t layout = halfActivations() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.x));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateTensorDescriptor(&p.y));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateFilterDescriptor(&p.w));
   ACCORD_NN_CUDA_CHECK(what, cudnnCreateConvolutionDescriptor(&p.conv));
-  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.x, layout, data, N, c.C_in, H, W));
+  ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.x, layout, data, N, C, H, W));
   ACCORD_NN_CUDA_CHECK(what, cudnnSetTensor4dDescriptor(p.y, layout, data, N, c.C_out, Ho, Wo));
   ACCORD_NN_CUDA_CHECK(what,
-                       cudnnSetFilter4dDescriptor(p.w, data, layout, c.C_out, c.C_in, c.K, c.K));
+                       cudnnSetFilter4dDescriptor(p.w, data, layout, c.C_out, C, c.K, c.K));
   // Cross-correlation, like every framework's "convolution" (and oneDNN's).
   ACCORD_NN_CUDA_CHECK(
       what, cudnnSetConvolution2dDescriptor(p.conv, c.pad, c.pad, c.stride, c.stride, 1, 1,
@@ -153,8 +160,9 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
 }
 
 std::string describe(const char* fn, const Conv2d& c, int N, int H, int W) {
-  return key(fn, "(N C_in H W)", N, c.C_in, H, W, "C_out", c.C_out, "K", c.K, "stride", c.stride,
-             "pad", c.pad, "bias", c.bias);
+  std::string s = key(fn, "(N C_in H W)", N, c.C_in, H, W, "C_out", c.C_out, "K", c.K, "stride",
+                      c.stride, "pad", c.pad, "bias", c.bias);
+  return c.x_channels > c.C_in ? s + key("", "x_channels", c.x_channels) : s;
 }
 
 ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what) {
@@ -165,9 +173,14 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
   // cuDNN would add a 16-bit bias to a 16-bit output; ResNet's convolutions have none.
   if (c.bias && halfActivations())
     throw InvalidArgument(what + ": a bias is not supported with 16-bit activations");
+  if (c.x_channels > c.C_in && !halfActivations())
+    throw InvalidArgument(what + ": x_channels (a padded input) needs 16-bit activations");
+  if (c.x_channels != 0 && c.x_channels < c.C_in)
+    throw InvalidArgument(what + ": x_channels below C_in");
   auto& slot =
-      backend().plans[key("conv2d", N, c.C_in, H, W, c.C_out, c.K, c.stride, c.pad, c.bias,
-                          int(backend().math), backend().conv_search, backend().deterministic)];
+      backend().plans[key("conv2d", N, c.C_in, xChannels(c), H, W, c.C_out, c.K, c.stride, c.pad,
+                          c.bias, int(backend().math), backend().conv_search,
+                          backend().deterministic)];
   if (!slot) {
     auto plan = std::make_shared<ConvPlan>();
     makePlan(*plan, c, N, H, W, what);  // a failure leaves no half-made plan behind
@@ -176,17 +189,18 @@ ConvPlan& planFor(const Conv2d& c, int N, int H, int W, const std::string& what)
   return *static_cast<ConvPlan*>(slot.get());
 }
 
-size_t weightCount(const Conv2d& c) { return size_t(c.C_out) * c.C_in * c.K * c.K; }
+// The filter's values as cuDNN reads it: with a padded input, its padded channels too.
+size_t filterCount(const Conv2d& c) { return size_t(c.C_out) * xChannels(c) * c.K * c.K; }
 
 // The filter cuDNN reads: the weights, or with 16-bit activations their copy (made by forward
 // when `refresh`, reused by backward).
 const void* filter(const Conv2d& c, bool refresh, const std::string& what) {
   if (!halfActivations()) return c.w;
   if (refresh) {
-    const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K};
-    return halfWeights(c.w, weightCount(c), what, &shape);
+    const FilterShape shape{c.C_out, c.C_in, size_t(c.K) * c.K, xChannels(c)};
+    return halfWeights(c.w, filterCount(c), what, &shape);
   }
-  return lastHalfWeights(c.w, weightCount(c), what);
+  return lastHalfWeights(c.w, filterCount(c), what);
 }
 
 }  // namespace
@@ -206,18 +220,20 @@ void conv2d_forward(Conv2d& c, const float* x, float* y, int N, int H, int W) {
 void conv2d_backward(Conv2d& c, const float* x, const float* dy, float* dx, int N, int H, int W) {
   const std::string what = describe("conv2d_backward", c, N, H, W);
   if (!c.dw || (c.bias && !c.db)) throw InvalidArgument(what + ": gradients not bound");
+  if (dx && c.x_channels > c.C_in)
+    throw InvalidArgument(what + ": no data gradient for a padded input (x_channels)");
   ConvPlan& p = planFor(c, N, H, W, what);
   Backend& b = backend();
   const void* w = filter(c, false, what);
   const float one = 1.0f, zero = 0.0f;
   // beta = 0: backward overwrites dw and dx (layers.h), never accumulates.
-  void* dw = halfActivations() ? scratch(kSlotWeightGrad, weightCount(c) * 2) : c.dw;
+  void* dw = halfActivations() ? scratch(kSlotWeightGrad, filterCount(c) * 2) : c.dw;
   void* ws = workspace(p.bwd_filter_bytes);
   ACCORD_NN_CUDA_CHECK(
       what, cudnnConvolutionBackwardFilter(b.cudnn, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws,
                                            p.bwd_filter_bytes, &zero, p.w, dw));
   if (halfActivations()) {
-    launchFromHalfNchw(dw, c.dw, c.C_out, c.C_in, size_t(c.K) * c.K);
+    launchFromHalfNchw(dw, c.dw, c.C_out, c.C_in, size_t(c.K) * c.K, xChannels(c));
     checkLaunch(what);
   }
   if (c.bias)

@@ -161,8 +161,9 @@ Fusion set_conv_bn_fusion(Fusion fusion) {
 void conv_bn_forward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* b, int N, int H,
                      int W) {
   const int Ho = c.out_h(H), Wo = c.out_w(W);
+  // A padded input (the stem's x_channels) goes the unfused way, which plans for it.
   if (backend().conv_bn_fusion == Fusion::Off || backend().deterministic || !halfActivations() ||
-      c.bias || bn.C != c.C_out || !bn.gamma || !bn.beta || !bn.running_mean || !bn.running_var ||
+      c.bias || c.x_channels > c.C_in || bn.C != c.C_out || !bn.gamma || !bn.beta || !bn.running_mean || !bn.running_var ||
       !bn.save_mean || !bn.save_var || N <= 0 || Ho <= 0 || Wo <= 0 || size_t(N) * Ho * Wo < 2) {
     cuda::conv2d_forward(c, x, a, N, H, W);
     cuda::batchnorm2d_forward(bn, a, b, N, Ho, Wo, true);

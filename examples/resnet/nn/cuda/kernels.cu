@@ -33,24 +33,26 @@ __global__ void fromHalfKernel(const H* x, float* y, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = load(x, i);
 }
 
-// (N, C, HW) float32 to (N, HW, C) 16-bit: y[(n HW + p) C + c] = x[(s C + c) HW + p],
-// where s is n, or slots[n] where slots are given: image n of y is image slots[n] of x
-// (a pool of images, which may hold more than 2^31 values). I: withIndex's type for total.
+// (N, C, HW) float32 to (N, HW, Cp) 16-bit, Cp >= C channels the C last of which are
+// zeros: y[(n HW + p) Cp + c] = x[(s C + c) HW + p], where s is n, or slots[n] where
+// slots are given: image n of y is image slots[n] of x (a pool of images, which may hold
+// more than 2^31 values). I: withIndex's type for total, N HW Cp.
 template <class H, class I>
-__global__ void toHalfNhwcKernel(const float* x, H* y, const int32_t* slots, int C, I HW, I total) {
+__global__ void toHalfNhwcKernel(const float* x, H* y, const int32_t* slots, int C, int Cp, I HW,
+                                 I total) {
   for (I o = I(firstIndex()); o < total; o += I(gridStride())) {
-    const I t = o / C, c = o - t * C, n = t / HW, p = t - n * HW;
+    const I t = o / Cp, c = o - t * Cp, n = t / HW, p = t - n * HW;
     const size_t image = slots ? size_t(slots[n]) : size_t(n);
-    store(y, o, x[image * size_t(C) * size_t(HW) + size_t(c * HW + p)]);
+    store(y, o, c < C ? x[image * size_t(C) * size_t(HW) + size_t(c * HW + p)] : 0.0f);
   }
 }
 
-// The inverse: (N, HW, C) 16-bit to (N, C, HW) float32.
+// The inverse: (N, HW, Cp) 16-bit to (N, C, HW) float32, the padding left out.
 template <class H, class I>
-__global__ void fromHalfNchwKernel(const H* x, float* y, int C, I HW, I total) {
+__global__ void fromHalfNchwKernel(const H* x, float* y, int C, int Cp, I HW, I total) {
   for (I i = I(firstIndex()); i < total; i += I(gridStride())) {
     const I t = i / HW, p = i - t * HW, n = t / C, c = t - n * C;
-    y[i] = load(x, (n * HW + p) * C + c);
+    y[i] = load(x, (n * HW + p) * Cp + c);
   }
 }
 
@@ -98,28 +100,32 @@ void launchFromHalf(const void* x, float* y, size_t n) {
   });
 }
 
-void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW, const int32_t* slots) {
-  const size_t total = size_t(N) * C * HW;
+void launchToHalfNhwc(const float* x, void* y, int N, int C, size_t HW, const int32_t* slots,
+                      int Cp) {
+  if (Cp < C) Cp = C;
+  const size_t total = size_t(N) * Cp * HW;
   if (!total) return;
   dispatchHalf([&](auto h) {
     using H = decltype(h);
     withIndex(total, [&](auto index) {
       using I = decltype(index);
       toHalfNhwcKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-          x, static_cast<H*>(y), slots, C, I(HW), I(total));
+          x, static_cast<H*>(y), slots, C, Cp, I(HW), I(total));
     });
   });
 }
 
-void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW) {
-  const size_t total = size_t(N) * C * HW;
+void launchFromHalfNchw(const void* x, float* y, int N, int C, size_t HW, int Cp) {
+  if (Cp < C) Cp = C;
+  // Indexed up to the padded input's size, the largest index read.
+  const size_t total = size_t(N) * C * HW, reach = size_t(N) * Cp * HW;
   if (!total) return;
   dispatchHalf([&](auto h) {
     using H = decltype(h);
-    withIndex(total, [&](auto index) {
+    withIndex(reach, [&](auto index) {
       using I = decltype(index);
       fromHalfNchwKernel<<<blocksFor(total), kThreads, 0, backend().stream>>>(
-          static_cast<const H*>(x), y, C, I(HW), I(total));
+          static_cast<const H*>(x), y, C, Cp, I(HW), I(total));
     });
   });
 }

@@ -137,19 +137,23 @@ void copy_to_device_async(float* device, const float* host, size_t n);
 void copy_to_host(float* host, const float* device, size_t n);    // synchronous
 // copy_to_device_async for the network's input, (N, C, H, W) floats: under Math::Bf16 and
 // Fp16 they go to a staging buffer and `device` receives them in 16 bits in NHWC order,
-// as the first layer reads them; otherwise the same as copy_to_device_async.
-void upload_input_async(float* device, const float* host, int N, int C, int H, int W);
+// as the first layer reads them; otherwise the same as copy_to_device_async. C_pad > C
+// (16-bit only): `device` gets C_pad channels, the last C_pad - C zeros, for a first
+// convolution whose x_channels say so (the stem padded for tensor cores).
+void upload_input_async(float* device, const float* host, int N, int C, int H, int W,
+                        int C_pad = 0);
 // upload_input_async for images already in device memory: image i of the batch is
 // pool + slots[i] * C * H * W ((C, H, W) floats each; slots in host memory). Under
 // Math::Bf16 and Fp16 one pass reads each image from the pool into the same conversion;
 // in float32, device-to-device copies on the layers' stream (a run of consecutive
 // images as one).
 void gather_input_async(float* device, const float* pool, const int32_t* slots, int N, int C, int H,
-                        int W);
+                        int W, int C_pad = 0);
 // The network's input from (N, C, H, W) floats already in device memory (`staged`,
 // which the stream reads before anything queued after this): copied, or under
 // Math::Bf16 and Fp16 converted, into `device`.
-void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W);
+void input_from_device_async(float* device, const float* staged, int N, int C, int H, int W,
+                             int C_pad = 0);
 // Device activations of shape (N, C, H, W) to host floats in NCHW order, whatever they
 // are stored as. Synchronous.
 void activations_to_host(float* host, const float* device, int N, int C, int H, int W);
