@@ -138,15 +138,18 @@ void makePlan(ConvPlan& p, const Conv2d& c, int N, int H, int W, const std::stri
   ACCORD_NN_CUDA_CHECK(
       what, cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &p.fwd_bytes));
 
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-  if (!search || !measured(cudnnFindConvolutionBackwardDataAlgorithm(
-                               h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()),
-                           bd, count))
-    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                                   h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
-  p.bwd_data = pick(bd, count, what, "backward-data").algo;
-  ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                 h, p.w, p.y, p.conv, p.x, p.bwd_data, &p.bwd_data_bytes));
+  // A padded input has no data gradient (conv2d_backward refuses it): nothing to choose.
+  if (c.x_channels <= c.C_in) {
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+    if (!search || !measured(cudnnFindConvolutionBackwardDataAlgorithm(
+                                 h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()),
+                             bd, count))
+      ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                     h, p.w, p.y, p.conv, p.x, int(bd.size()), &count, bd.data()));
+    p.bwd_data = pick(bd, count, what, "backward-data").algo;
+    ACCORD_NN_CUDA_CHECK(what, cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                   h, p.w, p.y, p.conv, p.x, p.bwd_data, &p.bwd_data_bytes));
+  }
 
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
   if (!search || !measured(cudnnFindConvolutionBackwardFilterAlgorithm(

@@ -33,7 +33,7 @@ __global__ void fromHalfKernel(const H* x, float* y, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) y[i] = load(x, i);
 }
 
-// (N, C, HW) float32 to (N, HW, Cp) 16-bit, Cp >= C channels the C last of which are
+// (N, C, HW) float32 to (N, HW, Cp) 16-bit, Cp >= C channels, the last Cp - C of them
 // zeros: y[(n HW + p) Cp + c] = x[(s C + c) HW + p], where s is n, or slots[n] where
 // slots are given: image n of y is image slots[n] of x (a pool of images, which may hold
 // more than 2^31 values). I: withIndex's type for total, N HW Cp.

@@ -117,11 +117,9 @@ double bnBackwardBytes(BatchNorm2d& bn, const float*, const float*, float*, int 
                        bool) {
   return activations(3, elements(bn, N, H, W));  // x and dy in, dx out
 }
-double bnAddReluBytes(BatchNorm2d& bn, const float*, BatchNorm2d* shortcut_bn, const float*,
-                      float*, float*, int N, int H, int W) {
-  // a and the shortcut in, y out; the shortcut's batch norm reads it once more for its
-  // statistics where it has one.
-  return activations(shortcut_bn ? 4 : 3, elements(bn, N, H, W));
+double bnAddReluBytes(BatchNorm2d& bn, const float*, BatchNorm2d*, const float*, float*, float*,
+                      int N, int H, int W) {
+  return activations(3, elements(bn, N, H, W));  // a and the shortcut in, y out
 }
 double twoTensors(const float*, float*, size_t n) { return activations(2, n); }
 double threeTensors(const float*, const float*, float*, size_t n) { return activations(3, n); }
@@ -154,9 +152,9 @@ constexpr char kBnAddRelu[] = "batch norm + residual add + relu (--fuse-residual
 // "64x256x56x56 -> 128, 1x1/1": the input (N, C, H, W), the output channels, the filter
 // and its stride.
 std::string convShape(const Conv2d& c, int N, int H, int W) {
-  char s[96];
-  std::snprintf(s, sizeof s, "%dx%dx%dx%d -> %d, %dx%d/%d", N, c.C_in, H, W, c.C_out, c.K, c.K,
-                c.stride);
+  char s[112];
+  std::snprintf(s, sizeof s, "%dx%dx%dx%d -> %d, %dx%d/%d%s", N, c.C_in, H, W, c.C_out, c.K, c.K,
+                c.stride, c.x_channels > c.C_in ? " (input padded)" : "");
   return s;
 }
 
@@ -183,7 +181,8 @@ void convBnForward(Conv2d& c, BatchNorm2d& bn, const float* x, float* a, float* 
                    int W) {
   if (detail::backend().conv_bn_fusion == Fusion::Off) {
     convForward(c, x, a, N, H, W);
-    Timed<kBnForward, &batchnorm2d_forward>::call(bn, a, b, N, c.out_h(H), c.out_w(W), true);
+    Timed<kBnForward, &batchnorm2d_forward, &bnForwardBytes>::call(bn, a, b, N, c.out_h(H),
+                                                                    c.out_w(W), true);
     return;
   }
   ProfileScope scope(kConvBnForward);
