@@ -51,6 +51,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 import accord.torch as hvd
+from accord.torch.sharded_cut import shard_extent
 from bench_ddp import init_torch_distributed, interleave, slowest
 from bench_stats import format_ci, mean_ci
 
@@ -142,17 +143,15 @@ def variants_of(base):
 
 class ShardUpdateOnly:
     """compute+update's optimizer: AdamW on this rank's part of every parameter, cut as
-    ShardedOptimizer cuts it (the first numel % size ranks one element more), stepped from
-    the local gradient; nothing is communicated, so the parameters drift apart."""
+    ShardedOptimizer cuts it (shard_extent), stepped from the local gradient; nothing is
+    communicated, so the parameters drift apart."""
 
     def __init__(self, model):
-        n, r = hvd.size(), hvd.rank()
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.cuts = []
         for p in self.params:
-            base, extra = divmod(p.numel(), n)
-            lo = r * base + min(r, extra)
-            self.cuts.append((lo, lo + base + (r < extra)))
+            offset, count = shard_extent(p.numel(), hvd.rank(), hvd.size())
+            self.cuts.append((offset, offset + count))
         self.views = [p.detach().view(-1)[lo:hi] for p, (lo, hi) in zip(self.params, self.cuts)]
         self.inner = adamw(self.views)
         self.state = self.inner.state
