@@ -157,8 +157,10 @@ class ShardUpdateOnly:
         self.state = self.inner.state
 
     def zero_grad(self):
-        for p in self.params:
-            p.grad = None
+        # The views' gradients too: each is a view of its parameter's, and keeping it
+        # would keep the whole gradient alive while backward allocates the next one.
+        for p, v in zip(self.params, self.views):
+            p.grad = v.grad = None
 
     def step(self):
         for v, p, (lo, hi) in zip(self.views, self.params, self.cuts):
