@@ -3,6 +3,7 @@
 
 #include <accord/error.h>
 
+#include <algorithm>
 #include <string>
 
 namespace accord {
@@ -68,6 +69,25 @@ FusedGather planFusedGather(const std::vector<std::vector<std::size_t>>& bytes, 
     plan.blocks.push_back({start, plan.total - start});
   }
   return plan;
+}
+
+bool anyOverlap(std::vector<Span> read, const std::vector<Span>& written) {
+  std::erase_if(read, [](const Span& s) { return s.end <= s.begin; });
+  std::sort(read.begin(), read.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // reach[i]: the furthest end of read[0..i] (the spans may overlap each other).
+  std::vector<std::uintptr_t> reach(read.size());
+  for (std::size_t i = 0; i < read.size(); ++i)
+    reach[i] = std::max(read[i].end, i > 0 ? reach[i - 1] : 0);
+  for (const Span& w : written) {
+    if (w.end <= w.begin) continue;
+    // Of the spans that begin before w ends, does any end after w begins?
+    const auto before = std::partition_point(read.begin(), read.end(),
+                                             [&](const Span& r) { return r.begin < w.end; });
+    const auto n = static_cast<std::size_t>(before - read.begin());
+    if (n > 0 && reach[n - 1] > w.begin) return true;
+  }
+  return false;
 }
 
 }  // namespace accord

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace accord {
@@ -51,5 +52,14 @@ struct FusedGather {
 // `bytes[t][r]`: what rank r contributes to tensor t (allgatherBytes, layouts.h); every
 // row holds `size` ranks.
 FusedGather planFusedGather(const std::vector<std::vector<std::size_t>>& bytes, int size);
+
+// Memory as addresses, [begin, end).
+struct Span {
+  std::uintptr_t begin = 0, end = 0;
+};
+// Whether a byte of `read` is also one of `written` (an empty span holds none). A fused
+// collective that reads its inputs and writes its outputs where they lie, instead of
+// through the fusion buffer, keeps to groups where none is.
+bool anyOverlap(std::vector<Span> read, const std::vector<Span>& written);
 
 }  // namespace accord

@@ -4,13 +4,17 @@
 // Every rank holds the same input shape; rank r receives reducescatter_rows(rows, r, n)
 // rows of the reduced tensor (the first ranks one more when rows do not divide). Both
 // transports want rank r's rows as block r, which a lone tensor already is, so it is
-// reduced straight from the input into the output. A fused group is packed rank-major
-// (rank 0's rows of every tensor, then rank 1's, ...) into the fusion buffer, reduced
-// into a region after it, and unpacked. We also pack on a joined rank (it contributes
-// the neutral element) and, for the ring, when a prescale is requested (the input is
-// not ours to modify; the shared-memory transport scales its copies in the window).
+// reduced straight from the input into the output. Through the window a fused group is
+// too: each block is read from the tensors where they lie and reduced into the outputs
+// (the window's spread form). Over the ring it is packed rank-major (rank 0's rows of
+// every tensor, then rank 1's, ...) into the fusion buffer, reduced into a region after
+// it, and unpacked. We also pack on a joined rank (it contributes the neutral element),
+// where an output lies over an input, and, for the ring, when a prescale is requested
+// (the input is not ours to modify; the shared-memory transport scales its copies in
+// the window).
 // Average and postscale are applied as each result block is completed.
 #include "ops/common/checks.h"
+#include "ops/common/fused_layout.h"
 #include "ops/common/layouts.h"
 #include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
@@ -21,6 +25,8 @@
 #include <accord/error.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 namespace accord::mpi {
 
@@ -70,6 +76,45 @@ void reduceDirect(Context& ctx, const Response& response, const Plan& plan, cons
   }
   reduceInPieces(ctx, response, static_cast<const char*>(input), first, count,
                  static_cast<char*>(output), preScaling(response));
+}
+
+// Whether an output shares memory with an input: the spread path reads the inputs
+// while it writes the outputs, so it keeps to groups where none does.
+bool outputsOverlapInputs(const Response& response, const std::vector<TensorEntry*>& entries,
+                          const std::vector<void*>& outputs, const Plan& plan, int me) {
+  const std::size_t elem = dtype_size(response.dtype);
+  std::vector<Span> read, written;
+  for (std::size_t t = 0; t < entries.size(); ++t) {
+    const auto in = reinterpret_cast<std::uintptr_t>(entries[t]->tensor.data);
+    read.push_back({in, in + response.tensorBytes(t)});
+    const auto out = reinterpret_cast<std::uintptr_t>(outputs[t]);
+    const auto rows = static_cast<std::size_t>(plan.rows[t][static_cast<std::size_t>(me)]);
+    written.push_back({out, out + rows * plan.row_elems[t] * elem});
+  }
+  return anyOverlap(std::move(read), written);
+}
+
+// A fused group through the shared-memory window, read from the tensors and reduced
+// into the outputs where they lie (SharedMemory's spread form): the same arithmetic as
+// packing, without the copies into the fusion buffer and out of it, which took as long
+// as the reduction (docs/performance.md).
+void reduceSpread(Context& ctx, const Response& response, const Plan& plan,
+                  std::vector<TensorEntry*>& entries, const std::vector<void*>& outputs) {
+  const std::size_t elem = dtype_size(response.dtype);
+  std::vector<shm::Spread> inputs(static_cast<std::size_t>(ctx.size()));
+  shm::Spread output;
+  for (int r = 0; r < ctx.size(); ++r)
+    for (std::size_t t = 0; t < entries.size(); ++t) {
+      const auto n = static_cast<std::size_t>(plan.rows[t][r]) * plan.row_elems[t] * elem;
+      // Only read; Spread's pointers serve outputs too.
+      char* input = const_cast<char*>(static_cast<const char*>(entries[t]->tensor.data));
+      inputs[static_cast<std::size_t>(r)].add(
+          input + static_cast<std::size_t>(plan.first[t][r]) * plan.row_elems[t] * elem, n);
+      if (r == ctx.rank()) output.add(static_cast<char*>(outputs[t]), n);
+    }
+  ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
+  ctx.shm->reduceScatter(inputs, output, response.dtype, response.op, preScaling(response),
+                         postScaling(response, ctx.size()), describe(response));
 }
 
 void reducePacked(Context& ctx, const Response& response, const Plan& plan,
@@ -131,8 +176,19 @@ class ReducescatterOp final : public Op {
       outputs[t] = outputOrSpare(ctx.spare, response, t, *e, shape);
     }
     if (plan.total == 0) return;  // every rank knows: nothing to reduce
-    if (entries.size() == 1 && local[0] && (ctx.shm || response.prescale == 1.0))
-      reduceDirect(ctx, response, plan, entries[0]->tensor.data, outputs[0]);
+    // Packed where a rank contributes the neutral element for a tensor it lacks, where
+    // an output lies over an input (the direct and spread paths read the inputs while
+    // they write the outputs), and, for a fused group, where an output is a shared
+    // stand-in for one that failed. Ranks may choose differently: every path runs the
+    // same rounds.
+    const bool apart = std::all_of(local.begin(), local.end(), [](bool l) { return l; }) &&
+                       !outputsOverlapInputs(response, entries, outputs, plan, ctx.rank());
+    if (entries.size() == 1 && apart && (ctx.shm || response.prescale == 1.0))
+      return reduceDirect(ctx, response, plan, entries[0]->tensor.data, outputs[0]);
+    const bool failed = std::any_of(entries.begin(), entries.end(),
+                                    [](TensorEntry* e) { return static_cast<bool>(e->error); });
+    if (ctx.shm && apart && !failed)
+      reduceSpread(ctx, response, plan, entries, outputs);
     else
       reducePacked(ctx, response, plan, entries, local, outputs);
   }

@@ -15,6 +15,12 @@ Rounds::Rounds(std::vector<std::size_t> lengths, std::size_t step) : length(std:
   rounds = Pieces(longest, step).pieces;
 }
 
+void Spread::add(char* at, std::size_t bytes) {
+  if (bytes == 0) return;
+  at_.push_back(at);
+  end_.push_back(this->bytes() + bytes);
+}
+
 std::size_t carriedLayout(const std::uint64_t* words, const Carriage& carriage, std::size_t head,
                           std::vector<std::pair<std::uint32_t, std::size_t>>& out) {
   out.clear();

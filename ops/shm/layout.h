@@ -5,6 +5,7 @@
 
 #include "runtime/channel.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -38,6 +39,36 @@ struct Rounds {
   std::size_t size(int block, std::size_t round) const {
     return begin(block, round + 1) - begin(block, round);
   }
+};
+
+// Where a block's bytes lie in memory, in stretches back to back: one stretch for a
+// tensor or a packed buffer, one per tensor for a fused group reduced or gathered in
+// place (each tensor's rows of one rank in turn), which spares the copies in and out of
+// the fusion buffer. Stretch i holds the block's bytes [end(i - 1), end(i)).
+class Spread {
+ public:
+  Spread() = default;
+  Spread(char* at, std::size_t bytes) { add(at, bytes); }
+  // The next `bytes` of the block, at `at`; an empty stretch is left out.
+  void add(char* at, std::size_t bytes);
+  std::size_t bytes() const { return end_.empty() ? 0 : end_.back(); }
+  // f(at, from, n) for each stretch's part of the block's bytes [lo, hi), in order: n
+  // bytes at `at`, which are the range's bytes [from, from + n).
+  template <class F>
+  void visit(std::size_t lo, std::size_t hi, F&& f) const {
+    std::size_t i =
+        static_cast<std::size_t>(std::upper_bound(end_.begin(), end_.end(), lo) - end_.begin());
+    for (std::size_t pos = lo; pos < hi; ++i) {
+      const std::size_t begin = i == 0 ? 0 : end_[i - 1];
+      const std::size_t stop = std::min(hi, end_[i]);
+      f(at_[i] + (pos - begin), pos - lo, stop - pos);
+      pos = stop;
+    }
+  }
+
+ private:
+  std::vector<char*> at_;
+  std::vector<std::size_t> end_;
 };
 
 // Block `block` of `ranks` equal blocks of a piece of `count` elements: its first element

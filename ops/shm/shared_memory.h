@@ -21,6 +21,7 @@
 
 #include "ops/common/scaling.h"
 #include "ops/cpu/kernels.h"
+#include "ops/shm/layout.h"
 #include "runtime/channel.h"
 
 #include <accord/tensor.h>
@@ -36,8 +37,6 @@
 #include <vector>
 
 namespace accord::shm {
-
-struct Rounds;  // layout.h
 
 struct SharedMemoryOptions {
   // Allreduce piece; a buffer of up to two pieces goes whole. The same everywhere.
@@ -93,9 +92,19 @@ class SharedMemory {
   // uses (the owner's contribution, then the others' in rank order).
   void reduceScatter(const void* input, void* output, DType dtype, ReduceOp op, const Scaling& pre,
                      const Scaling& post, const Blocks& blocks, const std::string& what);
+  // The same, each block spread over memory (a fused group's tensors, reduced in place):
+  // inputs[r] is where this rank's contribution to block r lies, only read; `output`
+  // (overlapping no input) is where its own reduced block goes. Blocks in bytes, whole
+  // elements each.
+  void reduceScatter(const std::vector<Spread>& inputs, const Spread& output, DType dtype,
+                     ReduceOp op, const Scaling& pre, const Scaling& post, const std::string& what);
   // In-place allgather: on entry block rank() of `data` holds this rank's bytes; on
   // return every block holds its owner's.
   void allgather(void* data, const Blocks& blocks, const std::string& what);
+  // The same, spread over memory: `mine` holds this rank's bytes, `into[r]` receives
+  // rank r's for every other rank r; into[rank()], as long as `mine`, is left alone (the
+  // caller puts this rank's bytes in place, if anywhere).
+  void allgather(const Spread& mine, const std::vector<Spread>& into, const std::string& what);
   // The allreduce piece from now on (ACCORD_AUTOTUNE changes it while running): at most
   // the options' piece_bytes, for which the window was sized. The same on every rank.
   void setPieceBytes(std::size_t bytes);
@@ -145,10 +154,11 @@ class SharedMemory {
   void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
              const Across& across);
   // One round of reduceScatter / allgather (scatter_gather.cc), with its generation.
-  void scatterRound(const char* input, char* output, DType dtype, ReduceOp op, const Scaling& pre,
-                    const Scaling& post, const Blocks& blocks, const Rounds& rounds,
+  void scatterRound(const std::vector<Spread>& inputs, const Spread& output, DType dtype,
+                    ReduceOp op, const Scaling& pre, const Scaling& post, const Rounds& rounds,
                     std::size_t round);
-  void gatherRound(char* data, const Blocks& blocks, const Rounds& rounds, std::size_t round);
+  void gatherRound(const Spread& mine, const std::vector<Spread>& into, const Rounds& rounds,
+                   std::size_t round);
   // Waits until every other rank's counter `which` reaches gen.
   void waitForPeers(int which, std::uint64_t gen, const Patience& patience);
   [[noreturn]] void giveUp(int which, int rank);
@@ -171,8 +181,9 @@ class SharedMemory {
   // Per rank, the carried slots of the round and their offsets (reused, not reallocated).
   std::vector<std::vector<std::pair<std::uint32_t, std::size_t>>> layouts_;
   std::vector<cpu::CopyPiece> collect_;
-  // Where each block's piece of a reduce-scatter round starts in every rank's slot (elements).
+  // Where each block's piece of a reduce-scatter round starts in every rank's slot (bytes).
   std::vector<std::size_t> slot_at_;
+  std::vector<const void*> peers_at_;  // peers_, moved on to a stretch of the output
 };
 
 }  // namespace accord::shm

@@ -166,3 +166,27 @@ TEST_CASE("localInputs: joined, failed and mismatched entries are not local", "[
   CHECK_THROWS_WITH(std::rethrow_exception(eb.error),
                     Catch::Contains("allreduce 'b'") && Catch::Contains("float64"));
 }
+
+TEST_CASE("anyOverlap: a shared byte, and only that, is an overlap", "[fused_layout]") {
+  using S = Span;
+  CHECK_FALSE(anyOverlap({}, {}));
+  CHECK_FALSE(anyOverlap({{10, 20}}, {{20, 30}, {0, 10}}));  // touching is not sharing
+  CHECK(anyOverlap({{10, 20}}, {{19, 30}}));
+  CHECK(anyOverlap({{10, 20}}, {{0, 11}}));
+  CHECK(anyOverlap({{10, 20}}, {{12, 13}}));  // inside
+  CHECK(anyOverlap({{12, 13}}, {{10, 20}}));  // around
+  CHECK_FALSE(anyOverlap({{15, 15}}, {{10, 20}}));  // empty spans hold no byte
+  CHECK_FALSE(anyOverlap({{10, 20}}, {{15, 15}}));
+  // A long span hidden behind a short one that starts after it.
+  CHECK(anyOverlap({{0, 100}, {10, 20}}, {{50, 60}}));
+  CHECK(anyOverlap({{10, 20}, {0, 100}}, {{50, 60}}));  // in any order
+  // Many spans side by side, the written ones in the gaps.
+  std::vector<S> read, gaps;
+  for (std::uintptr_t i = 0; i < 100; ++i) {
+    read.push_back({i * 10, i * 10 + 6});
+    gaps.push_back({i * 10 + 6, i * 10 + 10});
+  }
+  CHECK_FALSE(anyOverlap(read, gaps));
+  gaps.push_back({555, 556});
+  CHECK(anyOverlap(read, gaps));
+}

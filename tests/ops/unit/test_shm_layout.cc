@@ -85,3 +85,34 @@ TEST_CASE("shared memory: blocks of different lengths in the same rounds, pieces
     }
   }
 }
+
+TEST_CASE("shared memory: a spread visits each byte of a range once, in order", "[shm]") {
+  // Stretches of 3, 0 (left out), 5 and 1 bytes at scattered places of one buffer.
+  std::vector<char> memory(64);
+  char* base = memory.data();
+  shm::Spread s;
+  s.add(base + 40, 3);
+  s.add(base + 10, 0);
+  s.add(base + 0, 5);
+  s.add(base + 20, 1);
+  REQUIRE(s.bytes() == 9);
+  // Where the block's byte i lies.
+  const std::vector<char*> where = {base + 40, base + 41, base + 42, base + 0, base + 1,
+                                    base + 2,  base + 3,  base + 4,  base + 20};
+  for (std::size_t lo = 0; lo <= 9; ++lo) {
+    for (std::size_t hi = lo; hi <= 9; ++hi) {
+      std::vector<char*> seen;
+      std::size_t next = 0;  // each call starts where the one before ended
+      s.visit(lo, hi, [&](char* at, std::size_t from, std::size_t n) {
+        CHECK(from == next);
+        CHECK(n > 0);
+        for (std::size_t i = 0; i < n; ++i) seen.push_back(at + i);
+        next = from + n;
+      });
+      INFO("bytes [" << lo << ", " << hi << ")");
+      CHECK(seen == std::vector<char*>(where.begin() + lo, where.begin() + hi));
+    }
+  }
+  CHECK(shm::Spread().bytes() == 0);
+  CHECK(shm::Spread(base, 7).bytes() == 7);
+}

@@ -52,7 +52,7 @@ void check(Gather& g, const std::function<std::int64_t(int)>& rows, const Shape&
   if (!error.empty()) return;
 
   std::int64_t total_rows = 0;
-  std::vector<int> owner;          // output row -> source rank
+  std::vector<int> owner;           // output row -> source rank
   std::vector<std::int64_t> local;  // output row -> row index on the source rank
   for (int r = 0; r < n; ++r) {
     for (std::int64_t k = 0; k < rows(r); ++k) {
@@ -68,10 +68,11 @@ void check(Gather& g, const std::function<std::int64_t(int)>& rows, const Shape&
   CHECK(g.output->calls() == 1);
   CHECK(g.output->shape() == want);
   if (g.output->shape() != want) return;
-  const auto diff = compareElements(dtype, g.output->data(), g.output->numel(), [&](std::int64_t i) {
-    const auto row = static_cast<std::size_t>(i / g.row_elems);
-    return tagValue(dtype, owner[row], static_cast<int>(local[row]), i % g.row_elems);
-  });
+  const auto diff =
+      compareElements(dtype, g.output->data(), g.output->numel(), [&](std::int64_t i) {
+        const auto row = static_cast<std::size_t>(i / g.row_elems);
+        return tagValue(dtype, owner[row], static_cast<int>(local[row]), i % g.row_elems);
+      });
   INFO(g.name << ": " << diff);
   CHECK(diff.empty());
 }
@@ -134,6 +135,64 @@ TEST_CASE("allgather: 64 gathers in flight at once") {
     gathers.push_back(submit(dtype, "ag.many." + std::to_string(t), rows[t], {5}));
   }
   for (int t = 0; t < 64; ++t) check(gathers[static_cast<std::size_t>(t)], rows[t], {5});
+}
+
+TEST_CASE("allgather: inputs inside the outputs, off their place, alone and fused") {
+  // Each input starts one element into its own output, over what the peers' rows (or
+  // this rank's own, on rank 0) will overwrite; large enough to go in several rounds.
+  const int me = accord::rank();
+  const int n = accord::size();
+  auto rows = [](int r, int t) { return std::int64_t{300'000} + 7 * r + t; };
+  for (int together : {1, 3}) {
+    std::vector<std::vector<float>> outputs;
+    std::vector<accord::Handle> handles;
+    std::vector<std::string> names;
+    for (int t = 0; t < together; ++t) {
+      std::int64_t total = 0;
+      for (int r = 0; r < n; ++r) total += rows(r, t);
+      outputs.emplace_back(static_cast<std::size_t>(total) + 1);
+      float* base = outputs.back().data();
+      for (std::int64_t k = 0; k < rows(me, t); ++k)
+        base[1 + k] = static_cast<float>(tagValue(DType::Float32, me, static_cast<int>(k), 0));
+      accord::TensorView in;
+      in.data = base + 1;
+      in.dtype = DType::Float32;
+      in.shape = {rows(me, t)};
+      accord::AllgatherOptions options;
+      options.name = "ag.inside." + std::to_string(together) + "." + std::to_string(t);
+      handles.push_back(accord::allgather_async(
+          in,
+          [base](const Shape& shape) {
+            accord::TensorView out;
+            out.data = base;
+            out.dtype = DType::Float32;
+            out.shape = shape;
+            return out;
+          },
+          options));
+      names.push_back(options.name);
+    }
+    for (int t = 0; t < together; ++t) {
+      const auto error = describe(finish(handles[t], names[t]), names[t]);
+      INFO(error);
+      CHECK(error.empty());
+      std::vector<int> owner;
+      std::vector<int> row;
+      for (int r = 0; r < n; ++r)
+        for (std::int64_t k = 0; k < rows(r, t); ++k) {
+          owner.push_back(r);
+          row.push_back(static_cast<int>(k));
+        }
+      const auto diff =
+          compareElements(DType::Float32, outputs[t].data(),
+                          static_cast<std::int64_t>(owner.size()), [&](std::int64_t i) {
+                            const auto at = static_cast<std::size_t>(i);
+                            return tagValue(DType::Float32, owner[at], row[at], 0);
+                          });
+      INFO(names[t] << " on rank " << me << ": " << diff);
+      CHECK(diff.empty());
+    }
+  }
 }
 
 int main(int argc, char** argv) { return runMain(argc, argv); }

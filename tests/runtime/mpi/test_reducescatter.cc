@@ -29,8 +29,11 @@ Scatter submit(DType dtype, ReduceOp op, std::int64_t rows, std::int64_t cols,
   const int me = accord::rank();
   Scatter s{prefix + "." + str(dtype) + "." + str(op) + "." + std::to_string(rows) + "x" +
                 std::to_string(cols),
-            op, prescale * postscale, std::make_unique<Buffer>(dtype, Shape{rows, cols}),
-            std::make_unique<Output>(dtype), {}};
+            op,
+            prescale * postscale,
+            std::make_unique<Buffer>(dtype, Shape{rows, cols}),
+            std::make_unique<Output>(dtype),
+            {}};
   s.input->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); }, kFillPeriod);
   accord::ReducescatterOptions options;
   options.name = s.name;
@@ -64,7 +67,8 @@ void check(Scatter& s) {
       dtype, s.output->data(), s.output->numel(),
       [&](std::int64_t i) { return s.scale * reducedValue(dtype, s.op, ranks, offset + i); },
       toleranceFor(dtype, s.scale == 1.0 ? s.op : ReduceOp::Average));
-  INFO(s.name << " (rank " << me << " of " << n << ", rows from " << offset / cols << "): " << diff);
+  INFO(s.name << " (rank " << me << " of " << n << ", rows from " << offset / cols
+              << "): " << diff);
   CHECK(diff.empty());
 }
 
@@ -87,7 +91,8 @@ TEST_CASE("reducescatter: every dtype x op x rows") {
         kAboveFusionBytes / static_cast<std::int64_t>(accord::dtype_size(dtype) * cols) + 1;
     std::vector<Scatter> all;
     for (ReduceOp op : kAllOps)
-      for (std::int64_t rows : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2 * n + 1}, big_rows})
+      for (std::int64_t rows :
+           {std::int64_t{0}, std::int64_t{1}, std::int64_t{2 * n + 1}, big_rows})
         all.push_back(submit(dtype, op, rows, cols, "rs"));
     for (auto& s : all) check(s);
   }
@@ -100,6 +105,65 @@ TEST_CASE("reducescatter: prescale and postscale on floating-point dtypes") {
     all.push_back(submit(dtype, ReduceOp::Average, 11, 5, "rs.scaled", 0.5, 4.0));
   }
   for (auto& s : all) check(s);
+}
+
+TEST_CASE("reducescatter: prescale and postscale on tensors fused together") {
+  // One op and scaling per dtype, so the tensors fuse: the small ones at the default
+  // threshold, all of them at a large one (the .fused_large run), where each rank
+  // scales its contributions in the window and reduces them where they lie.
+  const int n = accord::size();
+  std::vector<Scatter> all;
+  for (DType dtype : kFloatDTypes)
+    for (std::int64_t rows : {std::int64_t{11}, std::int64_t{2 * n + 1}, std::int64_t{4099}})
+      all.push_back(submit(dtype, ReduceOp::Sum, rows, 3, "rs.scaled.fused", 0.5, 4.0));
+  for (auto& s : all) check(s);
+}
+
+TEST_CASE("reducescatter: outputs inside the inputs, alone and fused") {
+  // Each output starts one element into its own input: the reduction must read the
+  // input before writing over it, whether the tensor goes alone or fused with others.
+  const int me = accord::rank();
+  const int n = accord::size();
+  const auto ranks = allRanks(n);
+  for (int together : {1, 3}) {
+    std::vector<std::unique_ptr<Buffer>> inputs;
+    std::vector<accord::Handle> handles;
+    std::vector<std::string> names;
+    for (int t = 0; t < together; ++t) {
+      const std::int64_t rows = 4099 + t;
+      auto in = std::make_unique<Buffer>(DType::Float32, Shape{rows});
+      in->fill([&](std::int64_t i) { return fillValue(DType::Float32, ReduceOp::Sum, me, i); });
+      float* shifted = static_cast<float*>(in->view().data) + 1;
+      accord::ReducescatterOptions options;
+      options.name = "rs.inside." + std::to_string(together) + "." + std::to_string(t);
+      handles.push_back(accord::reducescatter_async(
+          in->view(),
+          [shifted](const Shape& shape) {
+            accord::TensorView out;
+            out.data = shifted;
+            out.dtype = DType::Float32;
+            out.shape = shape;
+            return out;
+          },
+          options));
+      names.push_back(options.name);
+      inputs.push_back(std::move(in));
+    }
+    for (int t = 0; t < together; ++t) {
+      const auto error = describe(finish(handles[t], names[t]), names[t]);
+      INFO(error);
+      CHECK(error.empty());
+      const std::int64_t rows = 4099 + t;
+      const std::int64_t offset = firstRow(rows, me, n);
+      const auto diff =
+          compareElements(DType::Float32, static_cast<const float*>(inputs[t]->view().data) + 1,
+                          rowsFor(rows, me, n), [&](std::int64_t i) {
+                            return reducedValue(DType::Float32, ReduceOp::Sum, ranks, offset + i);
+                          });
+      INFO(names[t] << " on rank " << me << ": " << diff);
+      CHECK(diff.empty());
+    }
+  }
 }
 
 TEST_CASE("reducescatter: one-dimensional input") {
