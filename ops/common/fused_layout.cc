@@ -90,4 +90,15 @@ bool anyOverlap(std::vector<Span> read, const std::vector<Span>& written) {
   return false;
 }
 
+bool anyOverlap(std::vector<Span> spans) {
+  std::erase_if(spans, [](const Span& s) { return s.end <= s.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // Sorted by start, some two share a byte exactly when some span starts before the one
+  // before it ends (if i shares one with an earlier j, so does i - 1 with j or i).
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].begin < spans[i - 1].end) return true;
+  return false;
+}
+
 }  // namespace accord

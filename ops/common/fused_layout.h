@@ -61,5 +61,7 @@ struct Span {
 // collective that reads its inputs and writes its outputs where they lie, instead of
 // through the fusion buffer, keeps to groups where none is.
 bool anyOverlap(std::vector<Span> read, const std::vector<Span>& written);
+// Whether two of `spans` share a byte: tensors reduced in place must not.
+bool anyOverlap(std::vector<Span> spans);
 
 }  // namespace accord

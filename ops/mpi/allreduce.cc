@@ -2,11 +2,12 @@
 //
 // A lone tensor, or a fused group bigger than the fusion threshold, is reduced in place
 // in the application's buffer: copying it would cost more than the call it saves. A
-// fused group is copied into the fusion buffer (in parallel), reduced once and copied
-// back. Either way the buffer is reduced in pieces of ACCORD_CHUNK_BYTES, each of which
-// stays in cache between arriving and being passed on: through the shared-memory
-// window when the set's ranks share this host, else over MPI as a ring (ring.h) or,
-// when small, by recursive doubling (doubling.h), or, under
+// fused group is reduced once: through the shared-memory window where its tensors lie
+// (the window's spread form), otherwise copied into the fusion buffer (in parallel),
+// reduced and copied back. Either way the buffer is reduced in pieces of
+// ACCORD_CHUNK_BYTES, each of which stays in cache between arriving and being passed
+// on: through the shared-memory window when the set's ranks share this host, else over
+// MPI as a ring (ring.h) or, when small, by recursive doubling (doubling.h), or, under
 // ACCORD_HIERARCHICAL_ALLREDUCE across hosts, through both (hierarchical.h).
 //
 // Adasum, which is not element-wise, has an algorithm of its own (adasum.h).
@@ -30,12 +31,17 @@
 #include "ops/shm/shared_memory.h"
 #include "runtime/timeline.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace accord::mpi {
 
 namespace {
 
 const char* reduceStep(const Context& ctx) {
-  return ctx.shm ? kShmAllreduceStep : ctx.hierarchy ? kHierarchicalAllreduceStep : kMpiAllreduceStep;
+  return ctx.shm         ? kShmAllreduceStep
+         : ctx.hierarchy ? kHierarchicalAllreduceStep
+                         : kMpiAllreduceStep;
 }
 
 // Reduces `count` elements in place, in the fewest near-equal pieces of at most
@@ -86,6 +92,33 @@ void reduceInPlace(Context& ctx, const Response& response, std::size_t i, Tensor
                  describeTensor(response, i));
 }
 
+// A fused group through the shared-memory window, reduced where its tensors lie
+// (SharedMemory's spread form): the same pieces and arithmetic as packed back to back
+// in the fusion buffer, without the copies in and out (with a fusion threshold of tens
+// of megabytes, as Horovod's, those took longer than the reduction itself;
+// docs/performance.md). Every tensor local and none sharing memory with another; false
+// (nothing done) otherwise. Ranks may decide differently: both ways run the same
+// pieces, blocks and rounds.
+bool reduceSpread(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries) {
+  if (!ctx.shm) return false;
+  const std::vector<bool> local = localInputs(response, entries);
+  if (!std::all_of(local.begin(), local.end(), [](bool l) { return l; })) return false;
+  shm::Spread data;
+  std::vector<Span> spans;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    char* at = static_cast<char*>(entries[i]->tensor.data);
+    data.add(at, response.tensorBytes(i));
+    const auto p = reinterpret_cast<std::uintptr_t>(at);
+    spans.push_back({p, p + response.tensorBytes(i)});
+  }
+  if (anyOverlap(std::move(spans))) return false;
+  timelineStep(reduceStep(ctx));
+  ctx.shm->setPieceBytes(ctx.config.chunk_bytes);  // autotune may have changed it
+  ctx.shm->allreduce(data, response.dtype, response.op, preScaling(response),
+                     postScaling(response, ctx.size()), describe(response));
+  return true;
+}
+
 // A fused group, through the fusion buffer: tensors back to back (one dtype, so every
 // offset is element-aligned), laid out by the shared planner (fused_layout.h).
 void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries) {
@@ -130,7 +163,7 @@ class AllreduceOp final : public Op {
     if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
       for (std::size_t i = 0; i < response.names.size(); ++i)
         reduceInPlace(ctx, response, i, entries[i]);
-    } else {
+    } else if (!reduceSpread(ctx, response, entries)) {
       reduceFused(ctx, response, entries);
     }
   }

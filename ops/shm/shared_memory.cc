@@ -317,6 +317,66 @@ void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op
   advance(kCollected, gen);
 }
 
+void SharedMemory::spreadPiece(const Spread& data, std::size_t at, std::size_t count, DType dtype,
+                               ReduceOp op, const Scaling& post) {
+  const std::size_t elem = dtype_size(dtype);
+  const std::uint64_t gen = ++pieces_;
+  // Block b of the piece: the data's bytes [at + begin(b), at + begin(b + 1)).
+  auto begin = [&](int block) { return blockBegin(count, block, size_) * elem; };
+  char* mine = dataSlot(rank_);
+  auto stretches = [&](int block, auto&& f) {
+    data.visit(at + begin(block), at + begin(block + 1), f);
+  };
+
+  // 0-1. Once the peers are done with my slot, publish the blocks they reduce.
+  waitForPeers(kCollected, gen - 1, kDataPatience);
+  collect_.clear();  // here: what to publish
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_)
+      stretches(r, [&](char* p, std::size_t from, std::size_t n) {
+        collect_.push_back({mine + begin(r) + from, p, n});
+      });
+  cpu::parallelCopy(collect_);
+  advance(kPublished, gen);
+  waitForPeers(kPublished, gen, kDataPatience);
+
+  // 2. Reduce my block from every peer's copy, in rank order, and publish it.
+  stretches(rank_, [&](char* p, std::size_t from, std::size_t n) {
+    peers_.clear();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) peers_.push_back(dataSlot(r) + begin(rank_) + from);
+    cpu::reduceScaleMirror(p, peers_, n / elem, dtype, op, post.factor, post.divisor,
+                           mine + begin(rank_) + from);
+  });
+  advance(kReduced, gen);
+  waitForPeers(kReduced, gen, kDataPatience);
+
+  // 3. Collect the other reduced blocks.
+  collect_.clear();
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_)
+      stretches(r, [&](char* p, std::size_t from, std::size_t n) {
+        collect_.push_back({p, dataSlot(r) + begin(r) + from, n});
+      });
+  cpu::parallelCopy(collect_);
+  advance(kCollected, gen);
+}
+
+void SharedMemory::allreduce(const Spread& data, DType dtype, ReduceOp op, const Scaling& pre,
+                             const Scaling& post, const std::string& what) {
+  if (!broken_.empty()) throw CommError(broken_);
+  what_ = &what;
+  const std::size_t elem = dtype_size(dtype);
+  const Pieces pieces(data.bytes() / elem, piece_bytes_ / elem);
+  for (std::size_t i = 0; i < pieces.pieces; ++i) {
+    const std::size_t lo = pieces.begin(i), hi = pieces.begin(i + 1);
+    data.visit(lo * elem, hi * elem,
+               [&](char* p, std::size_t, std::size_t n) { applyScaling(pre, p, n / elem, dtype); });
+    spreadPiece(data, lo * elem, hi - lo, dtype, op, post);
+  }
+  what_ = nullptr;
+}
+
 void SharedMemory::setPieceBytes(std::size_t bytes) {
   piece_bytes_ = std::min(roundUp(std::max<std::size_t>(bytes, kLine), kLine), slot_piece_bytes_);
 }

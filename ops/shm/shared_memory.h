@@ -79,6 +79,11 @@ class SharedMemory {
   // `post`, which `across` then applies.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& pre,
                  const Scaling& post, const std::string& what, const Across& across = nullptr);
+  // The same for data spread over memory (a fused group's tensors, reduced where they
+  // lie): the same pieces, blocks and arithmetic as for those tensors packed back to
+  // back. No `across`: the hierarchy's groups go packed.
+  void allreduce(const Spread& data, DType dtype, ReduceOp op, const Scaling& pre,
+                 const Scaling& post, const std::string& what);
   // The blocks of a reduceScatter or an allgather, one per rank, the same on every rank:
   // rank r's starts at first[r] and holds count[r] elements (reduceScatter) or bytes
   // (allgather). Lengths may differ between ranks, and be 0.
@@ -153,6 +158,9 @@ class SharedMemory {
   char* dataSlot(int rank) const;
   void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
              const Across& across);
+  // piece() for `count` elements of spread data from its byte `at`.
+  void spreadPiece(const Spread& data, std::size_t at, std::size_t count, DType dtype, ReduceOp op,
+                   const Scaling& post);
   // One round of reduceScatter / allgather (scatter_gather.cc), with its generation.
   void scatterRound(const std::vector<Spread>& inputs, const Spread& output, DType dtype,
                     ReduceOp op, const Scaling& pre, const Scaling& post, const Rounds& rounds,

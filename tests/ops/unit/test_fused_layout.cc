@@ -190,3 +190,14 @@ TEST_CASE("anyOverlap: a shared byte, and only that, is an overlap", "[fused_lay
   gaps.push_back({555, 556});
   CHECK(anyOverlap(read, gaps));
 }
+
+TEST_CASE("anyOverlap: spans of one list sharing a byte", "[fused_layout]") {
+  CHECK_FALSE(anyOverlap(std::vector<Span>{}));
+  CHECK_FALSE(anyOverlap(std::vector<Span>{{0, 10}, {10, 20}, {30, 40}}));
+  CHECK_FALSE(anyOverlap(std::vector<Span>{{30, 40}, {0, 10}, {10, 20}}));  // any order
+  CHECK(anyOverlap(std::vector<Span>{{0, 10}, {9, 20}}));
+  CHECK(anyOverlap(std::vector<Span>{{0, 10}, {0, 10}}));                  // twice the same
+  CHECK(anyOverlap(std::vector<Span>{{0, 100}, {10, 20}, {50, 60}}));      // inside another
+  CHECK(anyOverlap(std::vector<Span>{{50, 60}, {10, 20}, {0, 100}}));
+  CHECK_FALSE(anyOverlap(std::vector<Span>{{0, 10}, {5, 5}, {10, 20}}));   // empty: no byte
+}

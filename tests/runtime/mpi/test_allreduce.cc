@@ -32,8 +32,10 @@ struct Case {
 };
 
 Case submit(DType dtype, ReduceOp op, std::int64_t n, const std::string& prefix) {
-  Case c{prefix + "." + str(dtype) + "." + str(op) + "." + std::to_string(n), op,
-         std::make_unique<Buffer>(dtype, Shape{n}), {}};
+  Case c{prefix + "." + str(dtype) + "." + str(op) + "." + std::to_string(n),
+         op,
+         std::make_unique<Buffer>(dtype, Shape{n}),
+         {}};
   const int me = accord::rank();
   c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); }, kFillPeriod);
   accord::AllreduceOptions options;
@@ -105,8 +107,8 @@ TEST_CASE("allreduce: a 0-d tensor (shape [], one element)") {
   b.set(0, me + 1);
   accord::AllreduceOptions options;
   options.name = "ar.scalar";
-  const auto error = describe(finish(accord::allreduce_async(b.view(), options), options.name),
-                              options.name);
+  const auto error =
+      describe(finish(accord::allreduce_async(b.view(), options), options.name), options.name);
   INFO(error);
   CHECK(error.empty());
   const int n = accord::size();
@@ -120,8 +122,10 @@ TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
   std::vector<Case> cases;
   for (DType dtype : kFloatDTypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
-      Case c{"ar.scaled." + str(dtype) + "." + str(op), op,
-             std::make_unique<Buffer>(dtype, Shape{1023}), {}};
+      Case c{"ar.scaled." + str(dtype) + "." + str(op),
+             op,
+             std::make_unique<Buffer>(dtype, Shape{1023}),
+             {}};
       c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); });
       accord::AllreduceOptions options;
       options.name = c.name;
@@ -146,6 +150,41 @@ TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
   }
 }
 
+TEST_CASE("allreduce: prescale and postscale on tensors fused together") {
+  // One op and scaling per dtype, so the tensors fuse (all of them in the .fused_large
+  // run, where they are scaled and reduced where they lie).
+  const int me = accord::rank();
+  const auto ranks = allRanks(accord::size());
+  std::vector<Case> cases;
+  for (DType dtype : kFloatDTypes) {
+    for (std::int64_t n : {std::int64_t{1023}, std::int64_t{5}, std::int64_t{70001}}) {
+      Case c{"ar.scaled.fused." + str(dtype) + "." + std::to_string(n),
+             ReduceOp::Sum,
+             std::make_unique<Buffer>(dtype, Shape{n}),
+             {}};
+      c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, ReduceOp::Sum, me, i); });
+      accord::AllreduceOptions options;
+      options.name = c.name;
+      options.prescale = 0.5;
+      options.postscale = 4.0;
+      c.handle = accord::allreduce_async(c.buffer->view(), options);
+      cases.push_back(std::move(c));
+    }
+  }
+  for (auto& c : cases) {
+    const DType dtype = c.buffer->dtype();
+    const auto error = describe(finish(c.handle, c.name), c.name);
+    INFO(error);
+    CHECK(error.empty());
+    const auto diff = compareElements(
+        dtype, c.buffer->data(), c.buffer->numel(),
+        [&](std::int64_t i) { return 2.0 * reducedValue(dtype, ReduceOp::Sum, ranks, i); },
+        toleranceFor(dtype, ReduceOp::Average));
+    INFO(c.name << " (prescale 0.5, postscale 4): " << diff);
+    CHECK(diff.empty());
+  }
+}
+
 TEST_CASE("allreduce: many small tensors in flight fuse and come back right") {
   // 300 x 4 KiB = 1.2 MiB: many fusion buffers at the default 64 KiB threshold, more
   // in the small-buffer run.
@@ -162,8 +201,10 @@ TEST_CASE("allreduce: unnamed collectives get the same generated name on every r
   std::vector<Case> cases;
   const int me = accord::rank();
   for (int t = 0; t < 20; ++t) {
-    Case c{"unnamed #" + std::to_string(t), ReduceOp::Sum,
-           std::make_unique<Buffer>(DType::Int32, Shape{17 + t}), {}};
+    Case c{"unnamed #" + std::to_string(t),
+           ReduceOp::Sum,
+           std::make_unique<Buffer>(DType::Int32, Shape{17 + t}),
+           {}};
     c.buffer->fill([&](std::int64_t i) { return fillValue(DType::Int32, ReduceOp::Sum, me, i); });
     c.handle = accord::allreduce_async(c.buffer->view());
     cases.push_back(std::move(c));
