@@ -209,6 +209,16 @@ void Buffer::fill(const std::function<double(std::int64_t)>& value, std::int64_t
   }
 }
 
+accord::Allocator allocatorAt(void* data, DType dtype) {
+  return [data, dtype](const Shape& shape) {
+    accord::TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.shape = shape;
+    return v;
+  };
+}
+
 accord::Allocator Output::allocator() {
   return [this](const Shape& shape) {
     ++calls_;

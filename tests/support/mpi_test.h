@@ -122,6 +122,11 @@ class Buffer {
   std::vector<std::byte> bytes_;
 };
 
+// An output allocator that hands out `data` (of the caller's, large enough) as `dtype`
+// in whatever shape the collective asks for: an output placed by hand, even inside an
+// input.
+accord::Allocator allocatorAt(void* data, DType dtype);
+
 // The output of allgather / alltoall / reducescatter. allocator() hands the runtime a
 // view of this object's storage; keep the Output alive (and unmoved) until the handle
 // completes. The runtime calls the allocator on its background thread; the handle's

@@ -160,16 +160,7 @@ TEST_CASE("allgather: inputs inside the outputs, off their place, alone and fuse
       in.shape = {rows(me, t)};
       accord::AllgatherOptions options;
       options.name = "ag.inside." + std::to_string(together) + "." + std::to_string(t);
-      handles.push_back(accord::allgather_async(
-          in,
-          [base](const Shape& shape) {
-            accord::TensorView out;
-            out.data = base;
-            out.dtype = DType::Float32;
-            out.shape = shape;
-            return out;
-          },
-          options));
+      handles.push_back(accord::allgather_async(in, allocatorAt(base, DType::Float32), options));
       names.push_back(options.name);
     }
     for (int t = 0; t < together; ++t) {

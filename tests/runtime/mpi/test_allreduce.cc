@@ -115,74 +115,55 @@ TEST_CASE("allreduce: a 0-d tensor (shape [], one element)") {
   CHECK(b.get(0) == n * (n + 1) / 2);
 }
 
-TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
-  // 0.5 and 4 are powers of two: Sum stays exact in every float dtype.
+namespace {
+
+// Prescale 0.5 and postscale 4, powers of two: Sum stays exact in every float dtype.
+Case submitScaled(DType dtype, ReduceOp op, std::int64_t n, const std::string& name) {
+  Case c{name, op, std::make_unique<Buffer>(dtype, Shape{n}), {}};
   const int me = accord::rank();
+  c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); });
+  accord::AllreduceOptions options;
+  options.name = c.name;
+  options.op = op;
+  options.prescale = 0.5;
+  options.postscale = 4.0;
+  c.handle = accord::allreduce_async(c.buffer->view(), options);
+  return c;
+}
+
+void checkScaled(Case& c) {
   const auto ranks = allRanks(accord::size());
+  const DType dtype = c.buffer->dtype();
+  const auto error = describe(finish(c.handle, c.name), c.name);
+  INFO(error);
+  CHECK(error.empty());
+  const auto diff = compareElements(
+      dtype, c.buffer->data(), c.buffer->numel(),
+      [&](std::int64_t i) { return 2.0 * reducedValue(dtype, c.op, ranks, i); },
+      toleranceFor(dtype, ReduceOp::Average));
+  INFO(c.name << " (prescale 0.5, postscale 4): " << diff);
+  CHECK(diff.empty());
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: prescale and postscale on floating-point dtypes") {
   std::vector<Case> cases;
-  for (DType dtype : kFloatDTypes) {
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
-      Case c{"ar.scaled." + str(dtype) + "." + str(op),
-             op,
-             std::make_unique<Buffer>(dtype, Shape{1023}),
-             {}};
-      c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, op, me, i); });
-      accord::AllreduceOptions options;
-      options.name = c.name;
-      options.op = op;
-      options.prescale = 0.5;
-      options.postscale = 4.0;
-      c.handle = accord::allreduce_async(c.buffer->view(), options);
-      cases.push_back(std::move(c));
-    }
-  }
-  for (auto& c : cases) {
-    const DType dtype = c.buffer->dtype();
-    const auto error = describe(finish(c.handle, c.name), c.name);
-    INFO(error);
-    CHECK(error.empty());
-    const auto diff = compareElements(
-        dtype, c.buffer->data(), c.buffer->numel(),
-        [&](std::int64_t i) { return 2.0 * reducedValue(dtype, c.op, ranks, i); },
-        toleranceFor(dtype, ReduceOp::Average));
-    INFO(c.name << " (prescale 0.5, postscale 4): " << diff);
-    CHECK(diff.empty());
-  }
+  for (DType dtype : kFloatDTypes)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
+      cases.push_back(submitScaled(dtype, op, 1023, "ar.scaled." + str(dtype) + "." + str(op)));
+  for (auto& c : cases) checkScaled(c);
 }
 
 TEST_CASE("allreduce: prescale and postscale on tensors fused together") {
   // One op and scaling per dtype, so the tensors fuse (all of them in the .fused_large
   // run, where they are scaled and reduced where they lie).
-  const int me = accord::rank();
-  const auto ranks = allRanks(accord::size());
   std::vector<Case> cases;
-  for (DType dtype : kFloatDTypes) {
-    for (std::int64_t n : {std::int64_t{1023}, std::int64_t{5}, std::int64_t{70001}}) {
-      Case c{"ar.scaled.fused." + str(dtype) + "." + std::to_string(n),
-             ReduceOp::Sum,
-             std::make_unique<Buffer>(dtype, Shape{n}),
-             {}};
-      c.buffer->fill([&](std::int64_t i) { return fillValue(dtype, ReduceOp::Sum, me, i); });
-      accord::AllreduceOptions options;
-      options.name = c.name;
-      options.prescale = 0.5;
-      options.postscale = 4.0;
-      c.handle = accord::allreduce_async(c.buffer->view(), options);
-      cases.push_back(std::move(c));
-    }
-  }
-  for (auto& c : cases) {
-    const DType dtype = c.buffer->dtype();
-    const auto error = describe(finish(c.handle, c.name), c.name);
-    INFO(error);
-    CHECK(error.empty());
-    const auto diff = compareElements(
-        dtype, c.buffer->data(), c.buffer->numel(),
-        [&](std::int64_t i) { return 2.0 * reducedValue(dtype, ReduceOp::Sum, ranks, i); },
-        toleranceFor(dtype, ReduceOp::Average));
-    INFO(c.name << " (prescale 0.5, postscale 4): " << diff);
-    CHECK(diff.empty());
-  }
+  for (DType dtype : kFloatDTypes)
+    for (std::int64_t n : {std::int64_t{1023}, std::int64_t{5}, std::int64_t{70001}})
+      cases.push_back(submitScaled(dtype, ReduceOp::Sum, n,
+                                   "ar.scaled.fused." + str(dtype) + "." + std::to_string(n)));
+  for (auto& c : cases) checkScaled(c);
 }
 
 TEST_CASE("allreduce: many small tensors in flight fuse and come back right") {

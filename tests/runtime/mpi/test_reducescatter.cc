@@ -136,16 +136,8 @@ TEST_CASE("reducescatter: outputs inside the inputs, alone and fused") {
       float* shifted = static_cast<float*>(in->view().data) + 1;
       accord::ReducescatterOptions options;
       options.name = "rs.inside." + std::to_string(together) + "." + std::to_string(t);
-      handles.push_back(accord::reducescatter_async(
-          in->view(),
-          [shifted](const Shape& shape) {
-            accord::TensorView out;
-            out.data = shifted;
-            out.dtype = DType::Float32;
-            out.shape = shape;
-            return out;
-          },
-          options));
+      handles.push_back(
+          accord::reducescatter_async(in->view(), allocatorAt(shifted, DType::Float32), options));
       names.push_back(options.name);
       inputs.push_back(std::move(in));
     }
