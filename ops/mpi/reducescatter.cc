@@ -185,8 +185,8 @@ class ReducescatterOp final : public Op {
                        !outputsOverlapInputs(response, entries, outputs, plan, ctx.rank());
     if (entries.size() == 1 && apart && (ctx.shm || response.prescale == 1.0))
       return reduceDirect(ctx, response, plan, entries[0]->tensor.data, outputs[0]);
-    const bool failed = std::any_of(entries.begin(), entries.end(),
-                                    [](TensorEntry* e) { return static_cast<bool>(e->error); });
+    const bool failed =
+        std::any_of(entries.begin(), entries.end(), [](TensorEntry* e) { return e && e->error; });
     if (ctx.shm && apart && !failed)
       reduceSpread(ctx, response, plan, entries, outputs);
     else
