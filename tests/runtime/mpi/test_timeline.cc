@@ -57,6 +57,12 @@ json parseFile(const std::string& path) {
   return json::parse(text.str());
 }
 
+// Whether the ranks reduce through the shared-memory window (the default on one host).
+bool sharedMemory() {
+  const char* env = std::getenv("ACCORD_SHARED_MEMORY");
+  return !env || std::string(env) != "0";
+}
+
 // Checks what rank 0 wrote for the tensors tagged `tag`; returns the failures.
 int checkFile(const std::string& path, const std::string& tag) {
   int failures = 0;
@@ -83,7 +89,8 @@ int checkFile(const std::string& path, const std::string& tag) {
     if (e["ph"] == "M") continue;
     const int tid = e.value("tid", 0);
     if (e["ph"] == "B") ++depth[tid];
-    if (e["ph"] == "E" && --depth[tid] < 0) expect(false, "an end without a begin on " + names[tid]);
+    if (e["ph"] == "E" && --depth[tid] < 0)
+      expect(false, "an end without a begin on " + names[tid]);
     if (!e.contains("name") || !names.count(tid)) continue;
     phases[names[tid]].insert(e["name"].get<std::string>());
     if (e["name"] == "ALLREDUCE") args[names[tid]] = e["args"];
@@ -96,14 +103,20 @@ int checkFile(const std::string& path, const std::string& tag) {
       expect(p.count(phase) == 1, name + " has no '" + phase + "' phase");
     const int group = args[name].is_object() ? args[name].value("tensors", 0) : 0;
     expect(group >= 1, name + ": allreduce without a group size");
-    // Fused with others: copied into the fusion buffer and out. A tensor negotiated
-    // before the next one arrived (a slow rank, a sanitizer build) is reduced alone, in
-    // place.
+    // Fused with others over MPI: copied into the fusion buffer and out; through the
+    // shared-memory window, reduced where the tensors lie, without copies. A tensor
+    // negotiated before the next one arrived (a slow rank, a sanitizer build) is reduced
+    // alone, in place.
+    const bool copied = group > 1 && !sharedMemory();
     for (const char* phase : {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"}) {
-      expect(p.count(phase) == (group > 1 ? 1u : 0u),
-             name + (group > 1 ? " was fused but has no '" : " was reduced alone but has a '") +
+      expect(p.count(phase) == (copied ? 1u : 0u),
+             name + (copied ? " was fused over MPI but has no '" : " was not copied but has a '") +
                  phase + "' phase");
     }
+    // A tensor carried by the negotiation has no step of its own.
+    const bool carried = args[name].is_object() && args[name].value("carried", false);
+    expect(carried || p.count(sharedMemory() ? "SHM_ALLREDUCE" : "MPI_ALLREDUCE") == 1,
+           name + " has no reduction step of its transport");
   }
   const auto& big = phases[tag + ".big"];
   expect(big.count("ALLREDUCE") == 1 && big.count("MEMCPY_IN_FUSION_BUFFER") == 0,
