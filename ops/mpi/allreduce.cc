@@ -99,9 +99,9 @@ void reduceInPlace(Context& ctx, const Response& response, std::size_t i, Tensor
 // docs/performance.md). Every tensor local and none sharing memory with another; false
 // (nothing done) otherwise. Ranks may decide differently: both ways run the same
 // pieces, blocks and rounds.
-bool reduceSpread(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries) {
+bool reduceSpread(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries,
+                  const std::vector<bool>& local) {
   if (!ctx.shm) return false;
-  const std::vector<bool> local = localInputs(response, entries);
   if (!std::all_of(local.begin(), local.end(), [](bool l) { return l; })) return false;
   shm::Spread data;
   std::vector<Span> spans;
@@ -121,13 +121,14 @@ bool reduceSpread(Context& ctx, const Response& response, std::vector<TensorEntr
 
 // A fused group, through the fusion buffer: tensors back to back (one dtype, so every
 // offset is element-aligned), laid out by the shared planner (fused_layout.h).
-void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries) {
+// `local`: localInputs(response, entries).
+void reduceFused(Context& ctx, const Response& response, std::vector<TensorEntry*>& entries,
+                 const std::vector<bool>& local) {
   const DType dtype = response.dtype;
   const std::size_t elem = dtype_size(dtype);
   std::vector<std::size_t> bytes(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) bytes[i] = response.tensorBytes(i);
-  const FusedReduction plan =
-      planFusedReduction(bytes, localInputs(response, entries), elem, elem, 1);
+  const FusedReduction plan = planFusedReduction(bytes, local, elem, elem, 1);
   char* fused = ctx.fusion.reserve(plan.used);
 
   std::vector<cpu::CopyPiece> in, out;
@@ -163,8 +164,9 @@ class AllreduceOp final : public Op {
     if (response.names.size() == 1 || response.totalBytes() > ctx.config.fusion_threshold) {
       for (std::size_t i = 0; i < response.names.size(); ++i)
         reduceInPlace(ctx, response, i, entries[i]);
-    } else if (!reduceSpread(ctx, response, entries)) {
-      reduceFused(ctx, response, entries);
+    } else {
+      const std::vector<bool> local = localInputs(response, entries);  // checked once
+      if (!reduceSpread(ctx, response, entries, local)) reduceFused(ctx, response, entries, local);
     }
   }
 };

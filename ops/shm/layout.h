@@ -52,6 +52,7 @@ class Spread {
   // The next `bytes` of the block, at `at`; an empty stretch is left out.
   void add(char* at, std::size_t bytes);
   std::size_t bytes() const { return end_.empty() ? 0 : end_.back(); }
+  std::size_t stretches() const { return at_.size(); }
   // f(at, from, n) for each stretch's part of the block's bytes [lo, hi), in order: n
   // bytes at `at`, which are the range's bytes [from, from + n).
   template <class F>

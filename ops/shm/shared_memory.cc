@@ -267,62 +267,13 @@ const SharedMemory::Patience SharedMemory::kDataPatience{
     std::chrono::microseconds(20), std::chrono::microseconds(100), std::chrono::microseconds(20),
     std::chrono::microseconds(100000), true};
 
-void SharedMemory::piece(char* data, std::size_t count, DType dtype, ReduceOp op,
-                         const Scaling& post, const Across& across) {
-  const std::size_t elem = dtype_size(dtype);
-  const std::uint64_t gen = ++pieces_;
-  auto begin = [&](int block) { return blockBegin(count, block, size_) * elem; };
-  auto length = [&](int block) { return begin(block + 1) - begin(block); };
-  char* mine = dataSlot(rank_);
-
-  // 0-1. Once the peers are done with my slot, publish the blocks they reduce.
-  waitForPeers(kCollected, gen - 1, kDataPatience);
-  const cpu::CopyPiece publish[] = {
-      {mine, data, begin(rank_)},
-      {mine + begin(rank_ + 1), data + begin(rank_ + 1), count * elem - begin(rank_ + 1)}};
-  cpu::parallelCopy(publish);
-  advance(kPublished, gen);
-  waitForPeers(kPublished, gen, kDataPatience);
-
-  // 2. Reduce my block from every peer's copy, in rank order, and publish it.
-  peers_.clear();
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_) peers_.push_back(dataSlot(r) + begin(rank_));
-  if (!across) {
-    cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op,
-                           post.factor, post.divisor, mine + begin(rank_));
-  } else {
-    // The block is final only once the other hosts' shares are in: scaling waits for
-    // the last pass over it, across hosts. Peers wait meanwhile on `reduced` with the
-    // same deadline as for any late peer.
-    cpu::reduceScaleMirror(data + begin(rank_), peers_, length(rank_) / elem, dtype, op, 1.0, 1.0,
-                           nullptr);
-    try {
-      if (length(rank_) > 0) across(data + begin(rank_), length(rank_) / elem);
-    } catch (const std::exception& e) {
-      // The peers' counters no longer agree with mine: nothing can use the window now.
-      broken_ = e.what();
-      throw;
-    }
-    std::memcpy(mine + begin(rank_), data + begin(rank_), length(rank_));
-  }
-  advance(kReduced, gen);
-  waitForPeers(kReduced, gen, kDataPatience);
-
-  // 3. Collect the other reduced blocks.
-  collect_.clear();
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_) collect_.push_back({data + begin(r), dataSlot(r) + begin(r), length(r)});
-  cpu::parallelCopy(collect_);
-  advance(kCollected, gen);
-}
-
-void SharedMemory::spreadPiece(const Spread& data, std::size_t at, std::size_t count, DType dtype,
-                               ReduceOp op, const Scaling& post) {
+void SharedMemory::piece(const Spread& data, std::size_t at, std::size_t count, DType dtype,
+                         ReduceOp op, const Scaling& post, const Across& across) {
   const std::size_t elem = dtype_size(dtype);
   const std::uint64_t gen = ++pieces_;
   // Block b of the piece: the data's bytes [at + begin(b), at + begin(b + 1)).
   auto begin = [&](int block) { return blockBegin(count, block, size_) * elem; };
+  auto length = [&](int block) { return begin(block + 1) - begin(block); };
   char* mine = dataSlot(rank_);
   auto stretches = [&](int block, auto&& f) {
     data.visit(at + begin(block), at + begin(block + 1), f);
@@ -340,14 +291,37 @@ void SharedMemory::spreadPiece(const Spread& data, std::size_t at, std::size_t c
   advance(kPublished, gen);
   waitForPeers(kPublished, gen, kDataPatience);
 
-  // 2. Reduce my block from every peer's copy, in rank order, and publish it.
-  stretches(rank_, [&](char* p, std::size_t from, std::size_t n) {
+  // 2. Reduce my block from every peer's copy, in rank order, and publish it: one call
+  // per stretch of it (a buffer reduced in place is one stretch).
+  auto reduce = [&](char* p, std::size_t from, std::size_t n, const Scaling& scale, char* mirror) {
     peers_.clear();
     for (int r = 0; r < size_; ++r)
       if (r != rank_) peers_.push_back(dataSlot(r) + begin(rank_) + from);
-    cpu::reduceScaleMirror(p, peers_, n / elem, dtype, op, post.factor, post.divisor,
-                           mine + begin(rank_) + from);
-  });
+    cpu::reduceScaleMirror(p, peers_, n / elem, dtype, op, scale.factor, scale.divisor, mirror);
+  };
+  if (!across) {
+    stretches(rank_, [&](char* p, std::size_t from, std::size_t n) {
+      reduce(p, from, n, post, mine + begin(rank_) + from);
+    });
+  } else {
+    // The block is final only once the other hosts' shares are in: scaling waits for
+    // the last pass over it, across hosts. Peers wait meanwhile on `reduced` with the
+    // same deadline as for any late peer. The hierarchy hands whole buffers: one
+    // stretch.
+    char* block = nullptr;
+    stretches(rank_, [&](char* p, std::size_t from, std::size_t n) {
+      reduce(p, from, n, Scaling{}, nullptr);
+      block = p - from;
+    });
+    try {
+      if (length(rank_) > 0) across(block, length(rank_) / elem);
+    } catch (const std::exception& e) {
+      // The peers' counters no longer agree with mine: nothing can use the window now.
+      broken_ = e.what();
+      throw;
+    }
+    if (length(rank_) > 0) std::memcpy(mine + begin(rank_), block, length(rank_));
+  }
   advance(kReduced, gen);
   waitForPeers(kReduced, gen, kDataPatience);
 
@@ -363,8 +337,12 @@ void SharedMemory::spreadPiece(const Spread& data, std::size_t at, std::size_t c
 }
 
 void SharedMemory::allreduce(const Spread& data, DType dtype, ReduceOp op, const Scaling& pre,
-                             const Scaling& post, const std::string& what) {
+                             const Scaling& post, const std::string& what, const Across& across) {
   if (!broken_.empty()) throw CommError(broken_);
+  if (across && data.stretches() > 1)
+    throw InvalidArgument("shared-memory allreduce " + what +
+                          ": the step across hosts takes one buffer, not " +
+                          std::to_string(data.stretches()) + " stretches");
   what_ = &what;
   const std::size_t elem = dtype_size(dtype);
   const Pieces pieces(data.bytes() / elem, piece_bytes_ / elem);
@@ -372,29 +350,20 @@ void SharedMemory::allreduce(const Spread& data, DType dtype, ReduceOp op, const
     const std::size_t lo = pieces.begin(i), hi = pieces.begin(i + 1);
     data.visit(lo * elem, hi * elem,
                [&](char* p, std::size_t, std::size_t n) { applyScaling(pre, p, n / elem, dtype); });
-    spreadPiece(data, lo * elem, hi - lo, dtype, op, post);
+    piece(data, lo * elem, hi - lo, dtype, op, post, across);
   }
   what_ = nullptr;
-}
-
-void SharedMemory::setPieceBytes(std::size_t bytes) {
-  piece_bytes_ = std::min(roundUp(std::max<std::size_t>(bytes, kLine), kLine), slot_piece_bytes_);
 }
 
 void SharedMemory::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                              const Scaling& pre, const Scaling& post, const std::string& what,
                              const Across& across) {
-  if (!broken_.empty()) throw CommError(broken_);
-  what_ = &what;
-  const std::size_t elem = dtype_size(dtype);
-  const Pieces pieces(count, piece_bytes_ / elem);
-  for (std::size_t i = 0; i < pieces.pieces; ++i) {
-    const std::size_t lo = pieces.begin(i), hi = pieces.begin(i + 1);
-    char* p = static_cast<char*>(data) + lo * elem;
-    applyScaling(pre, p, hi - lo, dtype);
-    piece(p, hi - lo, dtype, op, post, across);
-  }
-  what_ = nullptr;
+  allreduce(Spread(static_cast<char*>(data), count * dtype_size(dtype)), dtype, op, pre, post, what,
+            across);
+}
+
+void SharedMemory::setPieceBytes(std::size_t bytes) {
+  piece_bytes_ = std::min(roundUp(std::max<std::size_t>(bytes, kLine), kLine), slot_piece_bytes_);
 }
 
 }  // namespace accord::shm

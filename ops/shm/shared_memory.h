@@ -81,9 +81,9 @@ class SharedMemory {
                  const Scaling& post, const std::string& what, const Across& across = nullptr);
   // The same for data spread over memory (a fused group's tensors, reduced where they
   // lie): the same pieces, blocks and arithmetic as for those tensors packed back to
-  // back. No `across`: the hierarchy's groups go packed.
+  // back. `across` takes data in one stretch (the hierarchy's groups go packed).
   void allreduce(const Spread& data, DType dtype, ReduceOp op, const Scaling& pre,
-                 const Scaling& post, const std::string& what);
+                 const Scaling& post, const std::string& what, const Across& across = nullptr);
   // The blocks of a reduceScatter or an allgather, one per rank, the same on every rank:
   // rank r's starts at first[r] and holds count[r] elements (reduceScatter) or bytes
   // (allgather). Lengths may differ between ranks, and be 0.
@@ -156,11 +156,9 @@ class SharedMemory {
   char* beginRound(const std::vector<std::uint64_t>& bits, std::size_t extra);
   void endRound(std::vector<std::uint64_t>& bits);
   char* dataSlot(int rank) const;
-  void piece(char* data, std::size_t count, DType dtype, ReduceOp op, const Scaling& post,
-             const Across& across);
-  // piece() for `count` elements of spread data from its byte `at`.
-  void spreadPiece(const Spread& data, std::size_t at, std::size_t count, DType dtype, ReduceOp op,
-                   const Scaling& post);
+  // Allreduce piece number ++pieces_: `count` elements of `data` from its byte `at`.
+  void piece(const Spread& data, std::size_t at, std::size_t count, DType dtype, ReduceOp op,
+             const Scaling& post, const Across& across);
   // One round of reduceScatter / allgather (scatter_gather.cc), with its generation.
   void scatterRound(const std::vector<Spread>& inputs, const Spread& output, DType dtype,
                     ReduceOp op, const Scaling& pre, const Scaling& post, const Rounds& rounds,
