@@ -6,8 +6,10 @@ ZeroRedundancyOptimizer (over DistributedDataParallel, gloo), in one run on the 
 
 For each model - torchvision's ResNet-50 and an nn.TransformerEncoder of about 100 M
 parameters (12 layers, width 768, feed-forward 3072, plus a 16k-token embedding) - on a
-fixed synthetic batch with AdamW, four variants train from the same weights, beside two
-that do not communicate, the floors:
+fixed synthetic batch with AdamW (and, with --models resnet50-params, ResNet-50's
+parameters under a forward of one multiply per parameter: the optimizers' own cost,
+which a model's compute otherwise hides on a machine whose cores it fills), four
+variants train from the same weights, beside two that do not communicate, the floors:
 
   replicated  hvd.DistributedOptimizer (every rank holds the whole optimizer state)
   sharded-1   hvd.ShardedOptimizer(stage=1)
@@ -56,13 +58,15 @@ from bench_ddp import init_torch_distributed, interleave, slowest
 from bench_stats import format_ci, mean_ci
 
 MIB = 1 << 20
+MODELS = ("resnet50", "transformer", "resnet50-params")
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet50,transformer",
-                   help="comma-separated: resnet50, transformer (default: %(default)s)")
+                   help="comma-separated: resnet50, transformer, resnet50-params (ResNet-50's "
+                        "parameters, next to no compute) (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=8,
                    help="ResNet-50 images per rank and step (default: %(default)s)")
     p.add_argument("--image-size", type=int, default=128,
@@ -84,6 +88,9 @@ def parse_args():
     args = p.parse_args()
     if args.threads < 1:
         p.error(f"--threads {args.threads}: expected at least 1")
+    for name in args.models.split(","):
+        if name not in MODELS:
+            p.error(f"--models: unknown model '{name}' (expected {', '.join(MODELS)})")
     return args
 
 
@@ -100,9 +107,27 @@ class Transformer(torch.nn.Module):
         return self.head(self.encoder(self.embed(tokens)))
 
 
+class ParametersOnly(torch.nn.Module):
+    """A model's parameters with next to no compute: the output is the sum of every
+    parameter times the input (a number), so each gradient is the input, everywhere."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.params = torch.nn.ParameterList(
+            torch.nn.Parameter(p.detach().clone()) for p in model.parameters())
+
+    def forward(self, x):
+        return sum((p * x).sum() for p in self.params)
+
+
 def model_and_batch(args, name):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1 + hvd.rank())  # each rank its own batch
+    if name == "resnet50-params":
+        model = ParametersOnly(torchvision.models.resnet50())
+        x = torch.rand((), generator=g) + 0.5
+        what = "ResNet-50's parameters, next to no compute (the output: their sum times a number)"
+        return model, x, None, lambda out: out, what
     if name == "resnet50":
         model = torchvision.models.resnet50()
         x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g)
