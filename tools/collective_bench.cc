@@ -333,9 +333,10 @@ int main(int argc, char** argv) {
                "Across hosts: ACCORD_HIERARCHICAL_ALLREDUCE=1 against =0 and MPI_Allreduce in "
                "one run (sizes 64K..64M unless given; Accord restarts per setting)");
   app.add_flag("--scatter-gather", opt.scatter_gather,
-               "On one host: reducescatter and allgather with ACCORD_SHARED_MEMORY=1 against =0, "
-               "beside allreduce, in one run (sizes 4K..64M unless given, then --tensors "
-               "tensors sharing --max-bytes; Accord restarts per setting)");
+               "On one host: reducescatter and allgather with ACCORD_SHARED_MEMORY=1 against =0 "
+               "and against raw MPI's, beside allreduce, in one run (sizes 4K..64M unless "
+               "given, then --tensors tensors sharing --max-bytes; Accord restarts per "
+               "setting)");
   app.add_option("--tensors", opt.tensors, "--scatter-gather: tensors in the last row's set")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -12,7 +12,10 @@
 // its reducescatter_rows share, gathered in place into a prepared output, as the sharded
 // optimizer does), allreduce's buffer; the three are timed alternately. Last comes a set
 // of --tensors tensors sharing --max-bytes, submitted together, as a model's step
-// submits them. The medians pool every repeat's iterations.
+// submits them. The medians pool every repeat's iterations. Beside them, per size, raw
+// MPI's MPI_Reduce_scatter and in-place MPI_Allgatherv of the same rows (Open MPI's
+// shared-memory transport copies large messages once, with the kernel's cross-memory
+// attach), timed in every repeat before Accord starts.
 #include "bench_common.h"
 
 #include <accord/accord.h>
@@ -136,6 +139,22 @@ bool check(const Set& set, const Buffers& b, int rank, int size, std::int64_t to
   return ok;
 }
 
+// Raw MPI's reducescatter or allgather of one tensor of `count` floats, the rows split
+// as Accord splits them.
+void runRaw(Kind kind, std::int64_t count, const Buffers& b, int rank, int size) {
+  std::vector<int> rows(static_cast<std::size_t>(size)), first(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    rows[r] = static_cast<int>(accord::reducescatter_rows(count, r, size));
+    first[r] = static_cast<int>(firstRow(count, r, size));
+  }
+  if (kind == kScatter)
+    MPI_Reduce_scatter(b.input, b.shard + first[rank], rows.data(), MPI_FLOAT, MPI_SUM,
+                       MPI_COMM_WORLD);
+  else
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, b.gathered, rows.data(), first.data(), MPI_FLOAT,
+                   MPI_COMM_WORLD);
+}
+
 }  // namespace
 
 int runScatterGatherBench(const Bench& bench, const Options& opt) {
@@ -170,9 +189,20 @@ int runScatterGatherBench(const Bench& bench, const Options& opt) {
                 "(us)", "(us)", "", "(us)", "(us)", "/AR shm");
     std::fflush(stdout);
   }
-  // [shm][kind][case]: times.
-  std::map<std::size_t, std::vector<double>> t[2][kKinds];
+  // [shm][kind][case]: times; raw[kind][case]: raw MPI's (reducescatter, allgather).
+  std::map<std::size_t, std::vector<double>> t[2][kKinds], raw[2];
   for (int repeat = 0; repeat < opt.repeats; ++repeat) {
+    for (std::size_t c = 0; c + 1 < cases.size(); ++c) {  // the sizes, not the set
+      const std::int64_t count = cases[c].second.count[0];
+      for (int it = 0; it < opt.warmup + opt.iters; ++it)
+        for (int kind : {kScatter, kGather}) {
+          float* rewritten = kind == kScatter ? b.input : b.gathered;
+          const double s = bench.timeOnce(
+              [&] { runRaw(static_cast<Kind>(kind), count, b, bench.rank, bench.size); },
+              [&] { std::memset(rewritten, 0, static_cast<std::size_t>(count) * sizeof(float)); });
+          if (it >= opt.warmup) raw[kind][c].push_back(s);
+        }
+    }
     for (int k = 0; k < 2; ++k) {
       const int shm = (repeat + k) % 2;
       setenv("ACCORD_SHARED_MEMORY", shm ? "1" : "0", 1);
@@ -224,7 +254,23 @@ int runScatterGatherBench(const Bench& bench, const Options& opt) {
   if (bench.rank == 0) {
     std::printf(
         "# x = mpi time / shm time: > 1 means the shared-memory window is faster; "
-        "RS+AG/AR shm = (reducescatter + allgather) / allreduce, all through shm\n");
+        "RS+AG/AR shm = (reducescatter + allgather) / allreduce, all through shm\n"
+        "# raw MPI (MPI_Reduce_scatter, MPI_Allgatherv in place), the same rows:\n"
+        "#%11s  %9s %6s  %9s %6s\n#%11s  %9s %6s  %9s %6s\n",
+        "size", "RS raw", "x", "AG raw", "x", "(B)", "(us)", "", "(us)", "");
+  }
+  for (std::size_t c = 0; c + 1 < cases.size(); ++c) {
+    const double rs = median(raw[kScatter][c]), ag = median(raw[kGather][c]);
+    const double rs_shm = median(t[1][kScatter][c]), ag_shm = median(t[1][kGather][c]);
+    const double bytes = static_cast<double>(cases[c].first);
+    if (bench.rank == 0)
+      std::printf(" %11.0f  %9.1f %6.2f  %9.1f %6.2f\n", bytes, rs * 1e6, rs / rs_shm, ag * 1e6,
+                  ag / ag_shm);
+    bench.csvRow("scatter_gather", "reducescatter_raw_mpi", bytes, cases[c].second.count[0], rs);
+    bench.csvRow("scatter_gather", "allgather_raw_mpi", bytes, cases[c].second.count[0], ag);
+  }
+  if (bench.rank == 0) {
+    std::printf("# x = raw MPI time / Accord's through shm: > 1 means Accord is faster\n");
     std::fflush(stdout);
   }
   return 0;
