@@ -140,20 +140,25 @@ bool check(const Set& set, const Buffers& b, int rank, int size, std::int64_t to
   return ok;
 }
 
-// Raw MPI's reducescatter or allgather of one tensor of `count` floats, the rows split
-// as Accord splits them.
-void runRaw(Kind kind, std::int64_t count, const Buffers& b, int rank, int size) {
-  std::vector<int> rows(static_cast<std::size_t>(size)), first(static_cast<std::size_t>(size));
-  for (int r = 0; r < size; ++r) {
-    rows[r] = static_cast<int>(accord::reducescatter_rows(count, r, size));
-    first[r] = static_cast<int>(firstRow(count, r, size));
+// How one tensor of floats splits into rows per rank, as Accord splits it, in MPI's ints.
+struct RawSplit {
+  std::vector<int> rows, first;
+  RawSplit(std::int64_t count, int size) {
+    for (int r = 0; r < size; ++r) {
+      rows.push_back(static_cast<int>(accord::reducescatter_rows(count, r, size)));
+      first.push_back(static_cast<int>(firstRow(count, r, size)));
+    }
   }
+};
+
+// Raw MPI's reducescatter or allgather of one tensor split as `split`.
+void runRaw(Kind kind, const RawSplit& split, const Buffers& b, int rank) {
   if (kind == kScatter)
-    MPI_Reduce_scatter(b.input, b.shard + first[rank], rows.data(), MPI_FLOAT, MPI_SUM,
-                       MPI_COMM_WORLD);
+    MPI_Reduce_scatter(b.input, b.shard + split.first[rank], split.rows.data(), MPI_FLOAT,
+                       MPI_SUM, MPI_COMM_WORLD);
   else
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, b.gathered, rows.data(), first.data(), MPI_FLOAT,
-                   MPI_COMM_WORLD);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, b.gathered, split.rows.data(), split.first.data(),
+                   MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 }  // namespace
@@ -196,11 +201,12 @@ int runScatterGatherBench(const Bench& bench, const Options& opt) {
     for (std::size_t c = 0; c + 1 < cases.size(); ++c) {  // the sizes, not the set
       const std::int64_t count = cases[c].second.count[0];
       if (count > INT_MAX) continue;  // beyond MPI's int counts: no raw figure
+      const RawSplit split(count, bench.size);
       for (int it = 0; it < opt.warmup + opt.iters; ++it)
         for (int kind : {kScatter, kGather}) {
           float* rewritten = kind == kScatter ? b.input : b.gathered;
           const double s = bench.timeOnce(
-              [&] { runRaw(static_cast<Kind>(kind), count, b, bench.rank, bench.size); },
+              [&] { runRaw(static_cast<Kind>(kind), split, b, bench.rank); },
               [&] { std::memset(rewritten, 0, static_cast<std::size_t>(count) * sizeof(float)); });
           if (it >= opt.warmup) raw[kind][c].push_back(s);
         }
