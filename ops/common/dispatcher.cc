@@ -11,6 +11,7 @@
 #include "ops/cpu/kernels.h"
 
 #include <accord/error.h>
+#include <tbb/info.h>
 
 #include <algorithm>
 #include <thread>
@@ -83,9 +84,12 @@ void Dispatcher::execute(SetTransport& transport, const Response& response,
 
 std::unique_ptr<Backend> makeBackend(const Config& config, int ranks_per_host) {
   // Ranks sharing a host already fill its cores: more kernel threads per rank would
-  // only preempt each other, and the ranks' communication.
+  // only preempt each other, and the ranks' communication. A rank bound to fewer cores
+  // (mpirun's --bind-to core, its default at 2 ranks or fewer) runs on those alone:
+  // oneTBB's default concurrency is the size of its CPU affinity.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::setThreads(std::max(1, cores / std::max(1, ranks_per_host)));
+  cpu::setThreads(
+      std::max(1, std::min(tbb::info::default_concurrency(), cores / std::max(1, ranks_per_host))));
   return std::make_unique<Dispatcher>(config);
 }
 
