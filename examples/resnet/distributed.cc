@@ -2,7 +2,6 @@
 #include "distributed.h"
 
 #include <dlfcn.h>
-#include <tbb/global_control.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,11 @@ namespace accord::resnet {
 namespace {
 
 bool single() { return accord::size() == 1; }
+
+std::unique_ptr<tbb::task_arena>& computeArenaSlot() {
+  static std::unique_ptr<tbb::task_arena> arena;
+  return arena;
+}
 
 TensorView view(void* data, DType dtype, std::size_t n) {
   TensorView v;
@@ -106,9 +110,13 @@ void setThreads(int threads) {
   // OMP_NUM_THREADS, which libgomp reads before main() runs.
   using SetFn = void (*)(int);
   if (auto fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) fn(threads);
-  static std::unique_ptr<tbb::global_control> tbb_limit;
-  tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                                    static_cast<std::size_t>(threads));
+  computeArenaSlot() = std::make_unique<tbb::task_arena>(threads);
+}
+
+tbb::task_arena& computeArena() {
+  auto& arena = computeArenaSlot();
+  if (!arena) arena = std::make_unique<tbb::task_arena>(1);
+  return *arena;
 }
 
 }  // namespace accord::resnet

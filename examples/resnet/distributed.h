@@ -9,6 +9,7 @@
 #include "nn/layers.h"
 
 #include <accord/accord.h>
+#include <tbb/task_arena.h>
 
 #include <cstddef>
 #include <string>
@@ -55,7 +56,13 @@ void broadcastInts(std::vector<std::int64_t>& values, const std::string& name);
 // fail together instead of leaving the others waiting in a collective.
 std::string broadcastError(const std::string& error_on_root);
 
-// Caps this process's compute threads: oneDNN's OpenMP pool and oneTBB.
+// Sets this process's compute threads: oneDNN's OpenMP pool, and the oneTBB arena
+// that computeArena() returns, in which the training loop runs (so the oneTBB loops
+// of the layers and the optimizer use that many threads). The data loader decodes in
+// an arena of its own, with its own --data-workers: a limit on the whole process would
+// cap the loader at the compute threads too.
 void setThreads(int threads);
+// The arena of setThreads (one thread until it is called).
+tbb::task_arena& computeArena();
 
 }  // namespace accord::resnet

@@ -5,6 +5,7 @@
 #include "elastic.h"
 
 #include <accord/error.h>
+#include <tbb/info.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,11 +19,32 @@
 namespace accord::resnet {
 namespace {
 
-// The cores divided among the ranks on this host.
+// The cores this rank may run on: its CPU affinity (oneTBB's default concurrency),
+// which a launcher that binds ranks has narrowed already, as mpirun's --bind-to core
+// (its default at 2 ranks or fewer) does to one core.
+int usableCores() { return std::max(1, tbb::info::default_concurrency()); }
+
+// The cores divided among the ranks on this host, within those this rank may use.
 int defaultThreads() {
   const int local = std::max(1, accord::local_size());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / local);
+  return std::max(1, std::min(usableCores(), cores / local));
+}
+
+// `asked` threads for `flag` (0: the default), at most this rank's usable cores: more
+// would share them (oneDNN's OpenMP threads) or be refused (oneTBB's, with a warning
+// per arena). A cut is said in `notes`, for rank 0 to print.
+int threadsFor(const char* flag, int asked, std::vector<std::string>& notes) {
+  if (asked <= 0) return defaultThreads();
+  const int usable = usableCores();
+  if (asked <= usable) return asked;
+  notes.push_back(std::string("accord-resnet: ") + flag + " " + std::to_string(asked) +
+                  ", but this rank may run on " + std::to_string(usable) + " core" +
+                  (usable == 1 ? "" : "s") + " (its CPU affinity: mpirun binds each rank to one " +
+                  "core at 2 ranks or fewer): using " + std::to_string(usable) +
+                  ". mpirun --bind-to none, or --map-by slot:PE=" + std::to_string(asked) +
+                  ", gives it more.");
+  return usable;
 }
 
 }  // namespace
@@ -36,7 +58,7 @@ int parseDepth(const std::string& model) {
 
 Trainer::Trainer(const TrainOptions& options)
     : opt_(options), rank_(accord::rank()), world_(accord::size()), grads_(world_) {
-  setThreads(opt_.threads > 0 ? opt_.threads : defaultThreads());
+  setThreads(threadsFor("--threads", opt_.threads, thread_notes_));
   if (opt_.commit_every > 0) elastic_dir_ = elasticStoreDirectory();
   checkOutputPaths();
   metrics_ = std::make_unique<Metrics>(
@@ -109,7 +131,8 @@ void Trainer::buildData() {
   lo.seed = opt_.seed;
   lo.augment = opt_.augment;
   lo.prefetch = opt_.prefetch;
-  lo.workers = opt_.data_workers > 0 ? opt_.data_workers : defaultThreads();
+  lo.workers = threadsFor("--data-workers", opt_.data_workers, thread_notes_);
+  for (const std::string& note : thread_notes_) metrics_->message(note);
   lo.skip_bad = opt_.corrupt == "skip";
   lo.log_rank = rank_;
   lo.epochs = opt_.epochs;  // the next epoch's first batches made while this one ends
@@ -357,6 +380,12 @@ std::string Trainer::onDevice() const {
 }
 
 EvalResult Trainer::run() {
+  // In the compute arena, so that the layers' and the optimizer's oneTBB loops use
+  // --threads threads while the loader decodes with its own workers.
+  return computeArena().execute([this] { return trainAll(); });
+}
+
+EvalResult Trainer::trainAll() {
   EvalResult last;
   const std::int64_t first_step = state_.global_step;
   profiled_from_ = first_step;

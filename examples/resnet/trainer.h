@@ -66,6 +66,7 @@ class Trainer {
     double bad_samples = 0;                        // training samples skipped (--corrupt skip)
   };
 
+  EvalResult trainAll();  // run(), in the compute arena
   void buildData();
   void buildPhotoData();  // --dataset folder | packed
   void buildModel();
@@ -107,6 +108,7 @@ class Trainer {
   // Under accordrun's elastic driver with --commit-every: this host's commit directory
   // (elastic.h); "" otherwise.
   std::string elastic_dir_;
+  std::vector<std::string> thread_notes_;  // --threads or --data-workers cut to the cores
   std::int64_t last_commit_ = -1;
   CommitWriter commit_writer_;        // local rank 0's: the commits' writes to this host's disk
   bool resumed_ = false;              // from an elastic commit; the first step after it is logged

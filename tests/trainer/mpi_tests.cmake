@@ -10,6 +10,8 @@
 #   bad-resume   a truncated checkpoint stops every rank with a clear error, and a
 #                --checkpoint or --dump-params that cannot be written, or two outputs in
 #                one file, do so before training; a bad ACCORD_* setting is an error line
+#   threads      --threads and --data-workers beyond a rank's cores (bound by the
+#                launcher) are cut to them and said, without oneTBB's warnings
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
 #   photos-*     JPEG folder and packed data, a damaged record (photos_mpi_check.cmake)
 # The device-* modes, on a GPU, are registered in tests/trainer/gpu.
@@ -38,6 +40,7 @@ accord_trainer_mpi_test(resume 300)
 accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
+accord_trainer_mpi_test(threads 120)
 accord_trainer_mpi_test(accuracy 900)
 
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a

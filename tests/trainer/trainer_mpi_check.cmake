@@ -204,6 +204,30 @@ elseif(MODE STREQUAL "bad-resume")
      OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name [^\n]*same; give each")
     message(FATAL_ERROR "--checkpoint and --metrics in one file were not refused before training")
   endif()
+elseif(MODE STREQUAL "threads")
+  # Ranks bound to one core each (taskset binds them as mpirun's --bind-to core does)
+  # and asked for more compute threads and decoders: cut to that core and said once, on
+  # rank 0, without oneTBB's own warnings; unbound, the same asks go through.
+  set(args ${DATA_ARGS} --width 0.125 --train-limit 512 --no-eval --no-progress --seed 7
+           --steps 2 --batch-size 16 --threads 2 --data-workers 2)
+  execute_process(COMMAND ${MPIRUN} -np 2 taskset -c 0 ${TRAINER} ${args}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  foreach(flag --threads --data-workers)
+    string(REGEX MATCHALL "accord-resnet: ${flag} 2, but this rank may run on 1 core \\([^\n]*\\): using 1\\."
+           said "${out}")
+    list(LENGTH said times)
+    if(NOT rc EQUAL 0 OR NOT times EQUAL 1)
+      message(FATAL_ERROR "${flag} 2 on one core was not cut to it and said once (${times} times, rc ${rc})")
+    endif()
+  endforeach()
+  if("${out}${err}" MATCHES "TBB Warning")
+    message(FATAL_ERROR "oneTBB warned about its workers")
+  endif()
+  run(2 unbound ${args})
+  if("${LAST_OUT}" MATCHES "but this rank may run on")
+    message(FATAL_ERROR "unbound ranks were cut")
+  endif()
 elseif(MODE STREQUAL "device-equivalence")
   # 2 ranks x 16 on the GPU (sharing it: gradients averaged as CUDA tensors through
   # MPI, ACCORD_NCCL=0 from the test) train as 1 rank x 32 on the CPU does, as in
