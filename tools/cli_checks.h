@@ -1,4 +1,6 @@
-// Command-line checks shared by the data tools (accord-pack, accord-make-jpegs).
+// Command-line checks shared by the tools (accord-pack, accord-make-jpegs,
+// accord-data-bench, accord-bench). Each message names the value as given and what is
+// accepted; CLI11 puts the flag's name in front.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +22,16 @@ inline CLI::Validator nonNegativeInteger() {
         return error == std::errc() && stop == end ? "" : input + " is not an integer in [0, 2^64)";
       },
       "[0, 2^64)");
+}
+
+// A file or folder name: an empty one ("$OUT" with OUT unset) would mean the current
+// folder to the file system calls, and the tool would write into it, or clean up in it.
+inline CLI::Validator nonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        return input.empty() ? "the path is empty (an unset variable?): name a file or folder" : "";
+      },
+      "PATH");
 }
 
 }  // namespace accord_tools

@@ -22,6 +22,7 @@
 // took 118 us here; right after an MPI_Allreduce of the same buffer, 149-175 us, and
 // MPI_Allreduce after MPI_Allreduce was slowed alike.)
 #include "bench_common.h"
+#include "cli_checks.h"
 #include "resnet50_params.h"
 
 #include <accord/accord.h>
@@ -322,7 +323,8 @@ int main(int argc, char** argv) {
   app.add_flag("--average-only", opt.average_only,
                "With --device cuda: only Average on NCCL, raw ncclAvg against Accord's, in time "
                "and error (sizes up to --max-bytes, at most 64M)");
-  app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)");
+  app.add_option("--csv", opt.csv, "Also write every measurement to this CSV file (rank 0)")
+      ->check(accord_tools::nonEmptyPath());
   app.add_flag("--quick", opt.quick, "A short run (4 KiB..1 MiB, few iterations): a smoke test");
   app.add_option("--device", opt.device,
                  "cpu: host memory against raw MPI; cuda: GPU memory (one GPU per rank) "

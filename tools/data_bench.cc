@@ -3,6 +3,7 @@
 // runs it beside PyTorch's DataLoader on the same files.
 //
 //   accord-data-bench --dataset packed --data-dir packed/train --data-workers 2
+#include "cli_checks.h"
 #include "jpeg_source.h"
 #include "loader.h"
 
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"folder", "packed"}))
       ->capture_default_str();
   app.add_option("--data-dir", dir, "one split: a class-subfolder folder or a packed folder")
-      ->required();
+      ->required()
+      ->check(accord_tools::nonEmptyPath());
   app.add_option("--data-workers", workers, "decode threads")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

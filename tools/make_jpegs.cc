@@ -92,7 +92,10 @@ void writeFile(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
 }
 
 // Images mixed into a folder that already holds some would be counted as ours.
+// An empty name passes fs::exists("") as a new folder, and the clean-up after a failure
+// would then remove ./train and ./val.
 void checkOutputFolder(const std::string& out) {
+  if (out.empty()) throw DataError("the output folder's name is empty");
   std::error_code ec;
   if (!fs::exists(out, ec)) return;
   if (!fs::is_directory(out, ec)) throw DataError(out + ": exists and is not a folder");
@@ -155,11 +158,15 @@ int main(int argc, char** argv) {
       "accord-make-jpegs: writes a JPEG image folder (train/ and val/, one subfolder "
       "per class) for tests and benchmarks, from Fashion-MNIST or synthetic patterns"};
   Options o;
-  app.add_option("output", o.out, "folder to create")->required();
+  app.add_option("output", o.out, "folder to create")
+      ->required()
+      ->check(accord_tools::nonEmptyPath());
   app.add_option("--source", o.source, "fashion-mnist (scaled up and tinted) or synthetic")
       ->check(CLI::IsMember({"fashion-mnist", "synthetic"}))
       ->capture_default_str();
-  app.add_option("--fashion-dir", o.fashion_dir, "Fashion-MNIST folder")->capture_default_str();
+  app.add_option("--fashion-dir", o.fashion_dir, "Fashion-MNIST folder")
+      ->check(accord_tools::nonEmptyPath())
+      ->capture_default_str();
   app.add_option("--train", o.train, "training images")
       ->check(CLI::Range(1, 10000000))
       ->capture_default_str();

@@ -25,8 +25,12 @@ int main(int argc, char** argv) {
   std::string src, out;
   PackOptions opt;
   bool quiet = false;
-  app.add_option("source", src, "folder with one subfolder per class")->required();
-  app.add_option("output", out, "folder to write the shards and index.tsv into")->required();
+  app.add_option("source", src, "folder with one subfolder per class")
+      ->required()
+      ->check(accord_tools::nonEmptyPath());
+  app.add_option("output", out, "folder to write the shards and index.tsv into")
+      ->required()
+      ->check(accord_tools::nonEmptyPath());
   app.add_option("--shards", opt.shards,
                  "number of shard files (0: one per 256 MiB; use at least the number of ranks "
                  "so that each rank reads its own)")

@@ -292,6 +292,10 @@ ImageFolder scanImageFolder(const std::string& dir) {
 
 RecordIndex packFolder(const std::string& src, const std::string& out_dir,
                        const PackOptions& options) {
+  // "" would be the current folder to the calls below: the pack would land there.
+  if (src.empty() || out_dir.empty())
+    throw DataError(std::string("the ") + (src.empty() ? "source" : "output") +
+                    " folder's name is empty");
   const ImageFolder folder = scanImageFolder(src);
   const std::int64_t n = static_cast<std::int64_t>(folder.files.size());
   std::uint64_t total = 0;

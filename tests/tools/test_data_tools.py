@@ -1,8 +1,9 @@
-"""accord-make-jpegs and accord-pack from the command line, where they meet the world:
-a write that fails, Fashion-MNIST files of another image size, an output folder that
-already holds files, progress into a log, a re-pack that fails, files that are no JPEG.
+"""accord-make-jpegs, accord-pack and accord-data-bench from the command line, where they
+meet the world: a write that fails, Fashion-MNIST files of another image size, an output
+folder that already holds files, progress into a log, a re-pack that fails, files that
+are no JPEG, empty path arguments.
 
-  python3 test_data_tools.py <accord-make-jpegs> <accord-pack>
+  python3 test_data_tools.py <accord-make-jpegs> <accord-pack> <accord-data-bench>
 
 A full disk is stood in for by a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored so
 that the write fails instead of the process dying): it needs no root and no mount.
@@ -20,15 +21,17 @@ import unittest
 
 MAKE_JPEGS = os.path.abspath(sys.argv[1])
 PACK = os.path.abspath(sys.argv[2])
+DATA_BENCH = os.path.abspath(sys.argv[3])
 
 
-def run(cmd, fsize_limit=None):
+def run(cmd, fsize_limit=None, cwd=None):
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
 
     # Bytes, decoded here: text mode would turn the '\r' looked for into '\n'.
-    r = subprocess.run(cmd, capture_output=True, timeout=120, preexec_fn=limit if fsize_limit else None)
+    r = subprocess.run(cmd, capture_output=True, timeout=120, cwd=cwd,
+                       preexec_fn=limit if fsize_limit else None)
     r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
     return r
 
@@ -188,6 +191,38 @@ class Pack(unittest.TestCase):
                 r = run(cmd + ["--seed", seed, "--quiet"] if cmd[0] == PACK else cmd + ["--seed", seed])
                 self.assertEqual(r.returncode, 105, r.stderr)  # CLI11's validation failure
                 self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
+
+
+class EmptyPaths(unittest.TestCase):
+    """An empty path argument ("$OUT" with OUT unset) is refused before anything is
+    written: to the file system calls it is the current folder."""
+
+    def test_an_empty_output_leaves_the_current_folder_alone(self):
+        with tempfile.TemporaryDirectory() as cwd:
+            for split in ("train", "val"):
+                os.makedirs(os.path.join(cwd, split, "mine"))
+                with open(os.path.join(cwd, split, "mine", "keep.jpg"), "wb") as f:
+                    f.write(b"user data")
+            before = digests(cwd)
+            for limit in (None, 1024):  # one run that would succeed, one that would fail
+                r = run([MAKE_JPEGS, "", "--source", "synthetic", "--train", "10", "--val", "10",
+                         "--min-size", "64", "--max-size", "64"], fsize_limit=limit, cwd=cwd)
+                self.assertEqual(r.returncode, 105, r.stderr)
+                self.assertIn("output: the path is empty (an unset variable?)", r.stderr)
+                self.assertEqual(digests(cwd), before)
+
+    def test_every_path_argument_is_checked(self):
+        with tempfile.TemporaryDirectory() as cwd:
+            for cmd, name in (([MAKE_JPEGS, "out", "--fashion-dir", ""], "--fashion-dir"),
+                              ([PACK, "", "out"], "source"),
+                              ([PACK, "src", ""], "output"),
+                              ([DATA_BENCH, "--data-dir", ""], "--data-dir")):
+                with self.subTest(cmd=cmd):
+                    r = run(cmd, cwd=cwd)
+                    self.assertEqual(r.returncode, 105, r.stderr)
+                    self.assertIn(f"{name}: the path is empty (an unset variable?): name a file or "
+                                  "folder", r.stderr)
+                    self.assertEqual(os.listdir(cwd), [])
 
 
 if __name__ == "__main__":

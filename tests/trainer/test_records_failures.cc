@@ -156,3 +156,18 @@ TEST_CASE("an index that claims more than it holds is refused by file and line",
   CHECK(errorOf([&] { readIndex(out.string()); }) == want);
   CHECK(errorOf([&] { makePacked(out.string(), 8); }) == want);
 }
+
+TEST_CASE("an empty folder name is refused before anything is written", "[records]") {
+  // "" is the current folder to the file system calls: the pack would land there.
+  const fs::path src = makeFolder("emptyname", 2);
+  const fs::path cwd = accord_test::scratchDir("emptyname_cwd");
+  const fs::path before = fs::current_path();
+  fs::current_path(cwd);
+  CHECK(errorOf([&] { packFolder(src.string(), "", PackOptions{}); }) ==
+        "the output folder's name is empty");
+  CHECK(errorOf([&] { packFolder("", src.string() + "_packed", PackOptions{}); }) ==
+        "the source folder's name is empty");
+  fs::current_path(before);
+  CHECK(filesIn(cwd).empty());
+  CHECK_FALSE(fs::exists(src.string() + "_packed"));
+}
