@@ -249,20 +249,41 @@ class _DistributedMixin:
             self._should_synchronize = True
 
     def step(self, closure=None):
+        """Steps on the averaged gradients. Those of a backward pass before step() are
+        synchronized first; a ``closure`` is wrapped so that the gradients of each of
+        its evaluations are synchronized before the optimizer reads them (LBFGS
+        evaluates it several times). The loss it returns is this rank's own: for LBFGS,
+        whose number of evaluations depends on the loss, return one averaged over the
+        ranks (``hvd.allreduce(loss)``) so that every rank evaluates as often."""
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
                               "after optimizer.synchronize(): the gradients are reduced twice")
+            if closure is None or self._handles:
+                self.synchronize()
+        if closure is not None:
+            closure = self._synchronizing(closure)
+        try:
+            counting = vars(self._original).get("step")
+            if counting is not None:
+                # An LR scheduler made for the original optimizer replaced its step with
+                # one that counts the steps (torch warns about the call order from that
+                # count): stepping through it counts this one. It steps the original,
+                # which holds the same param groups and state as this object.
+                return counting(closure)
+            return super().step(closure)
+        finally:
+            self._synchronized = False
+
+    def _synchronizing(self, closure):
+        """``closure``, followed by the synchronization of the gradients its backward
+        pass computed: without it their allreduces would still be writing into
+        ``p.grad`` while the optimizer reads it."""
+        def evaluate():
+            loss = closure()
             self.synchronize()
-        self._synchronized = False
-        counting = vars(self._original).get("step")
-        if counting is not None:
-            # An LR scheduler made for the original optimizer replaced its step with one
-            # that counts the steps (torch warns about the call order from that count):
-            # stepping through it counts this one. It steps the original, which holds the
-            # same param groups and state as this object.
-            return counting(closure)
-        return super().step(closure)
+            return loss
+        return evaluate
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:

@@ -1,0 +1,114 @@
+"""DistributedOptimizer's step in the forms beside backward-then-step(): with a closure
+(evaluated once by SGD, several times by LBFGS), with grouped allreduces over several
+backward passes, and with parameters frozen after wrapping. Each expected value is
+computed here, by hand or by a plain torch optimizer on the averaged gradients."""
+
+import warnings
+
+import pytest
+import torch
+
+
+def assert_same_on_every_rank(hvd, tensors):
+    flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in tensors])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    for r in range(gathered.shape[0]):
+        assert torch.equal(gathered[r], flat), f"rank {r}'s parameters differ from this rank's"
+
+
+# ---- step(closure) -------------------------------------------------------------------
+@pytest.mark.parametrize("how", ["closure", "backward_first", "scheduler"])
+def test_closure_steps_on_the_averaged_gradient(hvd, how):
+    """Rank r's gradient is r + 1 everywhere; SGD with lr 1 from zero must land on minus
+    their average, on every rank, and leave nothing pending for the next zero_grad()."""
+    me, n = hvd.rank(), hvd.size()
+    model = torch.nn.Linear(2, 1, bias=False).double()
+    torch.nn.init.zeros_(model.weight)
+    base = torch.optim.SGD(model.parameters(), lr=1.0)
+    # A scheduler made before wrapping steps the original through its counting wrapper.
+    scheduler = torch.optim.lr_scheduler.StepLR(base, 1, 0.5) if how == "scheduler" else None
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    x = torch.full((1, 2), me + 1.0, dtype=torch.float64)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    if how == "backward_first":  # gradients the closure then replaces: synchronized first
+        (3.0 * model(x).sum()).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "lr_scheduler.step() before optimizer.step()"
+        loss = opt.step(closure)
+        if scheduler is not None:
+            scheduler.step()
+    assert loss.item() == 0.0  # the closure's own loss, from the weights before the step
+    expected = -(n + 1) / 2
+    assert torch.equal(model.weight.detach(), torch.full((1, 2), expected, dtype=torch.float64))
+    assert torch.equal(model.weight.grad, torch.full((1, 2), (n + 1) / 2, dtype=torch.float64))
+    assert opt._handles == {}
+    opt.zero_grad()  # nothing pending
+    if scheduler is not None:
+        assert base.param_groups[0]["lr"] == 0.5
+
+
+def _lbfgs_data(rank):
+    g = torch.Generator().manual_seed(40 + rank)
+    x = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(5, 1, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def _lbfgs_model():
+    torch.manual_seed(11)
+    return torch.nn.Linear(3, 1).double()
+
+
+def _make_lbfgs(model):
+    return torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=6, history_size=4)
+
+
+def _lbfgs_alone(ranks, steps):
+    """One process minimising the average of the ranks' losses."""
+    model = _lbfgs_model()
+    opt = _make_lbfgs(model)
+    data = [_lbfgs_data(r) for r in ranks]
+
+    def closure():
+        opt.zero_grad()
+        loss = sum(torch.nn.functional.mse_loss(model(x), y) for x, y in data) / len(data)
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    return list(model.parameters()), opt.state[next(iter(model.parameters()))]["func_evals"]
+
+
+def test_lbfgs_minimises_the_average_of_the_ranks_losses(hvd):
+    """LBFGS evaluates the closure several times per step: each evaluation's gradients
+    are averaged, and the loss it returns is averaged by the closure itself, so every
+    rank takes the same steps as one process on the averaged objective."""
+    me, n = hvd.rank(), hvd.size()
+    model = _lbfgs_model()
+    opt = hvd.DistributedOptimizer(_make_lbfgs(model), named_parameters=model.named_parameters())
+    x, y = _lbfgs_data(me)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return hvd.allreduce(loss.detach(), name="lbfgs.loss")
+
+    steps = 3
+    for _ in range(steps):
+        opt.step(closure)
+    assert_same_on_every_rank(hvd, list(model.parameters()))
+    expected, evaluations = _lbfgs_alone(range(n), steps)
+    assert opt.state[model.weight]["func_evals"] == evaluations > steps  # several per step
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.detach(), e.detach(), rtol=1e-9, atol=1e-11)
+    if n > 1:  # ... and differs from this rank's data alone (the test can tell)
+        alone, _ = _lbfgs_alone([me], steps)
+        assert max((p - a).abs().max().item() for p, a in zip(model.parameters(), alone)) > 1e-3
