@@ -112,3 +112,33 @@ def test_lbfgs_minimises_the_average_of_the_ranks_losses(hvd):
     if n > 1:  # ... and differs from this rank's data alone (the test can tell)
         alone, _ = _lbfgs_alone([me], steps)
         assert max((p - a).abs().max().item() for p, a in zip(model.parameters(), alone)) > 1e-3
+
+
+# ---- groups= with backward_passes_per_step ------------------------------------------
+@pytest.mark.parametrize("groups", [None, 1, "lists"])
+def test_grouped_parameter_without_a_gradient_in_the_last_pass(hvd, groups):
+    """b gets a gradient in the first of two passes only: its group goes out at step(),
+    with the gradient b accumulated, as b alone does without groups."""
+    me, n = hvd.rank(), hvd.size()
+    a, b = (torch.nn.Linear(2, 1, bias=False).double() for _ in range(2))
+    for m in (a, b):
+        torch.nn.init.zeros_(m.weight)
+    if groups == "lists":
+        groups = [[a.weight, b.weight]]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([a.weight, b.weight], lr=1.0),
+                                   named_parameters=[("a", a.weight), ("b", b.weight)],
+                                   backward_passes_per_step=2, groups=groups)
+    x = torch.full((1, 2), me + 1.0, dtype=torch.float64)
+    for step in range(2):
+        opt.zero_grad()
+        (a(x) + b(x)).sum().backward()  # pass 1: a and b
+        a(x).sum().backward()  # pass 2: a only
+        opt.step()
+        mean = (n + 1) / 2  # of the ranks' r + 1
+        assert torch.equal(a.weight.grad, torch.full((1, 2), 2 * mean, dtype=torch.float64))
+        assert torch.equal(b.weight.grad, torch.full((1, 2), mean, dtype=torch.float64))
+        assert torch.equal(a.weight.detach(), torch.full((1, 2), -2 * mean * (step + 1),
+                                                         dtype=torch.float64))
+        assert torch.equal(b.weight.detach(), torch.full((1, 2), -mean * (step + 1),
+                                                         dtype=torch.float64))
+        assert opt._handles == {}

@@ -146,14 +146,16 @@ class _DistributedMixin:
                     "Gradients were computed more than backward_passes_per_step times before "
                     "step(): increase backward_passes_per_step to accumulate them locally")
             self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                self._handles[p] = (None, None)  # accumulating locally
-                return
             group = self._p_to_group.get(p)
+            if self._allreduce_delay[p] > 0:
+                # Accumulating locally. Pending for zero_grad(), and for synchronize()
+                # if no later pass finishes it: a grouped parameter under its group's
+                # key, which synchronize() submits, not its own.
+                self._handles.setdefault(p if group is None else group, (None, None))
+                return
             if group is None:
                 self._handles[p] = self._allreduce_grad_async(p)
                 return
-            self._handles.pop(p, None)
             self._group_counts[group] += 1
             if self._group_counts[group] == len(group):
                 self._handles[group] = self._grouped_allreduce_grad_async(group)
