@@ -27,19 +27,19 @@ int main(int argc, char** argv) {
       ->required()
       ->check(accord_tools::nonEmptyPath());
   app.add_option("--data-workers", workers, "decode threads")
-      ->check(CLI::Range(1, 1024))
+      ->check(accord_tools::integerIn(1, 1024))
       ->capture_default_str();
   app.add_option("--batch-size", batch, "images per batch")
-      ->check(CLI::Range(1, 65536))
+      ->check(accord_tools::integerIn(1, 65536))
       ->capture_default_str();
   app.add_option("--image-size", size, "output height = width")
-      ->check(CLI::Range(1, 2048))
+      ->check(accord_tools::integerIn(1, 2048))
       ->capture_default_str();
   app.add_option("--epochs", epochs, "timed passes over the data, after one untimed pass")
-      ->check(CLI::Range(1, 1000))
+      ->check(accord_tools::integerIn(1, 1000))
       ->capture_default_str();
   app.add_option("--prefetch", prefetch, "batches in flight")
-      ->check(CLI::Range(1, 64))
+      ->check(accord_tools::integerIn(1, 64))
       ->capture_default_str();
   app.add_flag("--eval", eval, "centre crop instead of random-resized crop and flip");
   CLI11_PARSE(app, argc, argv);

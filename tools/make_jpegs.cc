@@ -168,22 +168,22 @@ int main(int argc, char** argv) {
       ->check(accord_tools::nonEmptyPath())
       ->capture_default_str();
   app.add_option("--train", o.train, "training images")
-      ->check(CLI::Range(1, 10000000))
+      ->check(accord_tools::integerIn(1, 10000000))
       ->capture_default_str();
   app.add_option("--val", o.val, "validation images (0: no val/)")
-      ->check(CLI::Range(0, 10000000))
+      ->check(accord_tools::integerIn(0, 10000000))
       ->capture_default_str();
   app.add_option("--classes", o.classes, "synthetic classes")
-      ->check(CLI::Range(1, 1000))
+      ->check(accord_tools::integerIn(1, 1000))
       ->capture_default_str();
   app.add_option("--min-size", o.min_size, "smallest width or height")
-      ->check(CLI::Range(8, 4096))
+      ->check(accord_tools::integerIn(8, 4096))
       ->capture_default_str();
   app.add_option("--max-size", o.max_size, "largest width or height")
-      ->check(CLI::Range(8, 4096))
+      ->check(accord_tools::integerIn(8, 4096))
       ->capture_default_str();
   app.add_option("--quality", o.quality, "JPEG quality")
-      ->check(CLI::Range(1, 100))
+      ->check(accord_tools::integerIn(1, 100))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of sizes, tints and grain")
       ->check(accord_tools::nonNegativeInteger())

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--shards", opt.shards,
                  "number of shard files (0: one per 256 MiB; use at least the number of ranks "
                  "so that each rank reads its own)")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(accord_tools::integerIn(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--seed", opt.seed, "seed of the records' order")
       ->check(accord_tools::nonNegativeInteger())

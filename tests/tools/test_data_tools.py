@@ -193,6 +193,20 @@ class Pack(unittest.TestCase):
                 self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
 
 
+    def test_a_shard_count_that_is_no_number_is_refused(self):
+        for shards in ("abc", "-1", "1048577"):
+            r = run([PACK, self.train, os.path.join(self.dir, "p"), "--shards", shards, "--quiet"])
+            self.assertEqual(r.returncode, 105, r.stderr)
+            self.assertIn(f"--shards: {shards} is not an integer in [0, 1048576]", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "p")))
+        # The other tools' counts alike.
+        for cmd, flag in (([MAKE_JPEGS, os.path.join(self.dir, "m"), "--train"], "--train"),
+                          ([DATA_BENCH, "--data-dir", self.train, "--batch-size"], "--batch-size")):
+            r = run(cmd + ["abc"])
+            self.assertEqual(r.returncode, 105, r.stderr)
+            self.assertIn(f"{flag}: abc is not an integer in [1, ", r.stderr)
+
+
 class EmptyPaths(unittest.TestCase):
     """An empty path argument ("$OUT" with OUT unset) is refused before anything is
     written: to the file system calls it is the current folder."""
