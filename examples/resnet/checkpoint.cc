@@ -211,6 +211,9 @@ void checkWritable(const std::string& path) {
 }
 
 CheckpointContents readCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // opens, then fails its first read
+    throw CheckpointError(path + " is a directory, not a checkpoint file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open checkpoint (" + std::strerror(errno) + ")");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

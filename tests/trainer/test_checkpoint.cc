@@ -108,6 +108,10 @@ TEST_CASE("truncated, corrupt and foreign checkpoints are rejected", "[checkpoin
 
   CHECK(loadError(tempPath("absent.ckpt"), "resnet18 test", f).find("absent.ckpt") !=
         std::string::npos);
+  const fs::path folder = tempPath("folder.ckpt");
+  fs::create_directories(folder);
+  CHECK(loadError(folder, "resnet18 test", f) ==
+        folder.string() + " is a directory, not a checkpoint file");
 
   std::vector<float> small(5);
   std::vector<TensorRef> wrong = {{"conv1.weight", small.data(), small.size()}, f.refs()[1]};
