@@ -68,6 +68,8 @@ CLI::Validator nonNegative() { return realIn(0, true, kInf, false); }
 CLI::Validator path() {
   return CLI::Validator(
       [](std::string& input) -> std::string {
+        // "$CKPT" with CKPT unset: silently no checkpoint, or no resume, otherwise.
+        if (input.empty()) return "an empty path (expected a file or folder name)";
         if (input.size() < 2 || input[0] != '-') return {};
         return "'" + input + "' looks like a flag, not a path (for a file of that name: ./" +
                input + ")";

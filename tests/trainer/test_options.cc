@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 using namespace accord::resnet;
 
@@ -203,4 +204,23 @@ TEST_CASE("the residual fusion: off by default, on with its flag") {
   REQUIRE(parseError("--fuse-residual", &o).empty());
   CHECK(o.fuse_residual);
   CHECK_FALSE(o.cudnn_fusion);
+}
+
+TEST_CASE("an empty path is refused rather than taken as no file") {
+  // "$CKPT" with CKPT unset would otherwise train from scratch, or write nothing.
+  for (const char* flag :
+       {"--resume", "--checkpoint", "--metrics", "--dump-params", "--data-dir"}) {
+    INFO(flag);
+    CLI::App app;
+    TrainOptions o;
+    addTrainOptions(app, o);
+    std::vector<std::string> reversed{"", flag};  // CLI11 takes a vector last to first
+    std::string error;
+    try {
+      app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+      error = e.what();
+    }
+    CHECK(error == std::string(flag) + ": an empty path (expected a file or folder name)");
+  }
 }
