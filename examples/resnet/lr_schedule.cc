@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <string>
 
 namespace accord::resnet {
 
@@ -37,6 +38,12 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
   if (options_.warmup_epochs < 0)
     throw std::invalid_argument("LR schedule: warm-up epochs must be >= 0");
   peak_ = options_.base_lr * options_.global_batch / 256.0;
+  if (options_.kind == ScheduleKind::Cosine && options_.min_lr > peak_)
+    throw std::invalid_argument(
+        "--min-lr " + std::to_string(options_.min_lr) + " is above the peak LR " +
+        std::to_string(peak_) + " (--lr " + std::to_string(options_.base_lr) + " x global batch " +
+        std::to_string(options_.global_batch) +
+        " / 256): the cosine schedule would climb to it; expected at most the peak");
 }
 
 double LrSchedule::at(double epoch) const {

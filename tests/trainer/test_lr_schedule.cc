@@ -86,3 +86,15 @@ TEST_CASE("schedule names parse and bad values are rejected", "[lr]") {
   z.warmup_epochs = 0;
   CHECK(LrSchedule(z).at(0) == Approx(0.4));
 }
+
+TEST_CASE("a cosine floor above the peak is refused, naming both", "[lr]") {
+  auto o = opts(ScheduleKind::Cosine);
+  o.min_lr = 0.4;  // the peak itself: a flat schedule, allowed
+  CHECK(LrSchedule(o).at(90) == Approx(0.4));
+  o.min_lr = 5;
+  CHECK_THROWS_WITH(LrSchedule(o),
+                    Catch::Contains("--min-lr 5.000000 is above the peak LR 0.400000") &&
+                        Catch::Contains("global batch 1024"));
+  o.kind = ScheduleKind::Step;  // the step schedule does not use it
+  CHECK_NOTHROW(LrSchedule(o));
+}
