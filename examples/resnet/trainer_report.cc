@@ -14,8 +14,10 @@ namespace {
 bool sameFile(const std::string& a, const std::string& b) {
   if (a.empty() || b.empty()) return false;
   std::error_code ea, eb;
-  const auto ca = std::filesystem::weakly_canonical(a, ea);
-  const auto cb = std::filesystem::weakly_canonical(b, eb);
+  // Absolute first: a relative path none of which exists yet stays relative otherwise,
+  // so that "out" and "./out" would differ.
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ea);
+  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), eb);
   return ea || eb ? a == b : ca == cb;
 }
 }  // namespace

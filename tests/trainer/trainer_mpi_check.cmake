@@ -204,6 +204,16 @@ elseif(MODE STREQUAL "bad-resume")
      OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name [^\n]*same; give each")
     message(FATAL_ERROR "--checkpoint and --metrics in one file were not refused before training")
   endif()
+  # The same, named relative to the working folder, the file not there yet.
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                          --checkpoint fresh --metrics ./fresh
+                  WORKING_DIRECTORY ${WORK}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
+     OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name ./fresh; give each")
+    message(FATAL_ERROR "fresh and ./fresh were not seen to be one file")
+  endif()
 elseif(MODE STREQUAL "threads")
   # Ranks bound to one core each (taskset binds them as mpirun's --bind-to core does)
   # and asked for more compute threads and decoders: cut to that core and said once, on
