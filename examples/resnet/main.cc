@@ -101,7 +101,8 @@ int train(const TrainOptions& opt) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "accord-resnet: data-parallel ResNet training with Accord (CPU, oneDNN).\n"
+      "accord-resnet: data-parallel ResNet training with Accord (oneDNN on the CPU; cuDNN on\n"
+      "the GPU with --device cuda, in builds with cuDNN).\n"
       "With no flags: a small ResNet-18 on Fashion-MNIST; run it under mpirun."};
   app.set_help_all_flag("--help-all", "help including subcommands");
   TrainOptions opt;

@@ -106,6 +106,10 @@ void Trainer::checkLoaderMemory() const {
 }
 
 void Trainer::buildData() {
+  if (opt_.channels > 0 && opt_.dataset != "synthetic")
+    throw InvalidArgument("--channels " + std::to_string(opt_.channels) +
+                          " sets synthetic images' channels; --dataset " + opt_.dataset +
+                          " has its own (leave --channels out)");
   if (opt_.dataset == "fashion-mnist") {
     const std::string dir = opt_.data_dir.empty() ? kFashionMnistDir : opt_.data_dir;
     const int size = opt_.image_size > 0 ? opt_.image_size : 28;

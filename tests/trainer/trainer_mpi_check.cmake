@@ -214,6 +214,15 @@ elseif(MODE STREQUAL "bad-resume")
      OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name ./fresh; give each")
     message(FATAL_ERROR "fresh and ./fresh were not seen to be one file")
   endif()
+  # --channels is the synthetic images' alone: refused with another dataset, not ignored.
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
+                          --channels 3
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
+     OR NOT err MATCHES "rank 1[^\n]*--channels 3 sets synthetic images' channels; --dataset fashion-mnist has its own")
+    message(FATAL_ERROR "--channels with Fashion-MNIST was not refused")
+  endif()
 elseif(MODE STREQUAL "threads")
   # Ranks bound to one core each (taskset binds them as mpirun's --bind-to core does)
   # and asked for more compute threads and decoders: cut to that core and said once, on
