@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accord-pack: left out %s\n", why.c_str());
     ++skipped;
   };
+  opt.removed_stale = [&](const std::string& path) {
+    std::fprintf(stderr, "accord-pack: removed %s, left by a pack that was killed\n", path.c_str());
+  };
   try {
     const RecordIndex index = packFolder(src, out, opt);
     std::uint64_t bytes = 0;

@@ -5,16 +5,23 @@
 #include "idx.h"
 #include "jpeg.h"
 
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <regex>
 #include <sstream>
+#include <stdexcept>
 
 namespace accord::resnet {
 namespace {
@@ -124,44 +131,119 @@ void checkShardSizes(const std::string& dir, const RecordIndex& index) {
   }
 }
 
+// A signal that ends the process while a pack is written (Ctrl-C, a scheduler's
+// SIGTERM) would leave its temporaries behind, a set per interrupted run. While a
+// PendingFiles lives, those signals first remove them, then end the process as they
+// would have, as checkpoint.cc's TempFileGuard does for a checkpoint's one file; only
+// where a signal's action is the default one (a signal the process ignores or handles
+// itself is left to it). The handler only reads: the paths are laid out before the
+// first file is created, and a count says how many of them may exist.
+std::atomic<const char*> g_pending_paths{nullptr};  // NUL-separated
+volatile std::sig_atomic_t g_pending_created = 0;
+std::atomic<bool> g_pending_claimed{false};  // one PendingFiles at a time is covered
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void removePendingThenDie(int sig) {
+  const char* path = g_pending_paths.load();
+  for (int i = 0; path != nullptr && i < g_pending_created; ++i, path += std::strlen(path) + 1)
+    ::unlink(path);
+  // SA_RESETHAND made the action the default again; SA_NODEFER lets it through now.
+  ::raise(sig);
+}
+
 // A pack replaces the one already in its folder only once it is whole: each file is
 // written under a temporary name beside its own and renamed into place at the end,
 // the index last, so that a pack failing part way (a full disk, an unreadable image)
 // leaves the previous pack readable and no temporary behind.
 class PendingFiles {
  public:
-  explicit PendingFiles(fs::path dir) : dir_(std::move(dir)) {}
+  // names: every file to write, in the order create() is called for them.
+  PendingFiles(fs::path dir, std::vector<std::string> names)
+      : dir_(std::move(dir)), names_(std::move(names)) {
+    for (const std::string& name : names_) paths_ += temp(name).string() + '\0';
+    bool unclaimed = false;
+    if (!g_pending_claimed.compare_exchange_strong(unclaimed, true)) return;
+    guarding_ = true;
+    g_pending_created = 0;
+    g_pending_paths.store(paths_.data());
+    struct sigaction action {};
+    action.sa_handler = removePendingThenDie;
+    action.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) {
+      struct sigaction old {};
+      if (::sigaction(kCleanupSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL)
+        continue;
+      installed_[i] = ::sigaction(kCleanupSignals[i], &action, nullptr) == 0;
+    }
+  }
   PendingFiles(const PendingFiles&) = delete;
   PendingFiles& operator=(const PendingFiles&) = delete;
   ~PendingFiles() {
+    if (guarding_) {
+      for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i)
+        if (installed_[i]) ::signal(kCleanupSignals[i], SIG_DFL);
+      g_pending_created = 0;
+      g_pending_paths.store(nullptr);
+      g_pending_claimed.store(false);
+    }
     std::error_code ignored;  // unwinding from the error worth reporting
-    for (const std::string& name : names_) fs::remove(temp(name), ignored);
+    for (std::size_t i = 0; i < created_; ++i) fs::remove(temp(names_[i]), ignored);
   }
   std::ofstream create(const std::string& name) {
+    if (created_ == names_.size() || names_[created_] != name)
+      throw std::logic_error("PendingFiles: " + name + " was not announced next");
+    // Counted before it exists: a signal while it is opened removes it too.
+    ++created_;
+    if (guarding_) g_pending_created = static_cast<std::sig_atomic_t>(created_);
     const fs::path path = temp(name);
     std::ofstream out(path, std::ios::binary);
     if (!out) throw DataError(path.string() + ": cannot create: " + std::strerror(errno));
-    names_.push_back(name);
     return out;
   }
   fs::path temp(const std::string& name) const {
     return dir_ / (name + ".tmp." + std::to_string(::getpid()));
   }
   void commit() {
-    for (const std::string& name : names_) {
+    for (std::size_t i = 0; i < created_; ++i) {
       std::error_code ec;
-      fs::rename(temp(name), dir_ / name, ec);
+      fs::rename(temp(names_[i]), dir_ / names_[i], ec);
       if (ec)
-        throw DataError("cannot rename " + temp(name).string() + " to " + name + ": " +
+        throw DataError("cannot rename " + temp(names_[i]).string() + " to " + names_[i] + ": " +
                         ec.message());
     }
-    names_.clear();
+    created_ = 0;
+    if (guarding_) g_pending_created = 0;
   }
 
  private:
   fs::path dir_;
-  std::vector<std::string> names_;  // in the order to rename them
+  std::vector<std::string> names_;  // in the order to create and rename them
+  std::size_t created_ = 0;         // names_[0, created_) have temporaries
+  std::string paths_;               // their temporaries' paths, for the signal handler
+  bool guarding_ = false;
+  bool installed_[std::size(kCleanupSignals)] = {};
 };
+
+// Temporaries of a pack that died where no handler runs (SIGKILL, the OOM killer, a
+// power cut) stay in its folder, and the next pack there removes them: names as
+// PendingFiles makes them for a pack, "shard-<5 or more digits>.rec.tmp.<pid>" and
+// "index.tsv.tmp.<pid>", and only where no process <pid> runs, so that a pack writing
+// into the same folder at this moment keeps its own.
+void removeStaleTemporaries(const fs::path& dir,
+                            const std::function<void(const std::string&)>& removed) {
+  static const std::regex pattern(R"((shard-[0-9]{5,}\.rec|index\.tsv)\.tmp\.([0-9]{1,10}))");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(name, m, pattern) || !entry.is_regular_file(ec)) continue;
+    const long long pid = std::stoll(m[2].str());
+    if (pid <= 0 || pid > INT_MAX || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // it runs
+    if (fs::remove(entry.path(), ec) && removed) removed(entry.path().string());
+  }
+}
 
 void writeBytes(std::ofstream& out, const void* data, std::size_t size, const fs::path& path) {
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
@@ -253,7 +335,7 @@ RecordIndex readIndex(const std::string& dir) {
 }
 
 void writeIndex(const std::string& dir, const RecordIndex& index) {
-  PendingFiles pending(dir);
+  PendingFiles pending(dir, {kIndexFile});
   std::ofstream out = pending.create(kIndexFile);
   writeIndexTo(out, pending.temp(kIndexFile), index);
   pending.commit();
@@ -308,7 +390,11 @@ RecordIndex packFolder(const std::string& src, const std::string& out_dir,
     throw DataError("cannot pack " + std::to_string(n) + " images into " + std::to_string(shards) +
                     " shards: a shard needs at least one image");
   fs::create_directories(out_dir);
-  PendingFiles pending(out_dir);
+  removeStaleTemporaries(out_dir, options.removed_stale);
+  std::vector<std::string> names;
+  for (int s = 0; s < shards; ++s) names.push_back(shardName(s));
+  names.push_back(kIndexFile);
+  PendingFiles pending(out_dir, names);
   RecordIndex index;
   index.classes = folder.classes;
   const std::vector<std::int64_t> order = epochOrder(n, options.seed, 0);

@@ -65,13 +65,17 @@ struct PackOptions {
   // rather than failing the pack.
   bool skip_bad = false;
   std::function<void(const std::string&)> skipped;
+  // Called with the path of each temporary file that a pack killed before it could
+  // clean up left in out_dir, as it is removed.
+  std::function<void(const std::string&)> removed_stale;
 };
 inline constexpr std::uint64_t kDefaultShardBytes = 256ull << 20;
 
 // Packs folder src into out_dir (created if missing). Returns the index it wrote. A
 // pack already there is replaced only once the new one is complete: on any error
 // (an unwritable shard, a file that is no JPEG the trainer can decode, which are all
-// named) it is left as it was. Throws DataError.
+// named) or on SIGINT, SIGTERM or SIGHUP it is left as it was, and the new pack's
+// temporary files are removed. Throws DataError.
 RecordIndex packFolder(const std::string& src, const std::string& out_dir,
                        const PackOptions& options);
 

@@ -8,6 +8,7 @@ are no JPEG, empty path arguments.
 A full disk is stood in for by a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored so
 that the write fails instead of the process dying): it needs no root and no mount.
 """
+import glob
 import gzip
 import hashlib
 import os
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 MAKE_JPEGS = os.path.abspath(sys.argv[1])
@@ -34,6 +36,18 @@ def run(cmd, fsize_limit=None, cwd=None):
                        preexec_fn=limit if fsize_limit else None)
     r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
     return r
+
+
+def signal_when(cmd, ready, sig):
+    """Starts cmd, sends it sig once ready() is true, and returns its exit status (minus
+    the signal's number where the signal ended it) and its stderr."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not ready() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err.decode()
 
 
 def files_under(folder):
@@ -205,6 +219,64 @@ class Pack(unittest.TestCase):
             r = run(cmd + ["abc"])
             self.assertEqual(r.returncode, 105, r.stderr)
             self.assertIn(f"{flag}: abc is not an integer in [1, ", r.stderr)
+
+
+class PackInterrupted(unittest.TestCase):
+    """A pack that is interrupted leaves no temporary in its output folder; one killed
+    where it cannot clean up has its temporaries removed by the next pack there."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        # One large image, linked under many names: a pack long enough to be caught
+        # writing (about 250 MB), made in a second.
+        src = os.path.join(cls.tmp.name, "j")
+        r = run([MAKE_JPEGS, src, "--source", "synthetic", "--train", "1", "--val", "0",
+                 "--classes", "1", "--min-size", "3000", "--max-size", "3000", "--quality", "100"])
+        assert r.returncode == 0, r.stderr
+        cls.train = os.path.join(src, "train")
+        first = os.path.join(cls.train, "class-0", "000000.jpg")
+        for i in range(1, 32):
+            os.link(first, os.path.join(cls.train, "class-0", f"{i:06d}.jpg"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.out = os.path.join(self.tmp.name, "packed")
+        r = run([PACK, self.train, self.out, "--shards", "4", "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.before = digests(self.out)
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.out], check=True)
+
+    def temporaries(self):
+        return glob.glob(os.path.join(self.out, "*.tmp.*"))
+
+    def interrupt(self, sig):
+        return signal_when([PACK, self.train, self.out, "--shards", "4", "--seed", "3", "--quiet"],
+                           lambda: self.temporaries(), sig)
+
+    def test_a_signal_removes_the_temporaries(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            rc, err = self.interrupt(sig)
+            self.assertEqual(rc, -sig, err)  # ended by the signal, not finished before it
+            self.assertEqual(self.temporaries(), [])
+            self.assertEqual(digests(self.out), self.before)  # the pack there, untouched
+
+    def test_temporaries_of_a_killed_pack_are_removed_by_the_next(self):
+        rc, err = self.interrupt(signal.SIGKILL)
+        self.assertEqual(rc, -signal.SIGKILL, err)
+        left = self.temporaries()
+        self.assertNotEqual(left, [])
+        r = run([PACK, self.train, self.out, "--shards", "2", "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stderr.splitlines()),
+                         sorted(f"accord-pack: removed {path}, left by a pack that was killed"
+                                for path in left))
+        self.assertEqual(sorted(os.listdir(self.out)), ["index.tsv", "shard-00000.rec", "shard-00001.rec"])
 
 
 class EmptyPaths(unittest.TestCase):

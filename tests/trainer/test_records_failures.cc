@@ -23,6 +23,14 @@ using accord_test::errorOf;
 
 namespace {
 
+// Options by name: an aggregate list would need every field, and break as fields are added.
+PackOptions packOptions(int shards, std::uint64_t seed) {
+  PackOptions options;
+  options.shards = shards;
+  options.seed = seed;
+  return options;
+}
+
 void spit(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary) << bytes;
 }
@@ -68,14 +76,14 @@ TEST_CASE("a failed re-pack leaves the pack already there readable", "[records]"
   const fs::path src = makeFolder("repack", 9);
   const fs::path out = src.string() + "_packed";
   const RecordIndex before =
-      packFolder(src.string(), out.string(), PackOptions{3, 1, {}, false, {}});
+      packFolder(src.string(), out.string(), packOptions(3, 1));
   const std::string index_text = slurp(out / kIndexFile);
   const std::set<std::string> files = {"index.tsv", "shard-00000.rec", "shard-00001.rec",
                                        "shard-00002.rec"};
   REQUIRE(filesIn(out) == files);
 
   SECTION("an error while reading, after the first shard was written") {
-    PackOptions opt{3, 2, {}, false, {}};  // another seed: shard 0 would be written differently
+    PackOptions opt = packOptions(3, 2);  // another seed: shard 0 would be written differently
     opt.progress = [](std::int64_t done, std::int64_t) {
       if (done == 5) throw DataError("made to fail");
     };
@@ -85,7 +93,7 @@ TEST_CASE("a failed re-pack leaves the pack already there readable", "[records]"
     const fs::path tmp = out / ("shard-00001.rec.tmp." + std::to_string(::getpid()));
     fs::create_symlink("/dev/full", tmp);
     CHECK(errorOf([&] {
-            packFolder(src.string(), out.string(), PackOptions{3, 2, {}, false, {}});
+            packFolder(src.string(), out.string(), packOptions(3, 2));
           }) == tmp.string() + ": write failed: No space left on device");
   }
   CHECK(filesIn(out) == files);  // no temporary left
@@ -97,8 +105,8 @@ TEST_CASE("a failed re-pack leaves the pack already there readable", "[records]"
 TEST_CASE("a re-pack into fewer shards removes the shards it no longer needs", "[records]") {
   const fs::path src = makeFolder("fewer", 6);
   const fs::path out = src.string() + "_packed";
-  packFolder(src.string(), out.string(), PackOptions{3, 1, {}, false, {}});
-  packFolder(src.string(), out.string(), PackOptions{2, 1, {}, false, {}});
+  packFolder(src.string(), out.string(), packOptions(3, 1));
+  packFolder(src.string(), out.string(), packOptions(2, 1));
   CHECK(filesIn(out) == std::set<std::string>{"index.tsv", "shard-00000.rec", "shard-00001.rec"});
   checkReadable(out);
 }
@@ -118,7 +126,7 @@ TEST_CASE("files that are no JPEG are refused at pack time, all of them named", 
 TEST_CASE("an index that claims more than it holds is refused by file and line", "[records]") {
   const fs::path src = makeFolder("counts", 4);
   const fs::path out = src.string() + "_packed";
-  packFolder(src.string(), out.string(), PackOptions{2, 1, {}, false, {}});
+  packFolder(src.string(), out.string(), packOptions(2, 1));
   const std::string text = slurp(out / kIndexFile);
   const auto refuse = [&](const std::string& from, const std::string& to) {
     std::string t = text;
@@ -170,4 +178,33 @@ TEST_CASE("an empty folder name is refused before anything is written", "[record
   fs::current_path(before);
   CHECK(filesIn(cwd).empty());
   CHECK_FALSE(fs::exists(src.string() + "_packed"));
+}
+
+TEST_CASE("a pack removes the temporaries a killed pack left there, and only those", "[records]") {
+  const fs::path src = makeFolder("stale", 4);
+  const fs::path out = src.string() + "_packed";
+  fs::create_directories(out);
+  // No process has a pid above 2^22, Linux's largest pid_max; pid 1 always runs.
+  const std::string dead = "4194305";
+  const std::set<std::string> stale = {"shard-00000.rec.tmp." + dead, "shard-00007.rec.tmp." + dead,
+                                       "shard-123456.rec.tmp." + dead, "index.tsv.tmp." + dead};
+  const std::set<std::string> others = {
+      "shard-00000.rec.tmp.1",           "shard-0.rec.tmp." + dead,
+      "notes.tmp." + dead,               "shard-00000.rec.tmp." + dead + ".x",
+      "shard-00000.rec.tmp.",            "index.tsv.tmp.x",
+      "shard-00000.rec.tmp.99999999999", "Shard-00000.rec.tmp." + dead};
+  for (const auto& set : {stale, others})
+    for (const std::string& name : set) spit(out / name, "left");
+  fs::create_directory(out / ("shard-00001.rec.tmp." + dead));  // not a file
+  std::set<std::string> removed;
+  PackOptions opt = packOptions(2, 1);
+  opt.removed_stale = [&](const std::string& path) { removed.insert(path); };
+  packFolder(src.string(), out.string(), opt);
+  std::set<std::string> want_removed;
+  for (const std::string& name : stale) want_removed.insert((out / name).string());
+  CHECK(removed == want_removed);
+  std::set<std::string> want = others;
+  want.insert({"index.tsv", "shard-00000.rec", "shard-00001.rec", "shard-00001.rec.tmp." + dead});
+  CHECK(filesIn(out) == want);
+  checkReadable(out);
 }
