@@ -142,3 +142,78 @@ def test_grouped_parameter_without_a_gradient_in_the_last_pass(hvd, groups):
         assert torch.equal(b.weight.detach(), torch.full((1, 2), -mean * (step + 1),
                                                          dtype=torch.float64))
         assert opt._handles == {}
+
+
+# ---- parameters frozen after wrapping ------------------------------------------------
+def _frozen_model():
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(),
+                               torch.nn.Linear(4, 2)).double()
+
+
+def _rows(step, ranks):
+    g = torch.Generator().manual_seed(70 + step)
+    return (torch.randn(2 * ranks, 3, generator=g, dtype=torch.float64),
+            torch.randn(2 * ranks, 2, generator=g, dtype=torch.float64))
+
+
+def _train_freezing(wrap, set_to_none, me=0, ranks=1, steps=3):
+    """SGD with momentum and weight decay; the first layer frozen after the first step.
+    ``wrap`` None: one plain torch process on every rank's rows (the reference). Returns
+    the parameters, and the first layer's weight as it was when frozen."""
+    model = _frozen_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    if wrap is not None:
+        opt = wrap(opt, model)
+    frozen = None
+    for step in range(steps):
+        if step == 1:
+            model[0].requires_grad_(False)
+            frozen = model[0].weight.detach().clone()
+        x, y = _rows(step, ranks)
+        if wrap is not None:
+            x, y = x[2 * me:2 * me + 2], y[2 * me:2 * me + 2]
+        opt.zero_grad(set_to_none=set_to_none)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], frozen
+
+
+def _check_frozen(hvd, wrap, set_to_none, moves):
+    """The frozen layer stays where it was frozen (unless ``moves``: it holds a zero
+    gradient, and momentum and weight decay move it as they move torch's); everything
+    equals plain torch on the whole batch."""
+    got, frozen = _train_freezing(wrap, set_to_none, hvd.rank(), hvd.size())
+    expected, _ = _train_freezing(None, set_to_none, ranks=hvd.size())
+    assert_same_on_every_rank(hvd, got)
+    assert torch.equal(got[0], frozen) != moves
+    for p, e in zip(got, expected):
+        torch.testing.assert_close(p, e, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("groups", [None, 1, "lists"])
+def test_distributed_optimizer_leaves_a_layer_frozen_after_wrapping_alone(hvd, groups):
+    def wrap(opt, model):
+        g = [[model[0].weight, model[2].weight], [model[0].bias, model[2].bias]] \
+            if groups == "lists" else groups
+        return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                        groups=g)
+    _check_frozen(hvd, wrap, set_to_none=True, moves=False)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_sharded_optimizer_leaves_a_layer_frozen_after_wrapping_alone(hvd, stage):
+    def wrap(opt, model):
+        return hvd.ShardedOptimizer(opt, named_parameters=model.named_parameters(), stage=stage)
+    _check_frozen(hvd, wrap, set_to_none=True, moves=False)
+
+
+@pytest.mark.parametrize("optimizer", ["distributed", "sharded"])
+def test_a_frozen_layer_holding_a_zero_gradient_moves_as_in_torch(hvd, optimizer):
+    """zero_grad(set_to_none=False) leaves it a zero gradient, with which torch steps it
+    too (stage 1: stage 2 lets go of every gradient once it is sent)."""
+    def wrap(opt, model):
+        if optimizer == "sharded":
+            return hvd.ShardedOptimizer(opt, named_parameters=model.named_parameters(), stage=1)
+        return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    _check_frozen(hvd, wrap, set_to_none=False, moves=True)

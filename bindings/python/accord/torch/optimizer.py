@@ -52,6 +52,7 @@ class _DistributedMixin:
         self._groups = groups
         self._p_to_group = {}  # parameter -> the tuple of its group's parameters
         self._group_counts = {}  # group -> parameters whose gradient is ready
+        self._group_ready = {}  # group -> how many it waits for in this step
         self._synchronized = False
         self._should_synchronize = True
         self._distributed = bool(process_set.included()) and process_set.size() > 1
@@ -128,12 +129,13 @@ class _DistributedMixin:
         return handle, (compressed, ctx)
 
     def _grouped_allreduce_grad_async(self, group):
-        for p in group:
+        members = [p for p in group if not _frozen(p)]
+        for p in members:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        compressed = [self._compression.compress(p.grad) for p in group]
+        compressed = [(p, *self._compression.compress(p.grad)) for p in members]
         pre, post = self._scale_factors()
-        handle = grouped_allreduce_async_([c for c, _ in compressed],
+        handle = grouped_allreduce_async_([c for _, c, _ in compressed],
                                           name=self._parameter_names[group[0]],
                                           op=self.op, prescale_factor=pre,
                                           postscale_factor=post, process_set=self.process_set)
@@ -157,15 +159,20 @@ class _DistributedMixin:
                 self._handles[p] = self._allreduce_grad_async(p)
                 return
             self._group_counts[group] += 1
-            if self._group_counts[group] == len(group):
+            if self._group_counts[group] == 1:
+                # Members frozen now have no gradient to wait for (one holding a
+                # gradient tensor still goes with the group, from synchronize()).
+                self._group_ready[group] = sum(q.requires_grad for q in group)
+            if self._group_counts[group] == self._group_ready[group]:
                 self._handles[group] = self._grouped_allreduce_grad_async(group)
         return hook
 
     # ---- synchronization --------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce, starting those that have not started
-        (parameters without a gradient on this rank get zeros), and writes the averaged
-        gradients into ``p.grad``."""
+        (parameters without a gradient on this rank get zeros, but those frozen since
+        wrapping, requires_grad=False, keep None), and writes the averaged gradients into
+        ``p.grad``."""
         if not self._distributed:
             self._synchronized = True
             return
@@ -224,14 +231,15 @@ class _DistributedMixin:
             if id(key) in seen:
                 continue
             seen.add(id(key))
-            if self._handles.get(key, (None,))[0] is None:
+            if self._handles.get(key, (None,))[0] is None and \
+                    not all(_frozen(q) for q in group or (p,)):
                 keys.append(key)
         return keys
 
     def _finish(self, key, handle, ctx):
         output = synchronize(handle)
         if isinstance(key, tuple):
-            for p, reduced, (_, c) in zip(key, output, ctx):
+            for (p, _, c), reduced in zip(ctx, output):
                 _write_grad(p, self._compression.decompress(reduced, c))
             return
         if ctx is None:  # sparse
@@ -308,6 +316,14 @@ class _DistributedMixin:
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
+
+
+def _frozen(p):
+    """Frozen after wrapping (requires_grad=False) and without a gradient on this rank:
+    not reduced, and left without one, so that the optimizer skips it as torch's do.
+    Every rank must agree on it; where they do not, the others' allreduce stalls and the
+    runtime's report names the parameter."""
+    return not p.requires_grad and p.grad is None
 
 
 def _write_grad(p, reduced, to_sparse=False):

@@ -161,10 +161,16 @@ class _ShardedMixin:
         (parameters without a gradient on this rank send zeros, as DistributedOptimizer
         does on two or more ranks, and as this does on any number: a run continued
         from a checkpoint on another number of ranks, one included, is the same run),
-        and gives each piece its part of the reduced gradient."""
+        and gives each piece its part of the reduced gradient. A parameter frozen since
+        wrapping (requires_grad=False) without a gradient sends nothing, and its piece
+        gets none: the step skips it, and the allgather brings it back unchanged."""
         for s in self._shards:
-            if s not in self._handles and s not in self._reduced:
+            if s in self._handles or s in self._reduced:
+                continue
+            if s.param.requires_grad or s.param.grad is not None:
                 self._submit(s)
+            else:  # the ranks must agree; else the others' stall report names it
+                s.piece.grad = None
         for s, (handle, ctx) in self._handles.items():
             self._reduced[s] = self._result(s, handle, ctx)
         self._handles.clear()
