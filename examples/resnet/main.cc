@@ -70,7 +70,11 @@ int train(const TrainOptions& opt) {
                  accord::rank());
     rc = 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "accord-resnet (rank %d): error: %s\n", accord::rank(), e.what());
+    // The ranks shut down together at the end: before it, one that failed on its own
+    // (a bad file in its shard) shut down early, and its line says why.
+    const bool left = dynamic_cast<const accord::ShutDown*>(&e) != nullptr;
+    std::fprintf(stderr, "accord-resnet (rank %d): error: %s%s\n", accord::rank(), e.what(),
+                 left ? " (another rank stopped first: its own error line says why)" : "");
     // Under the elastic driver a lost rank is not the end: report whom the runtime
     // blamed and leave at once with the status that restarts the job from its last
     // commit, without a shutdown that would wait on the lost ranks.
