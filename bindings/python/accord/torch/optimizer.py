@@ -19,6 +19,7 @@ from accord.torch.adasum import adasum_optimizer
 from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
+from accord.torch.grad_groups import parameter_groups
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sparse import sparse_allreduce_async
 
@@ -58,7 +59,10 @@ class _DistributedMixin:
         self._distributed = bool(process_set.included()) and process_set.size() > 1
         if self._distributed:
             self._requires_update = [p for p in params if p.requires_grad]
-            self._make_groups(groups)
+            for group in parameter_groups(groups, self._requires_update):
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
             for p in self._requires_update:
                 self._grad_accs.append(_on_grad_ready(p, self._make_hook(p)))
         # Parameters without a hook: frozen ones, and any added to param_groups later
@@ -66,43 +70,6 @@ class _DistributedMixin:
         self._hooked = set(self._requires_update)
         self._group_sizes = [len(g["params"]) for g in self.param_groups]
         self._unhooked = [p for p in params if p not in self._hooked]
-
-    # ---- groups: parameters whose gradients go as one grouped allreduce ---------------
-    def _make_groups(self, groups):
-        if groups is None:
-            return
-        order = self._requires_update  # param_groups order: the same on every rank
-        if isinstance(groups, list):
-            member = {id(p) for p in order}
-            seen = set()
-            chunks = []
-            for group in groups:
-                chunk = []
-                for p in group:
-                    if not isinstance(p, torch.Tensor):
-                        raise ValueError("DistributedOptimizer: groups must hold tensors")
-                    if id(p) in seen:
-                        raise ValueError("DistributedOptimizer: a parameter can appear in "
-                                         "only one group")
-                    seen.add(id(p))
-                    if id(p) in member:
-                        chunk.append(p)
-                chunks.append(chunk)
-            chunks += [[p] for p in order if id(p) not in seen]
-        else:
-            n = max(1, min(int(groups), len(order)))
-            size, extra = divmod(len(order), n)
-            chunks, start = [], 0
-            for i in range(n):
-                end = start + size + (1 if i < extra else 0)
-                chunks.append(order[start:end])
-                start = end
-        for chunk in chunks:
-            if chunk:
-                group = tuple(chunk)
-                for p in group:
-                    self._p_to_group[p] = group
-                self._group_counts[group] = 0
 
     # ---- submission -------------------------------------------------------------------
     def _scale_factors(self):
