@@ -438,3 +438,8 @@ def dry_run(opts, fixed_hosts, command_for, environ):
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(changed.items()))
     print((prefix + " " if prefix else "") + " ".join(shlex.quote(c) for c in cmd))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit("accord_elastic.py is accordrun's elastic driver, not a program of its own: run "
+             "accordrun --min-np N --max-np M ... (accordrun --help)")
