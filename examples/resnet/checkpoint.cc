@@ -300,9 +300,20 @@ TensorDiff compareTensors(const CheckpointContents& a, const CheckpointContents&
                           double rtol) {
   TensorDiff d;
   d.tensors = a.names.size();
-  d.same_tensors = a.names == b.names;
-  for (std::size_t t = 0; d.same_tensors && t < a.names.size(); ++t)
-    d.same_tensors = a.values[t].size() == b.values[t].size();
+  const auto described = [](const CheckpointContents& c, std::size_t t) {
+    return "'" + c.names[t] + "' (" + std::to_string(c.values[t].size()) + " values)";
+  };
+  for (std::size_t t = 0; d.same_tensors && t < std::min(a.names.size(), b.names.size()); ++t)
+    if (a.names[t] != b.names[t] || a.values[t].size() != b.values[t].size()) {
+      d.same_tensors = false;
+      d.mismatch = "tensor " + std::to_string(t) + " is " + described(a, t) + " in the first, " +
+                   described(b, t) + " in the second";
+    }
+  if (d.same_tensors && a.names.size() != b.names.size()) {
+    d.same_tensors = false;
+    d.mismatch = std::to_string(a.names.size()) + " tensors in the first, " +
+                 std::to_string(b.names.size()) + " in the second";
+  }
   if (!d.same_tensors) return d;
   double worst_excess = -std::numeric_limits<double>::infinity();
   for (std::size_t t = 0; t < a.names.size(); ++t) {

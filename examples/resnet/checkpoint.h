@@ -97,6 +97,7 @@ CheckpointContents readCheckpoint(const std::string& path);
 // run that diverged equals nothing, not even itself.
 struct TensorDiff {
   bool same_tensors = true;  // same names and sizes; nothing else is meaningful if false
+  std::string mismatch;      // where they first differ, when not the same tensors
   bool equal = true;         // every value within tolerance
   std::size_t tensors = 0;
   double max_abs = 0;    // largest |a - b| (infinite where a value is not finite)

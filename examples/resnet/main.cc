@@ -28,8 +28,8 @@ namespace {
 int compareParams(const std::string& a_path, const std::string& b_path, double atol, double rtol) {
   const TensorDiff d = compareTensors(readCheckpoint(a_path), readCheckpoint(b_path), atol, rtol);
   if (!d.same_tensors) {
-    std::fprintf(stderr, "compare: %s and %s hold different tensors\n", a_path.c_str(),
-                 b_path.c_str());
+    std::fprintf(stderr, "compare: %s and %s hold different tensors: %s\n", a_path.c_str(),
+                 b_path.c_str(), d.mismatch.c_str());
     return 2;
   }
   std::printf("compare: %zu tensors, max |a-b| = %.3g (tightest: %s) -> %s\n", d.tensors, d.max_abs,

@@ -323,7 +323,16 @@ TEST_CASE("compare passes values within tolerance and never a NaN", "[checkpoint
   b = a;
   b.names[1] = "c";
   CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
+  CHECK(compareTensors(a, b, 0, 0).mismatch ==
+        "tensor 1 is 'b' (1 values) in the first, 'c' (1 values) in the second");
   b = a;
   b.values[0].push_back(4);
   CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
+  CHECK(compareTensors(a, b, 0, 0).mismatch ==
+        "tensor 0 is 'w' (3 values) in the first, 'w' (4 values) in the second");
+  b = a;
+  b.names.pop_back();
+  b.values.pop_back();
+  CHECK_FALSE(compareTensors(a, b, 0, 0).same_tensors);
+  CHECK(compareTensors(a, b, 0, 0).mismatch == "2 tensors in the first, 1 in the second");
 }
