@@ -171,9 +171,11 @@ void checkConfig(const ModelConfig& cfg) {
   depthSpec(cfg.depth);
   if (cfg.classes < 1 || cfg.in_channels < 1 || cfg.max_batch < 1 || cfg.width <= 0)
     throw InvalidArgument("model: classes, input channels, batch and width must be positive");
-  if (cfg.image_size < (cfg.cifar_stem ? 8 : 32))
+  const int smallest = cfg.cifar_stem ? 8 : 32;
+  if (cfg.image_size < smallest)
     throw InvalidArgument("model: image size " + std::to_string(cfg.image_size) +
-                          " is too small for this stem (each stage halves it)");
+                          " is too small for the " + (cfg.cifar_stem ? "cifar" : "imagenet") +
+                          " stem (each stage halves it): at least " + std::to_string(smallest));
 }
 
 }  // namespace

@@ -120,3 +120,18 @@ TEST_CASE("every gradient sits at its parameter's offset", "[model]") {
     }
   }
 }
+
+TEST_CASE("an image too small for the stem is refused with the smallest size", "[model]") {
+  for (const bool cifar : {true, false}) {
+    ModelConfig cfg;
+    cfg.depth = 18;
+    cfg.cifar_stem = cifar;
+    cfg.max_batch = 1;
+    cfg.image_size = 5;
+    Model m;
+    CHECK_THROWS_WITH(buildModel(m, cfg),
+                      std::string("model: image size 5 is too small for the ") +
+                          (cifar ? "cifar" : "imagenet") +
+                          " stem (each stage halves it): at least " + (cifar ? "8" : "32"));
+  }
+}
