@@ -167,6 +167,14 @@ int check(const std::vector<std::string>& assignments) {
     std::cerr << e.what() << "\n";
     return 2;
   }
+  // What init() warns about, which it then ignores: a misspelt name, a Horovod setting
+  // Accord does not read.
+  const auto unknown = accord::Config::unknownVariables(assignments);
+  for (const auto& name : unknown)
+    std::cerr << "accord-settings: warning: " << name
+              << " is not an Accord variable; init() ignores it\n";
+  for (const auto& note : accord::Config::unreadHorovodVariables(assignments))
+    std::cerr << "accord-settings: warning: " << note << "\n";
   return 0;
 }
 

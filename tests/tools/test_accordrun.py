@@ -371,6 +371,17 @@ class SettingFlags(unittest.TestCase):
                     command(["--help"])
                 self.assertRegex(out.getvalue(), rf"{flag[0]}\b.*\n?.*{setting['name']}")
 
+    def test_settings_check_warns_of_what_init_ignores(self):
+        out = subprocess.run([ar.SETTINGS_TOOL, "--check", "ACCORD_FUSION_THRESHOLDD=1M",
+                              "HOROVOD_HIERARCHICAL_ALLGATHER=1", "ACCORD_CYCLE_TIME=1"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)  # init() runs on: a warning, not an error
+        self.assertIn("warning: ACCORD_FUSION_THRESHOLDD is not an Accord variable; init() ignores it",
+                      out.stderr)
+        self.assertIn("warning: HOROVOD_HIERARCHICAL_ALLGATHER is a Horovod setting Accord does not read",
+                      out.stderr)
+        self.assertNotIn("ACCORD_CYCLE_TIME", out.stderr)
+
     def test_a_bad_value_is_refused_before_mpirun_with_inits_message(self):
         for setting in self.table():
             flag = ar.flag_of(setting)
