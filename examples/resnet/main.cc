@@ -46,7 +46,12 @@ int compareParams(const std::string& a_path, const std::string& b_path, double a
 void preferPassiveOpenMp(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: go on with the default
+  // The binary's own path rather than /proc/self/exe, whose name ps and top would show.
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  execv(self, argv);  // returns only on failure: go on with the default
 }
 
 int train(const TrainOptions& opt) {
