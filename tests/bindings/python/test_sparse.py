@@ -1,6 +1,8 @@
 """Sparse gradients: sparse_allreduce_async, and DistributedOptimizer with a sparse
 embedding, reduced sparse or as dense."""
 
+import time
+
 import pytest
 import torch
 
@@ -37,3 +39,46 @@ def test_optimizer_with_a_sparse_embedding(hvd, sparse_as_dense):
         expected[r] -= 2.0 / n
     expected[7] -= 1.0
     assert torch.allclose(emb.weight.detach(), expected)
+
+
+def _embedding_optimizer(hvd, name):
+    torch.manual_seed(2)
+    emb = torch.nn.Embedding(6, 2, sparse=True).double()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=[(name, emb.weight)])
+    return emb, opt
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_rank_without_a_sparse_gradient_sends_an_empty_one(hvd, set_to_none):
+    """Once every rank has had the embedding's gradient sparse, a rank that has none in a
+    step (None, or cleared by zero_grad) sends one without entries, and the step
+    averages over every rank."""
+    me, n = hvd.rank(), hvd.size()
+    emb, opt = _embedding_optimizer(hvd, f"emb.empty.{set_to_none}")
+    expected = emb.weight.detach().clone()
+    for step in range(3):
+        opt.zero_grad(set_to_none=set_to_none)
+        if step == 0 or me != 0:  # rank 0 uses the embedding in the first step only
+            emb(torch.tensor([step])).sum().backward()
+        opt.step()
+        users = n if step == 0 else n - 1
+        expected[step] -= users / n
+        assert emb.weight.grad.is_sparse
+        assert torch.equal(emb.weight.detach(), expected), f"step {step}"
+
+
+def test_a_dense_and_a_sparse_gradient_fail_at_once(hvd):
+    """The first step: rank 0 has a sparse gradient, the others none, so they send dense
+    zeros. Both sides fail at once, long before the stall bound, saying why."""
+    if hvd.size() == 1:
+        pytest.skip("needs another rank")
+    me = hvd.rank()
+    emb, opt = _embedding_optimizer(hvd, "emb.first")
+    if me == 0:
+        emb(torch.tensor([1, 2])).sum().backward()
+    start = time.monotonic()
+    side = "is sparse on this rank" if me == 0 else "had no gradient on this rank"
+    with pytest.raises(hvd.MismatchError, match=f"'emb.first'.* {side}.*sparse_as_dense=True"):
+        opt.step()
+    assert time.monotonic() - start < 10  # the stall bound in the tests is 30 s

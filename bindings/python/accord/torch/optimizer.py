@@ -15,13 +15,14 @@ from contextlib import contextmanager
 import torch
 
 from accord.basics import Adasum, Average, global_process_set, resolve_op, synchronize
+from accord.errors import MismatchError
 from accord.torch.adasum import adasum_optimizer
 from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
 from accord.torch.grad_groups import parameter_groups
 from accord.torch.param_names import names_of as _names_of
-from accord.torch.sparse import sparse_allreduce_async
+from accord.torch.sparse import SparseGradient, empty_gradient, in_layout, zeros_met_sparse
 
 
 class _DistributedMixin:
@@ -54,6 +55,9 @@ class _DistributedMixin:
         self._p_to_group = {}  # parameter -> the tuple of its group's parameters
         self._group_counts = {}  # group -> parameters whose gradient is ready
         self._group_ready = {}  # group -> how many it waits for in this step
+        self._sparse_dims = {}  # parameter -> sparse dimensions, once seen sparse here
+        self._sparse_checked = set()  # parameters whose sparse gradient was reduced once
+        self._sent_zeros = set()  # parameters without a gradient here in this step
         self._synchronized = False
         self._should_synchronize = True
         self._distributed = bool(process_set.included()) and process_set.size() > 1
@@ -81,13 +85,18 @@ class _DistributedMixin:
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # No gradient on this rank (an unused branch): the others may have one, and
-            # every rank must submit the same names.
-            p.grad = torch.zeros_like(p)
+            # every rank must submit the same collectives under the same names: an empty
+            # sparse gradient where this rank has had it sparse, else zeros.
+            sparse_dim = self._sparse_dims.get(p)
+            p.grad = torch.zeros_like(p) if sparse_dim is None else empty_gradient(p, sparse_dim)
+            self._sent_zeros.add(p)
         name = self._parameter_names[p]
         grad = p.grad
         if grad.is_sparse:
+            grad = in_layout(p, grad, self._sparse_dims.setdefault(p, grad.sparse_dim()))
             if not self.sparse_as_dense:
-                return sparse_allreduce_async(grad, name, self.op, self.process_set), None
+                return SparseGradient(grad, name, self.op, self.process_set,
+                                      p in self._sparse_checked), None
             grad = grad.to_dense()
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scale_factors()
@@ -154,6 +163,7 @@ class _DistributedMixin:
             except Exception as e:  # the other handles must still complete
                 error = error or e
         self._handles.clear()
+        self._sent_zeros.clear()
         for group in self._group_counts:
             self._group_counts[group] = 0
         for p in self._allreduce_delay:
@@ -204,14 +214,19 @@ class _DistributedMixin:
         return keys
 
     def _finish(self, key, handle, ctx):
-        output = synchronize(handle)
+        if ctx is None:  # sparse
+            key.grad = handle.wait().coalesce()
+            self._sparse_checked.add(key)
+            return
+        try:
+            output = synchronize(handle)
+        except MismatchError as e:
+            if key in self._sent_zeros:
+                raise zeros_met_sparse(self._parameter_names[key], e) from e
+            raise
         if isinstance(key, tuple):
             for (p, _, c), reduced in zip(ctx, output):
                 _write_grad(p, self._compression.decompress(reduced, c))
-            return
-        if ctx is None:  # sparse
-            p = key
-            p.grad = output.coalesce()
             return
         _write_grad(key, self._compression.decompress(output, ctx[1]), self.sparse_as_dense)
 
