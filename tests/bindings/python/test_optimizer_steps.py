@@ -1,6 +1,7 @@
-"""DistributedOptimizer's step in the forms beside backward-then-step(): with a closure
-(evaluated once by SGD, several times by LBFGS), with grouped allreduces over several
-backward passes, and with parameters frozen after wrapping. Each expected value is
+"""The optimizers' step beside the plain backward-then-step(): DistributedOptimizer with
+a closure (evaluated once by SGD, several times by LBFGS) and with grouped allreduces
+over several backward passes; both optimizers with parameters frozen after wrapping;
+ShardedOptimizer under an LR scheduler made before wrapping. Each expected value is
 computed here, by hand or by a plain torch optimizer on the averaged gradients."""
 
 import warnings
@@ -145,7 +146,7 @@ def test_grouped_parameter_without_a_gradient_in_the_last_pass(hvd, groups):
 
 
 # ---- parameters frozen after wrapping ------------------------------------------------
-def _frozen_model():
+def _small_model():
     torch.manual_seed(5)
     return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(),
                                torch.nn.Linear(4, 2)).double()
@@ -161,7 +162,7 @@ def _train_freezing(wrap, set_to_none, me=0, ranks=1, steps=3):
     """SGD with momentum and weight decay; the first layer frozen after the first step.
     ``wrap`` None: one plain torch process on every rank's rows (the reference). Returns
     the parameters, and the first layer's weight as it was when frozen."""
-    model = _frozen_model()
+    model = _small_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
     if wrap is not None:
         opt = wrap(opt, model)
@@ -217,3 +218,36 @@ def test_a_frozen_layer_holding_a_zero_gradient_moves_as_in_torch(hvd, optimizer
             return hvd.ShardedOptimizer(opt, named_parameters=model.named_parameters(), stage=1)
         return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     _check_frozen(hvd, wrap, set_to_none=False, moves=True)
+
+
+# ---- an LR scheduler made before wrapping ---------------------------------------------
+@pytest.mark.parametrize("stage", [1, 2])
+def test_sharded_optimizer_counts_its_steps_for_an_earlier_scheduler(hvd, stage):
+    """The scheduler counts the steps through the optimizer it was made for: stepped in
+    the right order, it must not warn that it was stepped first, and the learning rate
+    it sets must reach the sharded step."""
+    me, n = hvd.rank(), hvd.size()
+
+    def train(wrap):
+        model = _small_model()
+        base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(base, 1, 0.5)
+        opt = hvd.ShardedOptimizer(base, named_parameters=model.named_parameters(),
+                                   stage=stage) if wrap else base
+        for step in range(3):
+            x, y = _rows(step, n)
+            if wrap:
+                x, y = x[2 * me:2 * me + 2], y[2 * me:2 * me + 2]
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            scheduler.step()
+        return [p.detach().clone() for p in model.parameters()], base.param_groups[0]["lr"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "lr_scheduler.step() before optimizer.step()"
+        got, lr = train(wrap=True)
+    assert lr == 0.1 * 0.5 ** 3
+    expected, _ = train(wrap=False)  # one process, every rank's rows
+    for p, e in zip(got, expected):
+        torch.testing.assert_close(p, e, rtol=1e-10, atol=1e-12)

@@ -61,6 +61,7 @@ class _ShardedMixin:
     def _sharded_setup(self, original, named_parameters, stage, compression,
                        backward_passes_per_step, op, gradient_predivide_factor, process_set):
         self.stage = stage
+        self._original = original
         self._compression = compression
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
@@ -284,7 +285,20 @@ class _ShardedMixin:
         self._step_and_gather()
         if not self._state_checked:
             self._check_state_per_element()
+        self._count_for_scheduler()
         return loss
+
+    def _count_for_scheduler(self):
+        """An LR scheduler made for the optimizer before it was wrapped replaced its
+        step with one that counts the steps, and warns about the call order from that
+        count. Calling it would step the whole parameters with this rank's gradients,
+        so the step is counted as it counts it (PyTorch 2: _opt_called; 1.13:
+        _step_count)."""
+        counting = vars(self._original).get("step")
+        if getattr(counting, "_wrapped_by_lr_sched", False):
+            self._original._opt_called = True
+        if getattr(counting, "_with_counter", False):
+            self._original._step_count += 1
 
     def _check_state_per_element(self):
         pieces = {id(s.piece): s for s in self._shards}
