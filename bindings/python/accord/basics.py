@@ -5,6 +5,7 @@ queries, reduction ops, process sets, and the table of pending collectives that
 """
 
 import itertools
+import operator
 import os
 import warnings
 
@@ -42,6 +43,18 @@ def resolve_op(op, average, what, adasum=True):
         raise InvalidCollectiveError(f"{what}: Adasum applies to allreduce only; use Sum or "
                                      "Average")
     return op
+
+
+def as_integer(value, what):
+    """``value`` as an int where it is an integer: a Python or NumPy one, or anything else
+    ``operator.index`` takes, but not a bool or a float. Else ValueError: ``what`` (what
+    it must be), then the value."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise ValueError(f"{what}, got {value!r} ({type(value).__name__})")
 
 
 # ---- lifetime and topology ---------------------------------------------------------
@@ -219,9 +232,8 @@ class ProcessSet:
         if not hasattr(ranks, "__iter__"):
             raise ValueError(f"ProcessSet takes a list of ranks or an mpi4py communicator, "
                              f"got {ranks!r}")
-        ranks = sorted(ranks)
-        if any(not isinstance(r, int) for r in ranks):
-            raise ValueError(f"ProcessSet ranks must be integers, got {ranks!r}")
+        ranks = sorted(as_integer(r, "ProcessSet: ranks must be integers (global ranks)")
+                       for r in ranks)
         self.ranks = ranks
         self.process_set_id = None
         self._set_ranks = None  # global rank -> rank in the set, once registered
@@ -257,6 +269,7 @@ class ProcessSet:
 
     def set_rank_of(self, global_rank, what):
         """The rank within this set of ``global_rank``, for roots given as global ranks."""
+        global_rank = _root(global_rank, what)
         try:
             return self._set_ranks[global_rank]
         except (KeyError, TypeError):
@@ -296,7 +309,12 @@ class _GlobalProcessSet(ProcessSet):
         return True
 
     def set_rank_of(self, global_rank, what):
-        return global_rank
+        return _root(global_rank, what)  # the runtime checks that it is a rank of the job
+
+
+def _root(root_rank, what):
+    return as_integer(root_rank, f"{what}: root_rank must be an integer, the global rank of "
+                                 "the root")
 
 
 global_process_set = _GlobalProcessSet()

@@ -13,6 +13,7 @@ from accord.basics import (  # noqa: F401  (re-exported)
     init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, poll, rank, remove_process_set, rocm_built, shutdown,
     size, start_timeline, stop_timeline, synchronize)
+from accord.basics import as_integer as _as_integer
 from accord.basics import pending_call as _pending_call
 from accord.errors import HorovodInternalError  # noqa: F401
 from accord.torch._tensor import cuda_device as _cuda_device
@@ -65,9 +66,7 @@ def join(device=-1, process_set=global_process_set):
     tensor, or GPU 0 if it has sent none, which on a host of several GPUs may be
     another rank's. -1, or any value where there is no GPU path or no GPU, changes
     nothing; a GPU this process does not see, where it sees some, is a ValueError."""
-    if not isinstance(device, int) or isinstance(device, bool):
-        raise ValueError(f"join: device must be a GPU ordinal (an int, -1 for none), got "
-                         f"{device!r}")
+    device = _as_integer(device, "join: device must be a GPU ordinal (an int, -1 for none)")
     op = _core.join_async(process_set._id("join"), device)
     op.wait()
     last = op.last_joined_rank()  # a rank within the set
