@@ -12,12 +12,15 @@
 #include "jpeg.h"
 #include "progress.h"
 
+#include <signal.h>
 #include <tbb/parallel_for.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -112,6 +115,31 @@ void removeOutput(const std::string& out, bool created) {
   if (created) fs::remove(out, ignored);
 }
 
+// Ctrl-C (or a SIGTERM, SIGHUP) part way would leave a partial folder that a rerun
+// refuses as not empty. The handler only notes the signal: the workers stop at their
+// next image, main removes what this run wrote (as after any failure) and then ends
+// the process with the same signal. Only where a signal's action is the default one;
+// SA_RESETHAND lets a second Ctrl-C end it at once.
+std::atomic<int> g_stop_signal{0};  // lock-free: safe to set in a handler
+
+extern "C" void noteStopSignal(int sig) { g_stop_signal.store(sig); }
+
+void stopOnSignals() {
+  struct sigaction action {};
+  action.sa_handler = noteStopSignal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
+      ::sigaction(sig, &action, nullptr);
+  }
+}
+
+void throwIfStopped() {
+  if (const int sig = g_stop_signal.load()) throw DataError(std::string("stopped by ") + strsignal(sig));
+}
+
 void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,
                accord_tools::Progress& progress) {
   const int classes = set ? 10 : o.classes;
@@ -125,6 +153,7 @@ void makeSplit(const Options& o, const std::string& split, int count, const Imag
                              (set ? kFashionClasses[k] : "class-" + std::to_string(k)));
   const std::uint64_t split_seed = mixSeed(o.seed, split == "train" ? 1 : 2);
   tbb::parallel_for(0, count, [&](int i) {
+    throwIfStopped();
     std::mt19937_64 rng(mixSeed(split_seed, static_cast<std::uint64_t>(i)));
     const int span = o.max_size - o.min_size + 1;
     const int w = o.min_size + static_cast<int>(rng() % span);
@@ -149,6 +178,19 @@ void makeSplit(const Options& o, const std::string& split, int count, const Imag
     writeFile(path, bytes);
     progress.advance();
   });
+}
+
+// The output folder is new or empty; everything written into it is this run's.
+void makeSet(const Options& o, accord_tools::Progress& progress) {
+  ImageSet train_set, test_set;
+  const bool fashion = o.source == "fashion-mnist";
+  if (fashion) {
+    train_set = loadFashionMnist(o.fashion_dir, true);
+    if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false);
+  }
+  throwIfStopped();
+  makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, progress);
+  if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, progress);
 }
 
 }  // namespace
@@ -200,20 +242,20 @@ int main(int argc, char** argv) {
     checkOutputFolder(o.out);
     checked = true;
     created = !fs::exists(o.out);
-    ImageSet train_set, test_set;
-    const bool fashion = o.source == "fashion-mnist";
-    if (fashion) {
-      train_set = loadFashionMnist(o.fashion_dir, true);
-      if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false);
-    }
-    makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, progress);
-    if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, progress);
+    stopOnSignals();
+    makeSet(o, progress);
     std::printf("accord-make-jpegs: %d training and %d validation images in %s\n", o.train, o.val,
                 o.out.c_str());
   } catch (const std::exception& e) {
     progress.interrupt();
-    std::fprintf(stderr, "accord-make-jpegs: error: %s\n", e.what());
+    const int sig = g_stop_signal.load();
+    if (sig == 0) std::fprintf(stderr, "accord-make-jpegs: error: %s\n", e.what());
     if (checked) removeOutput(o.out, created);
+    if (sig != 0) {
+      std::fprintf(stderr, "accord-make-jpegs: %s: removed the images written\n", strsignal(sig));
+      std::signal(sig, SIG_DFL);  // SA_RESETHAND did so already; the signal ends us now
+      std::raise(sig);
+    }
     return 1;
   }
   return 0;

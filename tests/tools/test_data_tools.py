@@ -145,6 +145,26 @@ class MakeJpegs(unittest.TestCase):
         self.assertEqual(self.synthetic(empty).returncode, 0)
         self.assertEqual(len(files_under(empty)), 24)
 
+    def test_a_signal_removes_what_the_run_wrote(self):
+        """Ctrl-C part way leaves no partial folder to block a rerun: a new folder goes,
+        an empty one is emptied again."""
+        def some_images(folder):
+            return lambda: len(files_under(folder)) >= 5
+
+        empty = os.path.join(self.dir, "empty")
+        os.mkdir(empty)
+        for out, sig in ((os.path.join(self.dir, "new"), signal.SIGINT), (empty, signal.SIGTERM)):
+            with self.subTest(out=out):
+                rc, err = signal_when([MAKE_JPEGS, out, "--source", "synthetic", "--train", "100000",
+                                       "--val", "0", "--min-size", "64", "--max-size", "64"],
+                                      some_images(out), sig)
+                self.assertEqual(rc, -sig, err)  # ended by the signal, not finished before it
+                self.assertEqual(os.path.exists(out), out == empty)
+                self.assertEqual(os.listdir(out) if out == empty else [], [])
+                self.assertIn(f"accord-make-jpegs: {signal.strsignal(sig)}: removed the images "
+                              "written\n", err)
+                self.assertEqual(self.synthetic(out).returncode, 0)
+
     def test_progress_into_a_log_is_whole_lines(self):
         r = self.synthetic(os.path.join(self.dir, "j"))
         self.assertEqual(r.returncode, 0, r.stderr)
