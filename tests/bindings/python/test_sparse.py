@@ -23,6 +23,20 @@ def test_sparse_allreduce_async(hvd):
     assert torch.allclose(out.to_dense(), expected)
 
 
+def test_unnamed_sparse_allreduces_in_flight_together(hvd):
+    """Unnamed, each is named by count as other unnamed collectives are: two may be in
+    flight at once."""
+    me, n = hvd.rank(), hvd.size()
+    first, second = torch.zeros(2, n + 1, dtype=torch.float64)
+    first[me] = 1.0
+    second[n] = me + 1.0
+    first, second = first.to_sparse(), second.to_sparse()
+    handles = [hvd.sparse_allreduce_async(t, None, hvd.Sum) for t in (first, second)]
+    out = [h().to_dense().tolist() for h in handles]
+    assert out[0] == [1.0] * n + [0.0]
+    assert out[1] == [0.0] * n + [n * (n + 1) / 2]
+
+
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_optimizer_with_a_sparse_embedding(hvd, sparse_as_dense):
     me, n = hvd.rank(), hvd.size()

@@ -32,10 +32,12 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if op not in (Average, _core.reduce_ops["sum"]):
         raise ValueError("sparse_allreduce_async: only Average and Sum apply to sparse tensors")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
-    base = name or "sparse"
-    indices = allgather_async(t.indices().t().contiguous(), name=f"{base}.indices",
-                              process_set=process_set)
-    values = allgather_async(t.values().contiguous(), name=f"{base}.values",
+    # Unnamed: both allgathers unnamed too, so that the runtime numbers them as every
+    # unnamed collective (the same on every rank that calls in the same order), and two
+    # such calls may be in flight at once.
+    indices = allgather_async(t.indices().t().contiguous(),
+                              name=f"{name}.indices" if name else None, process_set=process_set)
+    values = allgather_async(t.values().contiguous(), name=f"{name}.values" if name else None,
                              process_set=process_set)
     n = process_set.size()
 
