@@ -1,6 +1,11 @@
 """broadcast_parameters, broadcast_optimizer_state, broadcast_object and
 allgather_object."""
 
+import pickle
+import threading
+import time
+
+import pytest
 import torch
 
 
@@ -214,6 +219,21 @@ def test_broadcast_object_with_nested_objects(hvd):
         got = hvd.broadcast_object(nested(me) if me == root else None, root_rank=root)
         assert same(got, nested(root))
     assert hvd.broadcast_object(nested(me), root_rank=0, name="named") is not None
+
+
+@pytest.mark.parametrize("name", [None, "unpicklable"])
+def test_broadcast_object_that_root_cannot_pickle_fails_everywhere_at_once(hvd, name):
+    """Root raises its own error; the others, rather than wait for the stall bound, a
+    PicklingError quoting it. The next broadcast_object pairs up as usual."""
+    me, root = hvd.rank(), hvd.size() - 1
+    start = time.monotonic()
+    expected = TypeError if me == root else pickle.PicklingError
+    with pytest.raises(expected, match=r"cannot pickle '_thread.lock' object"
+                       if me == root else rf"^broadcast_object: root rank {root} could not "
+                       r"pickle the object: TypeError: cannot pickle '_thread.lock' object"):
+        hvd.broadcast_object({"lock": threading.Lock()} if me == root else None, root, name)
+    assert time.monotonic() - start < 10  # the stall bound in the tests is 30 s
+    assert hvd.broadcast_object(("after", me), root, name) == ("after", root)
 
 
 def test_allgather_object_with_nested_objects(hvd, process_sets):

@@ -202,17 +202,29 @@ def _suffixed(name, suffix):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root's ``obj`` on every rank (pickled, so any picklable object).
-    ``root_rank`` is a global rank."""
+    ``root_rank`` is a global rank. If root cannot pickle it, root raises that error and
+    every other rank a pickle.PicklingError that quotes it, at once."""
     size = torch.zeros(1, dtype=torch.int64)
+    failure = None
     if rank() == root_rank:
-        data = bytearray(_dumps(obj))
-        size[0] = len(data)
+        try:
+            data = bytearray(_dumps(obj))
+        except Exception as e:  # the others are waiting: tell them, then raise it
+            failure = e
+            data = bytearray(f"{type(e).__name__}: {e}".encode())
+        # A negative size says that root's error message follows, not the object.
+        size[0] = len(data) if failure is None else -len(data)
     broadcast_(size, root_rank, _suffixed(name, "size"), process_set)
     if rank() != root_rank:
-        data = bytearray(int(size[0]))
+        data = bytearray(abs(int(size[0])))
     # The tensor shares the bytearray's memory: the broadcast writes straight into it.
     broadcast_(torch.frombuffer(data, dtype=torch.uint8), root_rank, _suffixed(name, "data"),
                process_set)
+    if failure is not None:
+        raise failure
+    if size[0] < 0:
+        raise pickle.PicklingError(f"broadcast_object: root rank {root_rank} could not pickle "
+                                   f"the object: {data.decode(errors='replace')}")
     return obj if rank() == root_rank else pickle.loads(data)
 
 
