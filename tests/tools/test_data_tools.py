@@ -12,6 +12,7 @@ import glob
 import gzip
 import hashlib
 import os
+import re
 import resource
 import signal
 import struct
@@ -26,14 +27,17 @@ PACK = os.path.abspath(sys.argv[2])
 DATA_BENCH = os.path.abspath(sys.argv[3])
 
 
-def run(cmd, fsize_limit=None, cwd=None):
+def run(cmd, fsize_limit=None, cwd=None, memory_limit=None):
     def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
+        if fsize_limit:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
+        if memory_limit:  # so that a huge allocation fails at once, never swapping
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     # Bytes, decoded here: text mode would turn the '\r' looked for into '\n'.
     r = subprocess.run(cmd, capture_output=True, timeout=120, cwd=cwd,
-                       preexec_fn=limit if fsize_limit else None)
+                       preexec_fn=limit if fsize_limit or memory_limit else None)
     r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
     return r
 
@@ -297,6 +301,47 @@ class PackInterrupted(unittest.TestCase):
                          sorted(f"accord-pack: removed {path}, left by a pack that was killed"
                                 for path in left))
         self.assertEqual(sorted(os.listdir(self.out)), ["index.tsv", "shard-00000.rec", "shard-00001.rec"])
+
+
+class DataBench(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def images(self, n, size):
+        out = os.path.join(self.dir, f"j{n}")
+        r = run([MAKE_JPEGS, out, "--source", "synthetic", "--train", str(n), "--val", "0",
+                 "--min-size", str(size), "--max-size", str(size)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return os.path.join(out, "train")
+
+    def test_an_epoch_within_the_prefetch_is_timed_whole(self):
+        # One batch an epoch, 4 prefetched: the untimed first pass used to decode the
+        # timed one's batch too, which then took microseconds (tens of millions of
+        # images/s). 400-pixel images take two workers milliseconds each.
+        train = self.images(20, 400)
+        r = run([DATA_BENCH, "--data-dir", train, "--batch-size", "64", "--image-size", "64",
+                 "--prefetch", "4", "--data-workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rate = float(re.fullmatch(r"accord-data-bench: folder 20 images in [0-9.]+ s: ([0-9.]+) "
+                                  r"images/s \(2 workers\)\n", r.stdout).group(1))
+        self.assertLess(rate, 100000)
+        self.assertEqual(r.stderr, f"accord-data-bench: --batch-size 64 is more than the 20 images "
+                                   f"in {train}: batches of 20\n")
+
+    def test_a_loader_larger_than_memory_is_refused(self):
+        # 65 batches of 1000 images of 3 x 2048 x 2048 floats: 3.0 TiB.
+        train = self.images(1000, 8)
+        r = run([DATA_BENCH, "--data-dir", train, "--batch-size", "1000", "--image-size", "2048",
+                 "--prefetch", "64"], memory_limit=8 << 30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"^accord-data-bench: error: the data loader needs 3046\.9 GiB "
+                                   r"\(65 batches of 1000 images of 3x2048x2048 floats\), more than "
+                                   r"this machine's [0-9.]+ GiB; lower --prefetch, --batch-size or "
+                                   r"--image-size\n$")
 
 
 class EmptyPaths(unittest.TestCase):
