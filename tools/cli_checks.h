@@ -65,7 +65,8 @@ inline CLI::Validator byteSize(std::uint64_t lo, std::uint64_t hi) {
           const std::string prefixes = "kmgt";
           const std::size_t p = prefixes.find(unit[0]);
           const std::string rest = unit.substr(1);
-          if (p == std::string::npos || !(rest.empty() || rest == "b" || rest == "i" || rest == "ib"))
+          if (p == std::string::npos ||
+              !(rest.empty() || rest == "b" || rest == "i" || rest == "ib"))
             return refused;
           shift = 10 * static_cast<int>(p + 1);
         }

@@ -71,9 +71,10 @@ int main(int argc, char** argv) {
     LoaderOptions lo;
     lo.batch = static_cast<int>(std::min<std::int64_t>(batch, src->size()));
     if (lo.batch < batch)
-      std::fprintf(stderr, "accord-data-bench: --batch-size %d is more than the %lld images in %s: "
-                   "batches of %d\n", batch, static_cast<long long>(src->size()), dir.c_str(),
-                   lo.batch);
+      std::fprintf(stderr,
+                   "accord-data-bench: --batch-size %d is more than the %lld images in %s: "
+                   "batches of %d\n",
+                   batch, static_cast<long long>(src->size()), dir.c_str(), lo.batch);
     lo.workers = workers;
     lo.prefetch = prefetch;
     lo.train = !eval;

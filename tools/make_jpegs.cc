@@ -137,7 +137,8 @@ void stopOnSignals() {
 }
 
 void throwIfStopped() {
-  if (const int sig = g_stop_signal.load()) throw DataError(std::string("stopped by ") + strsignal(sig));
+  if (const int sig = g_stop_signal.load())
+    throw DataError(std::string("stopped by ") + strsignal(sig));
 }
 
 void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,

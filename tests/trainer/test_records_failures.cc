@@ -75,8 +75,7 @@ void checkReadable(const fs::path& dir) {
 TEST_CASE("a failed re-pack leaves the pack already there readable", "[records]") {
   const fs::path src = makeFolder("repack", 9);
   const fs::path out = src.string() + "_packed";
-  const RecordIndex before =
-      packFolder(src.string(), out.string(), packOptions(3, 1));
+  const RecordIndex before = packFolder(src.string(), out.string(), packOptions(3, 1));
   const std::string index_text = slurp(out / kIndexFile);
   const std::set<std::string> files = {"index.tsv", "shard-00000.rec", "shard-00001.rec",
                                        "shard-00002.rec"};
@@ -92,9 +91,8 @@ TEST_CASE("a failed re-pack leaves the pack already there readable", "[records]"
   SECTION("a full disk under the second shard") {
     const fs::path tmp = out / ("shard-00001.rec.tmp." + std::to_string(::getpid()));
     fs::create_symlink("/dev/full", tmp);
-    CHECK(errorOf([&] {
-            packFolder(src.string(), out.string(), packOptions(3, 2));
-          }) == tmp.string() + ": write failed: No space left on device");
+    CHECK(errorOf([&] { packFolder(src.string(), out.string(), packOptions(3, 2)); }) ==
+          tmp.string() + ": write failed: No space left on device");
   }
   CHECK(filesIn(out) == files);  // no temporary left
   CHECK(slurp(out / kIndexFile) == index_text);
@@ -188,11 +186,14 @@ TEST_CASE("a pack removes the temporaries a killed pack left there, and only tho
   const std::string dead = "4194305";
   const std::set<std::string> stale = {"shard-00000.rec.tmp." + dead, "shard-00007.rec.tmp." + dead,
                                        "shard-123456.rec.tmp." + dead, "index.tsv.tmp." + dead};
-  const std::set<std::string> others = {
-      "shard-00000.rec.tmp.1",           "shard-0.rec.tmp." + dead,
-      "notes.tmp." + dead,               "shard-00000.rec.tmp." + dead + ".x",
-      "shard-00000.rec.tmp.",            "index.tsv.tmp.x",
-      "shard-00000.rec.tmp.99999999999", "Shard-00000.rec.tmp." + dead};
+  const std::set<std::string> others = {"shard-00000.rec.tmp.1",
+                                        "shard-0.rec.tmp." + dead,
+                                        "notes.tmp." + dead,
+                                        "shard-00000.rec.tmp." + dead + ".x",
+                                        "shard-00000.rec.tmp.",
+                                        "index.tsv.tmp.x",
+                                        "shard-00000.rec.tmp.99999999999",
+                                        "Shard-00000.rec.tmp." + dead};
   for (const auto& set : {stale, others})
     for (const std::string& name : set) spit(out / name, "left");
   fs::create_directory(out / ("shard-00001.rec.tmp." + dead));  // not a file
