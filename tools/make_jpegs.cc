@@ -141,17 +141,51 @@ void throwIfStopped() {
     throw DataError(std::string("stopped by ") + strsignal(sig));
 }
 
+std::string className(const ImageSet* set, int label) {
+  return set ? kFashionClasses[label] : "class-" + std::to_string(label);
+}
+
+// The classes that count images of a split get: image i is the source's image
+// i mod n (Fashion-MNIST), or of class i mod --classes (synthetic).
+std::vector<char> usedClasses(const Options& o, int count, const ImageSet* set) {
+  std::vector<char> used(set ? 10 : o.classes, 0);
+  for (int i = 0; i < count; ++i) used[set ? set->labels[i % set->n] : i % o.classes] = 1;
+  return used;
+}
+
+// The trainer evaluates only on a val/ with train/'s class folders (labels are the
+// sorted folder names): a set whose splits have different ones is of no use to it.
+void checkSameClasses(const Options& o, const ImageSet* train_set, const ImageSet* test_set) {
+  if (o.val == 0) return;
+  const std::vector<char> train = usedClasses(o, o.train, train_set);
+  const std::vector<char> val = usedClasses(o, o.val, test_set);
+  if (train == val) return;
+  constexpr int kNamed = 3;  // of the classes in one split only
+  std::string differ;
+  int count = 0;
+  for (std::size_t k = 0; k < train.size(); ++k)
+    if (train[k] != val[k] && ++count <= kNamed)
+      differ += (differ.empty() ? "" : ", ") + className(train_set, static_cast<int>(k)) +
+                (train[k] ? " in train/ only" : " in val/ only");
+  if (count > kNamed) differ += " and " + std::to_string(count - kNamed) + " more";
+  const auto classes = [](const std::vector<char>& used) {
+    return std::to_string(std::count(used.begin(), used.end(), 1));
+  };
+  throw DataError("--train " + std::to_string(o.train) + " and --val " + std::to_string(o.val) +
+                  " give train/ " + classes(train) + " classes and val/ " + classes(val) + " (" +
+                  differ +
+                  "); the trainer evaluates only on a val/ with train/'s classes: raise "
+                  "--train and --val until each has every class, or pass --val 0");
+}
+
 void makeSplit(const Options& o, const std::string& split, int count, const ImageSet* set,
                accord_tools::Progress& progress) {
-  const int classes = set ? 10 : o.classes;
   // Only the classes that get an image: an empty class folder is an error to some
   // readers (torchvision's ImageFolder).
-  std::vector<char> used(classes, 0);
-  for (int i = 0; i < count; ++i) used[set ? set->labels[i % set->n] : i % classes] = 1;
-  for (int k = 0; k < classes; ++k)
+  const std::vector<char> used = usedClasses(o, count, set);
+  for (std::size_t k = 0; k < used.size(); ++k)
     if (used[k])
-      fs::create_directories(fs::path(o.out) / split /
-                             (set ? kFashionClasses[k] : "class-" + std::to_string(k)));
+      fs::create_directories(fs::path(o.out) / split / className(set, static_cast<int>(k)));
   const std::uint64_t split_seed = mixSeed(o.seed, split == "train" ? 1 : 2);
   tbb::parallel_for(0, count, [&](int i) {
     throwIfStopped();
@@ -168,14 +202,13 @@ void makeSplit(const Options& o, const std::string& split, int count, const Imag
       const std::size_t image_bytes = static_cast<std::size_t>(set->H) * set->W;
       p = fashion(set->pixels.data() + j * image_bytes, set->W, set->H);
     } else {
-      label = i % classes;
-      p = stripes(label, classes, rng);
+      label = i % o.classes;
+      p = stripes(label, o.classes, rng);
     }
     const std::vector<std::uint8_t> bytes = encodeJpeg(render(p, w, h, rng), o.quality);
     char name[32];
     std::snprintf(name, sizeof(name), "%06d.jpg", i);
-    const fs::path path = fs::path(o.out) / split /
-                          (set ? kFashionClasses[label] : "class-" + std::to_string(label)) / name;
+    const fs::path path = fs::path(o.out) / split / className(set, label) / name;
     writeFile(path, bytes);
     progress.advance();
   });
@@ -189,6 +222,7 @@ void makeSet(const Options& o, accord_tools::Progress& progress) {
     train_set = loadFashionMnist(o.fashion_dir, true);
     if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false);
   }
+  checkSameClasses(o, fashion ? &train_set : nullptr, fashion ? &test_set : nullptr);
   throwIfStopped();
   makeSplit(o, "train", o.train, fashion ? &train_set : nullptr, progress);
   if (o.val > 0) makeSplit(o, "val", o.val, fashion ? &test_set : nullptr, progress);
@@ -235,6 +269,23 @@ int main(int argc, char** argv) {
   if (o.max_size < o.min_size) {
     std::fprintf(stderr, "accord-make-jpegs: error: --max-size %d is below --min-size %d\n",
                  o.max_size, o.min_size);
+    return 2;
+  }
+  // Every class asked for gets a training image, or the set would have fewer classes
+  // than --classes says; and val/ needs them all too (checkSameClasses says why).
+  if (o.source == "synthetic" && o.train < o.classes) {
+    std::fprintf(stderr,
+                 "accord-make-jpegs: error: --train %d gives a training image to only %d of the "
+                 "--classes %d: every class needs one (raise --train to %d or lower --classes)\n",
+                 o.train, o.train, o.classes, o.classes);
+    return 2;
+  }
+  if (o.source == "synthetic" && o.val > 0 && o.val < o.classes) {
+    std::fprintf(stderr,
+                 "accord-make-jpegs: error: --val %d gives a validation image to only %d of the "
+                 "--classes %d, and the trainer evaluates only on a val/ with train/'s classes "
+                 "(raise --val to %d, or pass --val 0)\n",
+                 o.val, o.val, o.classes, o.classes);
     return 2;
   }
   accord_tools::Progress progress("accord-make-jpegs", o.train + o.val);

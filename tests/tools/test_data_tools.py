@@ -83,7 +83,7 @@ class MakeJpegs(unittest.TestCase):
 
     def synthetic(self, out, train=20, val=4, **kw):
         return run([MAKE_JPEGS, out, "--source", "synthetic", "--train", str(train), "--val", str(val),
-                    "--min-size", "64", "--max-size", "64"], **kw)
+                    "--classes", "2", "--min-size", "64", "--max-size", "64"], **kw)
 
     def test_a_failed_write_is_an_error_naming_the_file(self):
         out = os.path.join(self.dir, "j")
@@ -95,18 +95,20 @@ class MakeJpegs(unittest.TestCase):
         self.assertNotIn("training and", r.stdout)
         self.assertFalse(os.path.exists(out))  # nothing half made left behind
 
-    def fashion(self, test_dims, test_pixels, val):
-        """A Fashion-MNIST folder (2 training images) and accord-make-jpegs run on it."""
+    def fashion(self, test_dims, test_pixels, val, train_labels=(2, 1, 0)):
+        """A Fashion-MNIST folder (a training image per label given) and
+        accord-make-jpegs run on it."""
         fm = os.path.join(self.dir, "fm")
         os.makedirs(fm, exist_ok=True)
         n = test_dims[0]
         write_idx(os.path.join(fm, "t10k-images-idx3-ubyte.gz"), test_dims, test_pixels)
         write_idx(os.path.join(fm, "t10k-labels-idx1-ubyte.gz"), [n], bytes(i % 10 for i in range(n)))
-        write_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"), [2, 28, 28], bytes(2 * 784))
-        write_idx(os.path.join(fm, "train-labels-idx1-ubyte.gz"), [2], bytes([3, 4]))
+        train = len(train_labels)
+        write_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"), [train, 28, 28], bytes(train * 784))
+        write_idx(os.path.join(fm, "train-labels-idx1-ubyte.gz"), [train], bytes(train_labels))
         out = os.path.join(self.dir, "j")
-        return fm, out, run([MAKE_JPEGS, out, "--fashion-dir", fm, "--train", "2", "--val", str(val),
-                             "--min-size", "16", "--max-size", "16"])
+        return fm, out, run([MAKE_JPEGS, out, "--fashion-dir", fm, "--train", str(train), "--val",
+                             str(val), "--min-size", "16", "--max-size", "16"])
 
     def test_fashion_images_are_drawn_from_their_own_pixels(self):
         # Image j: black but for a white column at x = 9 * j (j < 3), so each output
@@ -115,8 +117,9 @@ class MakeJpegs(unittest.TestCase):
                           for j in range(3))
         _, out, r = self.fashion([3, 28, 28], images, 3)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, f"accord-make-jpegs: 2 training and 3 validation images in {out}\n")
-        self.assertEqual(files_under(os.path.join(out, "train")), ["coat/000001.jpg", "dress/000000.jpg"])
+        self.assertEqual(r.stdout, f"accord-make-jpegs: 3 training and 3 validation images in {out}\n")
+        self.assertEqual(files_under(os.path.join(out, "train")),
+                         ["pullover/000000.jpg", "t-shirt/000002.jpg", "trouser/000001.jpg"])
         self.assertEqual(files_under(os.path.join(out, "val")),
                          ["pullover/000002.jpg", "t-shirt/000000.jpg", "trouser/000001.jpg"])
         try:
@@ -139,7 +142,7 @@ class MakeJpegs(unittest.TestCase):
         out = os.path.join(self.dir, "j")
         self.assertEqual(self.synthetic(out).returncode, 0)
         before = digests(out)
-        r = self.synthetic(out, 5, 1)
+        r = self.synthetic(out, 5, 2)
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr, f"accord-make-jpegs: error: {out}: folder is not empty; "
                                    "name a new or empty one (or remove it first)\n")
@@ -168,6 +171,30 @@ class MakeJpegs(unittest.TestCase):
                 self.assertIn(f"accord-make-jpegs: {signal.strsignal(sig)}: removed the images "
                               "written\n", err)
                 self.assertEqual(self.synthetic(out).returncode, 0)
+
+    def test_counts_that_leave_a_class_out_are_refused(self):
+        """The trainer evaluates only on a val/ with train/'s classes, and --classes is
+        what the set should have: counts that cannot give it are refused, naming them."""
+        out = os.path.join(self.dir, "j")
+        for counts, message in (
+                (["--train", "5", "--val", "0"], "--train 5 gives a training image to only 5 of the "
+                 "--classes 1000: every class needs one (raise --train to 1000 or lower --classes)"),
+                (["--train", "1000", "--val", "200"], "--val 200 gives a validation image to only "
+                 "200 of the --classes 1000, and the trainer evaluates only on a val/ with train/'s "
+                 "classes (raise --val to 1000, or pass --val 0)")):
+            r = run([MAKE_JPEGS, out, "--source", "synthetic", "--classes", "1000"] + counts)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(r.stderr, f"accord-make-jpegs: error: {message}\n")
+            self.assertFalse(os.path.exists(out))
+        # Fashion-MNIST: which classes a split gets follows from the files' labels.
+        _, out, r = self.fashion([3, 28, 28], bytes(3 * 784), 3, train_labels=(3, 4))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, "accord-make-jpegs: error: --train 2 and --val 3 give train/ 2 "
+                                   "classes and val/ 3 (t-shirt in val/ only, trouser in val/ only, "
+                                   "pullover in val/ only and 2 more); the trainer evaluates only on "
+                                   "a val/ with train/'s classes: raise --train and --val until each "
+                                   "has every class, or pass --val 0\n")
+        self.assertFalse(os.path.exists(out))
 
     def test_progress_into_a_log_is_whole_lines(self):
         r = self.synthetic(os.path.join(self.dir, "j"))
