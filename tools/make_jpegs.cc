@@ -219,8 +219,8 @@ void makeSet(const Options& o, accord_tools::Progress& progress) {
   ImageSet train_set, test_set;
   const bool fashion = o.source == "fashion-mnist";
   if (fashion) {
-    train_set = loadFashionMnist(o.fashion_dir, true);
-    if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false);
+    train_set = loadFashionMnist(o.fashion_dir, true, "--fashion-dir");
+    if (o.val > 0) test_set = loadFashionMnist(o.fashion_dir, false, "--fashion-dir");
   }
   checkSameClasses(o, fashion ? &train_set : nullptr, fashion ? &test_set : nullptr);
   throwIfStopped();

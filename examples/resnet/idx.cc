@@ -98,10 +98,7 @@ std::vector<std::uint8_t> readPayload(gzFile f, const std::string& path,
 }  // namespace
 
 IdxArray readIdx(const std::string& path) {
-  if (!std::filesystem::exists(path))
-    fail(path,
-         "no such file (install the Debian package dataset-fashion-mnist or pass "
-         "--data-dir)");
+  if (!std::filesystem::exists(path)) fail(path, "no such file");
   GzPtr f(gzopen(path.c_str(), "rb"));
   if (!f) fail(path, "cannot open");
   unsigned char magic[4];
@@ -127,10 +124,14 @@ IdxArray readIdx(const std::string& path) {
   return out;
 }
 
-ImageSet loadFashionMnist(const std::string& dir, bool train) {
+ImageSet loadFashionMnist(const std::string& dir, bool train, const std::string& dir_flag) {
   const std::string prefix = dir + "/" + (train ? "train" : "t10k");
   const std::string image_path = prefix + "-images-idx3-ubyte.gz";
   const std::string label_path = prefix + "-labels-idx1-ubyte.gz";
+  for (const std::string& path : {image_path, label_path})
+    if (!std::filesystem::exists(path))
+      fail(path, "no such file (install the Debian package dataset-fashion-mnist or pass " +
+                     dir_flag + ")");
   IdxArray images = readIdx(image_path);
   IdxArray labels = readIdx(label_path);
   if (images.dims.size() != 3) fail(image_path, "expected 3 dimensions (n, rows, cols)");

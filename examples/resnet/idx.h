@@ -39,8 +39,10 @@ struct ImageSet {
 
 // Loads Fashion-MNIST's train or test split from dir (the Debian package installs it at
 // kFashionMnistDir). Checks that images and labels agree in count and that labels are
-// in [0, 10).
-ImageSet loadFashionMnist(const std::string& dir, bool train);
+// in [0, 10). dir_flag: the command-line flag that names dir, which the message for
+// missing files suggests (the trainer's --data-dir, accord-make-jpegs' --fashion-dir).
+ImageSet loadFashionMnist(const std::string& dir, bool train,
+                          const std::string& dir_flag = "--data-dir");
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 

@@ -196,6 +196,15 @@ class MakeJpegs(unittest.TestCase):
                                    "has every class, or pass --val 0\n")
         self.assertFalse(os.path.exists(out))
 
+    def test_a_missing_fashion_folder_names_this_tools_flag(self):
+        out = os.path.join(self.dir, "j")
+        r = run([MAKE_JPEGS, out, "--fashion-dir", os.path.join(self.dir, "absent")])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, f"accord-make-jpegs: error: {self.dir}/absent/train-images-idx3-"
+                                   "ubyte.gz: no such file (install the Debian package "
+                                   "dataset-fashion-mnist or pass --fashion-dir)\n")
+        self.assertFalse(os.path.exists(out))
+
     def test_progress_into_a_log_is_whole_lines(self):
         r = self.synthetic(os.path.join(self.dir, "j"))
         self.assertEqual(r.returncode, 0, r.stderr)
