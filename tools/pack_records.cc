@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <vector>
 
 using namespace accord::resnet;
 
@@ -72,6 +73,17 @@ int main(int argc, char** argv) {
     std::printf("accord-pack: %zu images of %zu classes, %.1f MiB in %zu shards -> %s (%.1f s)\n",
                 index.records.size(), index.classes.size(), bytes / 1048576.0, index.shards.size(),
                 out.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+    // A class folder with no image in it (or only files left out) stays a class, as
+    // accord-resnet's folder reader keeps it: labels then agree with a split that has
+    // images of it. Said, since a stray folder shifts every label after it.
+    std::vector<std::int64_t> images_of(index.classes.size(), 0);
+    for (const RecordEntry& e : index.records) ++images_of[static_cast<std::size_t>(e.label)];
+    for (std::size_t k = 0; k < images_of.size(); ++k)
+      if (images_of[k] == 0)
+        std::fprintf(stderr,
+                     "accord-pack: class %s (label %zu) has no images; kept as a class, as "
+                     "accord-resnet --dataset folder keeps it\n",
+                     index.classes[k].c_str(), k);
     if (skipped > 0)
       std::printf("accord-pack: %lld file(s) left out: no JPEG the trainer can decode\n",
                   static_cast<long long>(skipped));

@@ -289,6 +289,27 @@ std::string jpegProblem(const std::vector<std::uint8_t>& bytes) {
   return "";
 }
 
+// A pack written inside its source folder would be taken for a class by the next pack
+// of that folder (and by the trainer reading it as a folder).
+void checkOutsideSource(const std::string& src, const std::string& out_dir) {
+  const auto resolved = [](const std::string& p) {
+    std::error_code ec;
+    fs::path r = fs::weakly_canonical(p, ec);  // symlinks of the part that exists
+    if (ec) r = fs::absolute(p);
+    r = r.lexically_normal();
+    return r.has_filename() ? r : r.parent_path();  // "a/b/" is "a/b"
+  };
+  const fs::path s = resolved(src), o = resolved(out_dir);
+  if (std::mismatch(s.begin(), s.end(), o.begin(), o.end()).first != s.end()) return;
+  if (s == o)
+    throw DataError("the output folder " + out_dir + " is the source folder " + src +
+                    ": the pack would lie among its class folders; name a folder outside it");
+  throw DataError("the output folder " + out_dir + " is inside the source folder " + src +
+                  ": a later pack of " + src +
+                  " would take it for a class; name a folder "
+                  "outside it");
+}
+
 }  // namespace
 
 RecordIndex readIndex(const std::string& dir) {
@@ -378,6 +399,7 @@ RecordIndex packFolder(const std::string& src, const std::string& out_dir,
   if (src.empty() || out_dir.empty())
     throw DataError(std::string("the ") + (src.empty() ? "source" : "output") +
                     " folder's name is empty");
+  checkOutsideSource(src, out_dir);
   const ImageFolder folder = scanImageFolder(src);
   const std::int64_t n = static_cast<std::int64_t>(folder.files.size());
   std::uint64_t total = 0;

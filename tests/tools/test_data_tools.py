@@ -267,6 +267,23 @@ class Pack(unittest.TestCase):
                 self.assertIn(f"--seed: {seed} is not an integer in [0, 2^64)", r.stderr)
 
 
+    def test_an_output_inside_the_source_is_refused(self):
+        out = os.path.join(self.train, "packed")
+        r = run([PACK, self.train, out, "--quiet"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, f"accord-pack: error: the output folder {out} is inside the source "
+                                   f"folder {self.train}: a later pack of {self.train} would take it "
+                                   "for a class; name a folder outside it\n")
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_class_without_images_is_kept_and_named(self):
+        os.mkdir(os.path.join(self.train, "aardvark"))
+        r = run([PACK, self.train, os.path.join(self.dir, "p"), "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "accord-pack: class aardvark (label 0) has no images; kept as a "
+                                   "class, as accord-resnet --dataset folder keeps it\n")
+        self.assertIn("images of 11 classes", r.stdout)
+
     def test_a_shard_count_that_is_no_number_is_refused(self):
         for shards in ("abc", "-1", "1048577"):
             r = run([PACK, self.train, os.path.join(self.dir, "p"), "--shards", shards, "--quiet"])

@@ -209,3 +209,38 @@ TEST_CASE("a pack removes the temporaries a killed pack left there, and only tho
   CHECK(filesIn(out) == want);
   checkReadable(out);
 }
+
+TEST_CASE("an output folder inside the source folder is refused", "[records]") {
+  // The next pack of the source would take it for a class.
+  const fs::path src = makeFolder("inside", 4);
+  const fs::path link = src.string() + "_link";
+  fs::create_directory_symlink(src, link);
+  const auto refused = [&](const fs::path& in, const fs::path& out) {
+    return errorOf([&] { packFolder(in.string(), out.string(), packOptions(1, 1)); });
+  };
+  CHECK(refused(src, src / "packed") ==
+        "the output folder " + (src / "packed").string() + " is inside the source folder " +
+            src.string() + ": a later pack of " + src.string() +
+            " would take it for a class; name a folder outside it");
+  CHECK(refused(src, src / "odd" / ".." / "packed").find(" is inside the source folder ") !=
+        std::string::npos);
+  CHECK(refused(link, src / "packed").find(" is inside the source folder ") != std::string::npos);
+  CHECK(refused(src, link / "packed").find(" is inside the source folder ") != std::string::npos);
+  CHECK(refused(src, src.string() + "/") ==
+        "the output folder " + src.string() + "/ is the source folder " + src.string() +
+            ": the pack would lie among its class folders; name a folder outside it");
+  CHECK(filesIn(src) == std::set<std::string>{"even", "odd"});
+  // A sibling whose name starts with the source's is outside it.
+  CHECK(refused(src, src.string() + "_packed").empty());
+}
+
+TEST_CASE("an empty class folder is a class in a pack as in the folder reader", "[records]") {
+  // Both keep it, so that labels agree with a split that has images of it.
+  const fs::path src = makeFolder("emptyclass", 4);
+  fs::create_directory(src / "aardvark");
+  const fs::path out = src.string() + "_packed";
+  packFolder(src.string(), out.string(), packOptions(1, 1));
+  CHECK(readIndex(out.string()).classes == std::vector<std::string>{"aardvark", "even", "odd"});
+  CHECK(makeJpegFolder(src.string(), 8)->classNames() == readIndex(out.string()).classes);
+  CHECK(makePacked(out.string(), 8)->classNames() == readIndex(out.string()).classes);
+}
