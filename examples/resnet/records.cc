@@ -84,6 +84,15 @@ class IndexReader {
       fail("has " + std::to_string(out.size()) + " fields, expected " + std::to_string(fields));
     return out;
   }
+  // After the last record: anything more is not what a pack writes (lines appended, or
+  // an index of another pack pasted in), and the records' count cannot be trusted.
+  void expectEnd(std::uint64_t records) {
+    std::string line;
+    if (!std::getline(in_, line)) return;
+    ++line_;
+    fail("more after the " + std::to_string(records) +
+         " records announced (the index was changed after packing?): '" + line.substr(0, 60) + "'");
+  }
   // The count after a section keyword: "classes\t10".
   std::uint64_t section(const std::string& keyword, std::uint64_t limit) {
     auto f = next(2);
@@ -351,6 +360,7 @@ RecordIndex readIndex(const std::string& dir) {
     last_shard = e.shard;
     end_of_last = e.offset + e.length;
   }
+  r.expectEnd(records);
   checkShardSizes(dir, index);
   return index;
 }

@@ -41,8 +41,9 @@ struct RecordIndex {
 };
 
 // Reads and checks <dir>/index.tsv: every field parsed, shards and labels in range,
-// records in file order without overlaps and inside their shard, and no shard file
-// longer than the index says. Throws DataError naming the file and line.
+// records in file order without overlaps and inside their shard, nothing after the
+// records announced, and no shard file longer than the index says. Throws DataError
+// naming the file and line.
 RecordIndex readIndex(const std::string& dir);
 // Replaces <dir>/index.tsv whole (a temporary file renamed over it).
 void writeIndex(const std::string& dir, const RecordIndex& index);

@@ -144,6 +144,21 @@ TEST_CASE("an index that claims more than it holds is refused by file and line",
   CHECK(errorOf([&] { readIndex(out.string()); }) ==
         path + ": empty file, not an accord-records index");
 
+  // Lines after the records announced, even an empty one: not what a pack writes.
+  std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);  // the 4th record
+  last.pop_back();                                                        // its newline
+  CHECK(refuse("records\t4", "records\t3") ==
+        path + " line 12: more after the 3 records announced (the index was changed after " +
+            "packing?): '" + last.substr(0, 60) + "'");
+  spit(out / kIndexFile, text + "garbage\n");
+  CHECK(errorOf([&] { readIndex(out.string()); }) ==
+        path + " line 13: more after the 4 records announced (the index was changed after " +
+            "packing?): 'garbage'");
+  spit(out / kIndexFile, text + "\n");
+  CHECK(errorOf([&] { readIndex(out.string()); }).find(path + " line 13: more after the 4 ") == 0);
+  spit(out / kIndexFile, text);
+  CHECK_NOTHROW(readIndex(out.string()));
+
   // A record past the end its shard has in the index.
   const RecordIndex index = [&] {
     spit(out / kIndexFile, text);
@@ -218,10 +233,10 @@ TEST_CASE("an output folder inside the source folder is refused", "[records]") {
   const auto refused = [&](const fs::path& in, const fs::path& out) {
     return errorOf([&] { packFolder(in.string(), out.string(), packOptions(1, 1)); });
   };
-  CHECK(refused(src, src / "packed") ==
-        "the output folder " + (src / "packed").string() + " is inside the source folder " +
-            src.string() + ": a later pack of " + src.string() +
-            " would take it for a class; name a folder outside it");
+  CHECK(refused(src, src / "packed") == "the output folder " + (src / "packed").string() +
+                                            " is inside the source folder " + src.string() +
+                                            ": a later pack of " + src.string() +
+                                            " would take it for a class; name a folder outside it");
   CHECK(refused(src, src / "odd" / ".." / "packed").find(" is inside the source folder ") !=
         std::string::npos);
   CHECK(refused(link, src / "packed").find(" is inside the source folder ") != std::string::npos);
