@@ -87,7 +87,13 @@ void HandleState::wait() const {
 }
 
 bool HandleState::waitFor(std::chrono::milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // now() + milliseconds::max() overflows the clock's nanoseconds into the past: a
+  // timeout past the clock's range waits for as long as the clock can count.
+  const auto now = std::chrono::steady_clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::time_point::max() - now);
+  timeout = std::min(timeout, room);
+  const auto deadline = now + timeout;
   yieldAwhile(timeout);
   std::unique_lock<std::mutex> lock(mu);
   if (!cv.wait_until(lock, deadline, [this] { return finished; })) return false;

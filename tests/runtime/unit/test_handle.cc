@@ -29,3 +29,21 @@ TEST_CASE("wait_for rethrows the failure as wait does", "[handle]") {
   CHECK_THROWS_AS(handle.wait_for(0ms), MismatchError);
   CHECK_THROWS_AS(Handle().wait_for(0ms), InvalidArgument);
 }
+
+TEST_CASE("wait_for with a timeout past the clock's range waits for the collective",
+          "[handle]") {
+  for (const auto forever : {std::chrono::milliseconds::max(),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::hours(24 * 365 * 1000))}) {
+    auto state = std::make_shared<detail::HandleState>();
+    Handle handle(state);
+    const auto start = std::chrono::steady_clock::now();
+    std::thread completer([&] {
+      std::this_thread::sleep_for(200ms);
+      state->completePart();
+    });
+    CHECK(handle.wait_for(forever));  // not false at once, as an overflowed deadline gave
+    completer.join();
+    CHECK(std::chrono::steady_clock::now() - start >= 200ms);
+  }
+}
