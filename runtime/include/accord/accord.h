@@ -160,8 +160,10 @@ class Handle {
 };
 
 // Returns the output view for a collective whose output shape is known only after
-// negotiation (allgather, alltoall, reducescatter). Called on the background thread,
-// which it must not call back into Accord from: a collective or shutdown() there
+// negotiation (allgather, alltoall, reducescatter). Called on the thread that runs the
+// negotiation cycle: the background thread, or an application thread waiting on any
+// handle meanwhile (ACCORD_INLINE_CYCLES=0 keeps it on the background thread), so it
+// must not rely on thread-local state, and must not call back into Accord: a collective or shutdown() there
 // throws InvalidArgument (it would wait on the thread that is to run it). The view must
 // be on the input's device and hold the shape's elements; one that does not, or an
 // exception the allocator throws, fails this rank's collective with InvalidArgument
