@@ -83,8 +83,8 @@ class BackgroundLoop {
   // lock, waited without it).
   struct Pause {
     std::optional<Clock::time_point> not_before;  // ACCORD_CYCLE_TIME
-    std::chrono::microseconds wait{0};             // for queue work, at most this long
-    std::chrono::microseconds yielding{0};         // of which yielding the core
+    std::chrono::microseconds wait{0};            // for queue work, at most this long
+    std::chrono::microseconds yielding{0};        // of which yielding the core
   };
   bool runOnce();
   Pause pace();
@@ -106,7 +106,20 @@ class BackgroundLoop {
   std::chrono::microseconds idle_wait_{kMinBusyWait};
   std::chrono::microseconds busy_wait_{kMinBusyWait};
   Clock::time_point cycle_start_{};
+  std::vector<int> shut_down_by_;  // the ranks that asked for the negotiated shutdown
 };
+
+// Who shut Accord down, for the messages of what that leaves undone: "rank 1 called
+// shutdown() or exited" (Accord shuts down at exit), "ranks 0 and 2 ...", "every rank
+// called shutdown()".
+std::string whoShutDown(const std::vector<int>& ranks, int size) {
+  if (ranks.empty()) return "a rank called shutdown() or exited";
+  if (static_cast<int>(ranks.size()) == size && size > 1) return "every rank called shutdown()";
+  std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    who += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+  return who + " called shutdown() or exited";
+}
 
 BackgroundLoop::Pause BackgroundLoop::pace() {
   Pause pause;
@@ -152,10 +165,10 @@ void BackgroundLoop::admitNew(Clock::time_point now) {
     ProcessSet* set = rt_.sets.find(op.process_set);
     if (!set || !set->member()) {
       rt_.queue.release(op.process_set, op.request.name);
-      op.entry.handle->fail(std::make_exception_ptr(InvalidArgument(
-          "process set " + std::to_string(op.process_set) + " was removed before " +
-          describeCollective(requestTypeName(op.request.type), op.request.name) +
-          " was negotiated")));
+      op.entry.handle->fail(std::make_exception_ptr(
+          InvalidArgument("process set " + std::to_string(op.process_set) + " was removed before " +
+                          describeCollective(requestTypeName(op.request.type), op.request.name) +
+                          " was negotiated")));
       continue;
     }
     controller_.admit(*set, std::move(op), now);
@@ -175,7 +188,10 @@ bool BackgroundLoop::runOnce() {
     auto negotiated = controller_.negotiate(*set, want_shutdown, now,
                                             global ? PeerWatch::instance().takeOwnFailure() : "");
     if (global) {
-      if (negotiated.shutdown) return false;  // every rank sees this in the same cycle
+      if (negotiated.shutdown) {  // every rank sees this in the same cycle
+        shut_down_by_ = std::move(negotiated.shut_down_by);
+        return false;
+      }
       anyone_pending_ = negotiated.anyone_pending;
       noteAnnounced(negotiated.announced);
     }
@@ -260,9 +276,9 @@ void BackgroundLoop::removeSet(SetChange& change) {
   if (set) {
     set->pending.failAll(
         [&](const std::string& what) {
-          return std::make_exception_ptr(InvalidArgument(
-              what + ": process set " + std::to_string(set->id) +
-              " was removed while it was pending"));
+          return std::make_exception_ptr(InvalidArgument(what + ": process set " +
+                                                         std::to_string(set->id) +
+                                                         " was removed while it was pending"));
         },
         [&](const std::string& name) { rt_.queue.release(set->id, name); });
     set->transport.reset();  // collective over the set, whose members all remove it now
@@ -281,8 +297,8 @@ void BackgroundLoop::failEverything(std::exception_ptr reason, bool shut_down) {
   }
   auto why = [&](const std::string& what) {
     if (!shut_down) return reason;
-    return std::make_exception_ptr(
-        ShutDown(what + " did not complete: Accord shut down (a rank called shutdown())"));
+    return std::make_exception_ptr(ShutDown(what + " did not complete: Accord shut down (" +
+                                            whoShutDown(shut_down_by_, rt_.size) + ")"));
   };
   for (auto& op : rt_.queue.drain()) {
     op.entry.handle->fail(
@@ -324,7 +340,9 @@ void BackgroundLoop::finish() {
   if (tuner_) tuner_->finish();
   // Every rank leaves the loop in this same cycle, so the collective frees line up.
   for (auto* set : rt_.sets.memberSets()) set->transport.reset();
-  failEverything(std::make_exception_ptr(ShutDown("Accord has shut down")), true);
+  failEverything(std::make_exception_ptr(ShutDown("Accord has shut down (" +
+                                                  whoShutDown(shut_down_by_, rt_.size) + ")")),
+                 true);
 }
 
 void BackgroundLoop::run() noexcept {

@@ -219,6 +219,10 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
 
   Negotiated out;
   out.shutdown = !(bits[0] & kNoShutdown);
+  // Once a job, on the global set, whose ranks all reach this point in the same cycle.
+  if (out.shutdown && set.id == kGlobalProcessSet)
+    for (const auto& [rank, _] : exchangeFailures(set, want_shutdown ? "shutdown" : ""))
+      if (set.size > 1 || want_shutdown) out.shut_down_by.push_back(rank);
   // Something stays pending after this cycle unless every rank offered exactly the same
   // hits (their AND equals their OR) and had nothing else pending or to send.
   bool same_hits = true;

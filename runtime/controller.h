@@ -36,9 +36,12 @@ struct Negotiated {
   // Allreduces the negotiation itself carried out: their results are in the tensors,
   // only the handles remain to complete. Identical on all ranks.
   std::vector<Response> carried;
-  bool shutdown = false;            // some rank asked to shut down
-  bool anyone_pending = false;      // some rank may still wait for a collective after
-                                    // this cycle (conservative: true when unsure)
+  bool shutdown = false;  // some rank asked to shut down
+  // With `shutdown`, on the global set: the global ranks that asked, for the messages
+  // of the collectives the shutdown leaves undone.
+  std::vector<int> shut_down_by;
+  bool anyone_pending = false;  // some rank may still wait for a collective after
+                                // this cycle (conservative: true when unsure)
   // Failures of their own GPUs that ranks told this cycle: global rank, reason.
   std::vector<std::pair<int, std::string>> announced;
 };

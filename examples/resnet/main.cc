@@ -79,7 +79,7 @@ int train(const TrainOptions& opt) {
     // (a bad file in its shard) shut down early, and its line says why.
     const bool left = dynamic_cast<const accord::ShutDown*>(&e) != nullptr;
     std::fprintf(stderr, "accord-resnet (rank %d): error: %s%s\n", accord::rank(), e.what(),
-                 left ? " (another rank stopped first: its own error line says why)" : "");
+                 left ? ": it stopped first, and its own error line says why" : "");
     // Under the elastic driver a lost rank is not the end: report whom the runtime
     // blamed and leave at once with the status that restarts the job from its last
     // commit, without a shutdown that would wait on the lost ranks.

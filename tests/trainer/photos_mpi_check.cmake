@@ -119,9 +119,9 @@ elseif(MODE STREQUAL "corrupt")
   if(RC EQUAL 0 OR NOT ERR MATCHES "\\(rank [01]\\): error: ${where}")
     message(FATAL_ERROR "the damaged record did not stop the run naming its shard and offset")
   endif()
-  # The other rank, whose data was sound, says where to look rather than only that
-  # Accord shut down.
-  if(NOT ERR MATCHES "\\(rank [01]\\): error: [^\n]*shut down[^\n]*\\(another rank stopped first: its own error line says why\\)")
+  # The other rank, whose data was sound, names the rank that stopped first and says
+  # where to look, rather than only that Accord shut down.
+  if(NOT ERR MATCHES "\\(rank [01]\\): error: [^\n]*shut down \\(rank [01] called shutdown\\(\\) or exited\\): it stopped first, and its own error line says why")
     message(FATAL_ERROR "the rank left behind did not point at the other's error")
   endif()
 else()

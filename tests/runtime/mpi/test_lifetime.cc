@@ -89,8 +89,13 @@ int exitWithoutShutdown() {
   std::string kind = "ok";
   try {
     accord::allreduce_async({x.data(), accord::DType::Float32, {4}, {}}, o).wait();
-  } catch (const accord::ShutDown&) {
-    kind = "ShutDown";
+  } catch (const accord::ShutDown& e) {
+    // Named: the rank that left, shutting Accord down at its exit.
+    const std::string message = e.what();
+    kind =
+        message.find("Accord shut down (rank 0 called shutdown() or exited)") != std::string::npos
+            ? "ShutDown"
+            : "ShutDown not naming rank 0: " + message;
   } catch (const std::exception& e) {
     kind = std::string("other: ") + e.what();
   }

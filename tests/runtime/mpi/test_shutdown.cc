@@ -96,6 +96,9 @@ TEST_CASE("shutdown: pending handles complete with ShutDown; twice is fine") {
   if (n > 1) {
     CHECK(oa_out.kind == "ShutDown");
     CHECK(contains(oa_out.message, oa.name));
+    // Named by who asked in the cycle that decided it (here whoever called first).
+    CHECK(contains(oa_out.message, "Accord shut down (rank"));
+    CHECK(contains(oa_out.message, " called shutdown()"));
   }
   if (woken.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
     std::fprintf(stderr, "[rank %d] a thread in wait() was not woken by shutdown\n", me);
