@@ -24,9 +24,9 @@
 // every call there fails at once (NotInitialized, naming the process that owns it)
 // instead of waiting forever for a background thread that is not there.
 #include "runtime/handle_state.h"
+#include "runtime/host_split.h"
 #include "runtime/keep_alive.h"
 #include "runtime/logging.h"
-#include "runtime/host_split.h"
 #include "runtime/mpi_check.h"
 #include "runtime/peer_watch.h"
 #include "runtime/runtime.h"
@@ -73,6 +73,35 @@ void forgetRuntimeInChild() {
   g_parents_runtime = g_runtime.release();  // its destructor would free the parent's MPI state
 }
 
+// MPI_Finalize first deletes MPI_COMM_SELF's attributes, while MPI still works (MPI
+// 4.0, 11.2.4): one whose delete callback shuts Accord down makes an application's
+// MPI_Finalize before accord::shutdown() shut Accord down first, instead of pulling
+// MPI out from under its background thread. It is set once per MPI initialization.
+int shutdownBeforeFinalize(MPI_Comm, int, void*, void*) {
+  if (!is_initialized()) return MPI_SUCCESS;  // Accord's own shutdown, or none
+  log().warn("MPI_Finalize before accord::shutdown(): shutting Accord down first");
+  {
+    std::lock_guard<std::mutex> lock(g_lifetime_mu);
+    if (g_runtime) g_runtime->finalize_mpi = false;  // the application is finalizing it
+  }
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    log().error("accord::shutdown in MPI_Finalize failed: {}", e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+void shutDownAtFinalize() {
+  static bool hooked = false;  // MPI is initialized once per process
+  if (hooked) return;
+  int key = MPI_KEYVAL_INVALID;
+  hooked = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, shutdownBeforeFinalize, &key, nullptr) ==
+               MPI_SUCCESS &&
+           MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr) == MPI_SUCCESS;
+  if (!hooked) log().warn("could not hook MPI_Finalize: call accord::shutdown() before it");
+}
+
 void initMpi(Runtime& rt, const WorldSource& source) {
   int initialized = 0, finalized = 0;
   ACCORD_MPI_CHECK(MPI_Initialized(&initialized));
@@ -98,6 +127,7 @@ void initMpi(Runtime& rt, const WorldSource& source) {
   } else {
     ACCORD_MPI_CHECK(MPI_Query_thread(&provided));
   }
+  shutDownAtFinalize();
   // Also where an init() that failed (a bad setting) initialized it: this one owns it.
   rt.finalize_mpi = g_initialized_mpi;
   rt.world = makeWorld(source);
@@ -163,9 +193,8 @@ void checkConfigAgrees(const Runtime& rt) {
     ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, rt.world));
     ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, rt.world));
     if (lo != hi) {
-      throw InvalidArgument(name + " differs between ranks (" +
-                            std::to_string(lo) + " vs " + std::to_string(hi) +
-                            "): it must be the same on every rank");
+      throw InvalidArgument(name + " differs between ranks (" + std::to_string(lo) + " vs " +
+                            std::to_string(hi) + "): it must be the same on every rank");
     }
   }
 }
@@ -324,8 +353,8 @@ void initOver(const WorldSource& source) {
   auto transport = rt->backend->connect(global, all);
   rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, std::move(transport), rt->rank,
                                   rt->config.cache_capacity));
-  log().info("initialized: {} ranks{}, {} per host\n{}", rt->size,
-             describeWorld(source, rt->world), rt->local_size, rt->config.describe());
+  log().info("initialized: {} ranks{}, {} per host\n{}", rt->size, describeWorld(source, rt->world),
+             rt->local_size, rt->config.describe());
   if (rt->rank == 0 && !rt->config.timeline.empty()) {
     // A timeline is a diagnostic: a path it cannot use is reported, not fatal.
     try {

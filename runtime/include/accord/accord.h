@@ -66,7 +66,9 @@ void init();
 // the background loop in the same cycle, and collectives still pending on any rank
 // complete with ShutDown (so a rank that stops early cannot leave the others hanging).
 // Every rank should still call it to release resources. Safe to call more than once;
-// a process that returns from main without it shuts down at exit.
+// a process that returns from main without it shuts down at exit, and an application
+// that calls MPI_Finalize without it shuts Accord down first, inside MPI_Finalize (with
+// a warning). It must not run while other threads of the process still call Accord.
 //
 // After a CommError (a rank died or stopped answering) shutdown() returns within
 // ACCORD_STALL_SHUTDOWN_TIME without tearing MPI down, since MPI_Finalize would wait for
