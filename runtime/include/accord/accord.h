@@ -243,9 +243,12 @@ void barrier(ProcessSetId process_set = kGlobalProcessSet);
 // A rank that has run out of data joins: until every rank has joined, the other
 // ranks' allreduces go on and the joined rank contributes zeros (the neutral element
 // for Min, Max and Product); their other collectives fail at once with InvalidArgument
-// naming the joined ranks, as in Horovod. Completes when all ranks have joined, which
-// also restarts the count of generated names on every rank; the handle gives the last
-// rank to join.
+// naming the joined ranks, as in Horovod. A barrier and a process set's addition or
+// removal are the exception: they need every rank's own request, joined or not (a rank
+// that joined with join_async may still make one), so they wait for the joined ranks,
+// up to ACCORD_STALL_SHUTDOWN_TIME, whose error then says that they joined. Completes
+// when all ranks have joined, which also restarts the count of generated names on
+// every rank; the handle gives the last rank to join.
 Handle join_async(ProcessSetId process_set = kGlobalProcessSet);
 int join(ProcessSetId process_set = kGlobalProcessSet);
 // The same, naming the device where this rank takes its part in the device
