@@ -36,6 +36,7 @@
 #include <accord/mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -54,6 +55,10 @@ namespace {
 
 std::mutex g_lifetime_mu;  // serializes init() and shutdown()
 std::unique_ptr<Runtime> g_runtime;
+// g_runtime for the calls that read it without the lock (every collective): a thread
+// that raced shutdown() holds a runtime that stays alive, retired rather than freed,
+// and fails with ShutDown there instead of using freed memory.
+std::atomic<Runtime*> g_live{nullptr};
 bool g_initialized_mpi = false;  // Accord called MPI_Init_thread
 bool g_finalized_mpi = false;
 std::string g_broken;  // why a failed runtime could not be torn down: no restart
@@ -70,6 +75,7 @@ void forgetRuntimeInChild() {
   if (!g_runtime) return;
   detail::markForkedFrom(g_owner_pid);
   Timeline::instance().abandon();
+  g_live.store(nullptr);
   g_parents_runtime = g_runtime.release();  // its destructor would free the parent's MPI state
 }
 
@@ -276,11 +282,12 @@ Runtime& runtime(const char* what) {
   // Reading the pointer without the lock is safe: it changes only in init/shutdown,
   // which the application must not race with its own collectives.
   if (detail::forked()) throw NotInitialized(detail::forkedError(what));
-  if (!g_runtime) {
+  Runtime* rt = g_live.load(std::memory_order_acquire);
+  if (!rt) {
     throw NotInitialized(std::string(what) +
                          ": Accord is not initialized; call accord::init() first");
   }
-  return *g_runtime;
+  return *rt;
 }
 
 Runtime::~Runtime() {
@@ -298,6 +305,7 @@ void shutdownAtExit() {
   if (finalized) {
     // The application finalized MPI under a running Accord: nothing can be torn down.
     log().error("MPI was finalized before accord::shutdown(); call accord::shutdown() first");
+    g_live.store(nullptr);
     keepAlive(std::move(g_runtime));
     return;
   }
@@ -368,6 +376,7 @@ void initOver(const WorldSource& source) {
   rt->loop = std::thread([&ref] { runBackgroundLoop(ref); });
   g_owner_pid = static_cast<int>(getpid());
   g_runtime = std::move(rt);
+  g_live.store(g_runtime.get(), std::memory_order_release);
   static const bool registered = std::atexit(shutdownAtExit) == 0;
   if (!registered) log().warn("could not register Accord's shutdown at exit");
   static const bool fork_handled = pthread_atfork(nullptr, nullptr, forgetRuntimeInChild) == 0;
@@ -416,6 +425,7 @@ void shutdown() {
         "shutdown after a communication failure: MPI is left as it is (finalizing would "
         "wait for the failed rank). Exit the process with a non-zero status; do not call "
         "MPI_Finalize.");
+    g_live.store(nullptr);
     keepAlive(std::move(g_runtime));  // MPI may still use its memory
     return;
   }
@@ -445,7 +455,10 @@ void shutdown() {
     finalize = false;  // no barrier here to tell whether the late ranks will ever come
   }
   MPI_Comm_free(&rt.world);
-  g_runtime.reset();
+  g_live.store(nullptr);
+  // Retired, not freed: another thread may still be inside a collective's submission
+  // with it (which the application must not let happen, but then it fails cleanly).
+  keepAlive(std::move(g_runtime));
   if (timed_out && !finalize) {
     log().warn(
         "shutdown after a collective timed out ({}): MPI is left initialized, since "
@@ -461,7 +474,7 @@ void shutdown() {
   }
 }
 
-bool is_initialized() { return g_runtime != nullptr; }
+bool is_initialized() { return g_live.load(std::memory_order_acquire) != nullptr; }
 
 void start_timeline(const std::string& path) {
   if (runtime("accord::start_timeline").rank != 0) return;

@@ -39,8 +39,9 @@ std::unique_ptr<ProcessSet> ProcessSetTable::remove(ProcessSetId id) {
 }
 
 static const ProcessSet& lookup(const std::map<ProcessSetId, std::unique_ptr<ProcessSet>>& sets,
-                                ProcessSetId id) {
+                                ProcessSetId id, bool taken) {
   auto it = sets.find(id);
+  if (it == sets.end() && taken) throw ShutDown("Accord has shut down");
   if (it == sets.end()) {
     throw InvalidArgument("process set " + std::to_string(id) +
                           " does not exist (never added, or removed)");
@@ -50,23 +51,23 @@ static const ProcessSet& lookup(const std::map<ProcessSetId, std::unique_ptr<Pro
 
 std::vector<int> ProcessSetTable::ranks(ProcessSetId id) const {
   std::shared_lock lock(mu_);
-  return lookup(sets_, id).ranks;
+  return lookup(sets_, id, taken_).ranks;
 }
 
 bool ProcessSetTable::included(ProcessSetId id) const {
   std::shared_lock lock(mu_);
-  return lookup(sets_, id).member();
+  return lookup(sets_, id, taken_).member();
 }
 
 int ProcessSetTable::rankIn(ProcessSetId id) const {
   std::shared_lock lock(mu_);
-  const auto& set = lookup(sets_, id);
+  const auto& set = lookup(sets_, id, taken_);
   return set.rank;
 }
 
 std::pair<int, int> ProcessSetTable::member(ProcessSetId id, const char* what) const {
   std::shared_lock lock(mu_);
-  const auto& set = lookup(sets_, id);
+  const auto& set = lookup(sets_, id, taken_);
   if (!set.member()) {
     throw InvalidArgument(std::string(what) + ": this rank is not a member of process set " +
                           std::to_string(id));
@@ -85,7 +86,7 @@ std::vector<ProcessSet*> ProcessSetTable::memberSets() const {
 
 Transport ProcessSetTable::kind(ProcessSetId id) const {
   std::shared_lock lock(mu_);
-  const auto& set = lookup(sets_, id);
+  const auto& set = lookup(sets_, id, taken_);
   if (!set.member()) {
     throw InvalidArgument("process_set_transport: this rank is not a member of process set " +
                           std::to_string(id));
@@ -109,6 +110,7 @@ std::vector<std::unique_ptr<ProcessSet>> ProcessSetTable::takeAll() {
   std::vector<std::unique_ptr<ProcessSet>> out;
   for (auto& [id, set] : sets_) out.push_back(std::move(set));
   sets_.clear();
+  taken_ = true;
   return out;
 }
 

@@ -58,7 +58,8 @@ class ProcessSetTable {
   void add(std::unique_ptr<ProcessSet> set);
   std::unique_ptr<ProcessSet> remove(ProcessSetId id);
 
-  // Application threads: membership queries; throw InvalidArgument for unknown ids.
+  // Application threads: membership queries; throw InvalidArgument for unknown ids, and
+  // ShutDown once takeAll() emptied the table (a call that raced shutdown()).
   std::vector<int> ranks(ProcessSetId id) const;
   bool included(ProcessSetId id) const;
   int rankIn(ProcessSetId id) const;  // -1 if not a member
@@ -77,6 +78,7 @@ class ProcessSetTable {
   mutable std::shared_mutex mu_;
   std::map<ProcessSetId, std::unique_ptr<ProcessSet>> sets_;
   ProcessSetId next_id_ = 0;
+  bool taken_ = false;  // by takeAll(), at shutdown
 };
 
 }  // namespace accord
