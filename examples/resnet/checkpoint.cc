@@ -1,15 +1,15 @@
 // Checkpoint file format and atomic write; see checkpoint.h.
 #include "checkpoint.h"
 
+#include "unlink_on_signal.h"
+
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -110,49 +110,6 @@ std::pair<int, std::string> createTemp(const std::string& path) {
                         " and 15 random variants of it exist already");
 }
 
-// A signal that ends the process while the temporary file is written (Ctrl-C, the
-// SIGTERM mpirun sends its ranks) would leave the file behind, one more per interrupted
-// run. While a TempFileGuard lives, those signals first remove it, then end the
-// process as they would have. Only where a signal's action is the default one: a
-// signal the process ignores or handles itself is left to it.
-char g_temp_path[4096];
-volatile std::sig_atomic_t g_temp_set = 0;
-
-extern "C" void removeTempThenDie(int sig) {
-  if (g_temp_set) ::unlink(g_temp_path);
-  // SA_RESETHAND made the action the default again; SA_NODEFER lets it through now.
-  ::raise(sig);
-}
-
-class TempFileGuard {
- public:
-  explicit TempFileGuard(const std::string& path) {
-    if (path.size() >= sizeof(g_temp_path)) return;
-    std::memcpy(g_temp_path, path.c_str(), path.size() + 1);
-    g_temp_set = 1;
-    struct sigaction action {};
-    action.sa_handler = removeTempThenDie;
-    action.sa_flags = SA_RESETHAND | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
-      struct sigaction old {};
-      if (::sigaction(kSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
-      installed_[i] = ::sigaction(kSignals[i], &action, nullptr) == 0;
-    }
-  }
-  ~TempFileGuard() {
-    for (std::size_t i = 0; i < std::size(kSignals); ++i)
-      if (installed_[i]) ::signal(kSignals[i], SIG_DFL);
-    g_temp_set = 0;
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-
- private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-  bool installed_[std::size(kSignals)] = {};
-};
-
 void fsyncDir(const std::filesystem::path& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
@@ -187,7 +144,8 @@ void saveCheckpoint(const std::string& path, const std::string& description,
 
   const std::filesystem::path target(path);
   const auto [fd, tmp] = createTemp(path);
-  const TempFileGuard guard(tmp);
+  UnlinkOnSignal guard({tmp});  // a signal while it is written removes it
+  guard.exist(1);
   try {
     writeAll(fd, out, tmp);
     if (::fsync(fd) != 0) sysFail("fsync", tmp);

@@ -4,16 +4,15 @@
 #include "data.h"
 #include "idx.h"
 #include "jpeg.h"
+#include "unlink_on_signal.h"
 
 #include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <climits>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -140,26 +139,6 @@ void checkShardSizes(const std::string& dir, const RecordIndex& index) {
   }
 }
 
-// A signal that ends the process while a pack is written (Ctrl-C, a scheduler's
-// SIGTERM) would leave its temporaries behind, a set per interrupted run. While a
-// PendingFiles lives, those signals first remove them, then end the process as they
-// would have, as checkpoint.cc's TempFileGuard does for a checkpoint's one file; only
-// where a signal's action is the default one (a signal the process ignores or handles
-// itself is left to it). The handler only reads: the paths are laid out before the
-// first file is created, and a count says how many of them may exist.
-std::atomic<const char*> g_pending_paths{nullptr};  // NUL-separated
-volatile std::sig_atomic_t g_pending_created = 0;
-std::atomic<bool> g_pending_claimed{false};  // one PendingFiles at a time is covered
-constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
-
-extern "C" void removePendingThenDie(int sig) {
-  const char* path = g_pending_paths.load();
-  for (int i = 0; path != nullptr && i < g_pending_created; ++i, path += std::strlen(path) + 1)
-    ::unlink(path);
-  // SA_RESETHAND made the action the default again; SA_NODEFER lets it through now.
-  ::raise(sig);
-}
-
 // A pack replaces the one already in its folder only once it is whole: each file is
 // written under a temporary name beside its own and renamed into place at the end,
 // the index last, so that a pack failing part way (a full disk, an unreadable image)
@@ -168,34 +147,10 @@ class PendingFiles {
  public:
   // names: every file to write, in the order create() is called for them.
   PendingFiles(fs::path dir, std::vector<std::string> names)
-      : dir_(std::move(dir)), names_(std::move(names)) {
-    for (const std::string& name : names_) paths_ += temp(name).string() + '\0';
-    bool unclaimed = false;
-    if (!g_pending_claimed.compare_exchange_strong(unclaimed, true)) return;
-    guarding_ = true;
-    g_pending_created = 0;
-    g_pending_paths.store(paths_.data());
-    struct sigaction action {};
-    action.sa_handler = removePendingThenDie;
-    action.sa_flags = SA_RESETHAND | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) {
-      struct sigaction old {};
-      if (::sigaction(kCleanupSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL)
-        continue;
-      installed_[i] = ::sigaction(kCleanupSignals[i], &action, nullptr) == 0;
-    }
-  }
+      : dir_(std::move(dir)), names_(std::move(names)), on_signal_(temps(dir_, names_)) {}
   PendingFiles(const PendingFiles&) = delete;
   PendingFiles& operator=(const PendingFiles&) = delete;
   ~PendingFiles() {
-    if (guarding_) {
-      for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i)
-        if (installed_[i]) ::signal(kCleanupSignals[i], SIG_DFL);
-      g_pending_created = 0;
-      g_pending_paths.store(nullptr);
-      g_pending_claimed.store(false);
-    }
     std::error_code ignored;  // unwinding from the error worth reporting
     for (std::size_t i = 0; i < created_; ++i) fs::remove(temp(names_[i]), ignored);
   }
@@ -203,16 +158,13 @@ class PendingFiles {
     if (created_ == names_.size() || names_[created_] != name)
       throw std::logic_error("PendingFiles: " + name + " was not announced next");
     // Counted before it exists: a signal while it is opened removes it too.
-    ++created_;
-    if (guarding_) g_pending_created = static_cast<std::sig_atomic_t>(created_);
+    on_signal_.exist(++created_);
     const fs::path path = temp(name);
     std::ofstream out(path, std::ios::binary);
     if (!out) throw DataError(path.string() + ": cannot create: " + std::strerror(errno));
     return out;
   }
-  fs::path temp(const std::string& name) const {
-    return dir_ / (name + ".tmp." + std::to_string(::getpid()));
-  }
+  fs::path temp(const std::string& name) const { return tempOf(dir_, name); }
   void commit() {
     for (std::size_t i = 0; i < created_; ++i) {
       std::error_code ec;
@@ -222,16 +174,24 @@ class PendingFiles {
                         ec.message());
     }
     created_ = 0;
-    if (guarding_) g_pending_created = 0;
+    on_signal_.exist(0);
   }
 
  private:
   fs::path dir_;
   std::vector<std::string> names_;  // in the order to create and rename them
   std::size_t created_ = 0;         // names_[0, created_) have temporaries
-  std::string paths_;               // their temporaries' paths, for the signal handler
-  bool guarding_ = false;
-  bool installed_[std::size(kCleanupSignals)] = {};
+  UnlinkOnSignal on_signal_;        // removes those on SIGINT, SIGTERM, SIGHUP
+
+  static fs::path tempOf(const fs::path& dir, const std::string& name) {
+    return dir / (name + ".tmp." + std::to_string(::getpid()));
+  }
+  static std::vector<std::string> temps(const fs::path& dir,
+                                        const std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    for (const std::string& name : names) out.push_back(tempOf(dir, name).string());
+    return out;
+  }
 };
 
 // Temporaries of a pack that died where no handler runs (SIGKILL, the OOM killer, a
