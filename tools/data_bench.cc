@@ -7,7 +7,6 @@
 #include "jpeg_source.h"
 #include "loader.h"
 
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,27 +15,6 @@
 #include <stdexcept>
 
 using namespace accord::resnet;
-
-namespace {
-
-// The loader holds prefetch + 1 batches as float32: more than the machine has would
-// end in std::bad_alloc, or in the kernel's OOM killer. The trainer checks its two
-// loaders the same way (Trainer::checkLoaderMemory).
-void checkLoaderMemory(const ImageSource& src, const LoaderOptions& lo) {
-  const double image = 4.0 * src.channels() * src.imageSize() * src.imageSize();
-  const double bytes = (lo.prefetch + 1.0) * lo.batch * image;
-  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
-  if (memory <= 0 || bytes <= memory) return;
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "the data loader needs %.1f GiB (%d batches of %d images of %dx%dx%d floats), "
-                "more than this machine's %.1f GiB; lower --prefetch, --batch-size or --image-size",
-                bytes / (1 << 30), lo.prefetch + 1, lo.batch, src.channels(), src.imageSize(),
-                src.imageSize(), memory / (1 << 30));
-  throw std::invalid_argument(line);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"accord-data-bench: decode + augment throughput of accord-resnet's loader"};
@@ -83,7 +61,7 @@ int main(int argc, char** argv) {
     // (LoaderOptions::epochs): here those would be made during the pass before, untimed,
     // and an epoch of no more than `prefetch` batches would take no time at all.
     lo.epochs = 0;
-    checkLoaderMemory(*src, lo);
+    checkLoaderMemory(*src, lo, 1);
     Loader loader(*src, lo);
     // Batches are borrowed, as the trainer takes them: a copy of each on this one
     // thread would bound what many workers can show.

@@ -7,12 +7,31 @@
 
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 namespace accord::resnet {
+
+void checkLoaderMemory(const ImageSource& src, const LoaderOptions& options, int loaders) {
+  const double image = 4.0 * src.channels() * src.imageSize() * src.imageSize();
+  const double bytes = loaders * (options.prefetch + 1.0) * options.batch * image;
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  if (memory <= 0 || bytes <= memory) return;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "the data loader%s need%s %.1f GiB (%s%d batches of %d images of %dx%dx%d "
+                "floats), more than this machine's %.1f GiB; lower --prefetch, --batch-size or "
+                "--image-size",
+                loaders == 1 ? "" : "s", loaders == 1 ? "s" : "", bytes / (1 << 30),
+                loaders == 1 ? "" : (std::to_string(loaders) + " x ").c_str(),
+                options.prefetch + 1, options.batch, src.channels(), src.imageSize(),
+                src.imageSize(), memory / (1 << 30));
+  throw std::invalid_argument(line);
+}
 
 Loader::Loader(const ImageSource& source, LoaderOptions options) : source_(source), opt_(options) {
   if (opt_.prefetch < 1) opt_.prefetch = 1;

@@ -53,6 +53,11 @@ struct LoaderOptions {
   int epochs = 0;
 };
 
+// `loaders` loaders over `src` hold --prefetch + 1 batches each as float32: more than
+// the machine has would end in std::bad_alloc, or in the kernel's OOM killer. Throws
+// std::invalid_argument naming the sizes and the flags that lower them.
+void checkLoaderMemory(const ImageSource& src, const LoaderOptions& options, int loaders);
+
 class Loader {
  public:
   Loader(const ImageSource& source, LoaderOptions options);

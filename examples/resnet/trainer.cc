@@ -88,23 +88,6 @@ Trainer::Trainer(const TrainOptions& options)
   }
 }
 
-// The loaders hold --prefetch + 1 batches each (training and test) as float32: more than
-// the machine has would end in std::bad_alloc, or in the kernel's OOM killer.
-void Trainer::checkLoaderMemory() const {
-  const double image =
-      4.0 * train_src_->channels() * train_src_->imageSize() * train_src_->imageSize();
-  const double bytes = 2.0 * (opt_.prefetch + 1) * opt_.batch_size * image;
-  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
-  if (memory <= 0 || bytes <= memory) return;
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "the data loaders need %.1f GiB (2 x %d batches of %d images of %dx%dx%d floats), "
-                "more than this machine's %.1f GiB; lower --prefetch, --batch-size or --image-size",
-                bytes / (1 << 30), opt_.prefetch + 1, opt_.batch_size, train_src_->channels(),
-                train_src_->imageSize(), train_src_->imageSize(), memory / (1 << 30));
-  throw InvalidArgument(line);
-}
-
 void Trainer::buildData() {
   if (opt_.channels > 0 && opt_.dataset != "synthetic")
     throw InvalidArgument("--channels " + std::to_string(opt_.channels) +
@@ -140,7 +123,11 @@ void Trainer::buildData() {
   lo.skip_bad = opt_.corrupt == "skip";
   lo.log_rank = rank_;
   lo.epochs = opt_.epochs;  // the next epoch's first batches made while this one ends
-  checkLoaderMemory();
+  try {
+    checkLoaderMemory(*train_src_, lo, 2);  // training and test
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(e.what());
+  }
   train_loader_ = std::make_unique<Loader>(*train_src_, lo);
   lo.train = false;
   test_loader_ = std::make_unique<Loader>(*test_src_, lo);

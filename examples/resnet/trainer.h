@@ -71,7 +71,6 @@ class Trainer {
   void buildPhotoData();  // --dataset folder | packed
   void buildModel();
   void checkOutputPaths();
-  void checkLoaderMemory() const;
   std::string positionOf(const TrainState& state) const;
   void startFromRankZero();
   std::vector<TensorRef> checkpointTensors();
