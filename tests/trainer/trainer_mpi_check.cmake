@@ -53,6 +53,18 @@ function(run_on_gpu np name)
   message(FATAL_ERROR "${name} on the GPU failed with ${rc}")
 endfunction()
 
+# refused(<what> <regex> args...): a 2-rank run of SMALL plus args, in WORK, that must
+# stop before its first epoch with rank 1's error matching <regex>.
+function(refused what expect)
+  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16 ${ARGN}
+                  WORKING_DIRECTORY ${WORK}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(rc EQUAL 0 OR out MATCHES "epoch 1 " OR NOT err MATCHES "rank 1[^\n]*${expect}")
+    message(FATAL_ERROR "${what} was not refused before training")
+  endif()
+endfunction()
+
 # check_accuracy(<label> [floor]): the final test accuracy LAST_OUT printed is >= floor
 # (85 unless given) percent; sets ACC.
 function(check_accuracy label)
@@ -195,34 +207,17 @@ elseif(MODE STREQUAL "bad-resume")
   if(rc EQUAL 0 OR NOT err MATCHES "rank 1[^\n]*the data loaders need [0-9.]+ GiB \\(2 x 65 batches of 65536 images of 3x224x224 floats\\), more than this machine's")
     message(FATAL_ERROR "batches larger than the memory were not refused with their sizes")
   endif()
-  # Two outputs in one file would overwrite each other: refused before training too.
-  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
-                          --checkpoint ${WORK}/same --metrics ${WORK}/./same
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  message("${out}${err}")
-  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
-     OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name [^\n]*same; give each")
-    message(FATAL_ERROR "--checkpoint and --metrics in one file were not refused before training")
-  endif()
-  # The same, named relative to the working folder, the file not there yet.
-  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
-                          --checkpoint fresh --metrics ./fresh
-                  WORKING_DIRECTORY ${WORK}
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  message("${out}${err}")
-  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
-     OR NOT err MATCHES "rank 1[^\n]*--checkpoint and --metrics both name ./fresh; give each")
-    message(FATAL_ERROR "fresh and ./fresh were not seen to be one file")
-  endif()
+  # Two outputs in one file would overwrite each other: refused before training too,
+  # named relative to the working folder as well, the file not there yet.
+  refused("--checkpoint and --metrics in one file"
+          "--checkpoint and --metrics both name [^\n]*same; give each"
+          --checkpoint ${WORK}/same --metrics ${WORK}/./same)
+  refused("fresh and ./fresh" "--checkpoint and --metrics both name ./fresh; give each"
+          --checkpoint fresh --metrics ./fresh)
   # --channels is the synthetic images' alone: refused with another dataset, not ignored.
-  execute_process(COMMAND ${MPIRUN} -np 2 ${TRAINER} ${SMALL} --epochs 1 --batch-size 16
-                          --channels 3
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  message("${out}${err}")
-  if(rc EQUAL 0 OR out MATCHES "epoch 1 "
-     OR NOT err MATCHES "rank 1[^\n]*--channels 3 sets synthetic images' channels; --dataset fashion-mnist has its own")
-    message(FATAL_ERROR "--channels with Fashion-MNIST was not refused")
-  endif()
+  refused("--channels with Fashion-MNIST"
+          "--channels 3 sets synthetic images' channels; --dataset fashion-mnist has its own"
+          --channels 3)
 elseif(MODE STREQUAL "threads")
   # Ranks bound to one core each (taskset binds them as mpirun's --bind-to core does)
   # and asked for more compute threads and decoders: cut to that core and said once, on
