@@ -136,7 +136,8 @@ class Handle {
   // under 20 ms: as long as the slowest rank takes to reach its next cycle).
   bool wait_for(std::chrono::milliseconds timeout) const;
 
-  // Results of particular collectives, valid after wait():
+  // Results of particular collectives; each waits first, as wait() does. On a handle
+  // of another collective: empty, and -1.
   const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank
   int last_joined_rank() const;                              // join
 
@@ -269,7 +270,7 @@ ProcessSetId add_process_set(std::vector<int> ranks);
 void remove_process_set(ProcessSetId id);
 std::vector<int> process_set_ranks(ProcessSetId id);  // global ranks, ascending
 bool process_set_included(ProcessSetId id);           // is this rank a member?
-int process_set_rank(ProcessSetId id);                // this rank's rank in the set
+int process_set_rank(ProcessSetId id);                // this rank's in the set; -1: not in it
 int process_set_size(ProcessSetId id);
 
 // How a process set's members reach each other for host memory, fixed when the set is
