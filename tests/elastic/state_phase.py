@@ -19,6 +19,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 
 import accord.torch as hvd
@@ -28,6 +29,14 @@ phase, out = sys.argv[1], sys.argv[2]
 hvd.init()
 me = hvd.rank()
 failures = []
+
+
+class Meter:
+    """A user's own class among the state's attributes: committed pickled, and loaded
+    back (PyTorch 2.6's torch.load refuses such globals by default)."""
+
+    def __init__(self, count):
+        self.count = count
 
 
 def check(cond, what):
@@ -47,7 +56,8 @@ else:
 data = torch.arange(N * 4, dtype=torch.float32).reshape(N, 4) / 100
 labels = torch.arange(N) % 3
 sampler = hvd.elastic.ElasticSampler(range(N), shuffle=True, seed=5, batch_size=BATCH)
-state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, note="x")
+state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, note="x",
+                               best=0.0, meter=None)
 resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
@@ -73,6 +83,7 @@ def first(state):
         sampler.record_batch(b, BATCH)
         state.batch += 1
     state.note = "committed"
+    state.best, state.meter = np.float64(0.75), Meter(3)  # numpy's and the user's objects
     state.commit()
     committed = {k: v.clone() for k, v in model.state_dict().items()}
     if me == 0:
@@ -105,6 +116,9 @@ def second(state):
     check(all(torch.equal(a, b) for a, b in zip(momentum, want)), "resume() gives the optimizer state")
     check((state.note, state.batch, state.epoch) == ("committed", 3, 0),
           f"resume() gives the attributes: {state.note} {state.batch} {state.epoch}")
+    check(type(state.best) is np.float64 and state.best == 0.75 and state.meter.count == 3,
+          f"resume() gives a numpy scalar and an object of the script's own class: "
+          f"{state.best!r} {vars(state.meter)}")
     check(resets == [3], f"the reset callback ran once, after the ranks were set: {resets}")
     check(sorted(sampler.processed_indices) == expected["processed"],
           "the sampler's record is the committed one, of every rank")

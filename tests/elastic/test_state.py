@@ -26,7 +26,8 @@ def mpi(np, phase, out, env, stdin=None):
 
 
 def main():
-    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+    if not os.path.exists(python) or \
+            subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
         print(f"skipped: {python} has no torch")
         return 77
     failures = []

@@ -57,7 +57,10 @@ class CommitStore:
     def load(self, number):
         path = os.path.join(self.directory, f"commit-{number}.pt")
         with open(path, "rb") as f:
-            return torch.load(f)
+            # The job's own file, written by write() below: its pickled attributes (numpy
+            # scalars, the script's own classes) are trusted, and PyTorch 2.6 on would
+            # otherwise refuse every global but a tensor's.
+            return torch.load(f, weights_only=False)
 
     def write(self, number, snapshot):
         """Starts writing ``snapshot`` as commit ``number`` (after the previous write)."""
