@@ -124,16 +124,26 @@ def for_how_long(seconds):
     return "for good" if seconds == float("inf") else f"for {seconds:g} s"
 
 
-def plan(usable, max_np):
-    """The hosts to run on and their ranks: in the offered order, up to max_np ranks."""
+def plan(usable, max_np, keep=()):
+    """The hosts to run on and their ranks, up to max_np ranks: first those of ``keep``
+    still usable, in its order (the hosts the job runs on, or last ran on: they hold its
+    commits, and a discovery script listing the same hosts in another order must not
+    move it), then the others in the offered order."""
+    order = [h for h in keep if h in usable] + [h for h in usable if h not in keep]
     chosen, total = [], 0
-    for host, slots in usable.items():
+    for host in order:
+        slots = usable[host]
         if max_np is not None and total >= max_np:
             break
         take = slots if max_np is None else min(slots, max_np - total)
         chosen.append((host, take))
         total += take
     return chosen
+
+
+def same_hosts(a, b):
+    """Whether two plans run as many ranks on each host, whatever their order."""
+    return dict(a) == dict(b)
 
 
 def ranks_on(chosen):
@@ -292,6 +302,7 @@ class Driver:
         self.resets = 0
         self.job = None
         self.had = []
+        self.ran_on = set()  # every host a run of the job used: where commits may lie
 
     def run(self):
         signal.signal(signal.SIGTERM, self._forward)
@@ -342,15 +353,23 @@ class Driver:
         waiting = False
         while True:
             self.hosts.discover()
-            chosen = plan(self.hosts.usable(time.monotonic()), self.opts.max_np)
+            chosen = plan(self.hosts.usable(time.monotonic()), self.opts.max_np,
+                          keep=[h for h, _ in self.had])
             total = sum(n for _, n in chosen)
             if total >= self.opts.min_np:
+                if self.ran_on and not self.ran_on & {h for h, _ in chosen}:
+                    log("none of the hosts the job ran on (" + ", ".join(sorted(self.ran_on)) +
+                        ") is usable, and its commits lie on their disks: it starts again from "
+                        "its beginning")
                 return chosen
             if not self.hosts.may_change(time.monotonic()):
                 self._stop_for_want_of_hosts(
-                    total, chosen, "none can come back (fixed hosts, -H or --hostfile, and each "
-                    "one left out is blacklisted for good: give --blacklist-cooldown-range for "
-                    "hosts to return, or --host-discovery-script for new ones)")
+                    total, chosen,
+                    "none can come back (fixed hosts, -H or --hostfile, and each one left out "
+                    "is blacklisted for good: give --blacklist-cooldown-range for hosts to "
+                    "return, or --host-discovery-script for new ones)" if self.hosts.causes else
+                    "the fixed hosts (-H or --hostfile) offer no more; give --min-np at most "
+                    f"{total}, or more hosts")
                 return None
             if not waiting and not self.stopping:
                 waiting = True
@@ -374,6 +393,7 @@ class Driver:
         """Runs the job on ``chosen`` once: (exit status, cause, {host: cause} blamed), with
         blamed None where a rank reported an error that no restart mends ("fatal")."""
         self.had = chosen
+        self.ran_on |= {h for h, _ in chosen}
         cmd, env = self.command_for(chosen, self.environment(chosen))
         log(f"starting {sum(n for _, n in chosen)} ranks on " + ", ".join(f"{h}:{n}" for h, n in chosen)
             + (f" (reset {self.resets})" if self.resets else ""))
@@ -388,8 +408,9 @@ class Driver:
                 continue
             next_poll = time.monotonic() + self.opts.discovery_interval
             self.hosts.discover()
-            wanted = plan(self.hosts.usable(time.monotonic()), self.opts.max_np)
-            if wanted != chosen and wanted != notified:
+            wanted = plan(self.hosts.usable(time.monotonic()), self.opts.max_np,
+                          keep=[h for h, _ in chosen])
+            if not same_hosts(wanted, chosen) and wanted != notified:
                 notified = wanted
                 log("hosts changed (now " + ", ".join(f"{h}:{n}" for h, n in wanted) + "); the job moves "
                     "to them at its next commit")
