@@ -295,10 +295,13 @@ void Trainer::startFromRankZero() {
     metrics_->message(
         "--commit-every: not started by accordrun's elastic driver "
         "(ACCORDRUN_ELASTIC_JOB unset), so no elastic commits");
-  if (!elastic_dir_.empty() && opt_.resume.empty()) {
+  // After a restart the job's own newest commit wins over --resume, the checkpoint it
+  // started from (which would throw away every step committed since).
+  if (!elastic_dir_.empty() && (opt_.resume.empty() || elasticRestarts() > 0)) {
     const bool resumed = resumeFromCommit();
     // A restarted job's --metrics file keeps the epochs its commit covers.
-    if (elasticRestarts() > 0) keepMetricsOf(resumed ? state_.epoch : 0);
+    if (elasticRestarts() > 0 && (resumed || opt_.resume.empty()))
+      keepMetricsOf(resumed ? state_.epoch : 0);
     if (resumed) return;
   }
   std::string error;

@@ -10,6 +10,7 @@
 #   bad-resume   a truncated checkpoint stops every rank with a clear error, and a
 #                --checkpoint or --dump-params that cannot be written, or two outputs in
 #                one file, do so before training; a bad ACCORD_* setting is an error line
+#   elastic-resume  a restarted elastic job resumes from its own commit, not --resume
 #   threads      --threads and --data-workers beyond a rank's cores (bound by the
 #                launcher) are cut to them and said, without oneTBB's warnings
 #   accuracy     the no-flag default (small ResNet, Fashion-MNIST, 2 ranks) >= 85%
@@ -41,6 +42,7 @@ accord_trainer_mpi_test(resume-batch 300)
 accord_trainer_mpi_test(nonfinite 300)
 accord_trainer_mpi_test(bad-resume 120)
 accord_trainer_mpi_test(threads 120)
+accord_trainer_mpi_test(elastic-resume 120)
 accord_trainer_mpi_test(accuracy 900)
 
 # The trainer on photos (photos_mpi_check.cmake): a JPEG folder, a packed set, and a

@@ -218,6 +218,28 @@ elseif(MODE STREQUAL "bad-resume")
   refused("--channels with Fashion-MNIST"
           "--channels 3 sets synthetic images' channels; --dataset fashion-mnist has its own"
           --channels 3)
+elseif(MODE STREQUAL "elastic-resume")
+  # A job started with --resume (a checkpoint of step 4) and --commit-every, which a
+  # failure stopped after its commit of step 8 (in the commit's place on this host's
+  # disk: a checkpoint of step 8 from the same run, which a commit's format is), is
+  # restarted by the elastic driver (its variables set here as accordrun sets them):
+  # the restart resumes from the job's own commit, not from --resume.
+  set(args ${SMALL} --batch-size 16 --epochs 1)
+  run(2 start ${args} --steps 4 --checkpoint ${WORK}/ck)
+  run(2 on ${args} --resume ${WORK}/ck --steps 8 --checkpoint ${WORK}/at8)
+  cmake_host_system_information(RESULT host QUERY HOSTNAME)
+  file(MAKE_DIRECTORY ${WORK}/store/resume-test/${host})
+  file(COPY_FILE ${WORK}/at8 ${WORK}/store/resume-test/${host}/accord-resnet.ckpt)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ACCORDRUN_ELASTIC_JOB=resume-test
+                          ACCORDRUN_ELASTIC_STORE=${WORK}/store ACCORDRUN_ELASTIC_RESET=1
+                          ${MPIRUN} -np 2 ${TRAINER} ${args} --resume ${WORK}/ck --commit-every 2
+                          --steps 10
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  message("${out}${err}")
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "resumed from the commit [^\n]*\\(step 8 of"
+     OR out MATCHES "resumed from [^\n]*ck after")
+    message(FATAL_ERROR "the restart did not resume from the job's commit of step 8")
+  endif()
 elseif(MODE STREQUAL "threads")
   # Ranks bound to one core each (taskset binds them as mpirun's --bind-to core does)
   # and asked for more compute threads and decoders: cut to that core and said once, on
