@@ -71,8 +71,8 @@ def parse_discovered(text, slots_per_host):
         slots = int(m.group(2)) if m.group(2) else slots_per_host
         if slots is None:
             raise ValueError(f"'{line}' gives no slots: print host:slots, or pass --slots-per-host")
-        if slots > 0:
-            hosts[m.group(1)] = slots
+        if slots > 0:  # a host named again adds its slots, as in -H
+            hosts[m.group(1)] = hosts.get(m.group(1), 0) + slots
     return hosts
 
 

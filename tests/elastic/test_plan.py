@@ -35,5 +35,11 @@ class Plan(unittest.TestCase):
         self.assertFalse(same_hosts([("a", 1)], [("a", 1), ("b", 1)]))
 
 
+class Discovered(unittest.TestCase):
+    def test_a_host_named_again_adds_its_slots_as_in_h(self):
+        self.assertEqual(accord_elastic.parse_discovered("a:2\nb:1\na:2\n", None),
+                         {"a": 4, "b": 1})
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
