@@ -73,7 +73,9 @@ def write_idx(path, dims, data):
         f.write(data)
 
 
-class MakeJpegs(unittest.TestCase):
+class InTempDir(unittest.TestCase):
+    """A test with a folder of its own, self.dir, removed afterwards."""
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
@@ -81,6 +83,8 @@ class MakeJpegs(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
+
+class MakeJpegs(InTempDir):
     def synthetic(self, out, train=20, val=4, **kw):
         return run([MAKE_JPEGS, out, "--source", "synthetic", "--train", str(train), "--val", str(val),
                     "--classes", "2", "--min-size", "64", "--max-size", "64"], **kw)
@@ -356,14 +360,7 @@ class PackInterrupted(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.out)), ["index.tsv", "shard-00000.rec", "shard-00001.rec"])
 
 
-class DataBench(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class DataBench(InTempDir):
     def images(self, n, size):
         out = os.path.join(self.dir, f"j{n}")
         r = run([MAKE_JPEGS, out, "--source", "synthetic", "--train", str(n), "--val", "0",
