@@ -14,6 +14,15 @@ run() across a restart on one host, with the commit store on disk.
           in the state: every rank resumes with the committed parameters and its part
           of the committed optimizer state cut for 3 ranks (consolidated, equal to the
           committed state), and the ranks train on in step
+  final   2 ranks: 3 steps with a commit after the second, and run() returns: the
+          function's end is committed (commit 2, on disk) and rank 0 reports it to the
+          launcher; then every rank raises after run() (a failure in a final
+          evaluation), and the commits stay on disk for the restart
+  final-again  the restart (the launcher's ACCORDRUN_ELASTIC_TRAINED=2): run() resumes
+          at the end of training, the function takes no step, the script's work after it
+          runs again, and the process, ending well, removes the commits
+  final-lost  a restart after training whose final commit no host holds: run() stops
+          with TrainingLostError, reported as fatal, instead of training from the start
 """
 import os
 import sys
@@ -199,8 +208,33 @@ def sharded_second(state):
     check(all(torch.equal(p, everyone[0]) for p in everyone), "the ranks train on in step")
 
 
+@hvd.elastic.run
+def final(state):
+    while state.batch < 3:  # a loop that resumes where the state says
+        step(list(range(state.batch * BATCH, (state.batch + 1) * BATCH)))
+        state.batch += 1
+        if state.batch == 2:
+            state.commit()
+        print(f"rank {me}: STEP {state.batch}", flush=True)
+
+
+def after_final():
+    """The script's work after run() returned."""
+    if hvd.local_rank() == 0:  # the host's writer
+        final = "commit-3.pt" if phase == "final-again" else "commit-2.pt"
+        kept = sorted(os.listdir(state.store().directory))
+        check(kept == [final] and state.batch == 3,
+              f"run() committed the function's end: {kept}, batch {state.batch}")
+    if phase == "final":
+        raise RuntimeError("the evaluation after training failed")  # uncaught: commits kept
+    print(f"rank {me}: AFTER batch {state.batch}", flush=True)
+
+
 {"first": first, "second": second, "notice": notice, "sharded-first": sharded_first,
- "sharded-second": sharded_second}[phase](state)
+ "sharded-second": sharded_second, "final": final, "final-again": final,
+ "final-lost": final}[phase](state)
+if phase.startswith("final"):
+    after_final()
 bad = hvd.allreduce(torch.tensor([len(failures)]), op=hvd.Sum, name="failures")
 if me == 0:
     print(f"PHASE {phase} {'OK' if int(bad) == 0 else 'FAILED'}", flush=True)

@@ -500,7 +500,8 @@ SCENARIOS = {"srun": scenario_srun, "kill": scenario_kill, "min-np": scenario_mi
              "newcomer": scenario_newcomer}
 
 
-def main():
+def main(scenarios=None):
+    scenarios = scenarios or SCENARIOS
     scenario, accordrun_path, python = sys.argv[1:4]
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
         print(f"skipped: {python} has no torch")
@@ -514,7 +515,7 @@ def main():
         return 2
     with tempfile.TemporaryDirectory() as out:
         try:
-            failed = SCENARIOS[scenario](accordrun_path, python, out, hosts)
+            failed = scenarios[scenario](accordrun_path, python, out, hosts)
         finally:  # nothing of the job outlives the test, whatever happened
             for run in RUNS:
                 if run.proc.poll() is None:

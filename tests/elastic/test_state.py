@@ -25,6 +25,36 @@ def mpi(np, phase, out, env, stdin=None):
     return p
 
 
+def after_training(out, env):
+    """A failure after run() returned: the job restarts from the end of training, not
+    its beginning; where that commit is gone, it stops."""
+    failures = []
+    folder = os.path.join(out, "store", "final-test")
+    p = mpi(2, "final", out, env)
+    trained = re.findall(r'\[accord-elastic\] \{"commit": (\d+), "event": "trained", "host": "[^"]+", '
+                         r'"rank": (\d)\}', p.stderr)
+    if p.returncode == 0 or "FAILED" in p.stderr or trained != [("2", "0")]:
+        failures.append(f"final: exit {p.returncode} (want non-zero), trained reports {trained} "
+                        "(want rank 0's, commit 2)")
+    kept = [f for d in os.listdir(folder) for f in os.listdir(os.path.join(folder, d))] \
+        if os.path.isdir(folder) else []
+    if kept != ["commit-2.pt"]:
+        failures.append(f"a process ended by an exception after run() keeps the commits: {kept}")
+    restart = dict(env, ACCORDRUN_ELASTIC_RESET="1", ACCORDRUN_ELASTIC_TRAINED="2")
+    p = mpi(2, "final-again", out, restart)
+    if p.returncode != 0 or "STEP" in p.stdout or p.stdout.count("AFTER batch 3") != 2:
+        failures.append("final-again: the restart takes no step and runs the work after run()")
+    if os.path.isdir(folder) and any(os.listdir(os.path.join(folder, d)) for d in os.listdir(folder)):
+        failures.append("a process that ends well after run() removes the commits")
+    p = mpi(2, "final-lost", out, restart)
+    if p.returncode == 0 or "STEP" in p.stdout or '"event": "fatal"' not in p.stderr or \
+            not re.search(r'TrainingLostError: training had finished before this restart \(its '
+                          r'final commit is number 2\), but the hosts of this run hold no commit',
+                          p.stderr):
+        failures.append("final-lost: a restart that finds no final commit stops, fatal")
+    return failures
+
+
 def main():
     if not os.path.exists(python) or \
             subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
@@ -61,6 +91,7 @@ def main():
         p = mpi(3, "sharded-second", out, dict(env, ACCORDRUN_ELASTIC_RESET="1"))
         if p.returncode != 0 or "PHASE sharded-second OK" not in p.stdout:
             failures.append("phase sharded-second")
+        failures += after_training(out, dict(env, ACCORDRUN_ELASTIC_JOB="final-test"))
     for f in failures:
         print("FAILED:", f)
     print("OK" if not failures else "FAILED")

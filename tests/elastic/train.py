@@ -9,6 +9,7 @@ be exactly 1. Rank 0 prints, for the test to read:
   STEP <n> epoch <e> size <ranks> lr <lr>      each step, n counted over the whole job
   EPOCH <e> once <True|False> <min> <max>      at the end of each epoch
   RESET size <ranks> lr <lr>                   from the reset callback
+  TRAINED size <ranks> epochs <e>             once hvd.elastic.run returned
   FINAL size <ranks> identical <True|False> epochs <e> checksum <x>
   SETS size <ranks> <id>=<ranks> ...           the process sets registered (--process-set)
 and every rank writes its pid to <out>/pids/<reset>/<host>.<rank>.<pid>, for the test
@@ -39,6 +40,9 @@ p.add_argument("--process-set", action="append", default=[],
 p.add_argument("--raise-at", default=None, metavar="STEP:RANK",
                help="in the job's first run, RANK (or every rank: 'all') raises a "
                     "RuntimeError at step STEP")
+p.add_argument("--after-pause", type=float, default=0,
+               help="seconds every rank waits after training, before the final allgather "
+                    "(a window in which a test can fail a host after training)")
 args = p.parse_args()
 
 fixed = [hvd.ProcessSet([int(r) for r in spec.split(",")]) for spec in args.process_set
@@ -129,6 +133,8 @@ def train(state):
 
 
 train(state)
+say(f"TRAINED size {hvd.size()} epochs {state.epoch}")
+time.sleep(args.after_pause)
 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 every = hvd.allgather_object(flat.tolist())
 say(f"FINAL size {hvd.size()} identical {all(x == every[0] for x in every)} epochs {state.epoch} "

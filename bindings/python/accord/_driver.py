@@ -9,10 +9,29 @@ mpirun passes on to the launcher with the rest of the job's output
 
 import json
 import os
+import re
 import socket
 import sys
 
 MARKER = "[accord-elastic] "
+
+# Exit statuses the launcher reads (tools/accord_elastic.py keeps the same numbers).
+EXIT_RESTART = 75        # a communication failure: restart from the last commit
+EXIT_HOSTS_UPDATED = 76  # the host set changed: restart on the new one, nothing lost
+
+# The runtime's words for ranks it blames (runtime/peer_watch.cc): "rank 2 did not ...
+# and stopped answering", "ranks 2, 3 stopped answering", "rank 3 also stopped answering",
+# "(rank 2 did not answer either, ...)".
+_BLAMED = re.compile(r"\branks? ([0-9]+(?:, [0-9]+)*)(?:(?: did not [^;.]*?and)?(?: also)? stopped answering"
+                     r"| did not answer either)")
+
+
+def blamed_ranks(message):
+    """The ranks a failure's message says stopped answering, in order."""
+    ranks = set()
+    for m in _BLAMED.finditer(message):
+        ranks.update(int(r) for r in m.group(1).split(", "))
+    return sorted(ranks)
 
 
 def under_driver():
@@ -95,18 +114,39 @@ def report_uncaught_errors(rank):
     """Under the driver, from init() on: an exception that ends this process uncaught is
     reported as raised in user code, as hvd.elastic.run reports its own. A mistake in
     the script's set-up (before or outside hvd.elastic.run, on every rank) then stops
-    the job at once with its error, rather than costing each host in turn a reset."""
+    the job at once with its error, rather than costing each host in turn a reset.
+
+    A communication failure (a rank lost, in a collective before or after
+    hvd.elastic.run: a broadcast of the initial weights, a final evaluation) is no
+    mistake of the script: it is reported as hvd.elastic.run reports its own, naming
+    the ranks lost, and the process leaves with EXIT_RESTART at once (finalizing MPI
+    would wait for the lost rank), so that the launcher blames their hosts, not this
+    one, and restarts the job."""
     if not under_driver() or getattr(sys.excepthook, "_accord_reports", False):
         return
     previous = sys.excepthook
 
     def hook(kind, value, traceback):
+        if _lost_a_rank(value):
+            message = str(value)
+            report("failed", rank=rank, host=host_of_rank(rank) or socket.gethostname(),
+                   lost_ranks=blamed_ranks(message),
+                   error=message.splitlines()[0] if message else "")
+            previous(kind, value, traceback)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_RESTART)
         if not isinstance(value, KeyboardInterrupt):
             report_raised(value, rank)
         previous(kind, value, traceback)
 
     hook._accord_reports = True
     sys.excepthook = hook
+
+
+def _lost_a_rank(error):
+    from accord.errors import CommError
+    return isinstance(error, CommError) or bool(blamed_ranks(str(error)))
 
 
 def report_if_uncaught(error, rank):

@@ -13,11 +13,8 @@ mpirun passes on to the launcher with the rest of the job's output (accord/_driv
 import os
 import threading
 
-from accord._driver import MARKER, report, report_fatal, report_raised  # noqa: F401
-
-# Exit statuses the launcher reads (tools/accord_elastic.py keeps the same numbers).
-EXIT_RESTART = 75        # a communication failure: restart from the last commit
-EXIT_HOSTS_UPDATED = 76  # the host set changed: restart on the new one, nothing lost
+from accord._driver import (EXIT_HOSTS_UPDATED, EXIT_RESTART, MARKER, report,  # noqa: F401
+                            report_fatal, report_raised)
 
 _updated = threading.Event()
 _reader = None

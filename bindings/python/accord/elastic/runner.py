@@ -13,31 +13,33 @@ status the launcher reads (notice.py), after the last commit is on this host's d
   as fatal, then raised; the launcher stops the job with it rather than restart it.
 - any other exception: reported, then raised as usual (the process fails; the launcher
   takes its host as failed).
+And when the function returns: its state is committed once more, and the commits stay on
+the hosts' disks until the process ends well, so that a rank lost after it (in a final
+evaluation or save) restarts the job from its end: the function returns at once and the
+script's work after it runs again (the launcher says so). A rank that does not end well
+keeps its host's commits; a restarted job none of whose hosts holds the final commit
+stops (TrainingLostError) instead of training from the beginning.
 """
 
+import atexit
 import functools
 import os
-import re
 import sys
 import traceback
 
-from accord._driver import restarts
+from accord._driver import blamed_ranks, restarts, under_driver
 from accord.elastic import notice
 from accord.elastic.state import HostsUpdatedInterrupt
 from accord.errors import HorovodInternalError
 
-# The runtime's words for ranks it blames (runtime/peer_watch.cc): "rank 2 did not ...
-# and stopped answering", "ranks 2, 3 stopped answering", "rank 3 also stopped answering",
-# "(rank 2 did not answer either, ...)".
-_BLAMED = re.compile(r"\branks? ([0-9]+(?:, [0-9]+)*)(?:(?: did not [^;.]*?and)?(?: also)? stopped answering"
-                     r"| did not answer either)")
+_finished = []  # the commit stores of the functions that returned in this process
 
 
-def blamed_ranks(message):
-    ranks = set()
-    for m in _BLAMED.finditer(message):
-        ranks.update(int(r) for r in m.group(1).split(", "))
-    return sorted(ranks)
+class TrainingLostError(RuntimeError):
+    """Training had finished before a restart, but no host of the restarted job holds
+    its final commit: training it again from the beginning would not be what the job
+    was restarted for."""
+    restart_cannot_help = True
 
 
 def run(func):
@@ -48,8 +50,14 @@ def run(func):
         from accord.basics import rank
         me = rank()
         notice.start(me)
+        first = not _finished
+        for store in _finished:  # an earlier function's commits: not this one's to resume
+            store.remove()
+        _finished.clear()
         try:
             state.resume(after_reset=restarts() > 0)
+            if first:
+                _check_training_kept(state)
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt as e:
             _leave_for_new_hosts(state, e, me)
@@ -63,11 +71,59 @@ def run(func):
                 notice.report_raised(e, rank=me, host=_host(state, me))
             _finish_writing(state)
             raise
-        # Over: the job's commits are no longer needed on this host.
-        state.store().remove()
+        _commit_final(state, me)
         return result
 
     return wrapper
+
+
+def _check_training_kept(state):
+    """After a restart of a job that had finished training (the launcher says which
+    commit was its last): that commit must have been found."""
+    try:
+        final = int(os.environ.get("ACCORDRUN_ELASTIC_TRAINED", "0"))
+    except ValueError:
+        final = 0
+    if final and state._commits < final:
+        found = f"commit {state._commits}" if state._commits else "no commit"
+        raise TrainingLostError(
+            f"training had finished before this restart (its final commit is number {final}), "
+            f"but the hosts of this run hold {found}: the others were lost with their hosts or "
+            "removed by ranks that had ended well. Not training again from the beginning; "
+            "the script's work after hvd.elastic.run did not complete")
+
+
+def _commit_final(state, me):
+    """The function returned on every rank: its state is committed (a collective), so
+    that a restart from here on resumes at the end of training. Rank 0 tells the
+    launcher; the commits are removed when the process ends well. Without the
+    launcher nothing restarts the job, and nothing is committed."""
+    if not under_driver():
+        return
+    try:
+        state.save()
+        state.store().wait()
+    except HorovodInternalError as e:
+        _leave_after_failure(state, e, me)
+    if me == 0:
+        notice.report("trained", rank=me, host=_host(state, me), commit=state._commits)
+    store = state.store()
+    if store not in _finished:
+        _finished.append(store)
+        atexit.register(_remove_if_ended_well, store)
+
+
+def _remove_if_ended_well(store):
+    """At the end of the process: its host's commits are removed, unless an exception
+    ended it (the interpreter then set sys.last_value), which may be a failure the
+    launcher restarts the job after. The exits EXIT_RESTART and EXIT_HOSTS_UPDATED skip
+    this altogether."""
+    if getattr(sys, "last_value", None) is not None:
+        return
+    try:
+        store.remove()
+    except OSError as e:
+        print(f"accord elastic: removing the commits in {store.directory}: {e}", file=sys.stderr)
 
 
 def _host(state, rank):
