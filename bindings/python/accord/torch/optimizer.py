@@ -119,13 +119,9 @@ class _DistributedMixin:
 
     def _make_hook(self, p):
         def hook(*_):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "step(): increase backward_passes_per_step to accumulate them locally")
-            self._allreduce_delay[p] -= 1
+            last = _count_pass(self._allreduce_delay, p)
             group = self._p_to_group.get(p)
-            if self._allreduce_delay[p] > 0:
+            if not last:
                 # Accumulating locally. Pending for zero_grad(), and for synchronize()
                 # if no later pass finishes it: a grouped parameter under its group's
                 # key, which synchronize() submits, not its own.
@@ -313,6 +309,18 @@ def _write_grad(p, reduced, to_sparse=False):
         p.grad = reduced.to_sparse()
     elif reduced.data_ptr() != p.grad.data_ptr():
         p.grad.copy_(reduced)
+
+
+def _count_pass(delays, key):
+    """One more backward pass for ``key``: True once it is the last of
+    backward_passes_per_step (the gradient then goes to be reduced). A pass beyond them
+    is an error."""
+    if delays[key] <= 0:
+        raise AssertionError(
+            "Gradients were computed more than backward_passes_per_step times before "
+            "step(): increase backward_passes_per_step to accumulate them locally")
+    delays[key] -= 1
+    return delays[key] == 0
 
 
 def _on_grad_ready(p, hook):

@@ -15,6 +15,7 @@ import torch
 from accord.basics import Average, Max, Sum, poll, synchronize
 from accord.torch.allreduce import allreduce
 from accord.torch.gather import reducescatter_async
+from accord.torch.optimizer import _count_pass
 
 
 class _ReduceScatterMixin:
@@ -27,12 +28,7 @@ class _ReduceScatterMixin:
 
     def _make_hook(self, s):
         def hook(*_):
-            if self._delay[s] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "step(): increase backward_passes_per_step to accumulate them locally")
-            self._delay[s] -= 1
-            if self._delay[s] == 0:
+            if _count_pass(self._delay, s):
                 self._submit(s)
         return hook
 
