@@ -89,6 +89,12 @@ std::string compareWithHost(DType dtype, const std::vector<std::byte>& device, c
 // Picks this rank's GPU and makes it current: 0; or, having printed why, 77 (skipped:
 // no GPU, or NCCL with fewer GPUs than ranks and no NCCL_HOSTID) or 1 (an error).
 int selectGpu();
+// How a rank that selectGpu() skipped ends: 77 (CTest's skip) in a process of its own;
+// under mpirun 0, since mpirun answers any other status with its kill sequence (two
+// 1-second sleeps, Open MPI's odls_base_sigkill_timeout, on every such test of a
+// machine without a GPU) and CTest reads the "skipped:" line there instead
+// (SKIP_REGULAR_EXPRESSION).
+int skippedExit();
 // main() of a device test binary: selectGpu(), then accord_test::runMain.
 int gpuTestMain(int argc, char** argv);
 

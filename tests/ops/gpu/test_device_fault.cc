@@ -139,7 +139,8 @@ void awaitStart(const float* tensor, cudaStream_t probe_stream) {
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  if (const int status = accord_gpu::selectGpu(); status != 0) return status;
+  if (const int status = accord_gpu::selectGpu(); status != 0)
+    return status == 77 ? accord_gpu::skippedExit() : status;
   accord::init();
   const int me = accord::rank(), n = accord::size();
   const int victim = n - 1;
