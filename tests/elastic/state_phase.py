@@ -23,6 +23,12 @@ run() across a restart on one host, with the commit store on disk.
           runs again, and the process, ending well, removes the commits
   final-lost  a restart after training whose final commit no host holds: run() stops
           with TrainingLostError, reported as fatal, instead of training from the start
+  two-calls   2 ranks, two run-wrapped functions of different states (a training, then a
+          fine-tuning): the first returns (its commits kept), the second commits once and
+          leaves as a failed process would
+  two-calls-again  the restart: the first call resumes at its end and takes no step, the
+          second resumes from its own commit (not the first's) and finishes; ending
+          well, the process removes both calls' commits
 """
 import os
 import sys
@@ -230,9 +236,44 @@ def after_final():
     print(f"rank {me}: AFTER batch {state.batch}", flush=True)
 
 
-{"first": first, "second": second, "notice": notice, "sharded-first": sharded_first,
- "sharded-second": sharded_second, "final": final, "final-again": final,
- "final-lost": final}[phase](state)
+def two_calls():
+    """A training and a fine-tuning, each its own run() call and state."""
+    first_state = hvd.elastic.ObjectState(a_step=0)
+    second_state = hvd.elastic.ObjectState(b_epoch=0, note="fine-tuning")
+
+    @hvd.elastic.run
+    def train(s):
+        while s.a_step < 3:
+            s.a_step += 1
+            print(f"rank {me}: A STEP {s.a_step}", flush=True)
+            if s.a_step == 2:
+                s.commit()
+
+    @hvd.elastic.run
+    def fine_tune(s):
+        check(s.note == "fine-tuning", f"the second call resumes its own state: {s.note!r}")
+        while s.b_epoch < 2:
+            s.b_epoch += 1
+            print(f"rank {me}: B EPOCH {s.b_epoch}", flush=True)
+            s.commit()
+            if phase == "two-calls":  # leave as a failed process does, the commit kept
+                s.store().wait()
+                sys.stdout.flush()
+                hvd.barrier()
+                os._exit(75 if not failures else 1)
+
+    train(first_state)
+    check(first_state.a_step == 3, f"the first call ends at its end: {first_state.a_step}")
+    fine_tune(second_state)
+    check(second_state.b_epoch == 2, f"the second call ends at its end: {second_state.b_epoch}")
+
+
+if phase.startswith("two-calls"):
+    two_calls()
+else:
+    {"first": first, "second": second, "notice": notice, "sharded-first": sharded_first,
+     "sharded-second": sharded_second, "final": final, "final-again": final,
+     "final-lost": final}[phase](state)
 if phase.startswith("final"):
     after_final()
 bad = hvd.allreduce(torch.tensor([len(failures)]), op=hvd.Sum, name="failures")

@@ -31,7 +31,7 @@ def after_training(out, env):
     failures = []
     folder = os.path.join(out, "store", "final-test")
     p = mpi(2, "final", out, env)
-    trained = re.findall(r'\[accord-elastic\] \{"commit": (\d+), "event": "trained", "host": "[^"]+", '
+    trained = re.findall(r'\[accord-elastic\] \{"call": 0, "commit": (\d+), "event": "trained", "host": "[^"]+", '
                          r'"rank": (\d)\}', p.stderr)
     if p.returncode == 0 or "FAILED" in p.stderr or trained != [("2", "0")]:
         failures.append(f"final: exit {p.returncode} (want non-zero), trained reports {trained} "
@@ -40,7 +40,7 @@ def after_training(out, env):
         if os.path.isdir(folder) else []
     if kept != ["commit-2.pt"]:
         failures.append(f"a process ended by an exception after run() keeps the commits: {kept}")
-    restart = dict(env, ACCORDRUN_ELASTIC_RESET="1", ACCORDRUN_ELASTIC_TRAINED="2")
+    restart = dict(env, ACCORDRUN_ELASTIC_RESET="1", ACCORDRUN_ELASTIC_TRAINED="0:2")
     p = mpi(2, "final-again", out, restart)
     if p.returncode != 0 or "STEP" in p.stdout or p.stdout.count("AFTER batch 3") != 2:
         failures.append("final-again: the restart takes no step and runs the work after run()")
@@ -52,6 +52,35 @@ def after_training(out, env):
                           r'final commit is number 2\), but the hosts of this run hold no commit',
                           p.stderr):
         failures.append("final-lost: a restart that finds no final commit stops, fatal")
+    return failures
+
+
+def two_calls(out, env):
+    """A training, then a fine-tuning, each an hvd.elastic.run call with its own state: a
+    failure in the second replays the first from its end and resumes the second from its
+    own commit."""
+    failures = []
+    folder = os.path.join(out, "store", "two-calls")
+    p = mpi(2, "two-calls", out, env)
+    trained = re.findall(r'"call": 0, "commit": (\d+), "event": "trained"', p.stderr)
+    if p.returncode != 75 or "FAILED" in p.stderr or trained != ["2"]:
+        failures.append(f"two-calls: exit {p.returncode} (want 75), the first call's trained "
+                        f"reports {trained} (want commit 2)")
+    kept = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder)
+                  for f in files)
+    host = kept[0].split(os.sep)[0] if kept else "?"
+    want = [os.path.join(host, "call-2", "commit-1.pt"), os.path.join(host, "commit-2.pt")]
+    if kept != want:
+        failures.append(f"each call keeps its own commits: {kept} (want {want})")
+    p = mpi(2, "two-calls-again", out, dict(env, ACCORDRUN_ELASTIC_RESET="1",
+                                            ACCORDRUN_ELASTIC_TRAINED="0:2"))
+    if p.returncode != 0 or "A STEP" in p.stdout or p.stdout.count("B EPOCH 2") != 2 \
+            or "B EPOCH 1" in p.stdout or "PHASE two-calls-again OK" not in p.stdout:
+        failures.append("two-calls-again: the first call takes no step, the second goes on "
+                        "from its own commit")
+    left = [f for _, _, files in os.walk(folder) for f in files]
+    if left:
+        failures.append(f"a process that ends well removes every call's commits: {left}")
     return failures
 
 
@@ -92,6 +121,7 @@ def main():
         if p.returncode != 0 or "PHASE sharded-second OK" not in p.stdout:
             failures.append("phase sharded-second")
         failures += after_training(out, dict(env, ACCORDRUN_ELASTIC_JOB="final-test"))
+        failures += two_calls(out, dict(env, ACCORDRUN_ELASTIC_JOB="two-calls"))
     for f in failures:
         print("FAILED:", f)
     print("OK" if not failures else "FAILED")

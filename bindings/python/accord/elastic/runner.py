@@ -18,7 +18,9 @@ the hosts' disks until the process ends well, so that a rank lost after it (in a
 evaluation or save) restarts the job from its end: the function returns at once and the
 script's work after it runs again (the launcher says so). A rank that does not end well
 keeps its host's commits; a restarted job none of whose hosts holds the final commit
-stops (TrainingLostError) instead of training from the beginning.
+stops (TrainingLostError) instead of training from the beginning. Each call of a
+run-wrapped function in the process (a training, then a fine-tuning) keeps commits of
+its own, so that a restart during a later one replays the earlier ones from their ends.
 """
 
 import atexit
@@ -32,7 +34,8 @@ from accord.elastic import notice
 from accord.elastic.state import HostsUpdatedInterrupt
 from accord.errors import HorovodInternalError
 
-_finished = []  # the commit stores of the functions that returned in this process
+_calls = 0      # hvd.elastic.run calls in this process; a restart makes them again, in order
+_stores = set()  # the folders of this process's calls, removed at its end if it ends well
 
 
 class TrainingLostError(RuntimeError):
@@ -50,14 +53,13 @@ def run(func):
         from accord.basics import rank
         me = rank()
         notice.start(me)
-        first = not _finished
-        for store in _finished:  # an earlier function's commits: not this one's to resume
-            store.remove()
-        _finished.clear()
+        global _calls
+        call, _calls = _calls, _calls + 1
+        state.use_store_of_call(call)  # each call its own commits (store.py)
+        _remove_at_exit(state.store())
         try:
             state.resume(after_reset=restarts() > 0)
-            if first:
-                _check_training_kept(state)
+            _check_training_kept(state, call)
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt as e:
             _leave_for_new_hosts(state, e, me)
@@ -71,19 +73,21 @@ def run(func):
                 notice.report_raised(e, rank=me, host=_host(state, me))
             _finish_writing(state)
             raise
-        _commit_final(state, me)
+        _commit_final(state, me, call)
         return result
 
     return wrapper
 
 
-def _check_training_kept(state):
-    """After a restart of a job that had finished training (the launcher says which
-    commit was its last): that commit must have been found."""
-    try:
-        final = int(os.environ.get("ACCORDRUN_ELASTIC_TRAINED", "0"))
-    except ValueError:
-        final = 0
+def _check_training_kept(state, call):
+    """After a restart of a job in which this call had returned (the launcher says
+    which commit was its last, per call: "0:13,1:20"): that commit must have been found."""
+    finals = {}
+    for item in os.environ.get("ACCORDRUN_ELASTIC_TRAINED", "").split(","):
+        number, _, commit = item.partition(":")
+        if number.isdigit() and commit.isdigit():
+            finals[int(number)] = int(commit)
+    final = finals.get(call, 0)
     if final and state._commits < final:
         found = f"commit {state._commits}" if state._commits else "no commit"
         raise TrainingLostError(
@@ -93,7 +97,7 @@ def _check_training_kept(state):
             "the script's work after hvd.elastic.run did not complete")
 
 
-def _commit_final(state, me):
+def _commit_final(state, me, call):
     """The function returned on every rank: its state is committed (a collective), so
     that a restart from here on resumes at the end of training. Rank 0 tells the
     launcher; the commits are removed when the process ends well. Without the
@@ -106,10 +110,15 @@ def _commit_final(state, me):
     except HorovodInternalError as e:
         _leave_after_failure(state, e, me)
     if me == 0:
-        notice.report("trained", rank=me, host=_host(state, me), commit=state._commits)
-    store = state.store()
-    if store not in _finished:
-        _finished.append(store)
+        notice.report("trained", rank=me, host=_host(state, me), commit=state._commits,
+                      call=call)
+
+
+def _remove_at_exit(store):
+    """Registers the removal of ``store``'s commits when the process ends well; a later
+    call's folder (inside the first's) goes first, atexit running them in reverse."""
+    if store.directory is not None and store.directory not in _stores:
+        _stores.add(store.directory)
         atexit.register(_remove_if_ended_well, store)
 
 
