@@ -20,9 +20,10 @@ commit (which the ranks keep on their hosts' disks; bindings/python/accord/elast
                ranks the job no longer has), or ranks on every host raise the same error
                in user code: the driver stops with it and the script's status, blaming
                no host
-  trained      rank 0 reports that a call of hvd.elastic.run returned (its final commit): a
-               failure after it restarts the job at the end of that call, told which
-               commit that is (ACCORDRUN_ELASTIC_TRAINED), to run the work after it again
+  trained      rank 0 reports that a call of hvd.elastic.run returned (its state's final
+               commit): a failure after it restarts the job at the end of that call, told
+               which commit that is (ACCORDRUN_ELASTIC_TRAINED), to run the work after it
+               again
 """
 
 import json
@@ -306,7 +307,7 @@ class Driver:
         self.job = None
         self.had = []
         self.ran_on = set()  # every host a run of the job used: where commits may lie
-        self.trained = {}  # hvd.elastic.run call -> its final commit, once it returned
+        self.trained = {}  # the script's state number -> its final commit, once a call returned
 
     def run(self):
         signal.signal(signal.SIGTERM, self._forward)
@@ -339,10 +340,10 @@ class Driver:
     def _trained_note(self):
         if not self.trained:
             return ""
-        call = max(self.trained)
-        which = f"call {call + 1} of hvd.elastic.run" if call else "training"
-        return (f"; {which} had finished (commit {self.trained[call]}): the job resumes at its "
-                "end and runs the script's work after it again")
+        number = max(self.trained)
+        which = f"hvd.elastic.run with state {number + 1}" if number else "training"
+        return (f"; {which} had finished (commit {self.trained[number]}): the job resumes at "
+                "its end and runs the script's work after it again")
 
     def environment(self, chosen):
         """The variables each run of the job gets from the driver (read by accord.elastic;
@@ -352,8 +353,8 @@ class Driver:
                    ACCORDRUN_ELASTIC_HOSTS=",".join(f"{h}:{n}" for h, n in chosen))
         if self.opts.elastic_store:
             env["ACCORDRUN_ELASTIC_STORE"] = os.path.abspath(self.opts.elastic_store)
-        if self.trained:  # a restart after training: each call resumes its final commit or stops
-            env["ACCORDRUN_ELASTIC_TRAINED"] = ",".join(f"{c}:{n}" for c, n in sorted(self.trained.items()))
+        if self.trained:  # a restart after training: each state resumes its final commit or stops
+            env["ACCORDRUN_ELASTIC_TRAINED"] = ",".join(f"{s}:{n}" for s, n in sorted(self.trained.items()))
         return env
 
     def _forward(self, signum, frame):
@@ -434,8 +435,8 @@ class Driver:
         job, self.job = self.job, None
         for r in job.reports:
             if r.get("event") == "trained":
-                call = int(r.get("call") or 0)
-                self.trained[call] = max(self.trained.get(call, 0), int(r.get("commit") or 0))
+                number = int(r.get("state") or 0)
+                self.trained[number] = max(self.trained.get(number, 0), int(r.get("commit") or 0))
         if rc == 0:
             return 0, "", {}
         events = {r.get("event") for r in job.reports}

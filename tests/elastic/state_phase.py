@@ -24,11 +24,12 @@ run() across a restart on one host, with the commit store on disk.
   final-lost  a restart after training whose final commit no host holds: run() stops
           with TrainingLostError, reported as fatal, instead of training from the start
   two-calls   2 ranks, two run-wrapped functions of different states (a training, then a
-          fine-tuning): the first returns (its commits kept), the second commits once and
-          leaves as a failed process would
+          fine-tuning): the first returns (its commits kept), is called once more with
+          the same state (nothing left to do: one more commit in the same folder), and
+          the second commits once and leaves as a failed process would
   two-calls-again  the restart: the first call resumes at its end and takes no step, the
           second resumes from its own commit (not the first's) and finishes; ending
-          well, the process removes both calls' commits
+          well, the process removes both states' commits
 """
 import os
 import sys
@@ -263,7 +264,8 @@ def two_calls():
                 os._exit(75 if not failures else 1)
 
     train(first_state)
-    check(first_state.a_step == 3, f"the first call ends at its end: {first_state.a_step}")
+    train(first_state)  # the same state again: its folder, its newest commit
+    check(first_state.a_step == 3, f"the first calls end at their end: {first_state.a_step}")
     fine_tune(second_state)
     check(second_state.b_epoch == 2, f"the second call ends at its end: {second_state.b_epoch}")
 

@@ -31,8 +31,8 @@ def after_training(out, env):
     failures = []
     folder = os.path.join(out, "store", "final-test")
     p = mpi(2, "final", out, env)
-    trained = re.findall(r'\[accord-elastic\] \{"call": 0, "commit": (\d+), "event": "trained", "host": "[^"]+", '
-                         r'"rank": (\d)\}', p.stderr)
+    trained = re.findall(r'\[accord-elastic\] \{"commit": (\d+), "event": "trained", "host": "[^"]+", '
+                         r'"rank": (\d), "state": 0\}', p.stderr)
     if p.returncode == 0 or "FAILED" in p.stderr or trained != [("2", "0")]:
         failures.append(f"final: exit {p.returncode} (want non-zero), trained reports {trained} "
                         "(want rank 0's, commit 2)")
@@ -62,25 +62,26 @@ def two_calls(out, env):
     failures = []
     folder = os.path.join(out, "store", "two-calls")
     p = mpi(2, "two-calls", out, env)
-    trained = re.findall(r'"call": 0, "commit": (\d+), "event": "trained"', p.stderr)
-    if p.returncode != 75 or "FAILED" in p.stderr or trained != ["2"]:
-        failures.append(f"two-calls: exit {p.returncode} (want 75), the first call's trained "
-                        f"reports {trained} (want commit 2)")
+    trained = re.findall(r'"commit": (\d+), "event": "trained", "host": "[^"]+", "rank": 0, '
+                         r'"state": 0', p.stderr)
+    if p.returncode != 75 or "FAILED" in p.stderr or trained != ["2", "3"]:
+        failures.append(f"two-calls: exit {p.returncode} (want 75), the first state's trained "
+                        f"reports {trained} (want commits 2 and 3)")
     kept = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder)
                   for f in files)
     host = kept[0].split(os.sep)[0] if kept else "?"
-    want = [os.path.join(host, "call-2", "commit-1.pt"), os.path.join(host, "commit-2.pt")]
+    want = [os.path.join(host, "commit-3.pt"), os.path.join(host, "state-2", "commit-1.pt")]
     if kept != want:
-        failures.append(f"each call keeps its own commits: {kept} (want {want})")
+        failures.append(f"each state keeps its own commits, the newest: {kept} (want {want})")
     p = mpi(2, "two-calls-again", out, dict(env, ACCORDRUN_ELASTIC_RESET="1",
-                                            ACCORDRUN_ELASTIC_TRAINED="0:2"))
+                                            ACCORDRUN_ELASTIC_TRAINED="0:3"))
     if p.returncode != 0 or "A STEP" in p.stdout or p.stdout.count("B EPOCH 2") != 2 \
             or "B EPOCH 1" in p.stdout or "PHASE two-calls-again OK" not in p.stdout:
         failures.append("two-calls-again: the first call takes no step, the second goes on "
                         "from its own commit")
     left = [f for _, _, files in os.walk(folder) for f in files]
     if left:
-        failures.append(f"a process that ends well removes every call's commits: {left}")
+        failures.append(f"a process that ends well removes every state's commits: {left}")
     return failures
 
 

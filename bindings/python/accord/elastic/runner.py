@@ -18,9 +18,10 @@ the hosts' disks until the process ends well, so that a rank lost after it (in a
 evaluation or save) restarts the job from its end: the function returns at once and the
 script's work after it runs again (the launcher says so). A rank that does not end well
 keeps its host's commits; a restarted job none of whose hosts holds the final commit
-stops (TrainingLostError) instead of training from the beginning. Each call of a
-run-wrapped function in the process (a training, then a fine-tuning) keeps commits of
-its own, so that a restart during a later one replays the earlier ones from their ends.
+stops (TrainingLostError) instead of training from the beginning. Each state a script
+hands hvd.elastic.run (a training's, then a fine-tuning's) keeps commits of its own, so
+that a restart during a later call replays the earlier ones from their ends; calls with
+the same state share its commits, the newest kept.
 """
 
 import atexit
@@ -34,8 +35,8 @@ from accord.elastic import notice
 from accord.elastic.state import HostsUpdatedInterrupt
 from accord.errors import HorovodInternalError
 
-_calls = 0      # hvd.elastic.run calls in this process; a restart makes them again, in order
-_stores = set()  # the folders of this process's calls, removed at its end if it ends well
+_states = []    # the states hvd.elastic.run met in this process, in order; a restart repeats it
+_stores = set()  # their folders, removed at the process's end if it ends well
 
 
 class TrainingLostError(RuntimeError):
@@ -53,13 +54,15 @@ def run(func):
         from accord.basics import rank
         me = rank()
         notice.start(me)
-        global _calls
-        call, _calls = _calls, _calls + 1
-        state.use_store_of_call(call)  # each call its own commits (store.py)
-        _remove_at_exit(state.store())
+        number = next((i for i, s in enumerate(_states) if s is state), None)
+        if number is None:  # each state its own commits (store.py)
+            number = len(_states)
+            _states.append(state)
+            state.use_store(number)
+            _remove_at_exit(state.store())
         try:
             state.resume(after_reset=restarts() > 0)
-            _check_training_kept(state, call)
+            _check_training_kept(state, number)
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt as e:
             _leave_for_new_hosts(state, e, me)
@@ -73,21 +76,22 @@ def run(func):
                 notice.report_raised(e, rank=me, host=_host(state, me))
             _finish_writing(state)
             raise
-        _commit_final(state, me, call)
+        _commit_final(state, me, number)
         return result
 
     return wrapper
 
 
-def _check_training_kept(state, call):
-    """After a restart of a job in which this call had returned (the launcher says
-    which commit was its last, per call: "0:13,1:20"): that commit must have been found."""
+def _check_training_kept(state, number):
+    """After a restart of a job in which a call with this state (the process's state
+    ``number``) had returned, the launcher says which commit was its last (per state:
+    "0:13,1:20"): that commit must have been found."""
     finals = {}
     for item in os.environ.get("ACCORDRUN_ELASTIC_TRAINED", "").split(","):
-        number, _, commit = item.partition(":")
-        if number.isdigit() and commit.isdigit():
-            finals[int(number)] = int(commit)
-    final = finals.get(call, 0)
+        which, _, commit = item.partition(":")
+        if which.isdigit() and commit.isdigit():
+            finals[int(which)] = int(commit)
+    final = finals.get(number, 0)
     if final and state._commits < final:
         found = f"commit {state._commits}" if state._commits else "no commit"
         raise TrainingLostError(
@@ -97,7 +101,7 @@ def _check_training_kept(state, call):
             "the script's work after hvd.elastic.run did not complete")
 
 
-def _commit_final(state, me, call):
+def _commit_final(state, me, number):
     """The function returned on every rank: its state is committed (a collective), so
     that a restart from here on resumes at the end of training. Rank 0 tells the
     launcher; the commits are removed when the process ends well. Without the
@@ -111,12 +115,12 @@ def _commit_final(state, me, call):
         _leave_after_failure(state, e, me)
     if me == 0:
         notice.report("trained", rank=me, host=_host(state, me), commit=state._commits,
-                      call=call)
+                      state=number)
 
 
 def _remove_at_exit(store):
     """Registers the removal of ``store``'s commits when the process ends well; a later
-    call's folder (inside the first's) goes first, atexit running them in reverse."""
+    state's folder (inside the first's) goes first, atexit running them in reverse."""
     if store.directory is not None and store.directory not in _stores:
         _stores.add(store.directory)
         atexit.register(_remove_if_ended_well, store)

@@ -132,16 +132,17 @@ class State:
     # ---- Accord's restart --------------------------------------------------------------
     def store(self):
         if self._store is None:
-            self.use_store_of_call(0)
+            self.use_store(0)
         return self._store
 
-    def use_store_of_call(self, call):
-        """Commits go to (and resume from) the folder of the process's hvd.elastic.run
-        call number ``call`` (from 0), after the previous folder's last write."""
+    def use_store(self, number):
+        """Commits go to (and resume from) the folder of the process's state number
+        ``number`` (from 0, in the order hvd.elastic.run met them), after the previous
+        folder's last write."""
         from accord.basics import local_rank
         if self._store is not None:
             self._store.wait()
-        self._store = CommitStore(store_directory(call), writer=local_rank() == 0)
+        self._store = CommitStore(store_directory(number), writer=local_rank() == 0)
 
     def resume(self, after_reset):
         """Collective: loads the newest commit of any host (on the lowest rank that has

@@ -28,17 +28,18 @@ def host_name():
     return socket.gethostname()
 
 
-def store_directory(call=0):
+def store_directory(state=0):
     """<ACCORDRUN_ELASTIC_STORE or /tmp/accord-elastic>/<job>/<host>, or None where no job id
     was given (a script run without the elastic launcher commits in memory only). The
-    commits of the process's second and later hvd.elastic.run calls (a fine-tuning after
-    a training) go in a folder of their own inside it, call-<n> (n from 2)."""
+    commits of the second and later states the process hands hvd.elastic.run (a
+    fine-tuning's after a training's) go in a folder of their own inside it, state-<n>
+    (n from 2)."""
     job = os.environ.get("ACCORDRUN_ELASTIC_JOB")
     if not job:
         return None
     base = os.environ.get("ACCORDRUN_ELASTIC_STORE") or "/tmp/accord-elastic"
     folder = os.path.join(base, job, host_name())
-    return os.path.join(folder, f"call-{call + 1}") if call else folder
+    return os.path.join(folder, f"state-{state + 1}") if state else folder
 
 
 class CommitStore:
