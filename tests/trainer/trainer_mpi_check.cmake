@@ -18,13 +18,19 @@ set(SMALL ${DATA_ARGS} --width 0.125 --train-limit 512 --no-eval --no-progress -
 set(QUICK_EXIT OMPI_MCA_odls_base_sigkill_timeout=0)
 set(MPIRUN1 ${CMAKE_COMMAND} -E env ${QUICK_EXIT} ${MPIRUN} -np 1)
 
+# mpirun_np(<np> <var>): <var> = the command that starts <np> ranks (MPIRUN1 for one).
+function(mpirun_np np var)
+  if(np EQUAL 1)
+    set(${var} ${MPIRUN1} PARENT_SCOPE)
+  else()
+    set(${var} ${MPIRUN} -np ${np} PARENT_SCOPE)
+  endif()
+endfunction()
+
 # run(<np> <log-name> args...): runs the trainer under mpirun, fails the test on error.
 function(run np name)
-  set(quick)
-  if(np EQUAL 1)
-    set(quick ${QUICK_EXIT})
-  endif()
-  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${quick} ${MPIRUN} -np ${np} ${TRAINER} ${ARGN}
+  mpirun_np(${np} launch)
+  execute_process(COMMAND ${launch} ${TRAINER} ${ARGN}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   file(WRITE ${WORK}/${name}.log "${out}\n${err}")
   message("---- ${name} (np ${np}): ${ARGN}\n${out}${err}")
@@ -45,11 +51,8 @@ function(run_on_gpu np name)
   if(named EQUAL -1)
     set(precision --precision fp32)
   endif()
-  set(quick)
-  if(np EQUAL 1)
-    set(quick ${QUICK_EXIT})
-  endif()
-  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${quick} ${GPU_ENV} ${MPIRUN} -np ${np} ${GPU_PREFIX}
+  mpirun_np(${np} launch)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${GPU_ENV} ${launch} ${GPU_PREFIX}
                           ${TRAINER} ${ARGN} --device cuda ${precision}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   file(WRITE ${WORK}/${name}.log "${out}\n${err}")
