@@ -11,20 +11,16 @@
 //  3. the ResNet-50 gradient set (161 tensors, 97.5 MiB in float32) in float32 and
 //     bfloat16: 161 named Accord allreduces (Sum, and Average) against 161
 //     ncclAllReduce calls and against one ncclAllReduce of the concatenated buffer;
-//  4. Average: raw ncclAvg against Accord's, in time and in error (averageStudy).
+//  4. Average: raw ncclAvg against Accord's, in time and in error (averageStudy, in
+//     device_average_bench.cc).
 // Then, on rank 0, what each CUDA call that a device tensor's submission makes costs.
 // Every call is timed to its completion as the host sees it: Accord's wait() returns
 // when the runtime's finalizer has seen the collective's event; NCCL's calls are
 // followed by cudaStreamSynchronize. Inputs are rewritten (cudaMemsetAsync, then a
 // synchronize) before every timed call, on the stream that Accord is told the tensors
 // are ready on. Accord and NCCL alternate; medians as in the host benchmark.
-#include "bench_common.h"
+#include "device_bench.h"
 #include "resnet50_params.h"
-
-#include <accord/accord.h>
-
-#include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <atomic>
 #include <chrono>
@@ -40,91 +36,6 @@
 namespace accord_bench {
 
 namespace {
-
-[[noreturn]] void fail(const Bench& bench, const std::string& what) {
-  std::fprintf(stderr, "[rank %d] accord-bench --device cuda: %s\n", bench.rank, what.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 5);
-  std::abort();
-}
-
-void cudaOk(const Bench& bench, cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(bench, std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-void ncclOk(const Bench& bench, ncclResult_t result, const char* what) {
-  if (result != ncclSuccess) fail(bench, std::string(what) + ": " + ncclGetErrorString(result));
-}
-
-// This rank's GPU, a stream, and the benchmark's own NCCL communicator for the raw calls.
-struct Gpu {
-  const Bench& bench;
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  ncclComm_t comm = nullptr;
-  std::string name;
-
-  explicit Gpu(const Bench& b) : bench(b) {
-    std::string why;
-    const int count = accord::cuda_device_count(&why);
-    if (count == 0)
-      fail(bench, "no GPU that CUDA can use here (" + why +
-                      "); accord-bench without --device measures host memory");
-    MPI_Comm local;
-    MPI_Comm_split_type(bench.comm, MPI_COMM_TYPE_SHARED, bench.rank, MPI_INFO_NULL, &local);
-    int local_rank = 0, local_size = 1;
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_size(local, &local_size);
-    MPI_Comm_free(&local);
-    // Ranks share a GPU only where each names a host of its own to NCCL (NCCL_HOSTID, as
-    // ci/nccl-one-gpu.sh sets it): correctness and the average study, not speed.
-    if (local_size > count && !std::getenv("NCCL_HOSTID"))
-      fail(bench, std::to_string(local_size) + " ranks share a host with " + std::to_string(count) +
-                      " GPUs; NCCL needs one GPU per rank (or an NCCL_HOSTID per rank: run each "
-                      "rank through ci/nccl-one-gpu.sh)");
-    device = local_rank % count;
-    cudaOk(bench, cudaSetDevice(device), "cudaSetDevice");
-    cudaDeviceProp prop{};
-    cudaOk(bench, cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-    name = prop.name;
-    cudaOk(bench, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    ncclUniqueId id{};
-    if (bench.rank == 0) ncclOk(bench, ncclGetUniqueId(&id), "ncclGetUniqueId");
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bench.comm);
-    ncclOk(bench, ncclCommInitRank(&comm, bench.size, id, bench.rank), "ncclCommInitRank");
-  }
-  ~Gpu() {
-    ncclCommDestroy(comm);
-    cudaStreamDestroy(stream);
-  }
-
-  void* alloc(std::size_t bytes) const {
-    void* p = nullptr;
-    cudaOk(bench, cudaMalloc(&p, bytes), "cudaMalloc");
-    return p;
-  }
-  void zero(void* data, std::size_t bytes) const {
-    cudaOk(bench, cudaMemsetAsync(data, 0, bytes, stream), "cudaMemsetAsync");
-    cudaOk(bench, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  }
-  void rawAllreduce(void* data, std::size_t count, ncclDataType_t type) const {
-    ncclOk(bench, ncclAllReduce(data, data, count, type, ncclSum, comm, stream), "ncclAllReduce");
-    cudaOk(bench, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  }
-  accord::TensorView view(void* data, accord::DType dtype, std::int64_t count) const {
-    return {data, dtype, {count}, accord::Device::cuda(device)};
-  }
-  accord::Handle accordAsync(void* data, accord::DType dtype, std::int64_t count,
-                             const std::string& name, accord::ReduceOp op) const {
-    accord::AllreduceOptions options;
-    options.name = name;
-    options.op = op;
-    options.stream = stream;
-    return accord::allreduce_async(view(data, dtype, count), options);
-  }
-  void accordAllreduce(void* data, std::int64_t count, const std::string& name) const {
-    accordAsync(data, accord::DType::Float32, count, name, accord::ReduceOp::Sum).wait();
-  }
-};
 
 // Before timing a size: every rank contributes rank + 1, the sum is n(n+1)/2.
 void checkSum(const Gpu& gpu, float* data, std::int64_t count, const std::string& name) {
@@ -289,165 +200,6 @@ void resnet50(const Gpu& gpu, const Options& opt, accord::DType dtype) {
     bench.csvRow(("resnet50_cuda_" + tag).c_str(), keys[v], static_cast<double>(bytes), total,
                  med[v]);
   cudaFree(grads);
-}
-
-// Average on NCCL, decided rather than left to the backend: raw ncclAvg (each input times
-// 1/n, then the sum) against Accord's Average (ncclAvg where n is a power of two, else the
-// sum divided once in Accord's scaling pass), in time beside their Sums and in error
-// against the exactly rounded average, with Accord's host path as the reference for
-// what the host gives. The inputs carry full mantissas (sin of the index), so every
-// rounding shows; the ranks' sums differ in order between paths, which is not what this
-// measures, so the error is against the exact quotient of the exact sum.
-namespace average_study {
-
-double input(int rank, std::int64_t i) {
-  return std::sin(0.6180339887 * static_cast<double>(i) + 1.7 * rank) * 3.0;
-}
-
-// The float32 or bfloat16 bits of `v`, rounded to nearest even, as a 32-bit pattern.
-std::uint32_t roundTo(accord::DType dtype, double v) {
-  const float f = static_cast<float>(v);
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &f, 4);
-  if (dtype == accord::DType::Float32) return bits;
-  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-  return rounded >> 16;
-}
-
-double toDouble(accord::DType dtype, std::uint32_t bits) {
-  if (dtype == accord::DType::BFloat16) bits <<= 16;
-  float f = 0;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-struct Error {
-  double differing = 0;  // share of elements that are not the exactly rounded average
-  // The largest error in units of the last place of the largest input (|sum| can be far
-  // below the inputs where they cancel, so the result's own last place says little).
-  double max_units = 0;
-};
-
-// `got` (count elements of dtype) against the exactly rounded average of the ranks'
-// inputs, over the first million elements at most (enough to see every rounding).
-Error measure(accord::DType dtype, const std::vector<std::uint8_t>& got, std::int64_t count,
-              int ranks) {
-  count = std::min<std::int64_t>(count, 1 << 20);
-  const int mantissa = dtype == accord::DType::Float32 ? 24 : 8;
-  Error e;
-  std::int64_t differing = 0;
-  const std::size_t elem = accord::dtype_size(dtype);
-  for (std::int64_t i = 0; i < count; ++i) {
-    double sum = 0, largest = 0;
-    for (int r = 0; r < ranks; ++r) {
-      const double x = toDouble(dtype, roundTo(dtype, input(r, i)));
-      sum += x;  // exact: a few values of 24 bits or fewer
-      largest = std::max(largest, std::fabs(x));
-    }
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, got.data() + static_cast<std::size_t>(i) * elem, elem);
-    if (bits != roundTo(dtype, sum / ranks)) ++differing;
-    if (largest == 0) continue;
-    const double unit = std::ldexp(1.0, std::ilogb(largest) - (mantissa - 1));
-    e.max_units = std::max(e.max_units, std::fabs(toDouble(dtype, bits) - sum / ranks) / unit);
-  }
-  e.differing = static_cast<double>(differing) / static_cast<double>(std::max<std::int64_t>(count, 1));
-  return e;
-}
-
-}  // namespace average_study
-
-void averageStudy(const Gpu& gpu, const Options& opt) {
-  using namespace average_study;
-  const Bench& bench = gpu.bench;
-  if (bench.rank == 0)
-    std::printf(
-        "#\n# Average on %d ranks, %s: raw ncclAvg vs Accord's Average (%s); us, median of "
-        "%d: each beside its Sum, and Accord's Sum with a postscale (its scaling pass);\n"
-        "# error against the exactly rounded average: share of elements off, and the "
-        "largest error in units of the largest input's last place\n"
-        "#%8s %9s  %9s %9s  %9s %9s %9s  %15s %15s %15s\n",
-        bench.size, gpu.name.c_str(),
-        (bench.size & (bench.size - 1)) == 0 ? "ncclAvg: a power of two"
-                                             : "sum, then Accord's scaling pass",
-        opt.iters, "dtype", "bytes", "ncclSum", "ncclAvg", "acc.Sum", "acc.Avg", "acc.Sum/3",
-        "ncclAvg off,max", "GPU off,max", "host off,max");
-  for (accord::DType dtype : {accord::DType::Float32, accord::DType::BFloat16}) {
-    const std::size_t elem = accord::dtype_size(dtype);
-    const ncclDataType_t type = dtype == accord::DType::Float32 ? ncclFloat32 : ncclBfloat16;
-    for (std::uint64_t bytes : {std::uint64_t{64} << 10, std::uint64_t{4} << 20,
-                                std::uint64_t{64} << 20}) {
-      if (bytes > opt.max_bytes) break;
-      const auto count = static_cast<std::int64_t>(bytes / elem);
-      std::vector<std::uint8_t> mine(bytes), got(bytes);
-      for (std::int64_t i = 0; i < count; ++i) {
-        const std::uint32_t bits = roundTo(dtype, input(bench.rank, i));
-        std::memcpy(mine.data() + static_cast<std::size_t>(i) * elem, &bits, elem);
-      }
-      void* data = gpu.alloc(bytes);
-      auto load = [&] {
-        cudaOk(bench, cudaMemcpy(data, mine.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-      };
-      auto raw = [&](ncclRedOp_t op) {
-        ncclOk(bench, ncclAllReduce(data, data, count, type, op, gpu.comm, gpu.stream),
-               "ncclAllReduce");
-        cudaOk(bench, cudaStreamSynchronize(gpu.stream), "cudaStreamSynchronize");
-      };
-      const std::string name = "bench.cuda.average." + std::string(accord::dtype_name(dtype)) +
-                               "." + std::to_string(bytes);
-      auto accord = [&](accord::ReduceOp op, const char* tag) {
-        gpu.accordAsync(data, dtype, count, name + tag, op).wait();
-      };
-      const auto [t_sum, t_avg] = timePair(
-          bench, opt.warmup, opt.iters, [&] { raw(ncclSum); }, [&] { raw(ncclAvg); }, load);
-      const auto [a_sum, a_avg] = timePair(
-          bench, opt.warmup, opt.iters, [&] { accord(accord::ReduceOp::Sum, ".sum"); },
-          [&] { accord(accord::ReduceOp::Average, ".avg"); }, load);
-      // The scaling pass that a sum divided afterwards adds, whatever the number of ranks.
-      const auto [a_sum2, a_scaled] = timePair(
-          bench, opt.warmup, opt.iters, [&] { accord(accord::ReduceOp::Sum, ".sum"); },
-          [&] {
-            accord::AllreduceOptions o;
-            o.name = name + ".third";
-            o.postscale = 1.0 / 3.0;
-            o.stream = gpu.stream;
-            accord::allreduce_async(gpu.view(data, dtype, count), o).wait();
-          },
-          load);
-      (void)a_sum2;
-      load();
-      raw(ncclAvg);
-      cudaOk(bench, cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-      const Error nccl_error = measure(dtype, got, count, bench.size);
-      load();
-      accord(accord::ReduceOp::Average, ".avg");
-      cudaOk(bench, cudaMemcpy(got.data(), data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-      const Error device_error = measure(dtype, got, count, bench.size);
-      got = mine;
-      accord::AllreduceOptions host;
-      host.name = name + ".host";
-      host.op = accord::ReduceOp::Average;
-      accord::allreduce_async({got.data(), dtype, {count}, {}}, host).wait();
-      const Error host_error = measure(dtype, got, count, bench.size);
-      cudaFree(data);
-      if (bench.rank == 0) {
-        std::printf("  %8s %9llu  %9.1f %9.1f  %9.1f %9.1f %9.1f  "
-                    "%7.2f%% %6.2f %7.2f%% %6.2f %7.2f%% %6.2f\n",
-                    accord::dtype_name(dtype), static_cast<unsigned long long>(bytes), t_sum * 1e6,
-                    t_avg * 1e6, a_sum * 1e6, a_avg * 1e6, a_scaled * 1e6,
-                    100 * nccl_error.differing, nccl_error.max_units, 100 * device_error.differing,
-                    device_error.max_units, 100 * host_error.differing, host_error.max_units);
-        std::fflush(stdout);
-      }
-      const std::string section = std::string("average_cuda_") + accord::dtype_name(dtype);
-      bench.csvRow(section.c_str(), "nccl_sum", static_cast<double>(bytes), count, t_sum);
-      bench.csvRow(section.c_str(), "nccl_avg", static_cast<double>(bytes), count, t_avg);
-      bench.csvRow(section.c_str(), "accord_sum", static_cast<double>(bytes), count, a_sum);
-      bench.csvRow(section.c_str(), "accord_average", static_cast<double>(bytes), count, a_avg);
-      bench.csvRow(section.c_str(), "accord_sum_postscaled", static_cast<double>(bytes), count,
-                   a_scaled);
-    }
-  }
 }
 
 // What each CUDA call that Accord's submission of a device tensor makes costs here
