@@ -49,6 +49,11 @@ def resolve_op(op, average, what, adasum=True):
     return op
 
 
+def op_name(op):
+    """Average, Sum, Min, Max, Product or Adasum, as the API spells them."""
+    return _OP_NAMES[op].capitalize() if op in _OP_NAMES else repr(op)
+
+
 # ---- lifetime and topology ---------------------------------------------------------
 _homogeneous = None
 

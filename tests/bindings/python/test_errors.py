@@ -174,6 +174,48 @@ def test_integer_arguments_take_numpy_integers_and_refuse_others(hvd, request):
     assert hvd.join(device=np.int64(-1)) in range(hvd.size())
 
 
+@pytest.mark.parametrize("wrapper", ["DistributedOptimizer", "ShardedOptimizer"])
+def test_optimizer_arguments_are_refused_with_their_values(hvd, wrapper):
+    """A value the wrapper cannot use is refused when wrapping, naming the argument, the
+    value and what it must be: a float or a string of backward passes used to run as
+    something else (1.5 never reached a reduction in the hooks), a predivide factor of 0
+    failed at the first step with a bare ZeroDivisionError, stage=True ran stage 1."""
+    model = torch.nn.Linear(4, 3)
+    wrap = getattr(hvd, wrapper)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def refused(pattern, **kwargs):
+        with pytest.raises(ValueError, match=pattern):
+            wrap(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+
+    for passes in (0, -1, "2", 1.5, True):
+        refused(rf"{wrapper}: backward_passes_per_step must be a positive integer, got "
+                rf"{passes!r}", backward_passes_per_step=passes)
+    for factor in (0.0, -1.0, float("nan"), "x", None):
+        refused(rf"{wrapper}: gradient_predivide_factor must be a positive number, got "
+                rf"{factor!r}", gradient_predivide_factor=factor)
+    refused(rf"{wrapper}: gradient_predivide_factor 2.0 is supported with op=Average only, "
+            r"got op=Sum", gradient_predivide_factor=2.0, op=hvd.Sum)
+    if wrapper == "ShardedOptimizer":
+        for stage in (True, 2.0, "2", 3, 0):
+            refused(rf"ShardedOptimizer: stage must be 1 or 2, got {stage!r}", stage=stage)
+        refused(r"ShardedOptimizer: op must be Average or Sum, got Max", op=hvd.Max)
+        other = torch.nn.Linear(4, 3)  # its own hooks: not the model's below
+        assert wrap(torch.optim.SGD(other.parameters(), lr=0.1), stage=np.int64(1)).stage == 1
+
+    opt = wrap(sgd, backward_passes_per_step=np.int64(2), gradient_predivide_factor=1)
+    assert opt.backward_passes_per_step == 2 and type(opt.backward_passes_per_step) is int
+    for passes in (0, 2.5):
+        with pytest.raises(ValueError, match=rf"set_backward_passes_per_step: "
+                                             rf"backward_passes_per_step must be a positive "
+                                             rf"integer, got {passes!r}"):
+            opt.set_backward_passes_per_step(passes)
+    assert opt.backward_passes_per_step == 2  # a refused value changes nothing
+    opt.set_backward_passes_per_step(1)
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()  # one pass is now a whole step
+
+
 def test_adasum_refusals_are_catchable_as_horovod_scripts_catch_them(hvd):
     # Horovod's test_horovod_reducescatter_adasum catches RuntimeError.
     with pytest.raises(hvd.HorovodInternalError, match="Adasum applies to allreduce only"):

@@ -21,6 +21,7 @@ from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
 from accord.torch.grad_groups import parameter_groups
+from accord.torch.optimizer_args import checked_passes, checked_predivide
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sparse import SparseGradient, empty_gradient, in_layout, zeros_met_sparse
 
@@ -291,6 +292,7 @@ class _DistributedMixin:
         load_state_dict_in_place(self, state_dict, super().load_state_dict)
 
     def set_backward_passes_per_step(self, passes):
+        passes = checked_passes(passes, "set_backward_passes_per_step")
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
@@ -351,16 +353,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense: reduce sparse gradients as dense tensors.
     """
     op = resolve_op(op, None, "DistributedOptimizer")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    gradient_predivide_factor = checked_predivide(gradient_predivide_factor, op,
+                                                  "DistributedOptimizer")
     if num_groups != 0:
         warnings.warn("num_groups is deprecated: use groups", DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
     if groups is not None and not isinstance(groups, list) and groups <= 0:
         raise ValueError("groups should be a positive integer or a list of lists of tensors")
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+    backward_passes_per_step = checked_passes(backward_passes_per_step, "DistributedOptimizer")
     if getattr(optimizer, "_accord_wrapper", False):
         raise ValueError("DistributedOptimizer: the optimizer is already distributed")
     if op == Adasum and process_set.included() and process_set.size() > 1:

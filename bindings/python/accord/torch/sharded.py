@@ -29,12 +29,14 @@ from collections import defaultdict
 
 import torch
 
-from accord.basics import Adasum, Average, Sum, global_process_set, resolve_op, synchronize
+from accord.basics import (Adasum, Average, Sum, as_integer, global_process_set, op_name,
+                           resolve_op, synchronize)
 from accord.torch import sharded_state
 from accord.torch.compression import Compression
 from accord.torch.functions import broadcast_object
 from accord.torch.gather import grouped_allgather_into
 from accord.torch.optimizer import _on_grad_ready
+from accord.torch.optimizer_args import checked_passes, checked_predivide
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sharded_cut import Shard, check_same_parameters
 from accord.torch.sharded_reduce import _ReduceScatterMixin
@@ -269,6 +271,7 @@ class _ShardedMixin(_ReduceScatterMixin):
                     "with optimizer.add_param_group()")
 
     def set_backward_passes_per_step(self, passes):
+        passes = checked_passes(passes, "set_backward_passes_per_step")
         self.backward_passes_per_step = passes
         for s in self._delay:
             self._delay[s] = passes
@@ -341,18 +344,19 @@ def ShardedOptimizer(optimizer, named_parameters=None, stage=2, compression=Comp
     of its part of every parameter only (stage 1), and with ``stage=2`` only its part of
     the reduced gradients too. Gradients are reduced with ``op`` (Average or Sum); the
     other arguments are DistributedOptimizer's."""
+    given = stage
+    stage = as_integer(stage, "ShardedOptimizer: stage must be 1 or 2")
     if stage not in (1, 2):
-        raise ValueError(f"ShardedOptimizer: stage must be 1 or 2, got {stage!r}")
+        raise ValueError(f"ShardedOptimizer: stage must be 1 or 2, got {given!r}")
     if op == Adasum:
         raise NotImplementedError("ShardedOptimizer: Adasum cannot be reduce-scattered; use "
                                   "op=Average or Sum")
     op = resolve_op(op, None, "ShardedOptimizer")
     if op not in (Average, Sum):
-        raise ValueError("ShardedOptimizer: op must be Average or Sum")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+        raise ValueError(f"ShardedOptimizer: op must be Average or Sum, got {op_name(op)}")
+    gradient_predivide_factor = checked_predivide(gradient_predivide_factor, op,
+                                                  "ShardedOptimizer")
+    backward_passes_per_step = checked_passes(backward_passes_per_step, "ShardedOptimizer")
     if isinstance(optimizer, _ShardedMixin):
         raise ValueError("ShardedOptimizer: the optimizer is already sharded")
     if getattr(optimizer, "_accord_wrapper", False):
