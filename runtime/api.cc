@@ -244,8 +244,13 @@ void initOver(const WorldSource& source) {
   auto transport = rt->backend->connect(global, all);
   rt->sets.add(ProcessSet::create(kGlobalProcessSet, all, std::move(transport), rt->rank,
                                   rt->config.cache_capacity));
-  log().info("initialized: {} ranks{}, {} per host\n{}", rt->size, describeWorld(source, rt->world),
-             rt->local_size, rt->config.describe());
+  // The settings agree on every rank (checked above): rank 0 lists them, once a job.
+  const auto world = describeWorld(source, rt->world);
+  if (rt->rank == 0)
+    log().info("initialized: {} ranks{}, {} per host\n{}", rt->size, world, rt->local_size,
+               rt->config.describe());
+  else
+    log().info("initialized: {} ranks{}, {} per host", rt->size, world, rt->local_size);
   if (rt->rank == 0 && !rt->config.timeline.empty()) {
     // A timeline is a diagnostic: a path it cannot use is reported, not fatal.
     try {
