@@ -1,9 +1,11 @@
 """Failures: every kind of mismatch raises on every rank (never hangs), names in
 flight twice and bad arguments raise ValueError at once, on the calling rank only."""
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -214,6 +216,50 @@ def test_optimizer_arguments_are_refused_with_their_values(hvd, wrapper):
     opt.set_backward_passes_per_step(1)
     model(torch.ones(2, 4)).sum().backward()
     opt.step()  # one pass is now a whole step
+
+
+@pytest.mark.parametrize("first,second", [("DistributedOptimizer", "DistributedOptimizer"),
+                                          ("ShardedOptimizer", "ShardedOptimizer"),
+                                          ("DistributedOptimizer", "ShardedOptimizer"),
+                                          ("ShardedOptimizer", "DistributedOptimizer")])
+def test_parameters_wrapped_again_are_taken_over(hvd, first, second):
+    """A notebook cell run again wraps the same model's parameters a second time: both
+    wrappers' hooks fired, each submitting the gradient under the parameter's name, and
+    backward failed ("already in flight"). The later wrapper takes them over: it trains
+    as if it were the only one, the earlier one's step names what it lost, and the
+    earlier one is no longer kept alive by its hooks."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    reference = torch.nn.Linear(4, 3)
+    reference.load_state_dict(model.state_dict())
+    wrap = {"first": getattr(hvd, first), "second": getattr(hvd, second)}
+    old = wrap["first"](torch.optim.SGD(model.parameters(), lr=0.1),
+                        named_parameters=model.named_parameters())
+    new = wrap["second"](torch.optim.SGD(model.parameters(), lr=0.1),
+                         named_parameters=model.named_parameters())
+    plain = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x = torch.full((2, 4), float(hvd.rank() + 1))
+    for step in range(3):
+        new.zero_grad()
+        model(x).sum().backward()
+        new.step()
+        plain.zero_grad()
+        reference(x).sum().backward()
+        for name, p in reference.named_parameters():
+            p.grad = hvd.allreduce(p.grad, name=f"again.{name}.{step}")
+        plain.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+    if hvd.size() > 1 or first == "ShardedOptimizer":  # else the first hooked nothing
+        with pytest.raises(RuntimeError, match=rf"{first}: parameter '(weight|bias)' and 1 "
+                                               rf"more was wrapped again by a later {second}"):
+            old.step()
+    gone = weakref.ref(new)
+    wrap["first"](torch.optim.SGD(model.parameters(), lr=0.1),
+                  named_parameters=model.named_parameters())
+    del new
+    gc.collect()
+    assert gone() is None, "a wrapper taken over is kept alive by its hooks"
 
 
 def test_adasum_refusals_are_catchable_as_horovod_scripts_catch_them(hvd):

@@ -21,6 +21,7 @@ from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
 from accord.torch.grad_groups import parameter_groups
+from accord.torch.grad_hooks import check_not_taken_over, on_grad_ready, take_over
 from accord.torch.optimizer_args import checked_passes, checked_predivide
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sparse import SparseGradient, empty_gradient, in_layout, zeros_met_sparse
@@ -69,7 +70,11 @@ class _DistributedMixin:
                     self._p_to_group[p] = group
                 self._group_counts[group] = 0
             for p in self._requires_update:
-                self._grad_accs.append(_on_grad_ready(p, self._make_hook(p)))
+                self._grad_accs.append(on_grad_ready(p, self._make_hook(p), self,
+                                                     "DistributedOptimizer"))
+        else:
+            for p in params:
+                take_over(p, self, "DistributedOptimizer")
         # Parameters without a hook: frozen ones, and any added to param_groups later
         # (listed again when the groups' sizes change, as add_param_group does).
         self._hooked = set(self._requires_update)
@@ -146,6 +151,7 @@ class _DistributedMixin:
         (parameters without a gradient on this rank get zeros, but those frozen since
         wrapping, requires_grad=False, keep None), and writes the averaged gradients into
         ``p.grad``."""
+        check_not_taken_over(self, "DistributedOptimizer")
         if not self._distributed:
             self._synchronized = True
             return
@@ -244,6 +250,7 @@ class _DistributedMixin:
         evaluates it several times). The loss it returns is this rank's own: for LBFGS,
         whose number of evaluations depends on the loss, return one averaged over the
         ranks (``hvd.allreduce(loss)``) so that every rank evaluates as often."""
+        check_not_taken_over(self, "DistributedOptimizer")
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -324,16 +331,6 @@ def _count_pass(delays, key):
     delays[key] -= 1
     return delays[key] == 0
 
-
-def _on_grad_ready(p, hook):
-    """Calls hook(p) once p.grad holds this backward pass's gradient."""
-    if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
-        return p.register_post_accumulate_grad_hook(hook)
-    # Older torch: a hook on the parameter's gradient accumulator, which runs after it
-    # has written p.grad. The accumulator must be kept alive for the hook to stay.
-    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-    accumulator.register_hook(hook)
-    return accumulator
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

@@ -35,7 +35,7 @@ from accord.torch import sharded_state
 from accord.torch.compression import Compression
 from accord.torch.functions import broadcast_object
 from accord.torch.gather import grouped_allgather_into
-from accord.torch.optimizer import _on_grad_ready
+from accord.torch.grad_hooks import check_not_taken_over, on_grad_ready
 from accord.torch.optimizer_args import checked_passes, checked_predivide
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sharded_cut import Shard, check_same_parameters
@@ -88,7 +88,8 @@ class _ShardedMixin(_ReduceScatterMixin):
         self._handles = {}  # shard -> (handle, compression context)
         self._reduced = {}  # shard -> its part of the reduced gradient, or the failure
         self._delay = {s: backward_passes_per_step for s in self._shards}
-        self._grad_accs = [_on_grad_ready(s.param, self._make_hook(s)) for s in self._shards]
+        self._grad_accs = [on_grad_ready(s.param, self._make_hook(s), self, "ShardedOptimizer")
+                           for s in self._shards]
         self._synchronized = False
         self._should_synchronize = True
         self._state_checked = False
@@ -114,6 +115,7 @@ class _ShardedMixin(_ReduceScatterMixin):
         if unknown:
             raise TypeError(f"ShardedOptimizer.step() got unexpected keyword arguments "
                             f"{unknown}")
+        check_not_taken_over(self, "ShardedOptimizer")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -248,7 +250,8 @@ class _ShardedMixin(_ReduceScatterMixin):
         self._rounds = _rounds(self._shards)
         for s in new:
             self._delay[s] = self.backward_passes_per_step
-            self._grad_accs.append(_on_grad_ready(s.param, self._make_hook(s)))
+            self._grad_accs.append(on_grad_ready(s.param, self._make_hook(s), self,
+                                                 "ShardedOptimizer"))
         self._unsharded = self._frozen_at_wrapping()
         self._state_checked = False
 

@@ -15,6 +15,7 @@ import torch
 from accord.basics import Average, Max, Sum, poll, synchronize
 from accord.torch.allreduce import allreduce
 from accord.torch.gather import reducescatter_async
+from accord.torch.grad_hooks import check_not_taken_over
 from accord.torch.optimizer import _count_pass
 
 
@@ -74,6 +75,7 @@ class _ReduceScatterMixin:
         and gives each piece its part of the reduced gradient. A parameter frozen since
         wrapping (requires_grad=False) without a gradient sends nothing, and its piece
         gets none: the step skips it, and the allgather brings it back unchanged."""
+        check_not_taken_over(self, "ShardedOptimizer")
         for s in self._shards:
             if s in self._handles or s in self._reduced:
                 continue
