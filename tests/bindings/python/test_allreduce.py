@@ -93,6 +93,33 @@ def test_grouped_allreduce(hvd, dtype):
         assert_equal(c, e, "grouped_allreduce_async_")
 
 
+@pytest.mark.parametrize("named", [True, False])
+def test_grouped_allreduce_of_several_dtypes(hvd, named):
+    """Horovod fuses a group by dtype; Accord's runtime needs one dtype per group, so a
+    group of several was refused: it now runs as one group per dtype under one handle,
+    each tensor keeping its dtype (the optimizer's groups= on a model of mixed dtypes,
+    Compression.fp16 on float and integer tensors)."""
+    me, ranks = hvd.rank(), list(range(hvd.size()))
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.float32, torch.bfloat16]
+    shapes = [(5,), (2, 3), (4,), (1,), (3,)]
+    tensors = [sent(me + i, s, d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    expected = [reduced([r + i for r in ranks], s, d, hvd.Sum)
+                for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    name = "gar.mixed" if named else None
+    outs = hvd.grouped_allreduce(tensors, name=name, op=hvd.Sum)
+    copies = [t.clone() for t in tensors]
+    handle = hvd.grouped_allreduce_async_(copies, name=name and name + ".async_", op=hvd.Sum)
+    assert all(a is b for a, b in zip(hvd.synchronize(handle), copies))
+    for out, copy, e in zip(outs, copies, expected):
+        assert out.dtype == e.dtype
+        assert_equal(out, e, "grouped_allreduce")
+        assert_equal(copy, e, "grouped_allreduce_async_")
+    half = hvd.grouped_allreduce([torch.ones(2), torch.ones(2, dtype=torch.int64)],
+                                 compression=hvd.Compression.fp16, op=hvd.Sum)
+    assert [h.dtype for h in half] == [torch.float32, torch.int64]
+    assert all(h.tolist() == [hvd.size()] * 2 for h in half)
+
+
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_allreduce_on_process_sets(hvd, op_name, process_sets):
     op = OPS[op_name]

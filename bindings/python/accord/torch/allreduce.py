@@ -99,6 +99,26 @@ def _submit_group(works, codes, name, op, prescale_factor, postscale_factor, pro
                                          process_set._id("grouped_allreduce"), stream)
 
 
+def _submit_groups(works, codes, name, op, prescale_factor, postscale_factor, process_set):
+    """The group's collectives: one, or where the tensors have several dtypes (which
+    Horovod fuses by dtype within a group) one group per dtype, in the order of their
+    first tensors and named <name>.<dtype> where the group is named, completed together
+    under the caller's one handle."""
+    by_code = {}
+    for i, code in enumerate(codes):
+        by_code.setdefault(code, []).append(i)
+    if len(by_code) == 1:
+        return [_submit_group(works, codes, name, op, prescale_factor, postscale_factor,
+                              process_set)]
+    cores = []
+    for code, members in by_code.items():
+        dtype = str(works[members[0]].dtype).replace("torch.", "")
+        cores.append(_submit_group([works[i] for i in members], [code] * len(members),
+                                   f"{name}.{dtype}" if name else None, op, prescale_factor,
+                                   postscale_factor, process_set))
+    return cores
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing a list of tensors as one unit into new tensors."""
@@ -106,9 +126,9 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     _one_device(tensors, name)
     copies = [contiguous_copy(t, "grouped_allreduce", name) for t in tensors]
     outputs = [c for c, _ in copies]
-    core = _submit_group(outputs, [code for _, code in copies], name, op, prescale_factor,
-                         postscale_factor, process_set)
-    return register([core], outputs, lambda: outputs)
+    cores = _submit_groups(outputs, [code for _, code in copies], name, op, prescale_factor,
+                           postscale_factor, process_set)
+    return register(cores, outputs, lambda: outputs)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -118,9 +138,9 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     _one_device(tensors, name)
     targets = [in_place_target(t, "grouped_allreduce", name) for t in tensors]
     works = [w for w, _, _ in targets]
-    core = _submit_group(works, [code for _, code, _ in targets], name, op, prescale_factor,
-                         postscale_factor, process_set)
-    return register([core], (list(tensors), works), lambda: [f() for _, _, f in targets],
+    cores = _submit_groups(works, [code for _, code, _ in targets], name, op, prescale_factor,
+                           postscale_factor, process_set)
+    return register(cores, (list(tensors), works), lambda: [f() for _, _, f in targets],
                     copies_back([f for _, _, f in targets]))
 
 
