@@ -28,7 +28,8 @@ class ProcessSet:
     are global ranks, as in Horovod.
     """
 
-    def __init__(self, ranks):
+    def __init__(self, ranks_or_comm):  # Horovod's parameter name
+        ranks = ranks_or_comm
         self.mpi_comm = None
         if _comm.is_communicator(ranks):
             # Its members are known once registered (add_process_set).

@@ -170,6 +170,7 @@ def test_integer_arguments_take_numpy_integers_and_refuse_others(hvd, request):
         assert got is None or got.tolist() == [float(ps.ranks[0])]
     ranks = hvd.ProcessSet(np.array([1, 0])).ranks
     assert ranks == [0, 1] and all(type(r) is int for r in ranks)
+    assert hvd.ProcessSet(ranks_or_comm=[1, 0]).ranks == [0, 1]  # Horovod's keyword
     for bad in ([0.0, 1.0], [False, True]):
         with pytest.raises(ValueError, match=r"ProcessSet: ranks must be integers .*got "):
             hvd.ProcessSet(bad)
