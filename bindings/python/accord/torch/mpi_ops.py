@@ -60,7 +60,8 @@ def barrier(process_set=global_process_set):
 
 def join(device=-1, process_set=global_process_set):
     """Says this rank has run out of data: until every rank has joined, the others'
-    allreduces go on with this rank contributing zeros. Returns the rank that joined
+    allreduces go on with this rank contributing the op's neutral element (zeros for Sum
+    and Average, which Horovod sends for every op). Returns the rank that joined
     last. ``device`` (a GPU ordinal, as in Horovod) is where this rank takes its part in
     the others' CUDA collectives meanwhile; by default the GPU of its latest CUDA
     tensor, or GPU 0 if it has sent none, which on a host of several GPUs may be
