@@ -26,11 +26,15 @@ def gathered(hvd, indices):
 
 def test_horovods_submodule_paths_name_the_same_classes(hvd):
     """Scripts import ElasticSampler and TorchState from horovod.torch.elastic.sampler
-    and .state (Horovod's Ray example does)."""
+    and .state (Horovod's Ray example does), or reach them as attributes of
+    hvd.elastic, which also has init and shutdown as Horovod's does."""
+    assert hvd.elastic.sampler.ElasticSampler is hvd.elastic.ElasticSampler
+    assert hvd.elastic.state.TorchState is hvd.elastic.TorchState
     from accord.torch.elastic.sampler import ElasticSampler
     from accord.torch.elastic.state import TorchState
     assert ElasticSampler is hvd.elastic.ElasticSampler
     assert TorchState is hvd.elastic.TorchState
+    assert hvd.elastic.init is hvd.init and hvd.elastic.shutdown is hvd.shutdown
 
 
 def test_processed_num_counts_every_ranks_samples_as_horovod_does(hvd):

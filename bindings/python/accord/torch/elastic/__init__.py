@@ -6,3 +6,5 @@ with accordrun's elastic flags (docs/elastic.md)."""
 from accord.elastic import (  # noqa: F401
     ElasticSampler, HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,
     TorchState, run)
+from accord.basics import init, shutdown  # noqa: F401,E402  (as Horovod's module has)
+from accord.torch.elastic import sampler, state  # noqa: F401,E402
