@@ -37,6 +37,32 @@ def test_horovods_submodule_paths_name_the_same_classes(hvd):
     assert hvd.elastic.init is hvd.init and hvd.elastic.shutdown is hvd.shutdown
 
 
+def test_sampler_state_in_horovods_format(hvd):
+    """Horovod's sampler state is {epoch, processed_num}: a script reading
+    state_dict()["processed_num"] got a KeyError, and loading a checkpoint of Horovod's
+    sampler raised KeyError('processed_indices'). Loaded, the epoch goes on with that
+    many samples taken off, every rank agreeing on which."""
+    n, total = hvd.size(), 10 * hvd.size() + 1
+    sampler = hvd.elastic.ElasticSampler(Items(total), shuffle=True, seed=5)
+    sampler.load_state_dict({"epoch": 2, "processed_num": 4})
+    assert sampler.epoch == 2 and sampler.processed_num == 4
+    assert len(sampler.remaining_indices) == total - 4
+    assert sampler.state_dict()["processed_num"] == 4
+    mine = hvd.allgather_object(list(sampler))
+    # every remaining sample on some rank (a rank short of one repeats one, as Horovod's)
+    assert {i for r in mine for i in r} == set(sampler.remaining_indices)
+    plain = hvd.elastic.ElasticSampler(Items(total), shuffle=True, seed=5)
+    plain.set_epoch(2)  # the same epoch from its start: its first 4 are the ones taken
+    assert set(plain.remaining_indices[:4]) == sampler.processed_indices
+    again = hvd.elastic.ElasticSampler(Items(total), shuffle=True, seed=5)
+    again.load_state_dict(sampler.state_dict())  # Accord's own keys win
+    assert again.processed_indices == sampler.processed_indices
+    with pytest.raises(ValueError, match=r"expected 'epoch' with 'processed_indices' .*got "
+                                         r"keys \['epoch'\]"):
+        again.load_state_dict({"epoch": 0})
+    assert sum(len(r) for r in mine) >= total - 4 and len(mine) == n
+
+
 def test_processed_num_counts_every_ranks_samples_as_horovod_does(hvd):
     n = hvd.size()
     sampler = hvd.elastic.ElasticSampler(Items(8 * n), shuffle=True, seed=3)

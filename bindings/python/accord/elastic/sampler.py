@@ -98,11 +98,24 @@ class ElasticSampler(torch.utils.data.Sampler):
         return new
 
     def state_dict(self):
-        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+        # processed_num is Horovod's key (its whole state with the epoch), for scripts
+        # that read it; the indices say which samples, so that any rank count resumes.
+        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices),
+                "processed_num": self.processed_num}
 
     def load_state_dict(self, state_dict):
+        """Loads Accord's state, or Horovod's ({epoch, processed_num}), which does not
+        say which samples were processed: the epoch's first processed_num in this
+        sampler's order stand for them, so the epoch's count of samples holds."""
+        if "processed_indices" not in state_dict and "processed_num" not in state_dict:
+            raise ValueError(f"ElasticSampler.load_state_dict: expected 'epoch' with "
+                             f"'processed_indices' (or Horovod's 'processed_num'), got keys "
+                             f"{sorted(state_dict)}")
         self.epoch = state_dict["epoch"]
-        self.processed_indices = set(state_dict["processed_indices"])
+        if "processed_indices" in state_dict:
+            self.processed_indices = set(state_dict["processed_indices"])
+        else:
+            self.processed_indices = set(self._order()[:int(state_dict["processed_num"])])
         self._new = set()
         self.reset()
 
@@ -110,16 +123,19 @@ class ElasticSampler(torch.utils.data.Sampler):
         """Deals the epoch's remaining indices over the current ranks."""
         from accord.basics import rank, size
         self.num_replicas, self.rank = size(), rank()
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(len(self.dataset), generator=g).tolist()
-        self.remaining_indices = [i for i in order if i not in self.processed_indices]
+        self.remaining_indices = [i for i in self._order() if i not in self.processed_indices]
         self.indices = deal(self.remaining_indices, self.num_replicas,
                             self.batch_size or 1)[self.rank]
         self.num_samples = len(self.indices)
         self._recorded = 0
+
+    def _order(self):
+        """The epoch's order of the dataset's indices, the same on every rank."""
+        if not self.shuffle:
+            return list(range(len(self.dataset)))
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return torch.randperm(len(self.dataset), generator=g).tolist()
 
     def __iter__(self):
         self._recorded = 0
