@@ -27,16 +27,24 @@ from job_log import Checks, signal_host  # noqa: E402
 from test_driver import accordrun, check_training, main  # noqa: E402
 
 
-def scenario_min_np(accordrun_path, python, out, hosts):
-    check = Checks()
-    script = discovery(out, "".join(f"{h}\n" for h in hosts.split(",")))
-    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout", "4",
-                                                  "--host-discovery-script", script,
-                                                  "--discovery-interval", "0.5"])
+def below_min_np(accordrun_path, python, out, check, offered, elastic_timeout):
+    """A job of 4 ranks with --min-np 4 under a discovery script offering ``offered``:
+    simhost1's ranks killed at step 3, leaving the launcher 2 slots."""
+    script = discovery(out, offered)
+    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout",
+                                                  str(elastic_timeout), "--host-discovery-script",
+                                                  script, "--discovery-interval", "0.5"])
     t, _ = run.wait_for(r"^STEP 3 ", 120)
     check(t is not None, "training reached step 3 on 4 ranks")
     if t is not None:
         signal_host(out, 0, "simhost1", signal.SIGKILL)
+    return run
+
+
+def scenario_min_np(accordrun_path, python, out, hosts):
+    check = Checks()
+    run = below_min_np(accordrun_path, python, out, check,
+                       "".join(f"{h}\n" for h in hosts.split(",")), 4)
     rc = run.finish(120)
     check(rc != 0, f"accordrun exits non-zero (got {rc})")
     reset_t, _ = run.wait_for(r"accordrun: reset 1: ", 0)
@@ -60,6 +68,7 @@ def discovery(out, text):
     with open(os.path.join(out, "hosts.tmp"), "w") as f:
         f.write(text)
     os.replace(os.path.join(out, "hosts.tmp"), os.path.join(out, "hosts.txt"))
+    assert os.access(script, os.X_OK), f"{script} must be executable for accordrun"
     return script
 
 
@@ -98,14 +107,7 @@ def scenario_shrink(accordrun_path, python, out, hosts):
 
 def scenario_min_np_offer(accordrun_path, python, out, hosts):
     check = Checks()
-    script = discovery(out, "simhost0:2\nsimhost1:2\n")
-    run = accordrun(accordrun_path, python, out, ["-np", "4", "--min-np", "4", "--elastic-timeout", "60",
-                                                  "--host-discovery-script", script,
-                                                  "--discovery-interval", "0.5"])
-    t, _ = run.wait_for(r"^STEP 3 ", 120)
-    check(t is not None, "training reached step 3 on 4 ranks")
-    if t is not None:
-        signal_host(out, 0, "simhost1", signal.SIGKILL)
+    run = below_min_np(accordrun_path, python, out, check, "simhost0:2\nsimhost1:2\n", 60)
     waiting, _ = run.wait_for(r"accordrun: only 2 slots usable, fewer than --min-np 4; waiting up to 60 s", 60)
     check(waiting is not None, "the launcher says it waits for hosts")
     offered = None
