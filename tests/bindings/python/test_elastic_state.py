@@ -144,6 +144,25 @@ def test_record_batch_refuses_a_batch_size_that_is_not_a_positive_integer(hvd, b
     assert sampler.processed_num == 0
 
 
+def test_on_hosts_updated_on_one_rank_interrupts_every_rank_once(hvd):
+    state = hvd.elastic.State(bcast_object=hvd.broadcast_object, get_rank=hvd.rank)
+    state.check_host_updates()  # nothing announced
+    if hvd.rank() == 0:
+        state.on_hosts_updated(5, None)
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt) as raised:
+        state.commit()
+    assert raised.value.committed
+    state.check_host_updates()  # acted on: not again
+    state.on_hosts_updated(5)  # no newer than the one acted on
+    state.check_host_updates()
+    if hvd.rank() == hvd.size() - 1:
+        state.on_hosts_updated(6.5)
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt):
+        state.check_host_updates()
+    with pytest.raises(TypeError, match=r"timestamp must be a number, got 'soon'"):
+        state.on_hosts_updated("soon")
+
+
 def rank_model(rank):
     torch.manual_seed(rank)
     return torch.nn.Linear(3, 2)

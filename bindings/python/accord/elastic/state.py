@@ -52,10 +52,12 @@ class ObjectHandler:
 
 class State:
     """Horovod's hvd.elastic.State: commit, restore, sync, check_host_updates,
-    register_reset_callbacks, save, reset. Subclasses add handlers (ObjectState,
-    TorchState)."""
+    register_reset_callbacks, on_hosts_updated, save, reset. Subclasses add handlers
+    (ObjectState, TorchState)."""
 
-    def __init__(self):
+    def __init__(self, bcast_object=None, get_rank=None):
+        # bcast_object and get_rank are Horovod's (a subclass passes them on); Accord
+        # brings its own.
         object.__setattr__(self, "_handlers", {})
         self._reset_callbacks = []
         self._saved = None          # what restore() puts back: the last commit or sync
@@ -64,6 +66,8 @@ class State:
         self._root = 0              # the rank sync() broadcasts from
         self._store = None
         self.hosts = None           # every rank's host, in rank order (after sync)
+        self._announced = 0         # the newest on_hosts_updated() timestamp
+        self._acted_on = 0          # the newest one check_host_updates() acted on
 
     # ---- Horovod's API ----------------------------------------------------------------
     def register_reset_callbacks(self, callbacks):
@@ -72,6 +76,7 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        self._acted_on = self._announced
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -86,14 +91,32 @@ class State:
             e.committed = True
             raise
 
+    def on_hosts_updated(self, timestamp, update_res=None):
+        """Horovod's listener call: a change of hosts was announced at ``timestamp`` (any
+        number that grows; ``update_res`` is Horovod's kind of change, not needed here:
+        a restart always syncs). The next commit() or check_host_updates() raises
+        HostsUpdatedInterrupt on every rank, as after the launcher's notice; an
+        announcement no newer than one already acted on is ignored."""
+        try:
+            timestamp = float(timestamp)
+        except (TypeError, ValueError):
+            raise TypeError(f"on_hosts_updated: timestamp must be a number, got "
+                            f"{timestamp!r}") from None
+        self._announced = max(self._announced, timestamp)
+
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank alike when the launcher announced a
-        change of hosts (agreed through one allreduce)."""
+        change of hosts, or on_hosts_updated() did on any rank (agreed through one
+        allreduce)."""
         from accord.torch.mpi_ops import Max, allreduce_
-        flag = torch.tensor([1 if notice.hosts_updated() else 0], dtype=torch.int32)
-        allreduce_(flag, op=Max, name="accord.elastic.hosts_updated")
-        if int(flag[0]):
+        # The newest announcement of any rank, which every rank then counts as acted on.
+        seen = torch.tensor([1.0 if notice.hosts_updated() else 0.0, self._announced],
+                            dtype=torch.float64)
+        allreduce_(seen, op=Max, name="accord.elastic.hosts_updated")
+        noticed, newest = float(seen[0]), float(seen[1])
+        if noticed or newest > self._acted_on:
             notice.clear()
+            self._acted_on = newest
             raise HostsUpdatedInterrupt(False)
 
     def save(self):
