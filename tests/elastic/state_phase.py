@@ -5,7 +5,8 @@ run() across a restart on one host, with the commit store on disk.
           leave as a failed process would (the commit stays on disk); rank 0 writes what
           was committed to OUT/expected.pt
   second  3 ranks, after a reset: resume() must give every rank the committed model,
-          optimizer, attributes and sampler record; the reset callback sees 3 ranks; the
+          optimizer, attributes, sampler record and the object a handler of the
+          script's own keeps (Horovod's registry); the reset callback sees 3 ranks; the
           rest of the epoch takes every remaining sample exactly once
   notice  2 ranks: rank 0's standard input announces new hosts; check_host_updates()
           raises on every rank in the same call and run() exits 76
@@ -55,6 +56,29 @@ class Meter:
         self.count = count
 
 
+class Lowest:
+    """The lowest loss so far: a script's own object, kept by a handler of its own
+    registered as Horovod's scripts do (its saved value is committed to disk)."""
+
+    def __init__(self):
+        self.loss = float("inf")
+
+
+class LowestHandler(hvd.elastic.state.StateHandler):
+    def __init__(self, lowest):
+        super().__init__(lowest)
+        self.saved = lowest.loss
+
+    def save(self):
+        self.saved = self.value.loss
+
+    def restore(self):
+        self.value.loss = self.saved
+
+    def sync(self):
+        self.value.loss = hvd.broadcast_object(self.value.loss, root_rank=0)
+
+
 def check(cond, what):
     if not cond:
         failures.append(what)
@@ -72,8 +96,11 @@ else:
 data = torch.arange(N * 4, dtype=torch.float32).reshape(N, 4) / 100
 labels = torch.arange(N) % 3
 sampler = hvd.elastic.ElasticSampler(range(N), shuffle=True, seed=5, batch_size=BATCH)
+registry = hvd.elastic.state.get_handler_registry()
+hvd.elastic.state.set_handler_registry(registry + [(Lowest, LowestHandler)])
+lowest = Lowest()
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, note="x",
-                               best=0.0, meter=None)
+                               best=0.0, meter=None, lowest=lowest)
 resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
@@ -100,6 +127,7 @@ def first(state):
         state.batch += 1
     state.note = "committed"
     state.best, state.meter = np.float64(0.75), Meter(3)  # numpy's and the user's objects
+    lowest.loss = 0.25
     state.commit()
     committed = {k: v.clone() for k, v in model.state_dict().items()}
     if me == 0:
@@ -109,8 +137,9 @@ def first(state):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
-    state.note, state.batch = "changed", 99
+    state.note, state.batch, lowest.loss = "changed", 99, 0.125
     state.restore()
+    check(lowest.loss == 0.25, f"restore() gives the registered handler's object: {lowest.loss}")
     check(all(torch.equal(v, committed[k]) for k, v in model.state_dict().items()),
           "restore() gives the committed parameters")
     check((state.note, state.batch) == ("committed", 3), f"restore() gives the attributes: {state.note} {state.batch}")
@@ -135,6 +164,8 @@ def second(state):
     check(type(state.best) is np.float64 and state.best == 0.75 and state.meter.count == 3,
           f"resume() gives a numpy scalar and an object of the script's own class: "
           f"{state.best!r} {vars(state.meter)}")
+    check(lowest.loss == 0.25, f"resume() gives every rank the registered handler's committed "
+          f"value: {lowest.loss}")
     check(resets == [3], f"the reset callback ran once, after the ranks were set: {resets}")
     check(sorted(sampler.processed_indices) == expected["processed"],
           "the sampler's record is the committed one, of every rank")

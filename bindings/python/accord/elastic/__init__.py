@@ -8,6 +8,9 @@ State classes, the ElasticSampler, and run(). docs/elastic.md has the whole pict
 """
 
 from accord.errors import HorovodInternalError  # noqa: F401
+from accord.elastic.handlers import (  # noqa: F401
+    ModelStateHandler, OptimizerStateHandler, SamplerStateHandler, StateHandler,
+    get_handler_registry, set_handler_registry)
 from accord.elastic.runner import run  # noqa: F401
 from accord.elastic.sampler import ElasticSampler  # noqa: F401
 from accord.elastic.state import HostsUpdatedInterrupt, ObjectState, State  # noqa: F401

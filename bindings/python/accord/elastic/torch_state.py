@@ -1,146 +1,30 @@
-"""TorchState: a model, an optimizer, ElasticSamplers and plain attributes, committed
-together. A snapshot clones the tensors (one copy of the state, no pickling); the disk
-copy is written from it on the store's own thread."""
+"""TorchState: a model, an optimizer, ElasticSamplers, objects of registered handlers
+and plain attributes, committed together (the handlers: torch_handlers.py, and Horovod's
+registry in handlers.py)."""
 
-import torch
-
-from accord.elastic.sampler import ElasticSampler
+from accord.elastic.handlers import RegisteredHandler, kind_of
 from accord.elastic.state import ObjectHandler, State
-
-
-def _clone(value):
-    """A copy of a state_dict-like structure, tensors cloned, the rest copied."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return type(value)((k, _clone(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_clone(v) for v in value)
-    return value
-
-
-class ModelHandler:
-    def __init__(self, model):
-        self.model = model
-
-    def snapshot(self):
-        return _clone(self.model.state_dict())
-
-    def load(self, snapshot):
-        self.model.load_state_dict(snapshot)
-
-    def sync(self, root):
-        from accord.torch.functions import broadcast_parameters
-        broadcast_parameters(self.model.state_dict(), root_rank=root)
-
-
-class OptimizerHandler:
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-
-    def snapshot(self):
-        return _clone(self.optimizer.state_dict())
-
-    def load(self, snapshot):
-        # In place, so that an LR scheduler holding the optimizer's groups sees it.
-        from accord.torch.functions import load_state_dict_in_place
-        load_state_dict_in_place(self.optimizer, _clone(snapshot))
-
-    def sync(self, root):
-        from accord.torch.functions import broadcast_optimizer_state
-        broadcast_optimizer_state(self.optimizer, root_rank=root)
-
-
-class ShardedOptimizerHandler:
-    """A ShardedOptimizer: each rank steps its own part of the state, but a commit must
-    outlive any host and resume on any number of ranks, so a snapshot consolidates the
-    whole state, in torch's format, on every rank (tensor allgathers a few parameters at
-    a time): the live state stays 1/N per rank, the commit is the whole state, as a
-    replicated optimizer's is. Loading it keeps this rank's part, cut for the ranks
-    there are now. A sync after a load (resume() loads on one rank) hands the state
-    that rank loaded to all; otherwise each rank's part is its own and only the
-    hyperparameters are root's."""
-
-    def __init__(self, optimizer, name):
-        from accord.basics import global_process_set
-        if optimizer.process_set is not global_process_set:
-            raise TypeError(
-                f"TorchState.{name}: a ShardedOptimizer over a process set "
-                f"({optimizer.process_set!r}): elastic state is committed over every rank; "
-                "shard over the global set")
-        self.optimizer, self.name = optimizer, name
-        self._loaded = None  # the state last loaded, for the next sync
-
-    def snapshot(self):
-        from accord.torch.sharded_state import consolidate
-        return consolidate(self.optimizer, None)
-
-    def load(self, snapshot):
-        """On the rank that resume() loads on: the next sync() hands it to all."""
-        self.optimizer.load_state_dict(snapshot)
-        self._loaded = snapshot
-
-    def restore(self, snapshot):
-        """On every rank, each from its own copy of the same commit."""
-        self.optimizer.load_state_dict(snapshot)
-
-    def sync(self, root):
-        from accord.basics import rank
-        from accord.torch.functions import broadcast_object
-        # None where root loaded nothing: then each rank's part stays its own.
-        state = broadcast_object(self._loaded if rank() == root else None, root,
-                                 name=f"accord.elastic.sharded.{self.name}")
-        if state is not None and rank() != root:
-            self.optimizer.load_state_dict(state)
-        self.optimizer.broadcast_state(root)
-        self._loaded = None
-
-
-class SamplerHandler:
-    """An ElasticSampler's epoch and the indices processed in it. Each rank records only
-    the batches it took; a snapshot first gathers what every rank recorded since the
-    last one, so that any host's copy of the commit holds the whole epoch's record."""
-
-    def __init__(self, sampler, name):
-        self.sampler, self.name = sampler, name
-
-    def snapshot(self):
-        from accord.torch.functions import allgather_object
-        gathered = allgather_object(sorted(self.sampler._take_new_indices()),
-                                    name=f"accord.elastic.sampler.{self.name}")
-        for indices in gathered:
-            self.sampler.processed_indices.update(indices)
-        return self.sampler.state_dict()
-
-    def load(self, snapshot):
-        self.sampler.load_state_dict(snapshot)
-
-    def sync(self, root):
-        from accord.torch.functions import broadcast_object
-        self.sampler.load_state_dict(broadcast_object(
-            self.sampler.state_dict(), root, name=f"accord.elastic.sampler.{self.name}"))
-
-    def reset(self):
-        self.sampler.reset()
+from accord.elastic.torch_handlers import (ModelHandler, OptimizerHandler, SamplerHandler,
+                                           ShardedOptimizerHandler)
 
 
 class TorchState(State):
-    """Horovod's TorchState(model, optimizer, **kwargs). Every keyword whose value is a
-    torch.nn.Module, a torch.optim.Optimizer or an ElasticSampler has its state
-    committed, restored and synced as such (a model's state_dict, an optimizer's, a
-    sampler's epoch and processed indices), the others are plain attributes (pickled).
-    Assigning another object of the same kind to such an attribute
-    (``state.model = model``) makes the state keep that one from then on; assigning a
-    model, an optimizer or a sampler to ``model`` or ``optimizer`` given as None, too."""
+    """Horovod's TorchState(model, optimizer, **kwargs). Every keyword whose value the
+    handler registry (handlers.py; by default: a torch.nn.Module, a
+    torch.optim.Optimizer, an ElasticSampler) has a handler for has its state committed,
+    restored and synced by it (a model's state_dict, an optimizer's, a sampler's epoch
+    and processed indices, or what a registered handler of the script's saves), the
+    others are plain attributes (pickled). Assigning another object of the same kind to
+    such an attribute (``state.model = model``) makes the state keep that one from then
+    on; assigning a model, an optimizer or a sampler to ``model`` or ``optimizer`` given
+    as None, too."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         super().__init__()
-        object.__setattr__(self, "_kinds", {})  # attribute name -> handler key
+        object.__setattr__(self, "_kinds", {})  # attribute name -> (handler key, class)
         plain = {}
         for name, value in dict(model=model, optimizer=optimizer, **kwargs).items():
-            if _kind_of(value) is not None:
+            if kind_of(value) is not None:
                 setattr(self, name, value)  # a handler of its kind (__setattr__)
             elif value is None and name in ("model", "optimizer"):
                 object.__setattr__(self, name, None)  # one may be assigned later
@@ -154,20 +38,24 @@ class TorchState(State):
         kinds = self.__dict__.get("_kinds")
         if kinds is None or name.startswith("_"):
             return object.__setattr__(self, name, value)
-        key = kinds.get(name)
-        if key is not None:
-            kind = key.split(".", 1)[0]
-            if _kind_of(value) != kind:
+        found = kind_of(value)
+        if name in kinds:
+            key, cls = kinds[name]
+            if found is None or found[1] is not cls:
                 raise TypeError(
-                    f"TorchState.{name} holds a {_KIND_NAMES[kind]}, whose state is committed "
+                    f"TorchState.{name} holds {_described(key, cls)}, whose state is committed "
                     f"and synced as one; got {type(value).__name__}. Give the state a new "
                     "attribute for another kind of object")
-            self._handlers[key] = _handler(kind, value, name)
-        elif _kind_of(value) is not None and not self._is_plain(name):
-            kind = _kind_of(value)
+            if isinstance(self._handlers[key], RegisteredHandler):
+                self._handlers[key].set_value(value)
+            else:
+                self._handlers[key] = _handler(found[0], value, name)
+        elif found is not None and not self._is_plain(name):
+            kind, cls = found
             key = name if name in ("model", "optimizer") and kind == name else f"{kind}.{name}"
-            handler = _handler(kind, value, name)  # may refuse: nothing changed yet
-            kinds[name] = key
+            handler = _handler(kind, value, name) if kind != "handler" else \
+                RegisteredHandler(cls(value), name)  # may refuse: nothing changed yet
+            kinds[name] = key, cls
             self._add_handler(key, handler)
         object.__setattr__(self, name, value)
 
@@ -176,18 +64,13 @@ class TorchState(State):
         return objects is not None and name in objects.names
 
 
-_KIND_NAMES = {"model": "torch.nn.Module", "optimizer": "torch.optim.Optimizer",
-               "sampler": "accord.elastic.ElasticSampler"}
+_KIND_NAMES = {"model": "a torch.nn.Module", "optimizer": "a torch.optim.Optimizer",
+               "sampler": "an accord.elastic.ElasticSampler"}
 
 
-def _kind_of(value):
-    if isinstance(value, torch.nn.Module):
-        return "model"
-    if isinstance(value, torch.optim.Optimizer):
-        return "optimizer"
-    if isinstance(value, ElasticSampler):
-        return "sampler"
-    return None
+def _described(key, cls):
+    kind = key.split(".", 1)[0]
+    return _KIND_NAMES.get(kind) or f"an object kept by the registered {cls.__name__}"
 
 
 def _handler(kind, value, name):
