@@ -157,7 +157,7 @@ python_pid=
 if wants python; then
   if t=$(seconds_for 300 60); then
     (timeout -k 10 "$t" env OUT="$logs/python" bash ci/device-python.sh test_cuda.py test_errors.py \
-       test_sharded.py::test_on_the_gpu_as_on_the_cpu test_sharded.py::test_checkpoint_on_the_gpu \
+       test_sharded.py::test_on_the_gpu_as_on_the_cpu test_sharded_state.py::test_checkpoint_on_the_gpu \
        test_sharded_scaler.py::test_grad_scaler_on_the_gpu \
        test_adasum.py::test_cuda_tensors_as_on_the_cpu \
        > "$logs/python-cuda.log" 2>&1; echo $? > "$logs/python.status") &

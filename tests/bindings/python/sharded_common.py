@@ -141,3 +141,9 @@ def reference(hvd, kind, **kwargs):
     if key not in _REFERENCE:
         _REFERENCE[key] = params(train(hvd, kind, 0, **kwargs)[0])
     return _REFERENCE[key]
+
+
+def state_tensors(opt):
+    """The optimizer state's tensors that are per element (not Adam's step count)."""
+    return [v for s in opt.state.values() for v in s.values()
+            if isinstance(v, torch.Tensor) and v.dim() > 0]
