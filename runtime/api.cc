@@ -1,4 +1,4 @@
-// init(), shutdown(), topology and process-set queries.
+// init() and shutdown() (the queries of a running runtime: queries.cc).
 //
 // Accord works whether or not the application initialized MPI: it initializes MPI
 // itself only when needed (and then finalizes it), and always talks on its own
@@ -363,64 +363,5 @@ void shutdown() {
 }
 
 bool is_initialized() { return g_live.load(std::memory_order_acquire) != nullptr; }
-
-void start_timeline(const std::string& path) {
-  if (runtime("accord::start_timeline").rank != 0) return;
-  if (path.empty()) throw InvalidArgument("accord::start_timeline: the path is empty");
-  Timeline::instance().start(path);
-}
-
-void stop_timeline() {
-  if (runtime("accord::stop_timeline").rank != 0) return;
-  Timeline::instance().stop();
-}
-
-void timeline_begin(const std::string& track, const std::string& activity) {
-  Timeline::instance().begin(track, activity);
-}
-
-void timeline_end(const std::string& track) { Timeline::instance().end(track); }
-
-int rank() { return runtime("accord::rank").rank; }
-int size() { return runtime("accord::size").size; }
-int local_rank() { return runtime("accord::local_rank").local_rank; }
-int local_size() { return runtime("accord::local_size").local_size; }
-int cross_rank() { return runtime("accord::cross_rank").cross_rank; }
-int cross_size() { return runtime("accord::cross_size").cross_size; }
-
-Version version() { return {ACCORD_VERSION_MAJOR, ACCORD_VERSION_MINOR, ACCORD_VERSION_PATCH}; }
-
-BuildFeatures build_features() { return {deviceSupportBuilt(), ncclBuilt()}; }
-
-int cuda_device_count(std::string* why) { return cudaDevices(why); }
-
-std::vector<int> process_set_ranks(ProcessSetId id) {
-  return runtime("accord::process_set_ranks").sets.ranks(id);
-}
-bool process_set_included(ProcessSetId id) {
-  return runtime("accord::process_set_included").sets.included(id);
-}
-int process_set_rank(ProcessSetId id) {
-  return runtime("accord::process_set_rank").sets.rankIn(id);
-}
-Transport process_set_transport(ProcessSetId id) {
-  return runtime("accord::process_set_transport").sets.kind(id);
-}
-
-const char* transport_name(Transport transport) {
-  switch (transport) {
-    case Transport::Local:
-      return "local";
-    case Transport::SharedMemory:
-      return "shared-memory";
-    case Transport::Mpi:
-      return "mpi";
-  }
-  return "invalid-transport";
-}
-
-int process_set_size(ProcessSetId id) {
-  return static_cast<int>(runtime("accord::process_set_size").sets.ranks(id).size());
-}
 
 }  // namespace accord
