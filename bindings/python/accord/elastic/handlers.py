@@ -13,7 +13,7 @@ the saved ones in place, as Horovod's own handlers do); a restore or a resume se
 back and calls ``restore()``.
 
 The registry's three built-in classes stand for Accord's own handlers
-(torch_handlers.py), which also shard-consolidate a ShardedOptimizer and gather every
+(torch_handlers.py), which also consolidate a ShardedOptimizer's parts and gather every
 rank's sampler record; a subclass of one of them gets their behaviour through the same
 methods, and a class of the script's own is used as written.
 """
