@@ -187,7 +187,8 @@ EOF
 # Horovod's elastic test script (test/integration/data/elastic_torch_main.py) also reads
 # a private attribute of Horovod's State: _host_messages, the queue of the driver's
 # notices of new hosts, which its rank 0 polls with empty(). Accord's rank 0 holds the
-# same notice as a flag (accord/elastic/notice.py); the shim lends it that name.
+# same notice as a flag (accord/elastic/notice.py), and on_hosts_updated()'s as the
+# state's newest announced time; the shim lends them that name.
 cat > "$shim/horovod/torch/__init__.py" <<'EOF'
 import os
 import sys
@@ -198,11 +199,15 @@ from accord.elastic.state import State
 
 
 class _HostMessages:
+    def __init__(self, state):
+        self.state = state
+
     def empty(self):
-        return not notice.hosts_updated()
+        announced = self.state._announced > self.state._acted_on  # on_hosts_updated()
+        return not (notice.hosts_updated() or announced)
 
 
-State._host_messages = property(lambda self: _HostMessages())
+State._host_messages = property(_HostMessages)
 
 # --timeline: the timeline from the first init() on, on every rank (rank 0 writes it).
 _timeline = os.environ.get("ACCEPTANCE_TIMELINE")

@@ -1,7 +1,7 @@
 """Horovod's ``hvd.elastic`` for PyTorch: ``run``, ``State``, ``ObjectState``,
 ``TorchState``, ``ElasticSampler``, ``HostsUpdatedInterrupt`` and
-``HorovodInternalError``, and Horovod's submodules ``sampler`` and ``state``. Launch
-with accordrun's elastic flags (docs/elastic.md)."""
+``HorovodInternalError``, and Horovod's submodules ``sampler`` and ``state`` (with the
+state-handler registry). Launch with accordrun's elastic flags (docs/elastic.md)."""
 
 from accord.elastic import (  # noqa: F401
     ElasticSampler, HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,
