@@ -251,16 +251,38 @@ def test_parameters_wrapped_again_are_taken_over(hvd, first, second):
         plain.step()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
-    if hvd.size() > 1 or first == "ShardedOptimizer":  # else the first hooked nothing
-        with pytest.raises(RuntimeError, match=rf"{first}: parameter '(weight|bias)' and 1 "
-                                               rf"more was wrapped again by a later {second}"):
-            old.step()
+    with pytest.raises(RuntimeError, match=rf"{first}: parameter '(weight|bias)' and 1 "
+                                           rf"more was wrapped again by a later {second}"):
+        old.step()
     gone = weakref.ref(new)
     wrap["first"](torch.optim.SGD(model.parameters(), lr=0.1),
                   named_parameters=model.named_parameters())
     del new
     gc.collect()
     assert gone() is None, "a wrapper taken over is kept alive by its hooks"
+
+
+def test_a_wrapper_that_reduces_nothing_is_taken_over_too(hvd, process_sets):
+    """DistributedOptimizer over a set of one rank (with 2 ranks) or on a rank outside
+    its set (rank 1 of 3) reduces nothing and hooks nothing: a later wrapper took its
+    parameters without marking it, and stepping it updated them a second time with the
+    local gradient. It claims them as any wrapper does, and its step names them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    old = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   process_set=process_sets[0])
+    new = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    new.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    new.step()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(RuntimeError, match=r"DistributedOptimizer: parameter '(weight|bias)' "
+                                           r"and 1 more was wrapped again by a later "
+                                           r"DistributedOptimizer"):
+        old.step()
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
 
 def test_adasum_refusals_are_catchable_as_horovod_scripts_catch_them(hvd):

@@ -27,6 +27,25 @@ def on_grad_ready(p, hook, owner, kind):
         # it has written p.grad. The accumulator must be kept alive for the hook to stay.
         keep = p.expand_as(p).grad_fn.next_functions[0][0]
         handle = keep.register_hook(hook)
+    _own(p, owner, handle)
+    return keep
+
+
+class _NoHook:
+    def remove(self):
+        pass
+
+
+def claim(p, owner, kind):
+    """Takes p over for ``owner``, which reduces nothing and so hooks nothing on it
+    (DistributedOptimizer alone in its process set, or outside it): a later wrapper
+    then takes p from it as from any other, and its step names what it lost instead of
+    updating p a second time."""
+    take_over(p, owner, kind)
+    _own(p, owner, _NoHook())
+
+
+def _own(p, owner, handle):
     key = id(p)
 
     def forget(ref):  # the parameter is gone: its id may be another's next
@@ -34,12 +53,10 @@ def on_grad_ready(p, hook, owner, kind):
             del _owners[key]
 
     _owners[key] = (weakref.ref(p, forget), weakref.ref(owner), handle)
-    return keep
 
 
 def take_over(p, owner, kind):
-    """Removes the hooks another wrapper has on p (a wrapper that hooks nothing, as
-    DistributedOptimizer alone in its process set, takes parameters over too)."""
+    """Removes the hooks another wrapper has on p."""
     entry = _owners.get(id(p))
     if entry is None or entry[0]() is not p:
         return

@@ -21,7 +21,7 @@ from accord.torch.allreduce import allreduce_async_, grouped_allreduce_async_
 from accord.torch.compression import Compression
 from accord.torch.functions import load_state_dict_in_place
 from accord.torch.grad_groups import parameter_groups
-from accord.torch.grad_hooks import check_not_taken_over, on_grad_ready, take_over
+from accord.torch.grad_hooks import check_not_taken_over, claim, on_grad_ready, take_over
 from accord.torch.optimizer_args import checked_passes, checked_predivide
 from accord.torch.param_names import names_of as _names_of
 from accord.torch.sparse import SparseGradient, empty_gradient, in_layout, zeros_met_sparse
@@ -74,7 +74,10 @@ class _DistributedMixin:
                                                      "DistributedOptimizer"))
         else:
             for p in params:
-                take_over(p, self, "DistributedOptimizer")
+                if p.requires_grad:
+                    claim(p, self, "DistributedOptimizer")
+                else:
+                    take_over(p, self, "DistributedOptimizer")
         # Parameters without a hook: frozen ones, and any added to param_groups later
         # (listed again when the groups' sizes change, as add_param_group does).
         self._hooked = set(self._requires_update)
