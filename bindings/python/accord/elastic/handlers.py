@@ -105,20 +105,18 @@ class SamplerStateHandler(_BuiltIn):
         return SamplerHandler(value, "registered")
 
 
-_DEFAULT = [(ModelStateHandler, "model"), (OptimizerStateHandler, "optimizer"),
-            (SamplerStateHandler, "sampler")]
-_registry = None  # None: the default, made on first use
+# The built-in classes, and the kind of Accord's own handler each stands for.
+_BUILT_IN = {ModelStateHandler: "model", OptimizerStateHandler: "optimizer",
+             SamplerStateHandler: "sampler"}
+_registry = [(torch.nn.Module, ModelStateHandler),
+             (torch.optim.Optimizer, OptimizerStateHandler),
+             (ElasticSampler, SamplerStateHandler)]
 
 
 def get_handler_registry():
     """The list of (type, handler class) pairs TorchState tries in order: the first
     whose type the value is an instance of gives its handler. The list itself, as
     Horovod returns it: changing it changes the registry."""
-    global _registry
-    if _registry is None:
-        _registry = [(torch.nn.Module, ModelStateHandler),
-                     (torch.optim.Optimizer, OptimizerStateHandler),
-                     (ElasticSampler, SamplerStateHandler)]
     return _registry
 
 
@@ -141,8 +139,7 @@ def kind_of(value):
     built-in one (Accord's own handler then keeps it), else "handler"."""
     for types, cls in get_handler_registry():
         if isinstance(value, types):
-            kind = next((k for c, k in _DEFAULT if cls is c), "handler")
-            return kind, cls
+            return _BUILT_IN.get(cls, "handler"), cls
     return None
 
 
