@@ -166,6 +166,61 @@ void requireRows(const Request& r) {
   }
 }
 
+Submission allgatherSubmission(Runtime& rt, const TensorView& input, Allocator output,
+                               const AllgatherOptions& o, const std::string& name) {
+  auto s = start(rt, RequestType::Allgather, name, o.process_set, &input, o.stream);
+  requireRows(s.request);
+  s.entry.output = checkedOutput(std::move(output), s.request);
+  return s;
+}
+
+Submission reducescatterSubmission(Runtime& rt, const TensorView& input, Allocator output,
+                                   const ReducescatterOptions& o, const std::string& name) {
+  auto s = start(rt, RequestType::Reducescatter, name, o.process_set, &input, o.stream);
+  requireRows(s.request);
+  s.entry.output = checkedOutput(std::move(output), s.request);
+  s.request.op = o.op;
+  s.request.prescale = o.prescale;
+  s.request.postscale = o.postscale;
+  checkScale(s.request, o.prescale, "prescale");
+  checkScale(s.request, o.postscale, "postscale");
+  return s;
+}
+
+// A group: member i is named "<group>.<i>" and carries the group's name and size, so
+// that the coordinator releases the members together, as one fused response, or fails
+// them together. One dtype and device, as one fusion buffer needs.
+template <class Member>
+Handle enqueueGroup(Runtime& rt, RequestType type, const std::vector<TensorView>& tensors,
+                    const CollectiveOptions& options, Member member) {
+  NameGuard names(rt, options.process_set, type);
+  const std::string group = nameFor(rt, options.process_set, type, options.name);
+  for (const auto& t : tensors) {
+    if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
+      std::string what = describeCollective(requestTypeName(type), group);
+      if (!what.starts_with("grouped ")) what = "grouped " + what;
+      throw InvalidArgument(
+          what + ": mixes " + dtype_name(tensors.front().dtype) + " on " +
+          tensors.front().device.str() + " with " + dtype_name(t.dtype) + " on " + t.device.str() +
+          "; a group is fused into one buffer and needs one dtype and device");
+    }
+  }
+  std::vector<Submission> subs;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto s = member(i, group + "." + std::to_string(i));
+    s.request.group = group;
+    s.request.group_size = static_cast<std::int32_t>(tensors.size());
+    subs.push_back(std::move(s));
+  }
+  return enqueue(rt, options.process_set, std::move(subs));
+}
+
+void requireOutputs(const char* what, std::size_t inputs, std::size_t outputs) {
+  if (inputs != outputs)
+    throw InvalidArgument(std::string(what) + ": " + std::to_string(inputs) + " inputs but " +
+                          std::to_string(outputs) + " output allocators (one per input)");
+}
+
 }  // namespace
 
 Handle allreduce_async(TensorView tensor, const AllreduceOptions& options) {
@@ -182,27 +237,10 @@ void allreduce(TensorView tensor, const AllreduceOptions& options) {
 
 Handle grouped_allreduce_async(std::vector<TensorView> tensors, const AllreduceOptions& options) {
   auto& rt = runtime("accord::grouped_allreduce");
-  NameGuard names(rt, options.process_set, RequestType::Allreduce);
-  const std::string group = nameFor(rt, options.process_set, RequestType::Allreduce,
-                                    options.name.empty() ? "" : options.name);
-  for (const auto& t : tensors) {
-    if (t.dtype != tensors.front().dtype || !(t.device == tensors.front().device)) {
-      std::string what = describeCollective("allreduce", group);
-      if (!what.starts_with("grouped ")) what = "grouped " + what;
-      throw InvalidArgument(
-          what + ": mixes " + dtype_name(tensors.front().dtype) + " on " +
-          tensors.front().device.str() + " with " + dtype_name(t.dtype) + " on " + t.device.str() +
-          "; a group is fused into one buffer and needs one dtype and device");
-    }
-  }
-  std::vector<Submission> subs;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto s = allreduceSubmission(rt, tensors[i], options, group + "." + std::to_string(i));
-    s.request.group = group;
-    s.request.group_size = static_cast<std::int32_t>(tensors.size());
-    subs.push_back(std::move(s));
-  }
-  return enqueue(rt, options.process_set, std::move(subs));
+  return enqueueGroup(rt, RequestType::Allreduce, tensors, options,
+                      [&](std::size_t i, const std::string& name) {
+                        return allreduceSubmission(rt, tensors[i], options, name);
+                      });
 }
 
 void grouped_allreduce(std::vector<TensorView> tensors, const AllreduceOptions& options) {
@@ -212,17 +250,29 @@ void grouped_allreduce(std::vector<TensorView> tensors, const AllreduceOptions& 
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options) {
   auto& rt = runtime("accord::allgather");
   NameGuard names(rt, options.process_set, RequestType::Allgather);
-  auto s =
-      start(rt, RequestType::Allgather, options.name, options.process_set, &input, options.stream);
-  requireRows(s.request);
-  s.entry.output = checkedOutput(std::move(output), s.request);
   std::vector<Submission> subs;
-  subs.push_back(std::move(s));
+  subs.push_back(allgatherSubmission(rt, input, std::move(output), options, options.name));
   return enqueue(rt, options.process_set, std::move(subs));
 }
 
 void allgather(TensorView input, Allocator output, const AllgatherOptions& options) {
   allgather_async(std::move(input), std::move(output), options).wait();
+}
+
+Handle grouped_allgather_async(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                               const AllgatherOptions& options) {
+  auto& rt = runtime("accord::grouped_allgather");
+  requireOutputs("accord::grouped_allgather", inputs.size(), outputs.size());
+  return enqueueGroup(rt, RequestType::Allgather, inputs, options,
+                      [&](std::size_t i, const std::string& name) {
+                        return allgatherSubmission(rt, inputs[i], std::move(outputs[i]), options,
+                                                   name);
+                      });
+}
+
+void grouped_allgather(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                       const AllgatherOptions& options) {
+  grouped_allgather_async(std::move(inputs), std::move(outputs), options).wait();
 }
 
 Handle broadcast_async(TensorView tensor, const BroadcastOptions& options) {
@@ -289,22 +339,29 @@ Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options) {
   auto& rt = runtime("accord::reducescatter");
   NameGuard names(rt, options.process_set, RequestType::Reducescatter);
-  auto s = start(rt, RequestType::Reducescatter, options.name, options.process_set, &input,
-                 options.stream);
-  requireRows(s.request);
-  s.entry.output = checkedOutput(std::move(output), s.request);
-  s.request.op = options.op;
-  s.request.prescale = options.prescale;
-  s.request.postscale = options.postscale;
-  checkScale(s.request, options.prescale, "prescale");
-  checkScale(s.request, options.postscale, "postscale");
   std::vector<Submission> subs;
-  subs.push_back(std::move(s));
+  subs.push_back(reducescatterSubmission(rt, input, std::move(output), options, options.name));
   return enqueue(rt, options.process_set, std::move(subs));
 }
 
 void reducescatter(TensorView input, Allocator output, const ReducescatterOptions& options) {
   reducescatter_async(std::move(input), std::move(output), options).wait();
+}
+
+Handle grouped_reducescatter_async(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                                   const ReducescatterOptions& options) {
+  auto& rt = runtime("accord::grouped_reducescatter");
+  requireOutputs("accord::grouped_reducescatter", inputs.size(), outputs.size());
+  return enqueueGroup(rt, RequestType::Reducescatter, inputs, options,
+                      [&](std::size_t i, const std::string& name) {
+                        return reducescatterSubmission(rt, inputs[i], std::move(outputs[i]),
+                                                       options, name);
+                      });
+}
+
+void grouped_reducescatter(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                           const ReducescatterOptions& options) {
+  grouped_reducescatter_async(std::move(inputs), std::move(outputs), options).wait();
 }
 
 Handle barrier_async(ProcessSetId process_set) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <set>
 
 namespace accord {
 
@@ -49,6 +50,33 @@ bool cacheable(const Response& r) {
   }
 }
 
+// What the coordinator answers with several names, other than a failure, is a group
+// (fusion comes later, in the executor's plan).
+bool isGroup(const Response& r) {
+  return r.names.size() > 1 && (r.type == ResponseType::Allreduce ||
+                                r.type == ResponseType::Allgather ||
+                                r.type == ResponseType::Reducescatter);
+}
+
+// A group's fused response, cut back into one response per member as the cache holds
+// them: on later steps the members are answered from the cache and fused again as
+// neighbours (classify() offers them only all together). An allgather's rank_rows are
+// tensor-major, `set_size` per member.
+std::vector<Response> members(const Response& group, int set_size) {
+  std::vector<Response> out;
+  for (std::size_t i = 0; i < group.names.size(); ++i) {
+    Response r = group;
+    r.names = {group.names[i]};
+    r.shapes = {group.shapes.at(i)};
+    if (!group.rank_rows.empty()) {
+      const auto from = group.rank_rows.begin() + static_cast<std::ptrdiff_t>(i * set_size);
+      r.rank_rows.assign(from, from + set_size);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 void Controller::admit(ProcessSet& set, QueuedOp op, Clock::time_point now) {
@@ -76,11 +104,22 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
                                           Clock::time_point now, Carriage* carriage) {
   const auto demote_after =
       std::min<Clock::duration>(std::chrono::seconds(1), config_.stall_check_time / 2);
+  // A group goes whole, as hits or as requests: the coordinator releases a group once
+  // every member reached it, so members answered by the cache would leave the rest
+  // waiting there. A rank's members arrive in one push, so they are classified together.
+  std::set<std::string> whole;  // groups with a member the cache cannot answer now
+  for (auto& [name, p] : set.pending) {
+    if (p.sent || p.request.group.empty() || whole.contains(p.request.group)) continue;
+    if (set.cache->lookup(p.request).status != ResponseCache::Status::Hit ||
+        now - p.submitted >= demote_after)
+      whole.insert(p.request.group);
+  }
   std::vector<Request> to_send;
   for (auto& [name, p] : set.pending) {
     if (p.sent) continue;
     auto found = set.cache->lookup(p.request);
-    if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after) {
+    if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after &&
+        (p.request.group.empty() || !whole.contains(p.request.group))) {
       setBit(bits, 1, found.slot);
       ++hits;
       if (carriage) offerToCarry(set, found.slot, p.entry, *carriage);
@@ -236,6 +275,11 @@ Negotiated Controller::negotiate(ProcessSet& set, bool want_shutdown, Clock::tim
       if (cacheable(r)) {
         const Request* held = set.pending.find(r.names[0]);
         set.cache->put(r, held ? std::optional<Request>(*held) : std::nullopt);
+      } else if (isGroup(r)) {  // on every rank alike, joined or not: the caches agree
+        for (const Response& m : members(r, set.size)) {
+          const Request* own = set.pending.find(m.names[0]);
+          if (cacheable(m)) set.cache->put(m, own ? std::optional<Request>(*own) : std::nullopt);
+        }
       }
       out.responses.push_back(std::move(r));
     }

@@ -132,7 +132,7 @@ std::vector<Response> Coordinator::takeReady() {
     const Request& first = it->second.requests.front();
     if (!isReady(it->second)) {
       ++it;
-    } else if (!first.group.empty() && first.type == RequestType::Allreduce) {
+    } else if (!first.group.empty() && groupable(first.type)) {
       groups[first.group].push_back(it->first);
       ++it;
     } else {
@@ -162,9 +162,9 @@ std::vector<Response> Coordinator::takeReady() {
   return out;
 }
 
-// A grouped allreduce is one handle: it waits until every member is ready, then goes
-// out as one fused response (members by index, not by name: "g.10" follows "g.9"),
-// or fails as a whole.
+// A group (allreduce, allgather, reducescatter) is one handle: it waits until every
+// member is ready, then goes out as one fused response (members by index, not by name:
+// "g.10" follows "g.9"), or fails as a whole.
 void Coordinator::takeGroup(const std::string& group, const std::vector<std::string>& members,
                             std::vector<Ready>& out) {
   const std::int32_t size = table_.at(members.front()).requests.front().group_size;
@@ -221,8 +221,10 @@ void Coordinator::takeGroup(const std::string& group, const std::vector<std::str
     }
     if (name == by_index.front()) {
       fused.response = std::move(r);
-    } else {
+    } else {  // as fusion merges neighbours; an allgather's rank_rows are tensor-major
       fused.response.shapes.push_back(r.shapes.front());
+      fused.response.rank_rows.insert(fused.response.rank_rows.end(), r.rank_rows.begin(),
+                                      r.rank_rows.end());
     }
   }
   fused.response.names.clear();  // success or failure, it names every member
@@ -246,7 +248,9 @@ bool Coordinator::failGroupSizeMismatch(const std::string& group,
   if (other == requests.end()) return false;
   Ready failed{head.seq, members.front(),
                errorResponse(members.front(),
-                             "grouped allreduce '" + group + "': rank " +
+                             "grouped " + std::string(requestTypeName(head.type)) + " '" +
+                                 std::string(callerName(requestTypeName(head.type), group)) +
+                                 "': rank " +
                                  std::to_string(head.rank) + " sent " +
                                  std::to_string(head.group_size) + " tensors, rank " +
                                  std::to_string(other->rank) + " sent " +

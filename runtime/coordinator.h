@@ -50,9 +50,10 @@ class Coordinator {
 
   // Removes and returns the responses that became ready, in deterministic order:
   // names that became ready in this call are ordered by the submission counter of the
-  // lowest-ranked submitter, then by name. Members of a grouped allreduce come out as
-  // one fused response once the whole group is ready. Join completes (one Join
-  // response, root = last rank to join) when every rank has joined.
+  // lowest-ranked submitter, then by name. Members of a group (grouped allreduce,
+  // allgather or reducescatter) come out as one fused response once the whole group is
+  // ready. Join completes (one Join response, root = last rank to join) when every rank
+  // has joined.
   std::vector<Response> takeReady();
 
   // Names some ranks have submitted for at least `age`, with the ranks still missing.

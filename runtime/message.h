@@ -39,6 +39,12 @@ std::string describeCollective(const char* type, const std::string& name);
 std::string_view callerName(const char* type, std::string_view name);
 // The timeline's name of a request's negotiation, Horovod's: "NEGOTIATE_ALLREDUCE", ...
 const char* negotiatePhaseName(RequestType type);
+// The collectives whose tensors may be submitted as one group (grouped_*_async): those
+// that fusion merges, so that a group goes out as one fused response.
+inline bool groupable(RequestType type) {
+  return type == RequestType::Allreduce || type == RequestType::Allgather ||
+         type == RequestType::Reducescatter;
+}
 
 // What a rank asks for: every field that says which collective, on what, and how. The
 // response cache compares signatures with this struct's own ==, so a field added here
@@ -56,8 +62,9 @@ struct RequestSignature {
   // Alltoall: rows sent to each rank. AddProcessSet: the member ranks (global).
   // RemoveProcessSet: {id}.
   std::vector<std::int64_t> splits;
-  // Grouped allreduce: every member carries the group's name and member count; the
-  // group becomes ready, and is fused, as one unit. Empty group = not grouped.
+  // Grouped allreduce, allgather or reducescatter (groupable()): every member carries
+  // the group's name and member count; the group becomes ready, and is fused, as one
+  // unit. Empty group = not grouped.
   std::string group;
   std::int32_t group_size = 0;
 

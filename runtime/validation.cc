@@ -166,10 +166,11 @@ std::string checkEach(const std::vector<const Request*>& reqs, int set_size) {
     if (r.type == RequestType::Broadcast && (r.root < 0 || r.root >= set_size))
       return at + " sent root " + std::to_string(r.root) +
              ", which is not a rank of the process set of size " + std::to_string(set_size);
-    if (!r.group.empty() && (r.type != RequestType::Allreduce || r.group_size < 1))
+    if (!r.group.empty() && (!groupable(r.type) || r.group_size < 1))
       return at + " sent group '" + std::string(callerName(requestTypeName(r.type), r.group)) +
              "' of " + std::to_string(r.group_size) +
-             ": only allreduce can be grouped, with at least one tensor";
+             ": only allreduce, allgather and reducescatter can be grouped, with at least one "
+             "tensor";
   }
   return "";
 }

@@ -30,9 +30,10 @@
 // The version of these headers. From 1.0 on they change compatibly within a major
 // version: functions and option fields (with defaults) are added, none removed or
 // changed. The build reads its version from these three lines. 1.1: accord/mpi.h
-// (init over a communicator or a list of world ranks, ranks_of).
+// (init over a communicator or a list of world ranks, ranks_of). 1.2:
+// grouped_allgather, grouped_reducescatter.
 #define ACCORD_VERSION_MAJOR 1
-#define ACCORD_VERSION_MINOR 1
+#define ACCORD_VERSION_MINOR 2
 #define ACCORD_VERSION_PATCH 0
 
 namespace accord {
@@ -209,6 +210,12 @@ struct AllgatherOptions : CollectiveOptions {};
 // rank; the other dimensions must agree. The output comes from `output`.
 Handle allgather_async(TensorView input, Allocator output, const AllgatherOptions& options = {});
 void allgather(TensorView input, Allocator output, const AllgatherOptions& options = {});
+// As grouped_allreduce_async: the inputs are negotiated, fused and completed as one unit
+// (one dtype and device), input i named "<name>.<i>" and gathered into outputs[i].
+Handle grouped_allgather_async(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                               const AllgatherOptions& options = {});
+void grouped_allgather(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                       const AllgatherOptions& options = {});
 
 struct BroadcastOptions : CollectiveOptions {
   int root = 0;
@@ -235,6 +242,11 @@ struct ReducescatterOptions : ReductionOptions {};
 Handle reducescatter_async(TensorView input, Allocator output,
                            const ReducescatterOptions& options = {});
 void reducescatter(TensorView input, Allocator output, const ReducescatterOptions& options = {});
+// The inputs reduced and scattered as one unit, as grouped_allgather_async.
+Handle grouped_reducescatter_async(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                                   const ReducescatterOptions& options = {});
+void grouped_reducescatter(std::vector<TensorView> inputs, std::vector<Allocator> outputs,
+                           const ReducescatterOptions& options = {});
 // Rows of the first dimension that `rank` of `set_size` receives from reducescatter.
 std::int64_t reducescatter_rows(std::int64_t rows, int rank, int set_size);
 

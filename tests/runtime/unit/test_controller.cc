@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -132,6 +133,38 @@ struct Rank {
     op_.entry.name = name;
     op_.entry.handle = std::make_shared<detail::HandleState>();
     controller.admit(*set, std::move(op_), cycle);
+  }
+
+  // The members "<group>.<i>" of a group, pushed together as grouped_*_async does; member
+  // i has `rows[i]` rows of 2.
+  void submitGroup(const std::string& group, RequestType type, const std::vector<int>& rows) {
+    const auto cycle = Clock::now();
+    auto handle = std::make_shared<detail::HandleState>(static_cast<int>(rows.size()));
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      QueuedOp op;
+      op.enqueued = cycle;
+      op.request.type = type;
+      op.request.name = group + "." + std::to_string(i);
+      op.request.shape = {rows[i], 2};
+      op.request.group = group;
+      op.request.group_size = static_cast<std::int32_t>(rows.size());
+      op.entry.name = op.request.name;
+      op.entry.handle = handle;
+      controller.admit(*set, std::move(op), cycle);
+    }
+  }
+
+  // Negotiates until nothing this rank submitted is waiting; each cycle's responses.
+  std::vector<std::vector<Response>> negotiateCycles() {
+    std::vector<std::vector<Response>> out;
+    for (int cycle = 0; cycle < 20; ++cycle) {
+      auto n = controller.negotiate(*set, false, Clock::now());
+      for (const auto& r : n.responses)
+        for (const auto& name : r.names) set->pending.take(name);
+      out.push_back(std::move(n.responses));
+      if (!n.anyone_pending) break;
+    }
+    return out;
   }
 
   // Negotiates until nothing this rank submitted is waiting; every response's names.
@@ -307,4 +340,79 @@ TEST_CASE("a tensor submitted after its cycle began negotiates after its queue s
   CHECK(track[0]["dur"] == 0.0);
   CHECK(track[1]["name"] == "NEGOTIATE_ALLREDUCE");
   CHECK(track[1]["ts"].get<double>() >= track[0]["ts"].get<double>());
+}
+
+namespace {
+
+// The cycle in which each name came out, and the gathered rows of each (allgather).
+struct Outcome {
+  std::map<std::string, int> cycle;
+  std::map<std::string, std::vector<std::int64_t>> rows;
+};
+
+Outcome outcomeOf(const std::vector<std::vector<Response>>& cycles) {
+  Outcome o;
+  for (std::size_t c = 0; c < cycles.size(); ++c)
+    for (const Response& r : cycles[c])
+      for (std::size_t i = 0; i < r.names.size(); ++i) {
+        o.cycle[r.names[i]] = static_cast<int>(c);
+        if (r.type == ResponseType::Allgather)
+          o.rows[r.names[i]].assign(r.rank_rows.begin() + static_cast<std::ptrdiff_t>(i * kRanks),
+                                    r.rank_rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * kRanks));
+      }
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a group in steady state is answered by the cache, whole, in one cycle",
+          "[controller]") {
+  Fixture f;
+  std::vector<Outcome> cold(kRanks), warm(kRanks);
+  // Rank r gathers r + 1 + i rows of member i: each member's rows differ by rank.
+  auto rows = [](int r) { return std::vector<int>{r + 1, r + 2, r + 3}; };
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    rank.submitGroup("g", RequestType::Allgather, rows(r));
+    cold[r] = outcomeOf(rank.negotiateCycles());
+  });
+  const int gathers_cold = f.hub.gathers();
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    rank.submitGroup("g", RequestType::Allgather, rows(r));
+    warm[r] = outcomeOf(rank.negotiateCycles());
+  });
+  CHECK(f.hub.gathers() == gathers_cold);  // nothing went to rank 0
+  for (int r = 0; r < kRanks; ++r) {
+    REQUIRE(warm[r].cycle.size() == 3);
+    CHECK(warm[r].cycle["g.0"] == warm[r].cycle["g.2"]);  // together
+    CHECK(warm[r].cycle["g.1"] == warm[r].cycle["g.2"]);
+    CHECK(warm[r].rows == cold[r].rows);  // each member's own rows, from the cache
+    CHECK(warm[r].rows["g.1"] == std::vector<std::int64_t>{2, 3, 4});
+  }
+}
+
+TEST_CASE("a group with one member the cache cannot answer is negotiated whole at once",
+          "[controller]") {
+  Fixture f;
+  onEveryRank(f.ranks, [&](Rank& rank, int) {
+    rank.submitGroup("g", RequestType::Allgather, {1, 2, 3});
+    rank.negotiateCycles();
+  });
+  const int before = f.hub.gathers();
+  std::vector<Outcome> seen(kRanks);
+  const auto start = Clock::now();
+  onEveryRank(f.ranks, [&](Rank& rank, int r) {
+    // Rank 1 gathers one more row of member 1 this time: its cached signature no longer
+    // matches there, while the other ranks' caches still answer every member.
+    rank.submitGroup("g", RequestType::Allgather, {1, r == 1 ? 3 : 2, 3});
+    seen[r] = outcomeOf(rank.negotiateCycles());
+  });
+  // Well before a hit waiting alone would be sent to rank 0 (demote_after, up to 1 s).
+  CHECK(Clock::now() - start < 500ms);
+  CHECK(f.hub.gathers() > before);
+  for (int r = 0; r < kRanks; ++r) {
+    REQUIRE(seen[r].cycle.size() == 3);
+    CHECK(seen[r].cycle["g.0"] == seen[r].cycle["g.1"]);
+    CHECK(seen[r].cycle["g.2"] == seen[r].cycle["g.1"]);
+    CHECK(seen[r].rows["g.1"] == std::vector<std::int64_t>{2, 3, 2});
+  }
 }

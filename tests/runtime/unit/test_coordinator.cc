@@ -200,6 +200,23 @@ TEST_CASE("a grouped allreduce comes out once, whole, ordered by member index", 
   CHECK(c.empty());
 }
 
+TEST_CASE("a grouped allgather comes out whole, with every member's rows by rank",
+          "[coordinator]") {
+  Coordinator c(2);
+  for (int rank : {0, 1})
+    for (int i = 0; i < 3; ++i) {
+      Request m = member(rank, "g", i, 3);
+      m.type = RequestType::Allgather;
+      m.shape = {rank + 1 + i, 2};  // rank r gathers r + 1 + i rows of member i
+      c.add({m}, t0);
+    }
+  auto ready = c.takeReady();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].type == ResponseType::Allgather);
+  CHECK(ready[0].names == std::vector<std::string>{"g.0", "g.1", "g.2"});
+  CHECK(ready[0].rank_rows == std::vector<std::int64_t>{1, 2, 2, 3, 3, 4});  // tensor-major
+}
+
 TEST_CASE("a group fails as a whole", "[coordinator]") {
   Coordinator c(2);
   Request bad = member(1, "g", 1, 2);

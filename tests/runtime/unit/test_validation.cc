@@ -246,8 +246,8 @@ TEST_CASE("requests that could not come from a correct runtime are Invalid", "[v
       r.group_size = 1;
     }
     CHECK(error(reqs, 2) ==
-          "broadcast 'w': rank 0 sent group 'g' of 1: only allreduce can be grouped, with at least "
-          "one tensor");
+          "broadcast 'w': rank 0 sent group 'g' of 1: only allreduce, allgather and reducescatter "
+          "can be grouped, with at least one tensor");
   }
 }
 
