@@ -103,6 +103,58 @@ PendingOp allgather(std::uintptr_t data, int dtype, Shape shape, int device,
   return {allgather_async(v, outputFor(slot, v, out, called("allgather", name)), o), slot};
 }
 
+// The members of a grouped allgather or reducescatter: views, and each one's output
+// (the caller's where given, else a slot of Accord's).
+struct GroupArgs {
+  std::vector<TensorView> views;
+  std::vector<Allocator> outputs;
+  std::vector<std::shared_ptr<OutputSlot>> slots;
+};
+
+GroupArgs groupArgs(const std::vector<TensorArgs>& tensors, const std::vector<OutputArgs>& outs,
+                    const char* op, const std::string& name) {
+  if (outs.size() != tensors.size())
+    throw InvalidArgument(called(op, name) + ": " + std::to_string(tensors.size()) +
+                          " tensors but " + std::to_string(outs.size()) + " outputs");
+  GroupArgs g;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [data, dtype, shape, device] = tensors[i];
+    g.views.push_back(view(data, dtype, shape, device));
+    g.slots.push_back(outs[i] ? nullptr : std::make_shared<OutputSlot>());
+    g.outputs.push_back(outputFor(g.slots.back(), g.views.back(), outs[i],
+                                  called(op, name + "." + std::to_string(i))));
+  }
+  return g;
+}
+
+PendingOp groupedAllgather(const std::vector<TensorArgs>& tensors,
+                           const std::vector<OutputArgs>& outs, const std::string& name,
+                           ProcessSetId set, std::uintptr_t stream) {
+  auto g = groupArgs(tensors, outs, "grouped_allgather", name);
+  AllgatherOptions o;
+  o.name = scoped("grouped_allgather", name);
+  o.process_set = set;
+  o.stream = streamOf(stream);
+  return {grouped_allgather_async(std::move(g.views), std::move(g.outputs), o),
+          std::move(g.slots)};
+}
+
+PendingOp groupedReducescatter(const std::vector<TensorArgs>& tensors,
+                               const std::vector<OutputArgs>& outs, const std::string& name,
+                               int op, double prescale, double postscale, ProcessSetId set,
+                               std::uintptr_t stream) {
+  auto g = groupArgs(tensors, outs, "grouped_reducescatter", name);
+  ReducescatterOptions o;
+  o.name = scoped("grouped_reducescatter", name);
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.process_set = set;
+  o.stream = streamOf(stream);
+  return {grouped_reducescatter_async(std::move(g.views), std::move(g.outputs), o),
+          std::move(g.slots)};
+}
+
 PendingOp broadcast(std::uintptr_t data, int dtype, Shape shape, int device,
                     const std::string& name, int root, ProcessSetId set, std::uintptr_t stream) {
   BroadcastOptions o;
@@ -147,7 +199,8 @@ void defineCollectives(py::module_& m) {
   py::class_<PendingOp>(m, "PendingOp", "A submitted collective: poll() and wait() (GIL released).")
       .def("poll", &PendingOp::poll)
       .def("wait", &PendingOp::wait)
-      .def("output", &PendingOp::output, "The output Accord allocated, after wait().")
+      .def("output", &PendingOp::output, py::arg("member") = 0,
+           "The output Accord allocated (of a group's member), after wait().")
       .def("received_splits", &PendingOp::receivedSplits)
       .def("last_joined_rank", &PendingOp::lastJoinedRank)
       .def("cuda_event", &PendingOp::cudaEvent,
@@ -174,6 +227,11 @@ void defineCollectives(py::module_& m) {
   m.def("allgather_async", &allgather, py::arg("data"), py::arg("dtype"), py::arg("shape"),
         py::arg("device"), py::arg("name"), py::arg("process_set"), py::arg("stream") = 0,
         py::arg("out") = py::none());
+  m.def("grouped_allgather_async", &groupedAllgather, py::arg("tensors"), py::arg("outs"),
+        py::arg("name"), py::arg("process_set"), py::arg("stream") = 0);
+  m.def("grouped_reducescatter_async", &groupedReducescatter, py::arg("tensors"),
+        py::arg("outs"), py::arg("name"), py::arg("op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("process_set"), py::arg("stream") = 0);
   m.def("broadcast_async", &broadcast, py::arg("data"), py::arg("dtype"), py::arg("shape"),
         py::arg("device"), py::arg("name"), py::arg("root"), py::arg("process_set"),
         py::arg("stream") = 0);

@@ -35,12 +35,13 @@ void PendingOp::waitSliced() const {
   }
 }
 
-std::shared_ptr<Buffer> PendingOp::output() const {
+std::shared_ptr<Buffer> PendingOp::output(std::size_t i) const {
   handle_.wait();
-  if (!output_ || !output_->buffer) {
-    throw InvalidArgument("this collective has no output allocated by Accord");
+  if (i >= outputs_.size() || !outputs_[i] || !outputs_[i]->buffer) {
+    throw InvalidArgument("this collective has no output allocated by Accord" +
+                          (outputs_.size() > 1 ? " for member " + std::to_string(i) : ""));
   }
-  return output_->buffer;
+  return outputs_[i]->buffer;
 }
 
 bool PendingOp::waitOnStream(std::uintptr_t stream) const {

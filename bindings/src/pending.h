@@ -22,13 +22,18 @@ struct OutputSlot {
 class PendingOp {
  public:
   PendingOp(Handle handle, std::shared_ptr<OutputSlot> output)
-      : handle_(std::move(handle)), output_(std::move(output)) {}
+      : handle_(std::move(handle)), outputs_{std::move(output)} {}
+  // A group: one slot per member (null where the caller gave the output).
+  PendingOp(Handle handle, std::vector<std::shared_ptr<OutputSlot>> outputs)
+      : handle_(std::move(handle)), outputs_(std::move(outputs)) {}
 
   bool poll() const { return handle_.poll(); }
   // Waits with the GIL released, in slices so that Ctrl-C and other signal handlers
   // (pytest-timeout's, for one) still run; rethrows the collective's failure.
   void wait() const;
-  std::shared_ptr<Buffer> output() const;  // after wait(); throws if there is none
+  // Member `i`'s output (0 for a single collective), after wait(); throws if Accord
+  // allocated none there.
+  std::shared_ptr<Buffer> output(std::size_t i = 0) const;
   std::vector<std::int64_t> receivedSplits() const { return handle_.received_splits(); }
   int lastJoinedRank() const { return handle_.last_joined_rank(); }
   std::uintptr_t cudaEvent() const;  // GIL released while the launch is awaited
@@ -38,7 +43,7 @@ class PendingOp {
   void waitSliced() const;
 
   Handle handle_;
-  std::shared_ptr<OutputSlot> output_;
+  std::vector<std::shared_ptr<OutputSlot>> outputs_;
 };
 
 // An allocator that makes a Buffer of the negotiated shape and leaves it in `slot`.

@@ -339,3 +339,45 @@ def test_uint16_collectives(hvd):
     out = hvd.allreduce(torch.tensor([7 + me], dtype=torch.uint16), op=hvd.Average,
                         name="u16.average")
     assert out.to(torch.int64).item() == (sum(7 + r for r in range(n))) // n
+
+
+def test_groups_of_gathers_and_scatters_over_several_steps(hvd):
+    # A group is negotiated once, then answered by the response cache: each step's
+    # results must be that step's, whichever way the group went. Two dtypes make two
+    # groups under one handle; the rows of a member differ by rank (0 on rank 0).
+    me, n = hvd.rank(), hvd.size()
+    for step in range(3):
+        parts = [rows_of(me + step, me + 1, COLS, torch.float32),
+                 rows_of(me, me, COLS, torch.float64),
+                 rows_of(me + step, 2, COLS, torch.float32)]
+        outs = hvd.grouped_allgather(parts, name="gag.steps")
+        assert_equal(outs[0], torch.cat([rows_of(r + step, r + 1, COLS, torch.float32)
+                                         for r in range(n)]), f"step {step}, member 0")
+        assert_equal(outs[1], torch.cat([rows_of(r, r, COLS, torch.float64) for r in range(n)]),
+                     f"step {step}, member 1")
+        assert_equal(outs[2], torch.cat([rows_of(r + step, 2, COLS, torch.float32)
+                                         for r in range(n)]), f"step {step}, member 2")
+        xs = [sent(me + step, (2 * n + 1, COLS), torch.float32, hvd.Sum),
+              sent(me, (n, 2), torch.float32, hvd.Sum)]
+        outs = hvd.grouped_reducescatter(xs, name="grs.steps", op=hvd.Sum)
+        full = reduced([r + step for r in range(n)], (2 * n + 1, COLS), torch.float32, hvd.Sum)
+        start = sum(2 + (1 if r < 1 else 0) for r in range(me))
+        assert_equal(outs[0], full[start:start + 2 + (1 if me < 1 else 0)], f"step {step}")
+        assert_equal(outs[1], reduced(list(range(n)), (n, 2), torch.float32,
+                                      hvd.Sum)[me:me + 1], f"step {step}")
+
+
+def test_a_group_of_different_sizes_on_two_ranks_fails_at_once_on_every_rank(hvd):
+    # The members of a group carry its size: a rank that grouped fewer tensors fails
+    # the group on every rank in the cycle they meet, not after the stall bound.
+    if hvd.size() < 2:
+        pytest.skip("needs two ranks")
+    me = hvd.rank()
+    count = 3 if me == 0 else 2
+    parts = [torch.ones(1, COLS) for _ in range(count)]
+    with pytest.raises(hvd.MismatchError,
+                       match=r"grouped allgather 'gag.sizes': rank \d sent \d tensors, rank \d "
+                             r"sent \d"):
+        hvd.grouped_allgather(parts, name="gag.sizes")
+    assert_equal(hvd.grouped_allgather([torch.ones(1, COLS)], name="gag.after")[0],
+                 torch.ones(hvd.size(), COLS), "a group after the failed one")

@@ -19,10 +19,6 @@ from accord.torch.allreduce import allreduce, grouped_allreduce
 from accord.torch.compression import Compression
 
 
-def _names(name, count):
-    return [f"{name}.{i}" for i in range(count)] if name else [""] * count
-
-
 # ---- allgather -----------------------------------------------------------------------
 def _suffixed(name, suffix):
     return f"{name}.{suffix}" if name else ""
@@ -76,17 +72,57 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """allgather_async of each tensor, under one handle that gives the list."""
+    """Starts gathering a list of tensors as one unit (one handle that gives the list):
+    the runtime negotiates the group's tensors together and fuses them into one
+    collective, however they arrive."""
     return grouped_allgather_into(tensors, [None] * len(tensors), name, process_set)
 
 
 def grouped_allgather_into(tensors, outputs, name=None, process_set=global_process_set):
     """grouped_allgather_async with the caller's outputs where not None (for Accord's
     own callers, which know the gathered shapes: _submit_allgather)."""
-    submitted = [_submit_allgather(t, n, process_set, o)
-                 for t, n, o in zip(tensors, _names(name, len(tensors)), outputs)]
-    return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
-                    lambda: [output() for _, _, output in submitted])
+    works = [contiguous_input(t, "grouped_allgather", name) for t in tensors]
+    return _grouped(works, outputs, name, lambda ws, outs, n: _submit_grouped_allgather(
+        ws, outs, n, process_set))
+
+
+def _grouped(works, outputs, name, submit):
+    """One group per dtype and device (a group is fused into one buffer, as
+    _submit_groups does for grouped_allreduce), under one handle whose result is the
+    outputs in the tensors' order. submit(works, outputs, name) -> (core op, outputs)."""
+    kinds = {}
+    for i, (work, code) in enumerate(works):
+        kinds.setdefault((code, str(work.device)), []).append(i)
+    cores, keep, finish = [], [], [None] * len(works)
+    for k, members in enumerate(kinds.values()):
+        group_name = name if len(kinds) == 1 or not name else f"{name}.{k}"
+        core, outs = submit([works[i] for i in members], [outputs[i] for i in members],
+                            group_name)
+        cores.append(core)
+        keep.append(([works[i][0] for i in members], outs))
+        for j, i in enumerate(members):
+            finish[i] = (lambda o=outs[j], c=core, j=j:
+                         o if o is not None else from_buffer(c.output(j)))
+    return register(cores, keep, lambda: [f() for f in finish])
+
+
+def _submit_grouped_allgather(works, outputs, name, process_set):
+    """(core op, outputs) for tensors of one dtype and device. On a GPU, where the caller
+    gave no output, the row counts of all of them are exchanged in one host collective."""
+    device, stream = placement(works[0][0])
+    missing = [i for i, (w, _) in enumerate(works)
+               if outputs[i] is None and device >= 0 and w.dim() > 0]
+    if missing:
+        counts = _exchanged_rows([works[i][0].shape[0] for i in missing], name, "rows",
+                                 process_set)
+        outputs = list(outputs)
+        for j, i in enumerate(missing):
+            outputs[i] = _device_output(works[i][0], sum(counts[j::len(missing)]))
+    core = _core.grouped_allgather_async(
+        [(w.data_ptr(), code, w.shape, device) for w, code in works],
+        [None if o is None else (o.data_ptr(), o.shape) for o in outputs], name or "",
+        process_set._id("allgather"), stream)
+    return core, outputs
 
 
 def _own_rows(grad, rows, process_set):
@@ -239,11 +275,25 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducing and scattering a list of tensors as one unit, as
+    grouped_allgather_async gathers them."""
     op = resolve_op(op, None, "grouped_reducescatter", adasum=False)
-    submitted = [_submit_reducescatter(t, n, op, process_set, prescale_factor, postscale_factor)
-                 for t, n in zip(tensors, _names(name, len(tensors)))]
-    return register([c for c, _, _ in submitted], [k for _, k, _ in submitted],
-                    lambda: [output() for _, _, output in submitted])
+    works = [contiguous_input(t, "grouped_reducescatter", name) for t in tensors]
+
+    def submit(group, outputs, group_name):
+        device, stream = placement(group[0][0])
+        if device >= 0 and process_set.included():  # outputs of the shapes known here
+            outputs = [_device_output(w, _core.reducescatter_rows(
+                w.shape[0], process_set.rank(), process_set.size())) if w.dim() > 0 else None
+                for w, _ in group]
+        core = _core.grouped_reducescatter_async(
+            [(w.data_ptr(), code, w.shape, device) for w, code in group],
+            [None if o is None else (o.data_ptr(), o.shape) for o in outputs],
+            group_name or "", op, float(prescale_factor), float(postscale_factor),
+            process_set._id("reducescatter"), stream)
+        return core, outputs
+
+    return _grouped(works, [None] * len(works), name, submit)
 
 
 def _reducescatter_grad(grad, op, process_set, pre, post):
