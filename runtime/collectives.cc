@@ -148,14 +148,19 @@ Handle enqueue(Runtime& rt, ProcessSetId set, std::vector<Submission> subs) {
   return Handle(submit(rt, set, std::move(subs)));
 }
 
-Submission allreduceSubmission(Runtime& rt, const TensorView& t, const AllreduceOptions& o,
-                               const std::string& name) {
-  auto s = start(rt, RequestType::Allreduce, name, o.process_set, &t, o.stream);
+// What the reducing collectives (allreduce, reducescatter) add to a request.
+void setReduction(Submission& s, const ReductionOptions& o) {
   s.request.op = o.op;
   s.request.prescale = o.prescale;
   s.request.postscale = o.postscale;
   checkScale(s.request, o.prescale, "prescale");
   checkScale(s.request, o.postscale, "postscale");
+}
+
+Submission allreduceSubmission(Runtime& rt, const TensorView& t, const AllreduceOptions& o,
+                               const std::string& name) {
+  auto s = start(rt, RequestType::Allreduce, name, o.process_set, &t, o.stream);
+  setReduction(s, o);
   return s;
 }
 
@@ -179,11 +184,7 @@ Submission reducescatterSubmission(Runtime& rt, const TensorView& input, Allocat
   auto s = start(rt, RequestType::Reducescatter, name, o.process_set, &input, o.stream);
   requireRows(s.request);
   s.entry.output = checkedOutput(std::move(output), s.request);
-  s.request.op = o.op;
-  s.request.prescale = o.prescale;
-  s.request.postscale = o.postscale;
-  checkScale(s.request, o.prescale, "prescale");
-  checkScale(s.request, o.postscale, "postscale");
+  setReduction(s, o);
   return s;
 }
 
