@@ -51,7 +51,8 @@ bool cacheable(const Response& r) {
 }
 
 // What the coordinator answers with several names, other than a failure, is a group
-// (fusion comes later, in the executor's plan).
+// (fusion comes later, in the executor's plan): the response types of the requests
+// groupable() admits.
 bool isGroup(const Response& r) {
   return r.names.size() > 1 && (r.type == ResponseType::Allreduce ||
                                 r.type == ResponseType::Allgather ||
