@@ -105,30 +105,37 @@ std::vector<Request> Controller::classify(ProcessSet& set, std::size_t w,
                                           Clock::time_point now, Carriage* carriage) {
   const auto demote_after =
       std::min<Clock::duration>(std::chrono::seconds(1), config_.stall_check_time / 2);
-  // A group goes whole, as hits or as requests: the coordinator releases a group once
-  // every member reached it, so members answered by the cache would leave the rest
-  // waiting there. A rank's members arrive in one push, so they are classified together.
+  // Each unsent tensor is looked up once. A group goes whole, as hits or as requests: the
+  // coordinator releases a group once every member reached it, so members answered by
+  // the cache would leave the rest waiting there. A rank's members arrive in one push,
+  // so they are classified together.
+  struct Looked {
+    PendingTensor* p;
+    ResponseCache::Lookup found;
+    bool hit;
+  };
+  std::vector<Looked> looked;
+  looked.reserve(set.pending.size());
   std::set<std::string> whole;  // groups with a member the cache cannot answer now
   for (auto& [name, p] : set.pending) {
-    if (p.sent || p.request.group.empty() || whole.contains(p.request.group)) continue;
-    if (set.cache->lookup(p.request).status != ResponseCache::Status::Hit ||
-        now - p.submitted >= demote_after)
-      whole.insert(p.request.group);
+    if (p.sent) continue;
+    const auto found = set.cache->lookup(p.request);
+    const bool hit =
+        found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after;
+    if (!hit && !p.request.group.empty()) whole.insert(p.request.group);
+    looked.push_back({&p, found, hit});
   }
   std::vector<Request> to_send;
-  for (auto& [name, p] : set.pending) {
-    if (p.sent) continue;
-    auto found = set.cache->lookup(p.request);
-    if (found.status == ResponseCache::Status::Hit && now - p.submitted < demote_after &&
-        (p.request.group.empty() || !whole.contains(p.request.group))) {
+  for (auto& [p, found, hit] : looked) {
+    if (hit && (p->request.group.empty() || !whole.contains(p->request.group))) {
       setBit(bits, 1, found.slot);
       ++hits;
-      if (carriage) offerToCarry(set, found.slot, p.entry, *carriage);
+      if (carriage) offerToCarry(set, found.slot, p->entry, *carriage);
       continue;
     }
     if (found.status != ResponseCache::Status::Miss) clearBit(bits, 1 + w, found.slot);
-    to_send.push_back(p.request);
-    p.sent = true;
+    to_send.push_back(p->request);
+    p->sent = true;
   }
   // Deterministic message content regardless of hash-map order.
   std::sort(to_send.begin(), to_send.end(),
