@@ -158,6 +158,28 @@ def ranks_on(chosen):
     return out
 
 
+_JSON = json.JSONDecoder()
+
+
+def reports_in(line):
+    """The ranks' reports in a line of the job's output. Each report is one write of a
+    whole line, but mpirun passes on every rank's output as it comes: where another rank
+    had written part of a line (Python's traceback goes out piece by piece, a progress
+    bar rewrites its line), the report lands in the middle of that line. So a report is
+    read wherever its marker starts, up to the end of its JSON object."""
+    found = []
+    at = line.find(MARKER)
+    while at >= 0:
+        try:
+            report, end = _JSON.raw_decode(line, at + len(MARKER))
+        except ValueError:
+            report, end = None, at + len(MARKER)
+        if isinstance(report, dict):
+            found.append(report)
+        at = line.find(MARKER, end)
+    return found
+
+
 class Job:
     """One run of mpirun, its output passed through and read for reports."""
 
@@ -179,11 +201,7 @@ class Job:
             sink.flush()
             line = raw.decode(errors="replace")
             with self._lock:
-                if line.startswith(MARKER):
-                    try:
-                        self.reports.append(json.loads(line[len(MARKER):]))
-                    except ValueError:
-                        pass
+                self.reports += reports_in(line)
                 if sink is sys.stderr:
                     self.stderr_tail = (self.stderr_tail + line)[-65536:]
 

@@ -4,9 +4,15 @@ given for it, whichever name the rank or mpirun reported; and when a failure is 
 script's own, on every host, rather than a host's.
 
   test_blame.py <folder of accord_elastic.py>
+
+(with accord's Python package on PYTHONPATH, for the ranks' side of the reports)
 """
+import os
+import select
 import sys
 import unittest
+
+from accord import _driver
 
 sys.path.insert(0, sys.argv[1])
 import accord_elastic  # noqa: E402
@@ -85,6 +91,71 @@ class ScriptFailure(unittest.TestCase):
     def test_different_errors_are_the_hosts_failures(self):
         self.assertIsNone(script_failure(
             [raised(0, "node1", "E: disk full"), raised(2, "node2", "E: out of memory")], NODES))
+
+
+class ReportsIn(unittest.TestCase):
+    """The reports read from a line of the job's output as mpirun passes it on."""
+    REPORT = '[accord-elastic] {"event": "raised", "rank": 1, "error": "E: x"}'
+
+    def test_a_line_of_its_own(self):
+        self.assertEqual(accord_elastic.reports_in(self.REPORT + "\n"),
+                         [{"event": "raised", "rank": 1, "error": "E: x"}])
+
+    def test_after_another_rank_s_unfinished_line(self):
+        # A traceback's "  File ..., in <" and then "module>" in two writes.
+        line = '  File "job.py", line 7, in <' + self.REPORT + "\n"
+        self.assertEqual([r["rank"] for r in accord_elastic.reports_in(line)], [1])
+
+    def test_before_the_rest_of_another_line(self):
+        line = "epoch 1: 40%" + self.REPORT + "|####      | 4/10\n"
+        self.assertEqual([r["rank"] for r in accord_elastic.reports_in(line)], [1])
+
+    def test_two_in_one_line(self):
+        line = self.REPORT + self.REPORT.replace('"rank": 1', '"rank": 2') + "\n"
+        self.assertEqual([r["rank"] for r in accord_elastic.reports_in(line)], [1, 2])
+
+    def test_a_cut_report_is_passed_over(self):
+        cut = self.REPORT[:40]
+        self.assertEqual(accord_elastic.reports_in(cut + "\n"), [])
+        self.assertEqual([r["rank"] for r in accord_elastic.reports_in(cut + self.REPORT)], [1])
+
+    def test_no_marker_no_report(self):
+        self.assertEqual(accord_elastic.reports_in('{"event": "raised"}\n'), [])
+        self.assertEqual(accord_elastic.reports_in("[accord-elastic] [1, 2]\n"), [])
+
+
+def written_report(**fields):
+    """The bytes one report of a rank writes to its standard error."""
+    read, write = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write, 2)
+    try:
+        _driver.report("raised", **fields)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write)
+    with os.fdopen(read, "rb") as f:
+        return f.read()
+
+
+class ReportWrites(unittest.TestCase):
+    """A rank's report goes out in one write that a pipe passes on whole."""
+
+    def test_a_short_error_is_kept_whole(self):
+        line = written_report(rank=1, host="h", error="E: x").decode()
+        self.assertEqual(accord_elastic.reports_in(line),
+                         [{"event": "raised", "rank": 1, "host": "h", "error": "E: x"}])
+
+    def test_a_long_error_is_cut_to_fit_one_write(self):
+        for error in ("E: " + "x" * 10000, "E: " + "\u00e9" * 5000, "E: line\n" * 2000):
+            line = written_report(rank=1, host="h", error=error)
+            self.assertLessEqual(len(line), select.PIPE_BUF)
+            self.assertEqual(line.count(b"\n"), 1)
+            [report] = accord_elastic.reports_in(line.decode())
+            self.assertTrue(error.startswith(report["error"][:-len(" ...")]), report["error"][:40])
+            self.assertTrue(report["error"].endswith(" ..."))
+            self.assertGreater(len(report["error"]), 300)
 
 
 if __name__ == "__main__":

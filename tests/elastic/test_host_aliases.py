@@ -53,6 +53,9 @@ def train(state):
                 raise RuntimeError(f"rank {hvd.rank()} fails")
             if mode == "raise-same":
                 raise RuntimeError("every rank fails alike")
+            if mode == "raise-mid-line":  # each rank's line of progress left unfinished
+                os.write(2, f"rank {hvd.rank()}: step 3 of 6 ".encode())
+                raise RuntimeError("every rank fails alike")
         total = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="ones")
         assert int(total) == hvd.size(), (int(total), hvd.size())
         state.step += 1
@@ -65,13 +68,15 @@ train(state)
 """
 
 
-def accordrun(mode):
-    """(exit status, the launcher's and the job's output) of a job on the two aliases."""
+def accordrun(mode, slots=2):
+    """(exit status, the launcher's and the job's output) of a job on the two aliases,
+    ``slots`` ranks on each."""
     with tempfile.TemporaryDirectory() as folder:
         job = os.path.join(folder, "job.py")
         with open(job, "w") as f:
             f.write(JOB)
-        cmd = [ACCORDRUN, "-np", "4", "--min-np", "2", "-H", "localhost:2,127.0.0.1:2",
+        cmd = [ACCORDRUN, "-np", str(2 * slots), "--min-np", str(slots),
+               "-H", f"localhost:{slots},127.0.0.1:{slots}",
                "--reset-limit", "2", "--elastic-store", os.path.join(folder, "store"),
                PYTHON, job, mode]
         start = time.monotonic()
@@ -114,9 +119,9 @@ class HostAliases(unittest.TestCase):
         rc, out = accordrun("raise")
         self.assert_moved_to_localhost(rc, out, "raised RuntimeError: rank 3 fails")
 
-    def assert_stopped(self, mode, cause):
+    def assert_stopped(self, mode, cause, slots=2):
         """The job stops at once, with ``cause`` (a pattern) as the script's own failure."""
-        rc, out = accordrun(mode)
+        rc, out = accordrun(mode, slots)
         self.assertNotEqual(rc, 0)
         self.assertRegex(out, r"accordrun: not restarting: ranks on every host \(localhost, "
                               r"127\.0\.0\.1\) raised " + cause)
@@ -136,6 +141,14 @@ class HostAliases(unittest.TestCase):
 
     def test_every_rank_raising_the_same_error_stops_the_job(self):
         self.assert_stopped("raise-same", r"RuntimeError: every rank fails alike; exiting")
+
+    def test_reports_in_the_middle_of_a_line_are_read(self):
+        # mpirun passes on each rank's output as it comes, so a report lands after an
+        # unfinished line of another rank's (a progress bar, a traceback written piece by
+        # piece), or of its own: here the first report always does. One rank a host, so
+        # that a report missed would be its host's.
+        self.assert_stopped("raise-mid-line", r"RuntimeError: every rank fails alike; exiting",
+                            slots=1)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ mpirun passes on to the launcher with the rest of the job's output
 import json
 import os
 import re
+import select
 import socket
 import sys
 
@@ -81,9 +82,16 @@ def export_launcher_variables(rank, size, local_rank, local_size, cross_rank, cr
 
 
 def report(event, **fields):
-    """One line for the launcher (and the person reading the log)."""
-    line = MARKER + json.dumps(dict(event=event, **fields), sort_keys=True) + "\n"
-    os.write(2, line.encode())
+    """One line for the launcher (and the person reading the log), in one write of at
+    most PIPE_BUF bytes, which a pipe passes on whole, never mixed with another process's
+    output; an error too long for that is cut short."""
+    while True:
+        line = (MARKER + json.dumps(dict(event=event, **fields), sort_keys=True) + "\n").encode()
+        error = fields.get("error")
+        if len(line) <= select.PIPE_BUF or not isinstance(error, str) or len(error) < 100:
+            break
+        fields["error"] = error[:len(error) // 2] + " ..."
+    os.write(2, line)
 
 
 def _report_once(event, error, rank, host):
