@@ -113,6 +113,11 @@ std::string describeCollective(const char* type, const std::string& name) {
   return (grouped ? "grouped " : "") + std::string(type) + " '" + std::string(shown) + "'";
 }
 
+std::string describe(const Request& r) {
+  if (r.type == RequestType::Join) return "join";
+  return describeCollective(requestTypeName(r.type), r.name);
+}
+
 namespace {
 
 // The timeline's phases use Horovod's words: the type names above in capitals, after

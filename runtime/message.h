@@ -79,6 +79,10 @@ struct Request : RequestSignature {
   bool operator==(const Request&) const = default;
 };
 
+// "allreduce 'loss'": how messages name the request's collective ("join" for a join,
+// whose name is Accord's own).
+std::string describe(const Request& r);
+
 // "" when the value is one of its enum's, else why not, e.g. "op 17 is not a ReduceOp
 // (expected 0..4: sum, average, min, max, product)". Only a cast in the caller can make
 // such a value; rejected at submission, it never reaches the other ranks. Defined in

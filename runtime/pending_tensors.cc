@@ -4,15 +4,6 @@
 
 namespace accord {
 
-namespace {
-
-std::string describe(const Request& request) {
-  if (request.type == RequestType::Join) return "join";
-  return describeCollective(requestTypeName(request.type), request.name);
-}
-
-}  // namespace
-
 void PendingTensors::admit(Request request, TensorEntry entry, Clock::time_point now) {
   if (tensors_.count(request.name)) {
     entry.handle->fail(std::make_exception_ptr(InvalidArgument(

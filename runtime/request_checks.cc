@@ -7,10 +7,6 @@
 
 namespace accord {
 
-std::string describe(const Request& r) {
-  return describeCollective(requestTypeName(r.type), r.name);
-}
-
 // Enums first: a byte count needs a valid dtype. Then the size, which must not wrap
 // (a shape of 2^64 elements would otherwise pass as empty). All before anything is
 // queued, so a bad tensor fails in the caller's thread and never reaches other ranks.

@@ -12,8 +12,6 @@
 
 namespace accord {
 
-// "allreduce 'loss'": how messages name the request's collective.
-std::string describe(const Request& r);
 // Enums, then the byte size (which must not wrap), then a data pointer where bytes are.
 void checkTensor(const Request& r, const TensorView& t);
 void checkScale(const Request& r, double factor, const char* which);
