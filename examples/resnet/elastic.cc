@@ -70,12 +70,20 @@ std::vector<int> blamedRanks(const std::string& message) {
   return ranks;
 }
 
+// 600 bytes stay within PIPE_BUF with the report's other fields even where quoting makes
+// each byte a six-byte escape.
+std::string reportedError(const std::string& error) {
+  constexpr std::size_t kMostBytes = 600;
+  std::string line = error.substr(0, error.find('\n'));
+  if (line.size() > kMostBytes) line = line.substr(0, kMostBytes) + " ...";
+  return line;
+}
+
 void reportFailure(int rank, const std::string& error, std::int64_t step, std::int64_t commit) {
   std::string lost;
   for (const int r : blamedRanks(error)) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
-  const std::string first_line = error.substr(0, error.find('\n'));
   const std::string line = "[accord-elastic] {\"commit\": " + std::to_string(commit) +
-                           ", \"error\": " + jsonQuoted(first_line) +
+                           ", \"error\": " + jsonQuoted(reportedError(error)) +
                            ", \"event\": \"failed\", \"host\": " + jsonQuoted(hostName()) +
                            ", \"lost_ranks\": [" + lost + "], \"rank\": " + std::to_string(rank) +
                            ", \"step\": " + std::to_string(step) + "}\n";
@@ -83,10 +91,10 @@ void reportFailure(int rank, const std::string& error, std::int64_t step, std::i
 }
 
 void reportRaised(int rank, const std::string& error) {
-  const std::string first_line = error.substr(0, error.find('\n'));
-  writeReport("[accord-elastic] {\"error\": " + jsonQuoted("accord-resnet: " + first_line) +
-              ", \"event\": \"raised\", \"host\": " + jsonQuoted(hostName()) +
-              ", \"rank\": " + std::to_string(rank) + "}\n");
+  writeReport(
+      "[accord-elastic] {\"error\": " + jsonQuoted("accord-resnet: " + reportedError(error)) +
+      ", \"event\": \"raised\", \"host\": " + jsonQuoted(hostName()) +
+      ", \"rank\": " + std::to_string(rank) + "}\n");
 }
 
 }  // namespace accord::resnet

@@ -41,6 +41,10 @@ TrainState reshard(const TrainState& state, const StepGeometry& saved, const Ste
 // 2, 3 stopped answering"), read as runner.py reads them.
 std::vector<int> blamedRanks(const std::string& message);
 
+// What a report carries of `error`: its first line, cut short where it would not leave
+// the report within one write of PIPE_BUF (4096) bytes, which a pipe passes on whole,
+// never mixed with another process's output.
+std::string reportedError(const std::string& error);
 // One "[accord-elastic] {...}" line on standard error: this rank lost others (or the
 // job) to a communication failure at global step `step`; `commit` is the last commit.
 void reportFailure(int rank, const std::string& error, std::int64_t step, std::int64_t commit);

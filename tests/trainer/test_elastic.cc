@@ -1,7 +1,7 @@
 // The trainer's elastic pieces that need no job: where a commit's position lands with a
 // new number of ranks (reshard), which ranks a runtime error blames (blamedRanks), read
-// from messages the runtime itself words (describeStopped), and the commit's copy and
-// background write (CommitWriter).
+// from messages the runtime itself words (describeStopped), the commit's copy and
+// background write (CommitWriter), and the failure reports' single write.
 #include "commit_writer.h"
 #include "elastic.h"
 #include "scratch_dir.h"
@@ -10,8 +10,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 using namespace accord;
@@ -74,6 +79,44 @@ TEST_CASE("blamedRanks reads the ranks the runtime's own messages name", "[elast
   CHECK(blamedRanks(two) == std::vector<int>{2, 3});
 
   CHECK(blamedRanks("allreduce 'x': shapes differ").empty());
+}
+
+namespace {
+
+// What `report` writes to standard error (fd 2), read through a pipe.
+std::string writtenToStderr(const std::function<void()>& report) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const int saved = dup(2);
+  dup2(fds[1], 2);
+  report();
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, n);
+  close(fds[0]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a failure report is one line, within one whole write to a pipe", "[elastic]") {
+  CHECK(reportedError("E: x\nthe rest") == "E: x");
+  CHECK(reportedError(std::string(600, 'x')) == std::string(600, 'x'));
+  CHECK(reportedError(std::string(601, 'x')) == std::string(600, 'x') + " ...");
+  // Control characters are quoted as six-byte escapes: the longest a line can grow.
+  const std::string error = std::string(10000, '\x01') + "\nsecond line";
+  for (const std::string& line : {writtenToStderr([&] { reportRaised(3, error); }),
+                                  writtenToStderr([&] { reportFailure(3, error, 12, 2); })}) {
+    INFO(line.substr(0, 80));
+    CHECK(line.size() <= PIPE_BUF);
+    CHECK(line.rfind("[accord-elastic] {", 0) == 0);
+    CHECK(std::count(line.begin(), line.end(), '\n') == 1);
+    CHECK(line.find(" ...\"") != std::string::npos);
+    CHECK(line.find("second line") == std::string::npos);
+  }
 }
 
 TEST_CASE("CommitWriter writes the state as it was at start(), on its own thread", "[elastic]") {
