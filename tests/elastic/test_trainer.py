@@ -184,8 +184,11 @@ def scenario_kill(accordrun_path, resnet, out, check):
 STOP_TRAIN = ["--train-limit", "4096", "--epochs", "2", "--batch-size", "32", "--no-progress",
               "--commit-every", str(COMMIT_EVERY)]
 STOP_AFTER = 2 * COMMIT_EVERY  # step 16 of the 32 steps of 4 x 32 in an epoch
-# Commits 16 steps apart: room to lose the restarted job's first host before its next.
-NEWCOMER_TRAIN = STOP_TRAIN[:-1] + ["16"]
+# Commits 32 steps apart (64 steps an epoch): room to lose the restarted job's first
+# host before its next commit, even where a loaded machine is slow to notice its start.
+NEWCOMER_EVERY = 32
+NEWCOMER_TRAIN = ["--train-limit", "8192", "--epochs", "2", "--batch-size", "32", "--no-progress",
+                  "--commit-every", str(NEWCOMER_EVERY)]
 
 
 def scenario_stop(accordrun_path, resnet, out, check):
@@ -257,9 +260,9 @@ def scenario_newcomer(accordrun_path, resnet, out, check):
            "--elastic-store", os.path.join(out, "newcomer"), "--", resnet] + NEWCOMER_TRAIN
     print("+", " ".join(cmd), flush=True)
     run = Run(cmd, dict(os.environ))
-    t, _ = run.wait_for(r"^commit after step 16 ", 300)
+    t, _ = run.wait_for(rf"^commit after step {NEWCOMER_EVERY} ", 300)
     check(t is not None and len(lose_host(out, "newcomer", 1)) == 2,
-          "killed simhost1's 2 ranks after the commit at step 16")
+          f"killed simhost1's 2 ranks after the commit at step {NEWCOMER_EVERY}")
     t, _ = run.wait_for(r"^accordrun: starting 4 ranks on simhost0:2, simhost2:2 \(reset 1\)", 120)
     check(t is not None, "the job restarts on simhost0 and simhost2")
     # simhost2's copy of the commit the job resumed from, written beside its first steps.
@@ -273,7 +276,7 @@ def scenario_newcomer(accordrun_path, resnet, out, check):
     own = [m.group(0) for tt, m in run.matching(r"^commit after step \d+") if t and tt > t]
     check(copy is not None and first is not None and not own,
           f"simhost2 holds the resumed commit ({copy}), before a commit of its own ({own})")
-    # At once: the restarted job's own next commit, 16 steps on, would put one there too.
+    # At once: the restarted job's own next commit, 32 steps on, would put one there too.
     killed = lose_host(out, "newcomer", 0) if copy and first else []
     check(len(killed) == 2, f"killed simhost0's 2 ranks ({killed})")
     rc = run.finish(300)
